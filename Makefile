@@ -1,0 +1,42 @@
+# chunkraft — see README.md.
+GO       ?= go
+BIN      := bin
+TOOLS    := $(CURDIR)/.tools/bin
+STATICCHECK_VERSION := v0.8.2
+
+.PHONY: all build test cluster cluster-down proto lint fmt clean
+
+all: build
+
+## build: the binaries into bin/
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## test: vet, then every test (multi-process tests use the built binaries)
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
+
+## cluster: a local 3-node cluster with pool 1, copysets 1..16
+cluster: build
+	scripts/cluster.sh up
+
+cluster-down:
+	scripts/cluster.sh down
+
+## proto: regenerate Go code from proto/ (needs Debian's protobuf-compiler)
+proto:
+	scripts/genproto.sh
+
+## lint: gofmt, go vet, staticcheck (pinned)
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(TOOLS)/staticcheck ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+clean:
+	rm -rf $(BIN) .tools

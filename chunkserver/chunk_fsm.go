@@ -1,0 +1,113 @@
+package chunkserver
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"syscall"
+
+	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	"google.golang.org/protobuf/proto"
+)
+
+// chunkMachine is the chunk store of one copyset as a copyset.StateMachine.
+//
+// Op payload layout (after the copyset op header), as Curve's
+// ChunkOpRequest::Encode: a 4-byte big-endian length n, n bytes of the
+// marshalled ChunkRequest without its data field, then the raw write data.
+type chunkMachine struct {
+	store *datastore.Store
+	log   *slog.Logger
+}
+
+var _ copyset.StateMachine = (*chunkMachine)(nil)
+
+// chunkResult is the apply result handed back to the proposer.
+type chunkResult struct {
+	status pb.CHUNK_OP_STATUS
+	err    error // detail for logs when status is not SUCCESS
+}
+
+// encodeChunkOp builds the replicated op for req carrying data.
+func encodeChunkOp(req *pb.ChunkRequest, data []byte) ([]byte, error) {
+	head := proto.Clone(req).(*pb.ChunkRequest)
+	head.Data = nil
+	hb, err := proto.Marshal(head)
+	if err != nil {
+		return nil, fmt.Errorf("encode chunk op: %w", err)
+	}
+	op := make([]byte, copyset.OpHeaderLen+4+len(hb)+len(data))
+	copyset.PutOpHeader(op, copyset.KindChunk)
+	binary.BigEndian.PutUint32(op[copyset.OpHeaderLen:], uint32(len(hb)))
+	n := copy(op[copyset.OpHeaderLen+4:], hb)
+	copy(op[copyset.OpHeaderLen+4+n:], data)
+	return op, nil
+}
+
+// decodeChunkOp is the inverse of encodeChunkOp on the payload (without the
+// copyset op header). data aliases payload.
+func decodeChunkOp(payload []byte) (*pb.ChunkRequest, []byte, error) {
+	if len(payload) < 4 {
+		return nil, nil, fmt.Errorf("decode chunk op: %d bytes, want at least 4", len(payload))
+	}
+	n := binary.BigEndian.Uint32(payload)
+	if uint64(n) > uint64(len(payload)-4) {
+		return nil, nil, fmt.Errorf("decode chunk op: request length %d exceeds payload %d", n, len(payload)-4)
+	}
+	req := &pb.ChunkRequest{}
+	if err := proto.Unmarshal(payload[4:4+n], req); err != nil {
+		return nil, nil, fmt.Errorf("decode chunk op: %w", err)
+	}
+	return req, payload[4+n:], nil
+}
+
+// Apply implements copyset.StateMachine.
+func (m *chunkMachine) Apply(index uint64, payload []byte) any {
+	req, data, err := decodeChunkOp(payload)
+	if err != nil {
+		m.log.Error("undecodable chunk op", "index", index, "err", err)
+		return chunkResult{status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN, err: err}
+	}
+	switch req.GetOpType() {
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
+		err = m.store.WriteChunk(req.GetChunkId(), req.GetSn(), data, req.GetOffset())
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
+		err = m.store.DeleteChunk(req.GetChunkId(), req.GetSn())
+	default:
+		err = fmt.Errorf("chunk op type %v is not replicated in this version", req.GetOpType())
+		m.log.Error("unexpected chunk op in raft log", "index", index, "err", err)
+		return chunkResult{status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN, err: err}
+	}
+	st := storeStatus(err)
+	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS && st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD {
+		m.log.Error("chunk op failed on apply", "index", index, "op", req.GetOpType(),
+			"chunk", req.GetChunkId(), "status", st, "err", err)
+	}
+	return chunkResult{status: st, err: err}
+}
+
+// storeStatus maps a datastore error to the protocol status.
+func storeStatus(err error) pb.CHUNK_OP_STATUS {
+	switch {
+	case err == nil:
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
+	case errors.Is(err, datastore.ErrInvalidArg):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST
+	case errors.Is(err, datastore.ErrChunkNotExist):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST
+	case errors.Is(err, datastore.ErrBackward):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD
+	case errors.Is(err, datastore.ErrCRC):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CRC_FAIL
+	case errors.Is(err, syscall.ENOSPC):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE
+	default:
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL
+	}
+}
+
+// Close implements copyset.StateMachine.
+func (m *chunkMachine) Close() error { return m.store.Close() }

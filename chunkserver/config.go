@@ -1,0 +1,122 @@
+package chunkserver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the chunkserver configuration. It is read from a YAML file
+// (--config) and overridden by command-line flags that were set.
+type Config struct {
+	// Listen is the gRPC address serving every client service and the raft
+	// traffic of all copysets.
+	Listen string `yaml:"listen"`
+	// Advertise is the address peers and clients reach this server at; it
+	// forms the peer id "ip:port:0". Defaults to Listen.
+	Advertise string `yaml:"advertise"`
+	// MetricsListen is the HTTP address of /metrics, /healthz and
+	// /debug/pprof/. Empty disables it.
+	MetricsListen string `yaml:"metrics_listen"`
+	// DataDir holds every copyset of this server.
+	DataDir string `yaml:"data_dir"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+	// MaxMessageSize bounds one gRPC message, in bytes. The one port also
+	// carries raft AppendEntries, which batch up to raft.max_append_entries
+	// chunk writes of up to 16 MiB each, hence the large default (1 GiB).
+	MaxMessageSize int `yaml:"max_message_size"`
+
+	Raft RaftConfig `yaml:"raft"`
+}
+
+// RaftConfig holds the raft settings shared by every copyset.
+type RaftConfig struct {
+	HeartbeatTimeout   time.Duration `yaml:"heartbeat_timeout"`
+	ElectionTimeout    time.Duration `yaml:"election_timeout"`
+	LeaderLeaseTimeout time.Duration `yaml:"leader_lease_timeout"`
+	CommitTimeout      time.Duration `yaml:"commit_timeout"`
+	MaxAppendEntries   int           `yaml:"max_append_entries"`
+	LogLevel           string        `yaml:"log_level"`
+}
+
+// DefaultConfig returns the configuration used when nothing is set.
+func DefaultConfig() Config {
+	return Config{
+		Listen:         "127.0.0.1:8200",
+		MetricsListen:  "127.0.0.1:9200",
+		DataDir:        "./data",
+		LogLevel:       "info",
+		MaxMessageSize: 1 << 30,
+		Raft: RaftConfig{
+			HeartbeatTimeout:   time.Second,
+			ElectionTimeout:    time.Second,
+			LeaderLeaseTimeout: 500 * time.Millisecond,
+			CommitTimeout:      50 * time.Millisecond,
+			MaxAppendEntries:   64,
+			LogLevel:           "warn",
+		},
+	}
+}
+
+// LoadConfigFile reads path over the defaults. Unknown keys are an error.
+func LoadConfigFile(path string) (Config, error) {
+	cfg := DefaultConfig()
+	f, err := os.Open(path)
+	if err != nil {
+		return cfg, fmt.Errorf("load config: %w", err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("load config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks the configuration and fills derived defaults.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		return errors.New("config: listen is required")
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.Listen
+	}
+	if strings.HasPrefix(c.Advertise, "0.0.0.0:") || strings.HasPrefix(c.Advertise, ":") {
+		return fmt.Errorf("config: advertise address %q is not reachable by peers; set advertise", c.Advertise)
+	}
+	if c.DataDir == "" {
+		return errors.New("config: data_dir is required")
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if c.MaxMessageSize < 17<<20 {
+		return fmt.Errorf("config: max_message_size %d is below one 16 MiB chunk write plus headers", c.MaxMessageSize)
+	}
+	if c.Raft.LeaderLeaseTimeout > c.Raft.HeartbeatTimeout {
+		return fmt.Errorf("config: raft.leader_lease_timeout %v exceeds raft.heartbeat_timeout %v",
+			c.Raft.LeaderLeaseTimeout, c.Raft.HeartbeatTimeout)
+	}
+	if c.Raft.ElectionTimeout < c.Raft.HeartbeatTimeout {
+		return fmt.Errorf("config: raft.election_timeout %v is below raft.heartbeat_timeout %v",
+			c.Raft.ElectionTimeout, c.Raft.HeartbeatTimeout)
+	}
+	return nil
+}
+
+// ParseLogLevel maps debug|info|warn|error to a slog level.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

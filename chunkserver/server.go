@@ -1,0 +1,230 @@
+package chunkserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
+	datasyncpb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// Server is one chunkserver process: a gRPC listener serving every seed
+// service and the raft traffic of all copysets, an HTTP listener for
+// metrics, health and pprof, and the copysets on its data dir.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	local    copyset.PeerID
+	grpc     *grpc.Server
+	health   *health.Server
+	trans    *copyset.TransportManager
+	copysets *copyset.Manager
+	metrics  *metrics
+	ready    atomic.Bool
+}
+
+// New builds a server from a validated configuration. Nothing listens yet.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	local, _, err := copyset.ParsePeer(cfg.Advertise)
+	if err != nil {
+		return nil, fmt.Errorf("advertise address: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, local: local}
+	s.trans = copyset.NewTransportManager(raft.ServerAddress(local.Addr()), copyset.TransportOptions{
+		Logger: log.With("component", "transport"),
+		DialOptions: []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(
+				grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize),
+				grpc.MaxCallSendMsgSize(cfg.MaxMessageSize)),
+		},
+	})
+	layout := datastore.Options{}
+	s.copysets, err = copyset.NewManager(copyset.ManagerOptions{
+		Dir:        cfg.DataDir,
+		Local:      local,
+		Transports: s.trans,
+		StateMachines: func(g copyset.GroupID, dataDir string) (map[copyset.Kind]copyset.StateMachine, error) {
+			opts := layout
+			opts.Dir = dataDir
+			store, err := datastore.Open(opts)
+			if err != nil {
+				return nil, err
+			}
+			return map[copyset.Kind]copyset.StateMachine{
+				copyset.KindChunk: &chunkMachine{store: store, log: log.With("pool", g.Pool(), "copyset", g.Copyset())},
+			}, nil
+		},
+		Raft: copyset.RaftOptions{
+			HeartbeatTimeout:   cfg.Raft.HeartbeatTimeout,
+			ElectionTimeout:    cfg.Raft.ElectionTimeout,
+			LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout,
+			CommitTimeout:      cfg.Raft.CommitTimeout,
+			MaxAppendEntries:   cfg.Raft.MaxAppendEntries,
+			LogLevel:           cfg.Raft.LogLevel,
+		},
+		Logger: log,
+	})
+	if err != nil {
+		s.trans.Close()
+		return nil, err
+	}
+	s.metrics = newMetrics(s.countCopysets)
+
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
+		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
+	)
+	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
+	pb.RegisterChunkServiceServer(s.grpc, &chunkService{copysets: s.copysets, layout: ds, metrics: s.metrics, log: log})
+	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, local: local, log: log})
+	pb.RegisterCliService2Server(s.grpc, &cliService2{copysets: s.copysets})
+	registerUnimplemented(s.grpc)
+	s.trans.Register(s.grpc)
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	return s, nil
+}
+
+// registerUnimplemented registers the seed services whose issues have not
+// landed yet. Every call answers gRPC Unimplemented: honest, not faked.
+func registerUnimplemented(g *grpc.Server) {
+	pb.RegisterCliServiceServer(g, pb.UnimplementedCliServiceServer{})
+	pb.RegisterChunkServerServiceServer(g, pb.UnimplementedChunkServerServiceServer{})
+	pb.RegisterConfigServiceServer(g, pb.UnimplementedConfigServiceServer{})
+	pb.RegisterIntegrityServiceServer(g, pb.UnimplementedIntegrityServiceServer{})
+	pb.RegisterScanServiceServer(g, pb.UnimplementedScanServiceServer{})
+	datasyncpb.RegisterDataCollectorServer(g, datasyncpb.UnimplementedDataCollectorServer{})
+	datasyncpb.RegisterSyncToolServer(g, datasyncpb.UnimplementedSyncToolServer{})
+	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
+	tikvpb.RegisterTikvServer(g, tikvpb.UnimplementedTikvServer{})
+}
+
+func (s *Server) countCopysets() (hosted, leading float64) {
+	for _, n := range s.copysets.List() {
+		hosted++
+		if n.IsLeader() {
+			leading++
+		}
+	}
+	return hosted, leading
+}
+
+// Local returns this server's peer id.
+func (s *Server) Local() copyset.PeerID { return s.local }
+
+// Copysets returns the server's copyset manager.
+func (s *Server) Copysets() *copyset.Manager { return s.copysets }
+
+// Run listens, reopens the copysets on disk, serves until ctx is done and
+// then shuts down gracefully: listeners close, copysets stop, data syncs.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, lis)
+}
+
+// Serve is Run on an existing listener (tests use port 0).
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	var httpSrv *http.Server
+	httpErr := make(chan error, 1)
+	if s.cfg.MetricsListen != "" {
+		hl, err := net.Listen("tcp", s.cfg.MetricsListen)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("listen metrics %s: %w", s.cfg.MetricsListen, err)
+		}
+		httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { httpErr <- httpSrv.Serve(hl) }()
+	}
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- s.grpc.Serve(lis) }()
+	s.log.Info("chunkserver listening", "listen", lis.Addr().String(), "peer", s.local,
+		"metrics", s.cfg.MetricsListen, "data_dir", s.cfg.DataDir)
+
+	// Copysets load after the listener is up: peers of a restarting server
+	// must reach it while its replicas catch up.
+	loadErr := s.copysets.Load(ctx)
+	if loadErr == nil {
+		s.ready.Store(true)
+		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		s.log.Info("copysets loaded", "count", len(s.copysets.List()))
+	}
+
+	var runErr error
+	if loadErr != nil {
+		runErr = loadErr
+	} else {
+		select {
+		case <-ctx.Done():
+		case err := <-grpcErr:
+			runErr = fmt.Errorf("grpc server: %w", err)
+		case err := <-httpErr:
+			runErr = fmt.Errorf("metrics server: %w", err)
+		}
+	}
+	s.log.Info("chunkserver shutting down")
+	s.ready.Store(false)
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-stopped
+	}
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			s.log.Warn("metrics server shutdown", "err", err)
+		}
+		cancel()
+	}
+	err := errors.Join(runErr, s.copysets.Close(), s.trans.Close())
+	s.log.Info("chunkserver stopped", "err", err)
+	return err
+}
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+)
+
+const (
+	backoffMin = 20 * time.Millisecond
+	backoffMax = 500 * time.Millisecond
+	// maxRedirectHops bounds how many REDIRECTED hints are followed in a row
+	// before backing off and asking the servers again.
+	maxRedirectHops = 4
+)
+
+// retryBackoff is a jittered exponential backoff between retry rounds.
+type retryBackoff struct{ next time.Duration }
+
+func newBackoff() *retryBackoff { return &retryBackoff{next: backoffMin} }
+
+// wait sleeps for the next interval; false if ctx ended first.
+func (b *retryBackoff) wait(ctx context.Context) bool {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, backoffMax)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// withDeadline applies the client's operation timeout to ctx.
+func (c *Client) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// giveUp builds the final error of a retry loop that ran out of time.
+func giveUp(parent context.Context, op string, start time.Time, last error) error {
+	if err := parent.Err(); err != nil {
+		if last != nil {
+			return fmt.Errorf("%s: %w (last error: %v)", op, err, last)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if last == nil {
+		last = context.DeadlineExceeded
+	}
+	return fmt.Errorf("%s: %w", op, &GaveUpError{After: time.Since(start), Last: last})
+}
+
+// askLeader asks one server for the leader of cs, returning its peer id.
+func (c *Client) askLeader(ctx context.Context, addr string, cs CopysetID) (string, error) {
+	svc, err := c.cliService(addr)
+	if err != nil {
+		return "", err
+	}
+	resp, err := svc.GetLeader(ctx, &chunkserverpb.GetLeaderRequest2{
+		LogicPoolId: proto.Uint32(cs.Pool),
+		CopysetId:   proto.Uint32(cs.Copyset),
+	})
+	if err != nil {
+		return "", err
+	}
+	raw := resp.GetLeader().GetAddress()
+	if raw == "" {
+		return "", errors.New("empty leader in reply")
+	}
+	id, err := PeerID(raw)
+	if err != nil {
+		return "", fmt.Errorf("leader in reply: %w", err)
+	}
+	return id, nil
+}
+
+// discover asks all servers at once for the leader of cs and takes the first
+// answer. It makes one round (one attempt per server); the leader is cached.
+func (c *Client) discover(ctx context.Context, cs CopysetID) (string, error) {
+	order := c.serverOrder()
+	actx, cancel := context.WithTimeout(ctx, c.attemptTimeout)
+	defer cancel()
+	type result struct {
+		i   int
+		id  string
+		err error
+	}
+	ch := make(chan result, len(order))
+	for i, addr := range order {
+		go func() {
+			id, err := c.askLeader(actx, addr, cs)
+			ch <- result{i, id, err}
+		}()
+	}
+	errs := make([]*serverError, len(order))
+	for range order {
+		r := <-ch
+		if r.err == nil {
+			c.setLeader(cs, r.id)
+			return r.id, nil
+		}
+		errs[r.i] = &serverError{Addr: order[r.i], Err: r.err}
+	}
+	return "", &noLeaderError{errs: errs}
+}
+
+// leaderOf returns the cached leader of cs or discovers it (one round).
+func (c *Client) leaderOf(ctx context.Context, cs CopysetID) (string, error) {
+	if id, ok := c.CachedLeader(cs); ok {
+		return id, nil
+	}
+	return c.discover(ctx, cs)
+}
+
+// chunkAttempt is one ChunkService call against one server. It returns the
+// reply's status and redirect hint, or the gRPC error.
+type chunkAttempt func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error)
+
+// onLeader runs call against the leader of cs until it returns a final
+// status: it discovers the leader, follows REDIRECTED hints, moves on when a
+// server does not host the copyset or cannot be reached, and backs off
+// between rounds, all within the client's timeout.
+func (c *Client) onLeader(parent context.Context, op string, cs CopysetID, call chunkAttempt) error {
+	start := time.Now()
+	ctx, cancel := c.withDeadline(parent)
+	defer cancel()
+	bo := newBackoff()
+	var last error
+	target := "" // peer id of the server to try next
+	hops := 0
+	retry := func(err error) { // forget the target, back off, start over
+		last = err
+		target, hops = "", 0
+		bo.wait(ctx)
+	}
+	for ctx.Err() == nil {
+		if target == "" {
+			id, err := c.leaderOf(ctx, cs)
+			if err != nil {
+				var nl *noLeaderError
+				if errors.As(err, &nl) && nl.permanent() {
+					return fmt.Errorf("%s: %w", op, err)
+				}
+				retry(err)
+				continue
+			}
+			target = id
+		}
+		addr, err := PeerAddr(target)
+		if err != nil {
+			c.forgetLeader(cs, target)
+			retry(err)
+			continue
+		}
+		svc, err := c.chunkService(addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		actx, acancel := context.WithTimeout(ctx, c.attemptTimeout)
+		st, redirect, err := call(actx, svc)
+		acancel()
+		if err != nil {
+			if !retryable(err) {
+				return fmt.Errorf("%s: %w", op, &serverError{Addr: addr, Err: err})
+			}
+			c.forgetLeader(cs, target)
+			retry(&serverError{Addr: addr, Err: err})
+			continue
+		}
+		switch st {
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+			c.setLeader(cs, target)
+			return nil
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED:
+			c.forgetLeader(cs, target)
+			hint, herr := PeerID(redirect)
+			if redirect != "" && herr == nil && hint != target && hops < maxRedirectHops {
+				last = fmt.Errorf("%s: %s to %s", addr, st, hint)
+				target = hint
+				hops++
+				continue
+			}
+			retry(fmt.Errorf("%s: %s (no usable leader hint %q)", addr, st, redirect))
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST:
+			c.forgetLeader(cs, target)
+			retry(fmt.Errorf("%s: %s", addr, st))
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
+			last = fmt.Errorf("%s: %s", addr, st)
+			bo.wait(ctx) // same leader, just later
+		default:
+			return fmt.Errorf("%s: %w", op, &ChunkStatusError{Status: st})
+		}
+	}
+	return giveUp(parent, op, start, last)
+}

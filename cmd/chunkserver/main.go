@@ -1,0 +1,71 @@
+// Command chunkserver runs one chunkraft chunkserver: the copysets on its
+// data dir, the seed gRPC services and raft on one port, and metrics,
+// health and pprof over HTTP. See `chunkserver --help`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/chunkraft/chunkraft/chunkserver"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "chunkserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("chunkserver", flag.ContinueOnError)
+	configPath := fs.String("config", "", "YAML config file (flags that are set override it)")
+	listen := fs.String("listen", "", "gRPC listen address host:port (default 127.0.0.1:8200)")
+	advertise := fs.String("advertise", "", "address peers and clients use (default: --listen)")
+	metrics := fs.String("metrics-listen", "", "HTTP address for /metrics, /healthz, /debug/pprof (default 127.0.0.1:9200)")
+	dataDir := fs.String("data-dir", "", "data directory (default ./data)")
+	logLevel := fs.String("log-level", "", "debug|info|warn|error (default info)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := chunkserver.DefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = chunkserver.LoadConfigFile(*configPath); err != nil {
+			return err
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = *listen
+		case "advertise":
+			cfg.Advertise = *advertise
+		case "metrics-listen":
+			cfg.MetricsListen = *metrics
+		case "data-dir":
+			cfg.DataDir = *dataDir
+		case "log-level":
+			cfg.LogLevel = *logLevel
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	level, _ := chunkserver.ParseLogLevel(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	srv, err := chunkserver.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return srv.Run(ctx)
+}

@@ -1,0 +1,21 @@
+// Package copyset runs one hashicorp/raft group per copyset and everything a
+// group needs on a chunkserver: group and peer identities (id.go), the node
+// that owns one raft instance (node.go), the manager of all groups of a
+// server (manager.go), the FSM that dispatches replicated operations to the
+// state machines registered on a copyset (fsm.go), the raft log store
+// (logstore.go) and the multiplexed gRPC raft transport (transport*.go).
+//
+// The package replicates opaque operations: it knows nothing about chunks,
+// sync tasks or locks. It must not import chunkserver/, cli/, sync/, dm/ or
+// disagg/; of this module it imports only proto/chunkraft.
+//
+// Invariants:
+//   - A copyset's directory holds its raft log, stable store, snapshots and
+//     the data of its state machines; the server finds copysets again on
+//     restart by scanning the copysets directory.
+//   - ServerID of a replica is its chunkserver's peer id "ip:port:0";
+//     ServerAddress is "ip:port".
+//   - An operation is applied to state machines strictly in log order, once
+//     per replica lifetime, and re-applied after a crash from the last
+//     durable point: state machines must apply idempotently.
+package copyset

@@ -1,0 +1,181 @@
+package copyset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// Kind names the state machine an operation is dispatched to.
+type Kind uint8
+
+// Registered state machine kinds. A kind's number is part of the raft log
+// format: never reuse or renumber one.
+const (
+	// KindChunk is the chunk store (chunkserver/datastore ops).
+	KindChunk Kind = 1
+)
+
+// opVersion is the version of the op header layout.
+const opVersion = 1
+
+// OpHeaderLen is the length of the header in front of every replicated op:
+// one byte of header version, one byte of Kind.
+const OpHeaderLen = 2
+
+// PutOpHeader writes the op header for kind into buf[:OpHeaderLen], so that
+// callers can build an op in one buffer without copying the payload.
+func PutOpHeader(buf []byte, kind Kind) {
+	buf[0] = opVersion
+	buf[1] = byte(kind)
+}
+
+// DecodeOp splits an op into its kind and payload.
+func DecodeOp(op []byte) (Kind, []byte, error) {
+	if len(op) < OpHeaderLen {
+		return 0, nil, fmt.Errorf("decode op: %d bytes, header needs %d", len(op), OpHeaderLen)
+	}
+	if op[0] != opVersion {
+		return 0, nil, fmt.Errorf("decode op: header version %d, want %d", op[0], opVersion)
+	}
+	return Kind(op[1]), op[OpHeaderLen:], nil
+}
+
+// StateMachine is one replicated state machine hosted on a copyset (the
+// chunk store, later sync tasks, DM subtasks, disagg locks).
+type StateMachine interface {
+	// Apply applies one committed operation's payload at log index. It is
+	// called in log order from one goroutine and must be deterministic and
+	// idempotent (a crash replays from the last durable point). The result
+	// is handed to the proposer on the leader and dropped elsewhere. It must
+	// not block on the network.
+	Apply(index uint64, payload []byte) any
+	// Close releases the machine's resources. No Apply follows.
+	Close() error
+}
+
+// ErrUnknownKind is the apply result of an op whose Kind has no registered
+// state machine on this copyset.
+var ErrUnknownKind = errors.New("no state machine registered for op kind")
+
+// errNoSnapshots is returned by the FSM's Snapshot and Restore: copysets run
+// with automatic snapshots off (logs are never truncated) until the
+// manifest snapshot store lands, so raft never asks for either.
+var errNoSnapshots = errors.New("copyset: raft snapshots are not enabled in this version")
+
+// fsm is the raft.BatchingFSM of one copyset. It decodes the op header of
+// each committed entry, dispatches to the registered state machine and
+// tracks the applied index and configuration epoch.
+type fsm struct {
+	machines [256]StateMachine
+	log      *slog.Logger
+
+	applied atomic.Uint64 // highest index handed to this FSM and applied
+	epoch   atomic.Uint64 // configuration entries applied
+
+	mu     sync.Mutex
+	notify chan struct{} // closed and replaced whenever applied advances
+}
+
+func newFSM(machines map[Kind]StateMachine, log *slog.Logger) *fsm {
+	f := &fsm{log: log, notify: make(chan struct{})}
+	for k, m := range machines {
+		f.machines[k] = m
+	}
+	return f
+}
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+// Apply implements raft.FSM.
+func (f *fsm) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	var last uint64
+	for i, l := range logs {
+		last = l.Index
+		switch l.Type {
+		case raft.LogCommand:
+			out[i] = f.applyCommand(l)
+		case raft.LogConfiguration:
+			f.epoch.Add(1)
+		}
+	}
+	if last > 0 {
+		f.advance(last)
+	}
+	return out
+}
+
+func (f *fsm) applyCommand(l *raft.Log) any {
+	kind, payload, err := DecodeOp(l.Data)
+	if err != nil {
+		f.log.Error("undecodable op in raft log", "index", l.Index, "err", err)
+		return fmt.Errorf("apply index %d: %w", l.Index, err)
+	}
+	m := f.machines[kind]
+	if m == nil {
+		f.log.Error("op for unregistered state machine", "index", l.Index, "kind", kind)
+		return fmt.Errorf("apply index %d kind %d: %w", l.Index, kind, ErrUnknownKind)
+	}
+	return m.Apply(l.Index, payload)
+}
+
+func (f *fsm) advance(index uint64) {
+	f.mu.Lock()
+	if index > f.applied.Load() {
+		f.applied.Store(index)
+		close(f.notify)
+		f.notify = make(chan struct{})
+	}
+	f.mu.Unlock()
+}
+
+// waitApplied blocks until the FSM has applied index, or ctx ends.
+func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		f.mu.Lock()
+		if f.applied.Load() >= index {
+			f.mu.Unlock()
+			return nil
+		}
+		ch := f.notify
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for apply of index %d (applied %d): %w", index, f.applied.Load(), ctx.Err())
+		}
+	}
+}
+
+// Snapshot implements raft.FSM.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) { return nil, errNoSnapshots }
+
+// Restore implements raft.FSM.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	rc.Close()
+	return errNoSnapshots
+}
+
+func (f *fsm) close() error {
+	var errs []error
+	for k, m := range f.machines {
+		if m != nil {
+			if err := m.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close state machine %d: %w", k, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

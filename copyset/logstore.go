@@ -1,0 +1,39 @@
+package copyset
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// logStores is what a node needs from its raft log storage.
+type logStores struct {
+	log    raft.LogStore    // cached view handed to raft
+	stable raft.StableStore // term and vote
+	first  func() (uint64, error)
+	close  func() error
+}
+
+// openBoltLogStore opens (creating if needed) the copyset's raft-boltdb/v2
+// file under dir as both log and stable store. Every StoreLogs is one
+// fsynced bolt transaction. A LogCache of cacheSize entries fronts it so
+// replication and read barriers of recent entries do not hit bolt.
+func openBoltLogStore(dir string, cacheSize int) (*logStores, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open log store: %w", err)
+	}
+	path := filepath.Join(dir, "raft.db")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path})
+	if err != nil {
+		return nil, fmt.Errorf("open log store %s: %w", path, err)
+	}
+	cached, err := raft.NewLogCache(cacheSize, store)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("open log cache: %w", err)
+	}
+	return &logStores{log: cached, stable: store, first: store.FirstIndex, close: store.Close}, nil
+}

@@ -1,0 +1,231 @@
+package copyset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// ErrExist is returned by Manager.Create for a copyset this server hosts.
+var ErrExist = errors.New("copyset already exists")
+
+// StateMachineFactory builds the state machines of one copyset whose data
+// lives under dataDir. It is called once per open of the copyset.
+type StateMachineFactory func(group GroupID, dataDir string) (map[Kind]StateMachine, error)
+
+// ManagerOptions configure a Manager.
+type ManagerOptions struct {
+	Dir           string            // server data dir; copysets live in Dir/copysets/<group>
+	Local         PeerID            // this server's peer id "ip:port:0"
+	Transports    *TransportManager // the server's raft transport
+	StateMachines StateMachineFactory
+	Raft          RaftOptions
+	Logger        *slog.Logger
+}
+
+// Manager owns every copyset replica of a chunkserver.
+type Manager struct {
+	opts ManagerOptions
+	log  *slog.Logger
+
+	mu     sync.RWMutex
+	nodes  map[GroupID]*Node
+	closed bool
+}
+
+// NewManager returns a manager with no copysets open; call Load to reopen
+// the ones on disk.
+func NewManager(opts ManagerOptions) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Join(opts.Dir, "copysets"), 0o755); err != nil {
+		return nil, fmt.Errorf("copyset manager: %w", err)
+	}
+	return &Manager{opts: opts, log: opts.Logger, nodes: make(map[GroupID]*Node)}, nil
+}
+
+func (m *Manager) groupDir(g GroupID) string {
+	return filepath.Join(m.opts.Dir, "copysets", g.String())
+}
+
+// Load reopens every copyset found under the data dir. A directory whose
+// raft store holds no state is the remains of a create that never
+// finished (it was never acknowledged) and is removed.
+func (m *Manager) Load(ctx context.Context) error {
+	entries, err := os.ReadDir(filepath.Join(m.opts.Dir, "copysets"))
+	if err != nil {
+		return fmt.Errorf("load copysets: %w", err)
+	}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("load copysets: %w", err)
+		}
+		if !e.IsDir() {
+			continue
+		}
+		g, err := ParseGroupID(e.Name())
+		if err != nil {
+			m.log.Warn("ignoring unexpected entry in copysets dir", "name", e.Name())
+			continue
+		}
+		dir := m.groupDir(g)
+		if !hasRaftState(dir) {
+			m.log.Warn("removing copyset whose creation never finished", "group", g)
+			if err := os.RemoveAll(dir); err != nil {
+				return fmt.Errorf("remove unfinished copyset %s: %w", g, err)
+			}
+			continue
+		}
+		if _, err := m.open(g, nil); err != nil {
+			return err
+		}
+		m.log.Info("copyset loaded", "pool", g.Pool(), "copyset", g.Copyset())
+	}
+	return nil
+}
+
+// hasRaftState reports whether the copyset dir has a raft log with a term.
+func hasRaftState(dir string) bool {
+	path := filepath.Join(dir, "raft", "raft.db")
+	if _, err := os.Stat(path); err != nil {
+		return false
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path})
+	if err != nil {
+		return true // let open report the real error
+	}
+	defer store.Close()
+	last, err := store.LastIndex()
+	return err != nil || last > 0
+}
+
+// Create makes a new replica of copyset g with the initial configuration
+// peers (which must include this server) and starts it. ErrExist if this
+// server already hosts g.
+func (m *Manager) Create(ctx context.Context, g GroupID, peers []PeerID) (*Node, error) {
+	if len(peers) == 0 {
+		return nil, fmt.Errorf("create copyset %s: no peers", g)
+	}
+	seen := map[PeerID]bool{}
+	for _, p := range peers {
+		if seen[p] {
+			return nil, fmt.Errorf("create copyset %s: peer %s listed twice", g, p)
+		}
+		seen[p] = true
+	}
+	if !seen[m.opts.Local] {
+		return nil, fmt.Errorf("create copyset %s: peers %v do not include this server %s", g, peers, m.opts.Local)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("create copyset %s: %w", g, err)
+	}
+	return m.open(g, peers)
+}
+
+// open starts the node for g; with bootstrap peers it creates it.
+func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("open copyset %s: manager closed", g)
+	}
+	if _, ok := m.nodes[g]; ok {
+		return nil, fmt.Errorf("copyset %s: %w", g, ErrExist)
+	}
+	dir := m.groupDir(g)
+	if bootstrap != nil {
+		if _, err := os.Stat(dir); err == nil {
+			return nil, fmt.Errorf("copyset %s: %w (directory %s)", g, ErrExist, dir)
+		}
+	}
+	dataDir := filepath.Join(dir, "data")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("open copyset %s: %w", g, err)
+	}
+	fail := func(err error) (*Node, error) {
+		if bootstrap != nil {
+			os.RemoveAll(dir)
+		}
+		return nil, err
+	}
+	machines, err := m.opts.StateMachines(g, dataDir)
+	if err != nil {
+		return fail(fmt.Errorf("open state machines of copyset %s: %w", g, err))
+	}
+	closeMachines := func() {
+		for _, sm := range machines {
+			sm.Close()
+		}
+	}
+	trans, err := m.opts.Transports.Transport(uint64(g))
+	if err != nil {
+		closeMachines()
+		return fail(fmt.Errorf("open transport of copyset %s: %w", g, err))
+	}
+	n, err := openNode(nodeConfig{
+		group: g, dir: dir, local: m.opts.Local, trans: trans, machines: machines,
+		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
+		bootstrap: bootstrap,
+	})
+	if err != nil {
+		trans.Close()
+		closeMachines()
+		return fail(err)
+	}
+	m.nodes[g] = n
+	return n, nil
+}
+
+// Get returns the replica of g, or nil when this server does not host it.
+func (m *Manager) Get(g GroupID) *Node {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.nodes[g]
+}
+
+// List returns every hosted replica ordered by group id.
+func (m *Manager) List() []*Node {
+	m.mu.RLock()
+	out := make([]*Node, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].group < out[j].group })
+	return out
+}
+
+// Close stops every replica. The manager cannot be used afterwards.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	nodes := m.nodes
+	m.nodes = map[GroupID]*Node{}
+	m.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Close(); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,418 @@
+package copyset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// RaftOptions are the raft settings shared by every copyset of a server.
+type RaftOptions struct {
+	HeartbeatTimeout   time.Duration // follower election trigger (default 1s)
+	ElectionTimeout    time.Duration // candidate timeout (default 1s)
+	LeaderLeaseTimeout time.Duration // leader steps down without quorum contact (default 500ms)
+	CommitTimeout      time.Duration // idle AppendEntries cadence (default 50ms)
+	MaxAppendEntries   int           // entries per AppendEntries and group commit (default 64)
+	LogCacheSize       int           // recent entries kept in memory (default 512)
+	ApplyTimeout       time.Duration // proposal timeout when ctx has no deadline (default 10s)
+	LogLevel           string        // hashicorp/raft log level (default "warn")
+}
+
+func (o *RaftOptions) withDefaults() RaftOptions {
+	r := *o
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&r.HeartbeatTimeout, time.Second)
+	def(&r.ElectionTimeout, time.Second)
+	def(&r.LeaderLeaseTimeout, 500*time.Millisecond)
+	def(&r.CommitTimeout, 50*time.Millisecond)
+	def(&r.ApplyTimeout, 10*time.Second)
+	if r.MaxAppendEntries == 0 {
+		r.MaxAppendEntries = 64
+	}
+	if r.LogCacheSize == 0 {
+		r.LogCacheSize = 512
+	}
+	if r.LogLevel == "" {
+		r.LogLevel = "warn"
+	}
+	return r
+}
+
+// NotLeaderError is returned for an operation that must run on the leader
+// when this replica is not it. Leader is the known leader's peer id, or
+// empty when none is known.
+type NotLeaderError struct {
+	Leader PeerID
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "not leader, leader unknown"
+	}
+	return "not leader, leader is " + string(e.Leader)
+}
+
+// Status is a point-in-time view of one replica (GetCopysetStatus).
+type Status struct {
+	State          raft.RaftState
+	Peer           PeerID
+	Leader         PeerID
+	Term           uint64
+	CommittedIndex uint64
+	// AppliedIndex is the highest index handed to the state machines (raft's
+	// applied index, which also covers no-op entries); the machines may
+	// still be applying the last few. Reads never rely on it.
+	AppliedIndex uint64
+	FirstIndex   uint64
+	LastIndex    uint64
+	Epoch        uint64
+}
+
+// Node is one replica of one copyset: a hashicorp/raft instance with its
+// log store, transport and FSM. All methods are safe for concurrent use.
+type Node struct {
+	group  GroupID
+	local  PeerID
+	dir    string
+	opts   RaftOptions
+	log    *slog.Logger
+	raft   *raft.Raft
+	fsm    *fsm
+	stores *logStores
+	trans  *GroupTransport
+
+	// readyTerm is the term in which this replica, as leader, has applied
+	// an entry of its own term; reads are served only in that term.
+	readyTerm atomic.Uint64
+	readyMu   sync.Mutex
+	reads     readBatcher
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// nodeConfig is everything openNode needs.
+type nodeConfig struct {
+	group     GroupID
+	dir       string // the copyset's directory
+	local     PeerID
+	localAddr string
+	trans     *GroupTransport
+	machines  map[Kind]StateMachine
+	opts      RaftOptions
+	log       *slog.Logger
+	bootstrap []PeerID // initial configuration for a new copyset, nil to reopen
+}
+
+// openNode starts the raft instance of a copyset in c.dir. With a
+// bootstrap configuration it must be new (no raft state on disk).
+func openNode(c nodeConfig) (*Node, error) {
+	opts := c.opts.withDefaults()
+	stores, err := openBoltLogStore(filepath.Join(c.dir, "raft"), opts.LogCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(c.dir, "raft"), 2,
+		hclog.New(&hclog.LoggerOptions{Name: "snapshot", Level: hclog.Warn, Output: os.Stderr}))
+	if err != nil {
+		stores.close()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(c.local)
+	cfg.HeartbeatTimeout = opts.HeartbeatTimeout
+	cfg.ElectionTimeout = opts.ElectionTimeout
+	cfg.LeaderLeaseTimeout = opts.LeaderLeaseTimeout
+	cfg.CommitTimeout = opts.CommitTimeout
+	cfg.MaxAppendEntries = opts.MaxAppendEntries
+	cfg.BatchApplyCh = true
+	cfg.NoSnapshotRestoreOnStart = true
+	// Snapshots stay off until the manifest snapshot store lands: the log is
+	// never truncated, so nothing depends on chunk files being synced and a
+	// lagging replica always catches up from the log.
+	cfg.SnapshotThreshold = 1 << 62
+	cfg.SnapshotInterval = 24 * time.Hour
+	cfg.TrailingLogs = 1 << 62
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:       "raft." + c.group.String(),
+		Level:      hclog.LevelFromString(opts.LogLevel),
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+
+	f := newFSM(c.machines, c.log)
+	if c.bootstrap != nil {
+		has, err := raft.HasExistingState(stores.log, stores.stable, snaps)
+		if err != nil {
+			stores.close()
+			return nil, fmt.Errorf("check raft state: %w", err)
+		}
+		if has {
+			stores.close()
+			return nil, fmt.Errorf("bootstrap copyset %s: raft state already exists", c.group)
+		}
+		conf := raft.Configuration{}
+		for _, p := range c.bootstrap {
+			conf.Servers = append(conf.Servers, raft.Server{
+				Suffrage: raft.Voter, ID: raft.ServerID(p), Address: raft.ServerAddress(p.Addr()),
+			})
+		}
+		if err := raft.BootstrapCluster(cfg, stores.log, stores.stable, snaps, c.trans, conf); err != nil {
+			stores.close()
+			return nil, fmt.Errorf("bootstrap copyset %s: %w", c.group, err)
+		}
+	}
+	r, err := raft.NewRaft(cfg, f, stores.log, stores.stable, snaps, c.trans)
+	if err != nil {
+		stores.close()
+		return nil, fmt.Errorf("start raft for copyset %s: %w", c.group, err)
+	}
+	return &Node{
+		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
+		raft: r, fsm: f, stores: stores, trans: c.trans,
+	}, nil
+}
+
+// StateMachine returns the state machine registered for kind, or nil.
+func (n *Node) StateMachine(kind Kind) StateMachine { return n.fsm.machines[kind] }
+
+// Group returns the copyset's group id.
+func (n *Node) Group() GroupID { return n.group }
+
+// Dir returns the copyset's directory.
+func (n *Node) Dir() string { return n.dir }
+
+// IsLeader reports whether this replica is the leader now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the known leader's peer id, or "" when none is known.
+func (n *Node) Leader() PeerID {
+	_, id := n.raft.LeaderWithID()
+	return PeerID(id)
+}
+
+// AppliedIndex returns the highest log index applied to the state machines.
+func (n *Node) AppliedIndex() uint64 { return n.fsm.applied.Load() }
+
+func (n *Node) notLeader() error { return &NotLeaderError{Leader: n.Leader()} }
+
+func (n *Node) applyTimeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d > 0 {
+			return d
+		}
+		return time.Millisecond
+	}
+	return n.opts.ApplyTimeout
+}
+
+// Propose replicates op (built with PutOpHeader) through raft and returns
+// its log index and the state machine's apply result once a majority has
+// it in their fsynced logs and this leader has applied it. On a follower it
+// returns a *NotLeaderError without proposing anything.
+func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
+	if n.raft.State() != raft.Leader {
+		return 0, nil, n.notLeader()
+	}
+	fut := n.raft.Apply(op, n.applyTimeout(ctx))
+	if err := fut.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+			errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return 0, nil, n.notLeader()
+		}
+		return 0, nil, fmt.Errorf("propose to copyset %s: %w", n.group, err)
+	}
+	return fut.Index(), fut.Response(), nil
+}
+
+// ReadBarrier makes a linearizable read possible: on return without error
+// every write acknowledged before the call is applied on this replica and
+// this replica was the leader at some instant after the call began. It
+// returns the applied index the read will observe. Concurrent callers share
+// one leadership verification.
+func (n *Node) ReadBarrier(ctx context.Context) (uint64, error) {
+	if n.raft.State() != raft.Leader {
+		return 0, n.notLeader()
+	}
+	if err := n.ensureLeaderReady(ctx); err != nil {
+		return 0, err
+	}
+	ci, err := n.reads.verify(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	target, err := n.lastFSMIndex(ci)
+	if err != nil {
+		return 0, err
+	}
+	if err := n.fsm.waitApplied(ctx, target); err != nil {
+		return 0, err
+	}
+	return n.fsm.applied.Load(), nil
+}
+
+// ensureLeaderReady makes sure this leader has applied an entry of its own
+// term, so its commit index covers everything an earlier leader committed.
+func (n *Node) ensureLeaderReady(ctx context.Context) error {
+	term := n.raft.CurrentTerm()
+	if n.readyTerm.Load() == term {
+		return nil
+	}
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	if n.readyTerm.Load() == term {
+		return nil
+	}
+	if err := n.raft.Barrier(n.applyTimeout(ctx)).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return n.notLeader()
+		}
+		return fmt.Errorf("leader barrier for copyset %s: %w", n.group, err)
+	}
+	n.readyTerm.Store(term)
+	return nil
+}
+
+// lastFSMIndex returns the highest index <= ci whose entry reaches the FSM,
+// or the FSM's applied index when every entry above it is one that never
+// does (no-ops and barriers).
+func (n *Node) lastFSMIndex(ci uint64) (uint64, error) {
+	applied := n.fsm.applied.Load()
+	var l raft.Log
+	for idx := ci; idx > applied; idx-- {
+		if err := n.stores.log.GetLog(idx, &l); err != nil {
+			return 0, fmt.Errorf("read barrier: get log %d: %w", idx, err)
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return idx, nil
+		}
+	}
+	return applied, nil
+}
+
+// readBatcher shares one leadership verification among concurrent reads.
+type readBatcher struct {
+	mu       sync.Mutex
+	pending  *readRound
+	verifyMu sync.Mutex // one verification in flight per node
+}
+
+type readRound struct {
+	done chan struct{}
+	ci   uint64
+	err  error
+}
+
+// verify returns a commit index captured after the caller arrived and
+// confirmed by a quorum heartbeat round that started after the capture.
+func (b *readBatcher) verify(ctx context.Context, n *Node) (uint64, error) {
+	b.mu.Lock()
+	r := b.pending
+	first := r == nil
+	if first {
+		r = &readRound{done: make(chan struct{})}
+		b.pending = r
+	}
+	b.mu.Unlock()
+	if first {
+		b.verifyMu.Lock()
+		b.mu.Lock()
+		b.pending = nil // later arrivals form the next round
+		b.mu.Unlock()
+		r.ci = n.raft.CommitIndex()
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				r.err = n.notLeader()
+			} else {
+				r.err = fmt.Errorf("verify leader of copyset %s: %w", n.group, err)
+			}
+		}
+		b.verifyMu.Unlock()
+		close(r.done)
+	}
+	select {
+	case <-r.done:
+		return r.ci, r.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("verify leader: %w", ctx.Err())
+	}
+}
+
+// TransferLeader moves leadership to peer and waits until the transfer
+// has finished. It must run on the leader.
+func (n *Node) TransferLeader(ctx context.Context, to PeerID) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if to == n.local {
+		return nil
+	}
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(to.Addr())).Error(); err != nil {
+		return fmt.Errorf("transfer leader of copyset %s to %s: %w", n.group, to, err)
+	}
+	return nil
+}
+
+// Peers returns the current configuration's peer ids.
+func (n *Node) Peers() ([]PeerID, error) {
+	fut := n.raft.GetConfiguration()
+	if err := fut.Error(); err != nil {
+		return nil, fmt.Errorf("get configuration of copyset %s: %w", n.group, err)
+	}
+	var out []PeerID
+	for _, s := range fut.Configuration().Servers {
+		out = append(out, PeerID(s.ID))
+	}
+	return out, nil
+}
+
+// Status returns the replica's current raft status.
+func (n *Node) Status() Status {
+	first, _ := n.stores.first()
+	return Status{
+		State:          n.raft.State(),
+		Peer:           n.local,
+		Leader:         n.Leader(),
+		Term:           n.raft.CurrentTerm(),
+		CommittedIndex: n.raft.CommitIndex(),
+		AppliedIndex:   max(n.fsm.applied.Load(), n.raft.AppliedIndex()),
+		FirstIndex:     first,
+		LastIndex:      n.raft.LastIndex(),
+		Epoch:          n.fsm.epoch.Load(),
+	}
+}
+
+// Close shuts the raft instance down, then closes the state machines and
+// the log store. It is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown raft of copyset %s: %w", n.group, err))
+		}
+		if err := n.trans.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := n.fsm.close(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := n.stores.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close log store of copyset %s: %w", n.group, err))
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}

@@ -1,0 +1,308 @@
+package copyset
+
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
+)
+
+// Conversions between hashicorp/raft's commands and the raftpb wire messages.
+//
+// Entry payloads (Log.Data, Log.Extensions) are never copied here: the proto
+// message aliases raft's slices on the way out (gRPC marshals them into its own
+// buffer inside SendMsg, and raft never mutates a log entry it handed to the
+// transport), and raft's Log aliases the proto's slices on the way in
+// (protobuf-go's Unmarshal copies bytes fields out of the receive buffer, so
+// they are owned by the message and safe to keep).
+
+func headerToProto(h raft.RPCHeader) *raftpb.RPCHeader {
+	return &raftpb.RPCHeader{
+		ProtocolVersion: int64(h.ProtocolVersion),
+		Id:              h.ID,
+		Addr:            h.Addr,
+	}
+}
+
+func headerFromProto(h *raftpb.RPCHeader) raft.RPCHeader {
+	if h == nil {
+		return raft.RPCHeader{}
+	}
+	return raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersion(h.ProtocolVersion),
+		ID:              h.Id,
+		Addr:            h.Addr,
+	}
+}
+
+// timeToUnixNano maps the zero time to 0 (time.Time{}.UnixNano() is not 0).
+func timeToUnixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func timeFromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// logToProto fills dst from l, aliasing Data and Extensions.
+func logToProto(dst *raftpb.Log, l *raft.Log) {
+	dst.Index = l.Index
+	dst.Term = l.Term
+	dst.Type = uint32(l.Type)
+	dst.Data = l.Data
+	dst.Extensions = l.Extensions
+	dst.AppendedAt = timeToUnixNano(l.AppendedAt)
+}
+
+// logFromProto fills dst from l, aliasing Data and Extensions.
+func logFromProto(dst *raft.Log, l *raftpb.Log) {
+	dst.Index = l.Index
+	dst.Term = l.Term
+	dst.Type = raft.LogType(l.Type)
+	dst.Data = l.Data
+	dst.Extensions = l.Extensions
+	dst.AppendedAt = timeFromUnixNano(l.AppendedAt)
+}
+
+// logsToProto converts entries with two allocations in total (one backing
+// array for the messages, one for the pointer slice) instead of one per entry.
+func logsToProto(entries []*raft.Log) []*raftpb.Log {
+	if len(entries) == 0 {
+		return nil
+	}
+	backing := make([]raftpb.Log, len(entries))
+	out := make([]*raftpb.Log, len(entries))
+	for i, l := range entries {
+		logToProto(&backing[i], l)
+		out[i] = &backing[i]
+	}
+	return out
+}
+
+func logsFromProto(entries []*raftpb.Log) []*raft.Log {
+	if len(entries) == 0 {
+		return nil
+	}
+	backing := make([]raft.Log, len(entries))
+	out := make([]*raft.Log, len(entries))
+	for i, l := range entries {
+		logFromProto(&backing[i], l)
+		out[i] = &backing[i]
+	}
+	return out
+}
+
+func appendEntriesRequestToProto(group uint64, r *raft.AppendEntriesRequest) *raftpb.AppendEntriesRequest {
+	return &raftpb.AppendEntriesRequest{
+		Group:             group,
+		Header:            headerToProto(r.RPCHeader),
+		Term:              r.Term,
+		Leader:            r.Leader, //nolint:staticcheck // deprecated field still sent for compatibility
+		PrevLogEntry:      r.PrevLogEntry,
+		PrevLogTerm:       r.PrevLogTerm,
+		Entries:           logsToProto(r.Entries),
+		LeaderCommitIndex: r.LeaderCommitIndex,
+	}
+}
+
+func appendEntriesRequestFromProto(r *raftpb.AppendEntriesRequest) *raft.AppendEntriesRequest {
+	return &raft.AppendEntriesRequest{
+		RPCHeader:         headerFromProto(r.Header),
+		Term:              r.Term,
+		Leader:            r.Leader,
+		PrevLogEntry:      r.PrevLogEntry,
+		PrevLogTerm:       r.PrevLogTerm,
+		Entries:           logsFromProto(r.Entries),
+		LeaderCommitIndex: r.LeaderCommitIndex,
+	}
+}
+
+// isRaftHeartbeat applies net_transport.go's rule: an AppendEntries that carries
+// a term and a leader address and nothing else.
+func isRaftHeartbeat(r *raft.AppendEntriesRequest) bool {
+	leader := r.Addr
+	if len(leader) == 0 {
+		leader = r.Leader //nolint:staticcheck // legacy leader field
+	}
+	return r.Term != 0 && len(leader) != 0 &&
+		r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
+		len(r.Entries) == 0 && r.LeaderCommitIndex == 0
+}
+
+// appendEntriesResponseToProto converts raft's answer; a raft-level error
+// travels in the Error field next to the response fields (as net_transport
+// sends both).
+func appendEntriesResponseToProto(resp raft.RPCResponse) *raftpb.AppendEntriesResponse {
+	out := &raftpb.AppendEntriesResponse{}
+	if r, ok := resp.Response.(*raft.AppendEntriesResponse); ok && r != nil {
+		out.Header = headerToProto(r.RPCHeader)
+		out.Term = r.Term
+		out.LastLog = r.LastLog
+		out.Success = r.Success
+		out.NoRetryBackoff = r.NoRetryBackoff
+	}
+	if resp.Error != nil {
+		out.Error = resp.Error.Error()
+	}
+	return out
+}
+
+func appendEntriesResponseFromProto(r *raftpb.AppendEntriesResponse, dst *raft.AppendEntriesResponse) {
+	dst.RPCHeader = headerFromProto(r.Header)
+	dst.Term = r.Term
+	dst.LastLog = r.LastLog
+	dst.Success = r.Success
+	dst.NoRetryBackoff = r.NoRetryBackoff
+}
+
+func requestVoteRequestToProto(group uint64, r *raft.RequestVoteRequest) *raftpb.RequestVoteRequest {
+	return &raftpb.RequestVoteRequest{
+		Group:              group,
+		Header:             headerToProto(r.RPCHeader),
+		Term:               r.Term,
+		Candidate:          r.Candidate, //nolint:staticcheck // deprecated field still sent for compatibility
+		LastLogIndex:       r.LastLogIndex,
+		LastLogTerm:        r.LastLogTerm,
+		LeadershipTransfer: r.LeadershipTransfer,
+	}
+}
+
+func requestVoteRequestFromProto(r *raftpb.RequestVoteRequest) *raft.RequestVoteRequest {
+	return &raft.RequestVoteRequest{
+		RPCHeader:          headerFromProto(r.Header),
+		Term:               r.Term,
+		Candidate:          r.Candidate,
+		LastLogIndex:       r.LastLogIndex,
+		LastLogTerm:        r.LastLogTerm,
+		LeadershipTransfer: r.LeadershipTransfer,
+	}
+}
+
+func requestVoteResponseToProto(r *raft.RequestVoteResponse) *raftpb.RequestVoteResponse {
+	if r == nil {
+		return &raftpb.RequestVoteResponse{}
+	}
+	return &raftpb.RequestVoteResponse{
+		Header:  headerToProto(r.RPCHeader),
+		Term:    r.Term,
+		Peers:   r.Peers, //nolint:staticcheck // deprecated field still sent for compatibility
+		Granted: r.Granted,
+	}
+}
+
+func requestVoteResponseFromProto(r *raftpb.RequestVoteResponse, dst *raft.RequestVoteResponse) {
+	dst.RPCHeader = headerFromProto(r.Header)
+	dst.Term = r.Term
+	dst.Peers = r.Peers
+	dst.Granted = r.Granted
+}
+
+func requestPreVoteRequestToProto(group uint64, r *raft.RequestPreVoteRequest) *raftpb.RequestPreVoteRequest {
+	return &raftpb.RequestPreVoteRequest{
+		Group:        group,
+		Header:       headerToProto(r.RPCHeader),
+		Term:         r.Term,
+		LastLogIndex: r.LastLogIndex,
+		LastLogTerm:  r.LastLogTerm,
+	}
+}
+
+func requestPreVoteRequestFromProto(r *raftpb.RequestPreVoteRequest) *raft.RequestPreVoteRequest {
+	return &raft.RequestPreVoteRequest{
+		RPCHeader:    headerFromProto(r.Header),
+		Term:         r.Term,
+		LastLogIndex: r.LastLogIndex,
+		LastLogTerm:  r.LastLogTerm,
+	}
+}
+
+func requestPreVoteResponseToProto(r *raft.RequestPreVoteResponse) *raftpb.RequestPreVoteResponse {
+	if r == nil {
+		return &raftpb.RequestPreVoteResponse{}
+	}
+	return &raftpb.RequestPreVoteResponse{
+		Header:  headerToProto(r.RPCHeader),
+		Term:    r.Term,
+		Granted: r.Granted,
+	}
+}
+
+func requestPreVoteResponseFromProto(r *raftpb.RequestPreVoteResponse, dst *raft.RequestPreVoteResponse) {
+	dst.RPCHeader = headerFromProto(r.Header)
+	dst.Term = r.Term
+	dst.Granted = r.Granted
+}
+
+func timeoutNowRequestToProto(group uint64, r *raft.TimeoutNowRequest) *raftpb.TimeoutNowRequest {
+	return &raftpb.TimeoutNowRequest{Group: group, Header: headerToProto(r.RPCHeader)}
+}
+
+func timeoutNowRequestFromProto(r *raftpb.TimeoutNowRequest) *raft.TimeoutNowRequest {
+	return &raft.TimeoutNowRequest{RPCHeader: headerFromProto(r.Header)}
+}
+
+func timeoutNowResponseToProto(r *raft.TimeoutNowResponse) *raftpb.TimeoutNowResponse {
+	if r == nil {
+		return &raftpb.TimeoutNowResponse{}
+	}
+	return &raftpb.TimeoutNowResponse{Header: headerToProto(r.RPCHeader)}
+}
+
+func timeoutNowResponseFromProto(r *raftpb.TimeoutNowResponse, dst *raft.TimeoutNowResponse) {
+	dst.RPCHeader = headerFromProto(r.Header)
+}
+
+func installSnapshotRequestToProto(group uint64, r *raft.InstallSnapshotRequest) *raftpb.InstallSnapshotRequest {
+	return &raftpb.InstallSnapshotRequest{
+		Group:              group,
+		Header:             headerToProto(r.RPCHeader),
+		SnapshotVersion:    int64(r.SnapshotVersion),
+		Term:               r.Term,
+		Leader:             r.Leader,
+		LastLogIndex:       r.LastLogIndex,
+		LastLogTerm:        r.LastLogTerm,
+		Peers:              r.Peers, //nolint:staticcheck // deprecated field still sent for compatibility
+		Configuration:      r.Configuration,
+		ConfigurationIndex: r.ConfigurationIndex,
+		Size:               r.Size,
+	}
+}
+
+func installSnapshotRequestFromProto(r *raftpb.InstallSnapshotRequest) *raft.InstallSnapshotRequest {
+	return &raft.InstallSnapshotRequest{
+		RPCHeader:          headerFromProto(r.Header),
+		SnapshotVersion:    raft.SnapshotVersion(r.SnapshotVersion),
+		Term:               r.Term,
+		Leader:             r.Leader,
+		LastLogIndex:       r.LastLogIndex,
+		LastLogTerm:        r.LastLogTerm,
+		Peers:              r.Peers,
+		Configuration:      r.Configuration,
+		ConfigurationIndex: r.ConfigurationIndex,
+		Size:               r.Size,
+	}
+}
+
+func installSnapshotResponseToProto(r *raft.InstallSnapshotResponse) *raftpb.InstallSnapshotResponse {
+	if r == nil {
+		return &raftpb.InstallSnapshotResponse{}
+	}
+	return &raftpb.InstallSnapshotResponse{
+		Header:  headerToProto(r.RPCHeader),
+		Term:    r.Term,
+		Success: r.Success,
+	}
+}
+
+func installSnapshotResponseFromProto(r *raftpb.InstallSnapshotResponse, dst *raft.InstallSnapshotResponse) {
+	dst.RPCHeader = headerFromProto(r.Header)
+	dst.Term = r.Term
+	dst.Success = r.Success
+}
