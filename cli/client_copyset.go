@@ -241,7 +241,7 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string) R
 		QueryHash:   proto.Bool(false),
 	})
 	if err != nil {
-		row.Err = &serverError{Addr: addr, Err: err}
+		row.Err = &serverError{Err: err}
 		return row
 	}
 	switch st := resp.GetStatus(); st {
@@ -249,7 +249,7 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string) R
 	case chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_NOTEXIST:
 		return row
 	default:
-		row.Err = &serverError{Addr: addr, Err: &CopysetStatusError{Status: st}}
+		row.Err = &CopysetStatusError{Status: st}
 		return row
 	}
 	row.Hosted = true

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
@@ -35,7 +36,10 @@ const (
 // TransportOptions configures a TransportManager. Zero values select defaults.
 type TransportOptions struct {
 	// DialOptions are used for every peer connection. Nil means plaintext
-	// (insecure credentials); when set they are used as given.
+	// (insecure credentials). They are applied after the transport's own
+	// connect parameters (reconnect backoff capped at 2 s instead of gRPC's
+	// 120 s, so a restarted peer is reached again quickly), which they may
+	// override.
 	DialOptions []grpc.DialOption
 	// Logger receives transport diagnostics; nil means slog.Default().
 	Logger *slog.Logger
@@ -58,9 +62,19 @@ type TransportOptions struct {
 }
 
 func (o TransportOptions) withDefaults() TransportOptions {
+	dial := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{
+			BaseDelay:  100 * time.Millisecond,
+			Multiplier: 1.6,
+			Jitter:     0.2,
+			MaxDelay:   2 * time.Second,
+		},
+		MinConnectTimeout: 5 * time.Second,
+	})}
 	if o.DialOptions == nil {
-		o.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
+	o.DialOptions = append(dial, o.DialOptions...)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

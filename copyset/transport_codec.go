@@ -104,7 +104,7 @@ func appendEntriesRequestToProto(group uint64, r *raft.AppendEntriesRequest) *ra
 		Group:             group,
 		Header:            headerToProto(r.RPCHeader),
 		Term:              r.Term,
-		Leader:            r.Leader, //nolint:staticcheck // deprecated field still sent for compatibility
+		Leader:            r.Leader,
 		PrevLogEntry:      r.PrevLogEntry,
 		PrevLogTerm:       r.PrevLogTerm,
 		Entries:           logsToProto(r.Entries),
@@ -129,7 +129,7 @@ func appendEntriesRequestFromProto(r *raftpb.AppendEntriesRequest) *raft.AppendE
 func isRaftHeartbeat(r *raft.AppendEntriesRequest) bool {
 	leader := r.Addr
 	if len(leader) == 0 {
-		leader = r.Leader //nolint:staticcheck // legacy leader field
+		leader = r.Leader
 	}
 	return r.Term != 0 && len(leader) != 0 &&
 		r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
@@ -167,7 +167,7 @@ func requestVoteRequestToProto(group uint64, r *raft.RequestVoteRequest) *raftpb
 		Group:              group,
 		Header:             headerToProto(r.RPCHeader),
 		Term:               r.Term,
-		Candidate:          r.Candidate, //nolint:staticcheck // deprecated field still sent for compatibility
+		Candidate:          r.Candidate,
 		LastLogIndex:       r.LastLogIndex,
 		LastLogTerm:        r.LastLogTerm,
 		LeadershipTransfer: r.LeadershipTransfer,
@@ -192,7 +192,7 @@ func requestVoteResponseToProto(r *raft.RequestVoteResponse) *raftpb.RequestVote
 	return &raftpb.RequestVoteResponse{
 		Header:  headerToProto(r.RPCHeader),
 		Term:    r.Term,
-		Peers:   r.Peers, //nolint:staticcheck // deprecated field still sent for compatibility
+		Peers:   r.Peers,
 		Granted: r.Granted,
 	}
 }
@@ -268,7 +268,7 @@ func installSnapshotRequestToProto(group uint64, r *raft.InstallSnapshotRequest)
 		Leader:             r.Leader,
 		LastLogIndex:       r.LastLogIndex,
 		LastLogTerm:        r.LastLogTerm,
-		Peers:              r.Peers, //nolint:staticcheck // deprecated field still sent for compatibility
+		Peers:              r.Peers,
 		Configuration:      r.Configuration,
 		ConfigurationIndex: r.ConfigurationIndex,
 		Size:               r.Size,

@@ -27,7 +27,17 @@ func (s *transportServer) group(id uint64) (*GroupTransport, error) {
 	if g := s.m.lookup(id); g != nil && !g.isClosed() {
 		return g, nil
 	}
+	s.m.log.Debug("raft RPC for unknown group", "group", id)
 	return nil, status.Errorf(codes.NotFound, "raft group %d not found on %s", id, s.m.local)
+}
+
+// streamEnded logs how an inbound stream ended unless it ended normally or
+// because the client went away.
+func (s *transportServer) streamEnded(kind string, group uint64, err error) error {
+	if c := status.Code(err); err != nil && c != codes.Canceled && c != codes.Unavailable && c != codes.DeadlineExceeded {
+		s.m.log.Debug("raft stream ended", "stream", kind, "group", group, "error", err)
+	}
+	return err
 }
 
 func (g *GroupTransport) closedStatus() error {
@@ -149,12 +159,17 @@ func (s *transportServer) TimeoutNow(ctx context.Context, req *raftpb.TimeoutNow
 // of it selects on done).
 func (s *transportServer) AppendEntriesPipeline(stream grpc.BidiStreamingServer[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]) error {
 	first, err := stream.Recv()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return err
+	if err == nil {
+		err = s.appendEntriesPipeline(stream, first)
+		return s.streamEnded("AppendEntriesPipeline", first.Group, err)
 	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+func (s *transportServer) appendEntriesPipeline(stream grpc.BidiStreamingServer[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse], first *raftpb.AppendEntriesRequest) error {
 	g, err := s.group(first.Group)
 	if err != nil {
 		return err
@@ -252,6 +267,11 @@ func (s *transportServer) InstallSnapshot(stream grpc.ClientStreamingServer[raft
 	if first.Request == nil {
 		return status.Error(codes.InvalidArgument, "first snapshot message carries no request")
 	}
+	err = s.installSnapshot(stream, first)
+	return s.streamEnded("InstallSnapshot", first.Request.Group, err)
+}
+
+func (s *transportServer) installSnapshot(stream grpc.ClientStreamingServer[raftpb.InstallSnapshotChunk, raftpb.InstallSnapshotResponse], first *raftpb.InstallSnapshotChunk) error {
 	g, err := s.group(first.Request.Group)
 	if err != nil {
 		return err

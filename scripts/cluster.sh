@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# A local chunkraft cluster on 127.0.0.1: N chunkservers, pool 1, copysets 1-16.
+#
+#   scripts/cluster.sh up [N]        start N servers (default 3), create the copysets, wait for leaders
+#   scripts/cluster.sh down [--clean] stop the servers started here; --clean also deletes their data
+#   scripts/cluster.sh status        per-server process state and the leader table
+#
+# Server i (0-based) listens on 127.0.0.1:$((BASE_PORT+i)) (gRPC) and
+# 127.0.0.1:$((METRICS_BASE_PORT+i)) (/metrics, /healthz), keeps its data in
+# $CLUSTER_DIR/cs$i, logs to $CLUSTER_DIR/cs$i.log and its pid in $CLUSTER_DIR/cs$i.pid.
+# Only processes named by those pid files are ever signalled.
+#
+# Environment: CLUSTER_DIR (default <repo>/.cluster), BASE_PORT (8200),
+# METRICS_BASE_PORT (9200). Keep the ports the same between up, status and down.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CLUSTER_DIR="${CLUSTER_DIR:-$ROOT/.cluster}"
+[[ "$CLUSTER_DIR" == /* ]] || CLUSTER_DIR="$PWD/$CLUSTER_DIR" # pid checks match it in command lines
+BIN="$ROOT/bin"
+BASE_PORT="${BASE_PORT:-8200}"
+METRICS_BASE_PORT="${METRICS_BASE_PORT:-9200}"
+POOL=1
+COPYSETS=1-16
+HEALTH_TIMEOUT=30 # seconds for each server to answer /healthz
+LEADER_TIMEOUT=45 # seconds for every copyset to have a leader
+
+die() {
+    echo "cluster.sh: $*" >&2
+    exit 1
+}
+
+log() { echo "==> $*"; }
+
+usage() {
+    sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+grpc_addr() { echo "127.0.0.1:$((BASE_PORT + $1))"; }
+metrics_addr() { echo "127.0.0.1:$((METRICS_BASE_PORT + $1))"; }
+pid_file() { echo "$CLUSTER_DIR/cs$1.pid"; }
+log_file() { echo "$CLUSTER_DIR/cs$1.log"; }
+data_dir() { echo "$CLUSTER_DIR/cs$1"; }
+
+# now prints the time in whole seconds.
+now() { date +%s; }
+
+# server_pid i prints the pid recorded for server i, if any.
+server_pid() {
+    local f
+    f="$(pid_file "$1")"
+    [[ -s "$f" ]] || return 1
+    local pid
+    pid="$(<"$f")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    echo "$pid"
+}
+
+# alive i: server i's recorded pid is running and (where /proc tells) is our
+# chunkserver on our data dir, not some process that reused the pid.
+alive() {
+    local pid
+    pid="$(server_pid "$1")" || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    if [[ -r "/proc/$pid/cmdline" ]]; then
+        local cmd
+        cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline")"
+        [[ "$cmd" == *chunkserver* && "$cmd" == *"--data-dir $(data_dir "$1") "* ]] || return 1
+    fi
+    return 0
+}
+
+# known_servers prints the indices of servers that have a pid file, ascending.
+known_servers() {
+    local f base
+    shopt -s nullglob
+    for f in "$CLUSTER_DIR"/cs*.pid; do
+        base="${f##*/cs}"
+        base="${base%.pid}"
+        [[ "$base" =~ ^[0-9]+$ ]] && echo "$base"
+    done | sort -n
+    shopt -u nullglob
+}
+
+# indices a b prints a..b, one per line (nothing if b < a).
+indices() {
+    local i
+    for ((i = $1; i <= $2; i++)); do
+        echo "$i"
+    done
+}
+
+# join_addrs i... prints the gRPC addresses of servers i..., comma-separated.
+join_addrs() {
+    local out="" i
+    for i in "$@"; do
+        out="${out:+$out,}$(grpc_addr "$i")"
+    done
+    echo "$out"
+}
+
+# build (re)builds the binaries; go build is incremental, so this is cheap.
+build() {
+    if command -v go >/dev/null; then
+        log "building binaries into bin/"
+        if command -v make >/dev/null && [[ -f "$ROOT/Makefile" ]]; then
+            make -s -C "$ROOT" build
+        else
+            (cd "$ROOT" && go build -o bin/ ./cmd/...)
+        fi
+    fi
+    [[ -x "$BIN/chunkserver" ]] || die "$BIN/chunkserver is missing (and go is not installed to build it)"
+    [[ -x "$BIN/chunkctl" ]] || die "$BIN/chunkctl is missing (and go is not installed to build it)"
+}
+
+# start i launches server i in the background, detached from this shell.
+start_server() {
+    local i="$1" pidf logf
+    pidf="$(pid_file "$i")"
+    logf="$(log_file "$i")"
+    mkdir -p "$(data_dir "$i")"
+    rm -f "$pidf"
+    echo "=== $(date '+%Y-%m-%d %H:%M:%S') cluster.sh starting cs$i" >>"$logf"
+    local detach=()
+    if command -v setsid >/dev/null; then
+        detach=(setsid)
+    fi
+    # The inner shell records its own pid, then execs (nohup, then) the server,
+    # so the pid file names the chunkserver process even if setsid forks.
+    # shellcheck disable=SC2016 # $$, $1 and $@ are the inner shell's
+    "${detach[@]}" bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidf" \
+        "$BIN/chunkserver" \
+        --listen "$(grpc_addr "$i")" \
+        --metrics-listen "$(metrics_addr "$i")" \
+        --data-dir "$(data_dir "$i")" \
+        </dev/null >>"$logf" 2>&1 &
+    log "started cs$i: grpc $(grpc_addr "$i"), metrics $(metrics_addr "$i"), log $logf"
+}
+
+# wait_healthy i waits until server i answers /healthz, or dies with its log.
+wait_healthy() {
+    local i="$1" deadline logf
+    deadline=$(($(now) + HEALTH_TIMEOUT))
+    logf="$(log_file "$i")"
+    while :; do
+        if curl -fsS -m 2 "http://$(metrics_addr "$i")/healthz" >/dev/null 2>&1; then
+            return 0
+        fi
+        # The pid file appears a moment after the start; only judge it once there.
+        if [[ -s "$(pid_file "$i")" ]] && ! alive "$i"; then
+            echo "cluster.sh: cs$i exited during startup; last lines of $logf:" >&2
+            tail -n 20 "$logf" >&2 || true
+            exit 1
+        fi
+        if (($(now) >= deadline)); then
+            echo "cluster.sh: cs$i not healthy after ${HEALTH_TIMEOUT}s (http://$(metrics_addr "$i")/healthz); last lines of $logf:" >&2
+            tail -n 20 "$logf" >&2 || true
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
+
+# leader_table prints the leader of every copyset, asking servers i....
+leader_table() {
+    "$BIN/chunkctl" --servers "$(join_addrs "$@")" --timeout 5s leader get --pool "$POOL" --copyset "$COPYSETS"
+}
+
+# wait_leaders waits until every copyset has a leader, asking servers i....
+wait_leaders() {
+    local deadline out
+    deadline=$(($(now) + LEADER_TIMEOUT))
+    log "waiting for leaders of pool $POOL copysets $COPYSETS"
+    while :; do
+        if out="$("$BIN/chunkctl" --servers "$(join_addrs "$@")" --timeout 3s \
+            leader get --pool "$POOL" --copyset "$COPYSETS" 2>&1)"; then
+            return 0
+        fi
+        if (($(now) >= deadline)); then
+            echo "$out" >&2
+            die "not every copyset has a leader after ${LEADER_TIMEOUT}s (logs: $CLUSTER_DIR/cs*.log)"
+        fi
+        sleep 0.5
+    done
+}
+
+usage_hint() {
+    local n="$1" ctl="$BIN/chunkctl" servers all
+    mapfile -t all < <(indices 0 $((n - 1)))
+    servers="$(join_addrs "${all[@]}")"
+    if [[ "$PWD" == "$ROOT" ]]; then
+        ctl="bin/chunkctl"
+    fi
+    cat <<EOF
+
+How to use it:
+  export CHUNKCTL_SERVERS=$servers
+  echo hello | $ctl chunk write --pool $POOL --copyset 1 --chunk 1
+  $ctl chunk read --pool $POOL --copyset 1 --chunk 1 --size 6
+  $ctl copyset status --pool $POOL --copyset 1
+  $ctl leader transfer --pool $POOL --copyset 1 --to $(grpc_addr $((n > 1 ? 1 : 0)))
+EOF
+    if [[ -x "$BIN/chunkbench" ]]; then
+        echo "  ${ctl%chunkctl}chunkbench --help    # chunk I/O benchmark"
+    fi
+    cat <<EOF
+Logs: $CLUSTER_DIR/cs<i>.log   Stop: scripts/cluster.sh down [--clean]   State: scripts/cluster.sh status
+EOF
+}
+
+cmd_up() {
+    local n="${1:-3}"
+    if ! [[ "$n" =~ ^[0-9]+$ ]] || ((n < 1)); then
+        die "up: N must be a positive number, got '$n'"
+    fi
+    command -v curl >/dev/null || die "curl is needed for health checks"
+    mkdir -p "$CLUSTER_DIR"
+    build
+
+    local i started=()
+    for ((i = 0; i < n; i++)); do
+        if alive "$i"; then
+            echo "cs$i already running (pid $(server_pid "$i"))"
+        else
+            start_server "$i"
+            started+=("$i")
+        fi
+    done
+    if ((${#started[@]} == 0)); then
+        echo "cluster already running ($n servers, $CLUSTER_DIR)"
+        cmd_status || true
+        return 0
+    fi
+    for i in "${started[@]}"; do
+        wait_healthy "$i"
+        echo "cs$i healthy (pid $(server_pid "$i"))"
+    done
+
+    # The copysets live on the first three servers (fewer if N < 3).
+    local peers first
+    mapfile -t first < <(indices 0 $((n < 3 ? n - 1 : 2)))
+    peers="$(join_addrs "${first[@]}")"
+    log "creating pool $POOL copysets $COPYSETS on $peers"
+    "$BIN/chunkctl" --servers "$peers" copyset create --pool "$POOL" --copyset "$COPYSETS" --peers "$peers" >/dev/null ||
+        die "copyset create failed (logs: $CLUSTER_DIR/cs*.log)"
+
+    local all
+    mapfile -t all < <(indices 0 $((n - 1)))
+    wait_leaders "${all[@]}"
+    leader_table "${all[@]}"
+    usage_hint "$n"
+}
+
+cmd_down() {
+    local clean=0
+    case "${1:-}" in
+    "") ;;
+    --clean) clean=1 ;;
+    *) die "down: unknown argument '$1' (want --clean)" ;;
+    esac
+
+    local i pid pids=() idx=()
+    for i in $(known_servers); do
+        if alive "$i"; then
+            pid="$(server_pid "$i")"
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            idx+=("$i")
+            echo "cs$i: SIGTERM sent (pid $pid)"
+        else
+            echo "cs$i: not running (stale pid file)"
+        fi
+    done
+
+    local deadline k left
+    deadline=$(($(now) + 10))
+    while :; do
+        left=0
+        for k in "${!pids[@]}"; do
+            kill -0 "${pids[$k]}" 2>/dev/null && left=$((left + 1))
+        done
+        ((left == 0)) && break
+        if (($(now) >= deadline)); then
+            for k in "${!pids[@]}"; do
+                if kill -0 "${pids[$k]}" 2>/dev/null; then
+                    echo "cs${idx[$k]}: still running after 10s, SIGKILL (pid ${pids[$k]})"
+                    kill -KILL "${pids[$k]}" 2>/dev/null || true
+                fi
+            done
+            break
+        fi
+        sleep 0.2
+    done
+    for i in $(known_servers); do
+        rm -f "$(pid_file "$i")"
+    done
+
+    if ((clean)); then
+        # Only what this script creates; never the whole directory blindly.
+        shopt -s nullglob
+        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log
+        shopt -u nullglob
+        rmdir "$CLUSTER_DIR" 2>/dev/null || true
+        echo "cluster stopped; data removed"
+    else
+        echo "cluster stopped; data kept in $CLUSTER_DIR (down --clean removes it)"
+    fi
+}
+
+cmd_status() {
+    local servers
+    mapfile -t servers < <(known_servers)
+    if ((${#servers[@]} == 0)); then
+        echo "no cluster (no pid files in $CLUSTER_DIR)"
+        return 1
+    fi
+    local i up=() health
+    printf '%-6s %-8s %-6s %-17s %-17s %s\n' SERVER PID STATE GRPC METRICS HEALTH
+    for i in "${servers[@]}"; do
+        if alive "$i"; then
+            up+=("$i")
+            health="$(curl -fsS -m 2 "http://$(metrics_addr "$i")/healthz" 2>/dev/null || echo "not ready")"
+            printf '%-6s %-8s %-6s %-17s %-17s %s\n' "cs$i" "$(server_pid "$i")" alive \
+                "$(grpc_addr "$i")" "$(metrics_addr "$i")" "$health"
+        else
+            printf '%-6s %-8s %-6s %-17s %-17s %s\n' "cs$i" "$(server_pid "$i" || echo -)" dead \
+                "$(grpc_addr "$i")" "$(metrics_addr "$i")" -
+        fi
+    done
+    if ((${#up[@]} == 0)); then
+        echo "no server is running"
+        return 1
+    fi
+    [[ -x "$BIN/chunkctl" ]] || die "$BIN/chunkctl is missing; run make build"
+    echo
+    leader_table "${up[@]}"
+}
+
+main() {
+    local cmd="${1:-}"
+    shift || true
+    case "$cmd" in
+    up) cmd_up "$@" ;;
+    down) cmd_down "$@" ;;
+    status) cmd_status "$@" ;;
+    -h | --help | help) usage ;;
+    "")
+        usage >&2
+        exit 2
+        ;;
+    *)
+        usage >&2
+        die "unknown command '$cmd'"
+        ;;
+    esac
+}
+
+main "$@"

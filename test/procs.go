@@ -1,0 +1,143 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// BuildBinaries builds the chunkraft commands into dir and returns dir.
+func BuildBinaries(ctx context.Context, dir string) error {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/...")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("build binaries: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Proc is one chunkserver process with fixed flags, restartable on the
+// same data dir.
+type Proc struct {
+	Bin         string
+	Addr        string // gRPC host:port
+	MetricsAddr string
+	DataDir     string
+	LogPath     string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// NewProc picks free ports for a server with its data under dir.
+func NewProc(bin, dir string) (*Proc, error) {
+	p1, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	p2, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return &Proc{
+		Bin:         bin,
+		Addr:        fmt.Sprintf("127.0.0.1:%d", p1),
+		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", p2),
+		DataDir:     filepath.Join(dir, "data"),
+		LogPath:     filepath.Join(dir, "server.log"),
+	}, nil
+}
+
+// Start launches the process (output appended to LogPath) and waits until
+// /healthz answers 200.
+func (p *Proc) Start(ctx context.Context) error {
+	if p.cmd != nil {
+		return errors.New("start: already running")
+	}
+	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	cmd := exec.Command(p.Bin, "--listen", p.Addr, "--metrics-listen", p.MetricsAddr,
+		"--data-dir", p.DataDir, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start %s: %w", p.Addr, err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(p.done) }()
+	return p.waitHealthy(ctx)
+}
+
+func (p *Proc) waitHealthy(ctx context.Context) error {
+	url := "http://" + p.MetricsAddr + "/healthz"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("server %s exited before healthy; log:\n%s", p.Addr, p.LogTail())
+		case <-ctx.Done():
+			return fmt.Errorf("server %s not healthy: %w; log:\n%s", p.Addr, ctx.Err(), p.LogTail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Kill sends sig (SIGKILL for a crash, SIGTERM for a clean stop) and waits
+// for the process to exit.
+func (p *Proc) Kill(sig syscall.Signal) error {
+	if p.cmd == nil {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %s: %w", p.Addr, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("server %s ignored %v for 20s", p.Addr, sig)
+	}
+	p.cmd = nil
+	return nil
+}
+
+// LogTail returns the last lines of the server log.
+func (p *Proc) LogTail() string {
+	b, _ := os.ReadFile(p.LogPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
