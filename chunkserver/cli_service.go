@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -13,16 +14,21 @@ import (
 )
 
 // cliService2 implements curve.chunkserver.CliService2. Errors are gRPC
-// statuses (upstream uses brpc controller failures): NotFound when this
-// server does not host the copyset, Unavailable when no leader is known,
+// statuses (upstream uses brpc controller failures): Unavailable while the
+// server is still loading its copysets, NotFound when it does not host the
+// copyset, Unavailable when no leader is known,
 // FailedPrecondition when an operation that needs the leader reaches a
 // follower, InvalidArgument for an unparsable peer.
 type cliService2 struct {
 	pb.UnimplementedCliService2Server
 	copysets *copyset.Manager
+	ready    *atomic.Bool // copysets loaded; before that a missing copyset may still come
 }
 
 func (s *cliService2) node(pool, cs uint32) (*copyset.Node, error) {
+	if !s.ready.Load() {
+		return nil, grpcstatus.Error(codes.Unavailable, "chunkserver is loading its copysets")
+	}
 	n := s.copysets.Get(copyset.NewGroupID(pool, cs))
 	if n == nil {
 		return nil, grpcstatus.Errorf(codes.NotFound, "copyset %d/%d is not hosted on this server", pool, cs)

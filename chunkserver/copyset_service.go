@@ -18,7 +18,6 @@ import (
 type copysetService struct {
 	pb.UnimplementedCopysetServiceServer
 	copysets *copyset.Manager
-	local    copyset.PeerID
 	log      *slog.Logger
 }
 

@@ -98,8 +98,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	pb.RegisterChunkServiceServer(s.grpc, &chunkService{copysets: s.copysets, layout: ds, metrics: s.metrics, log: log})
-	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, local: local, log: log})
-	pb.RegisterCliService2Server(s.grpc, &cliService2{copysets: s.copysets})
+	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, log: log})
+	pb.RegisterCliService2Server(s.grpc, &cliService2{copysets: s.copysets, ready: &s.ready})
 	registerUnimplemented(s.grpc)
 	s.trans.Register(s.grpc)
 	s.health = health.NewServer()
@@ -191,11 +191,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.log.Info("chunkserver shutting down")
 	s.ready.Store(false)
 	s.health.Shutdown()
+	// Copysets stop first: raft groups shut down and their transports close,
+	// so inbound raft calls for them fail at once. Peers keep their pipeline
+	// streams to us open, so a graceful gRPC stop gets a short grace only.
+	closeErr := s.copysets.Close()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Second):
 		s.grpc.Stop()
 		<-stopped
 	}
@@ -206,7 +210,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		cancel()
 	}
-	err := errors.Join(runErr, s.copysets.Close(), s.trans.Close())
+	err := errors.Join(runErr, closeErr, s.trans.Close())
 	s.log.Info("chunkserver stopped", "err", err)
 	return err
 }

@@ -179,7 +179,7 @@ type ReplicaStatus struct {
 	Err     error  // the server could not be asked or failed
 
 	Peer      string // the replica's peer id, as reported
-	State     uint32 // raft state number; see StateName
+	State     uint32 // replica state number (braft numbering); see StateName
 	Leader    string // leader peer id as this replica knows it ("" if none)
 	Term      int64
 	Committed int64
@@ -190,16 +190,26 @@ type ReplicaStatus struct {
 	ReadOnly  bool
 }
 
-// StateName names a raft state number as hashicorp/raft does.
+// StateName names a replica state number as GetCopysetStatus reports it.
+// The numbers are braft's State enum, as upstream Curve puts them on the wire
+// (1 leader, 3 candidate, 4 follower, 8 shutdown, ...).
 func StateName(state uint32) string {
 	switch state {
-	case 0:
-		return "Follower"
 	case 1:
-		return "Candidate"
-	case 2:
 		return "Leader"
+	case 2:
+		return "Transferring"
 	case 3:
+		return "Candidate"
+	case 4:
+		return "Follower"
+	case 5:
+		return "Error"
+	case 6:
+		return "Uninitialized"
+	case 7:
+		return "ShuttingDown"
+	case 8:
 		return "Shutdown"
 	}
 	return "Unknown(" + strconv.FormatUint(uint64(state), 10) + ")"

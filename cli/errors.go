@@ -82,10 +82,12 @@ func (e *noLeaderError) Unwrap() []error {
 	return out
 }
 
-// permanent reports whether no server failed in a way worth retrying.
+// permanent reports whether waiting cannot help: every server answered, and
+// none with a transient failure. In particular, when every server says it
+// does not host the copyset (NotFound), the copyset does not exist there.
 func (e *noLeaderError) permanent() bool {
 	for _, se := range e.errs {
-		if code := status.Code(se.Err); retryable(se.Err) || code == codes.NotFound {
+		if retryable(se.Err) {
 			return false
 		}
 	}

@@ -322,7 +322,7 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 	}
 	r := &chunkserverpb.CopysetStatusResponse{
 		Status:            chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS.Enum(),
-		State:             proto.Uint32(0),
+		State:             proto.Uint32(4), // braft follower
 		Peer:              &commonpb.Peer{Address: proto.String(f.s.id)},
 		Term:              proto.Int64(3),
 		CommittedIndex:    proto.Int64(10),
@@ -335,7 +335,7 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 		r.Leader = &commonpb.Peer{Address: proto.String(c.servers[c.leader].id)}
 	}
 	if c.leader == f.s.i {
-		r.State = proto.Uint32(2)
+		r.State = proto.Uint32(1) // braft leader
 	}
 	return r, nil
 }

@@ -138,3 +138,11 @@ func TestParsePeerList(t *testing.T) {
 		t.Error("empty list accepted")
 	}
 }
+
+func TestStateName(t *testing.T) {
+	for state, want := range map[uint32]string{1: "Leader", 3: "Candidate", 4: "Follower", 8: "Shutdown", 42: "Unknown(42)"} {
+		if got := StateName(state); got != want {
+			t.Errorf("StateName(%d) = %q, want %q", state, got, want)
+		}
+	}
+}

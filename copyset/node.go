@@ -109,7 +109,6 @@ type nodeConfig struct {
 	group     GroupID
 	dir       string // the copyset's directory
 	local     PeerID
-	localAddr string
 	trans     *GroupTransport
 	machines  map[Kind]StateMachine
 	opts      RaftOptions

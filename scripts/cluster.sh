@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A local chunkraft cluster on 127.0.0.1: N chunkservers, pool 1, copysets 1-16.
 #
-#   scripts/cluster.sh up [N]        start N servers (default 3), create the copysets, wait for leaders
+#   scripts/cluster.sh up [N]         start N servers (default 3), create the copysets, wait for leaders
 #   scripts/cluster.sh down [--clean] stop the servers started here; --clean also deletes their data
-#   scripts/cluster.sh status        per-server process state and the leader table
+#   scripts/cluster.sh status         per-server process state and the leader table
 #
 # Server i (0-based) listens on 127.0.0.1:$((BASE_PORT+i)) (gRPC) and
 # 127.0.0.1:$((METRICS_BASE_PORT+i)) (/metrics, /healthz), keeps its data in
@@ -150,11 +150,13 @@ wait_healthy() {
         if [[ -s "$(pid_file "$i")" ]] && ! alive "$i"; then
             echo "cluster.sh: cs$i exited during startup; last lines of $logf:" >&2
             tail -n 20 "$logf" >&2 || true
+            echo "cluster.sh: 'scripts/cluster.sh down' stops the servers that did start" >&2
             exit 1
         fi
         if (($(now) >= deadline)); then
             echo "cluster.sh: cs$i not healthy after ${HEALTH_TIMEOUT}s (http://$(metrics_addr "$i")/healthz); last lines of $logf:" >&2
             tail -n 20 "$logf" >&2 || true
+            echo "cluster.sh: 'scripts/cluster.sh down' stops the servers that did start" >&2
             exit 1
         fi
         sleep 0.2
@@ -195,8 +197,9 @@ usage_hint() {
 
 How to use it:
   export CHUNKCTL_SERVERS=$servers
-  echo hello | $ctl chunk write --pool $POOL --copyset 1 --chunk 1
-  $ctl chunk read --pool $POOL --copyset 1 --chunk 1 --size 6
+  head -c 4096 /dev/urandom >/tmp/block     # offsets and sizes must be 4 KiB aligned
+  $ctl chunk write --pool $POOL --copyset 1 --chunk 1 --in /tmp/block
+  $ctl chunk read --pool $POOL --copyset 1 --chunk 1 --size 4k | cmp - /tmp/block && echo same
   $ctl copyset status --pool $POOL --copyset 1
   $ctl leader transfer --pool $POOL --copyset 1 --to $(grpc_addr $((n > 1 ? 1 : 0)))
 EOF
