@@ -1,0 +1,70 @@
+package chunkserver
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := LoadConfigFile(write("listen: 127.0.0.1:7000\ndata_dir: /d\nraft:\n  heartbeat_timeout: 2s\n  election_timeout: 3s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:7000" || cfg.DataDir != "/d" || cfg.Raft.HeartbeatTimeout != 2*time.Second ||
+		cfg.Raft.ElectionTimeout != 3*time.Second || cfg.Raft.CommitTimeout != 50*time.Millisecond {
+		t.Fatalf("unexpected config %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil || cfg.Advertise != cfg.Listen {
+		t.Fatalf("validate: %v, advertise %q", err, cfg.Advertise)
+	}
+	if _, err := LoadConfigFile(write("")); err != nil {
+		t.Fatalf("empty file: %v", err)
+	}
+	if _, err := LoadConfigFile(write("lisen: x\n")); err == nil || !strings.Contains(err.Error(), "lisen") {
+		t.Fatalf("unknown key: want error naming it, got %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"ok", func(*Config) {}, ""},
+		{"no listen", func(c *Config) { c.Listen = "" }, "listen"},
+		{"wildcard advertise", func(c *Config) { c.Listen = "0.0.0.0:8200" }, "advertise"},
+		{"no data dir", func(c *Config) { c.DataDir = "" }, "data_dir"},
+		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "log level"},
+		{"small messages", func(c *Config) { c.MaxMessageSize = 1 << 20 }, "max_message_size"},
+		{"lease over heartbeat", func(c *Config) { c.Raft.LeaderLeaseTimeout = 2 * time.Second }, "leader_lease_timeout"},
+		{"election under heartbeat", func(c *Config) { c.Raft.ElectionTimeout = time.Millisecond }, "election_timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want error mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
