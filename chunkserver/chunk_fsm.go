@@ -111,3 +111,16 @@ func storeStatus(err error) pb.CHUNK_OP_STATUS {
 
 // Close implements copyset.StateMachine.
 func (m *chunkMachine) Close() error { return m.store.Close() }
+
+// Sync implements copyset.StateMachine: fsync every dirty chunk file.
+func (m *chunkMachine) Sync() error { return m.store.Sync() }
+
+// Files implements copyset.StateMachine: the chunk files, for snapshots.
+func (m *chunkMachine) Files() ([]string, error) {
+	ids := m.store.ListChunks()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = fmt.Sprintf("chunk_%d", id)
+	}
+	return out, nil
+}

@@ -44,6 +44,12 @@ type RaftConfig struct {
 	CommitTimeout      time.Duration `yaml:"commit_timeout"`
 	MaxAppendEntries   int           `yaml:"max_append_entries"`
 	LogLevel           string        `yaml:"log_level"`
+	// SnapshotThreshold: log entries since the last snapshot that trigger
+	// one; SnapshotInterval: how often raft checks; TrailingLogs: entries
+	// kept after a snapshot so a lagging replica can catch up from the log.
+	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
+	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
+	TrailingLogs      uint64        `yaml:"trailing_logs"`
 }
 
 // DefaultConfig returns the configuration used when nothing is set.
@@ -61,6 +67,9 @@ func DefaultConfig() Config {
 			CommitTimeout:      50 * time.Millisecond,
 			MaxAppendEntries:   64,
 			LogLevel:           "warn",
+			SnapshotThreshold:  8192,
+			SnapshotInterval:   120 * time.Second,
+			TrailingLogs:       10240,
 		},
 	}
 }

@@ -83,6 +83,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			CommitTimeout:      cfg.Raft.CommitTimeout,
 			MaxAppendEntries:   cfg.Raft.MaxAppendEntries,
 			LogLevel:           cfg.Raft.LogLevel,
+			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
+			SnapshotInterval:   cfg.Raft.SnapshotInterval,
+			TrailingLogs:       cfg.Raft.TrailingLogs,
 		},
 		Logger: log,
 	})

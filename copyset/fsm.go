@@ -56,6 +56,12 @@ type StateMachine interface {
 	// is handed to the proposer on the leader and dropped elsewhere. It must
 	// not block on the network.
 	Apply(index uint64, payload []byte) any
+	// Sync makes everything applied so far durable. It is called before a
+	// raft snapshot lets the log up to the applied index be truncated.
+	Sync() error
+	// Files lists the machine's files, relative to the copyset data
+	// directory, in the order a snapshot streams them to a follower.
+	Files() ([]string, error)
 	// Close releases the machine's resources. No Apply follows.
 	Close() error
 }
@@ -64,17 +70,15 @@ type StateMachine interface {
 // state machine on this copyset.
 var ErrUnknownKind = errors.New("no state machine registered for op kind")
 
-// errNoSnapshots is returned by the FSM's Snapshot and Restore: copysets run
-// with automatic snapshots off (logs are never truncated) until the
-// manifest snapshot store lands, so raft never asks for either.
-var errNoSnapshots = errors.New("copyset: raft snapshots are not enabled in this version")
-
 // fsm is the raft.BatchingFSM of one copyset. It decodes the op header of
 // each committed entry, dispatches to the registered state machine and
 // tracks the applied index and configuration epoch.
 type fsm struct {
-	machines [256]StateMachine
+	machines atomic.Pointer[machineSet]
 	log      *slog.Logger
+
+	// restore swaps in a received snapshot; set by the node.
+	restore func(m snapManifest) (map[Kind]StateMachine, error)
 
 	applied atomic.Uint64 // highest index handed to this FSM and applied
 	epoch   atomic.Uint64 // configuration entries applied
@@ -83,13 +87,25 @@ type fsm struct {
 	notify chan struct{} // closed and replaced whenever applied advances
 }
 
+// machineSet is the state machines of a copyset indexed by Kind. It is
+// replaced whole when a snapshot is installed.
+type machineSet [256]StateMachine
+
+func newMachineSet(machines map[Kind]StateMachine) *machineSet {
+	var set machineSet
+	for k, m := range machines {
+		set[k] = m
+	}
+	return &set
+}
+
 func newFSM(machines map[Kind]StateMachine, log *slog.Logger) *fsm {
 	f := &fsm{log: log, notify: make(chan struct{})}
-	for k, m := range machines {
-		f.machines[k] = m
-	}
+	f.machines.Store(newMachineSet(machines))
 	return f
 }
+
+func (f *fsm) machine(k Kind) StateMachine { return f.machines.Load()[k] }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
 
@@ -123,7 +139,7 @@ func (f *fsm) applyCommand(l *raft.Log) any {
 		f.log.Error("undecodable op in raft log", "index", l.Index, "err", err)
 		return fmt.Errorf("apply index %d: %w", l.Index, err)
 	}
-	m := f.machines[kind]
+	m := f.machine(kind)
 	if m == nil {
 		f.log.Error("op for unregistered state machine", "index", l.Index, "kind", kind)
 		return fmt.Errorf("apply index %d kind %d: %w", l.Index, kind, ErrUnknownKind)
@@ -131,9 +147,13 @@ func (f *fsm) applyCommand(l *raft.Log) any {
 	return m.Apply(l.Index, payload)
 }
 
-func (f *fsm) advance(index uint64) {
+func (f *fsm) advance(index uint64) { f.setApplied(index, false) }
+
+// setApplied moves the applied index to index; only forward unless reset
+// (a snapshot install may move it anywhere).
+func (f *fsm) setApplied(index uint64, reset bool) {
 	f.mu.Lock()
-	if index > f.applied.Load() {
+	if index > f.applied.Load() || (reset && index != f.applied.Load()) {
 		f.applied.Store(index)
 		close(f.notify)
 		f.notify = make(chan struct{})
@@ -159,18 +179,81 @@ func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// Snapshot implements raft.FSM.
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) { return nil, errNoSnapshots }
-
-// Restore implements raft.FSM.
-func (f *fsm) Restore(rc io.ReadCloser) error {
-	rc.Close()
-	return errNoSnapshots
+// Snapshot implements raft.FSM. It runs between applies: every machine
+// fsyncs what it applied, so the snapshot index is durable in their files
+// and raft may truncate the log up to it.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	for k, m := range f.machines.Load() {
+		if m == nil {
+			continue
+		}
+		if err := m.Sync(); err != nil {
+			return nil, fmt.Errorf("snapshot: sync state machine %d: %w", k, err)
+		}
+	}
+	return &fsmSnapshot{manifest: snapManifest{Version: 1, Epoch: f.epoch.Load()}}, nil
 }
 
-func (f *fsm) close() error {
+// fsmSnapshot writes the manifest of a local snapshot; the store fills in
+// the index and term raft gives it.
+type fsmSnapshot struct{ manifest snapManifest }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	head, err := snapHeader(snapKindManifest, s.manifest)
+	if err == nil {
+		_, err = sink.Write(head)
+	}
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("persist snapshot manifest: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// Restore implements raft.FSM. It is called only after a snapshot streamed
+// from the leader was staged: it reads the manifest, swaps the staged files
+// in as the live data and reopens the state machines on them.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	_, man, err := readSnapHeader(rc)
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if f.restore == nil {
+		return errors.New("restore: no snapshot installer")
+	}
+	machines, err := f.restore(man)
+	if err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", man.Index, err)
+	}
+	f.machines.Store(newMachineSet(machines))
+	f.epoch.Store(man.Epoch)
+	f.setApplied(man.Index, true)
+	return nil
+}
+
+// files lists every machine's files for a snapshot stream.
+func (f *fsm) files() ([]string, error) {
+	var out []string
+	for k, m := range f.machines.Load() {
+		if m == nil {
+			continue
+		}
+		names, err := m.Files()
+		if err != nil {
+			return nil, fmt.Errorf("list files of state machine %d: %w", k, err)
+		}
+		out = append(out, names...)
+	}
+	return out, nil
+}
+
+// closeMachines closes every state machine.
+func (f *fsm) closeMachines() error {
 	var errs []error
-	for k, m := range f.machines {
+	for k, m := range f.machines.Load() {
 		if m != nil {
 			if err := m.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close state machine %d: %w", k, err))

@@ -156,28 +156,24 @@ func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
 		}
 		return nil, err
 	}
-	machines, err := m.opts.StateMachines(g, dataDir)
-	if err != nil {
-		return fail(fmt.Errorf("open state machines of copyset %s: %w", g, err))
-	}
-	closeMachines := func() {
-		for _, sm := range machines {
-			sm.Close()
-		}
-	}
 	trans, err := m.opts.Transports.Transport(uint64(g))
 	if err != nil {
-		closeMachines()
 		return fail(fmt.Errorf("open transport of copyset %s: %w", g, err))
 	}
 	n, err := openNode(nodeConfig{
-		group: g, dir: dir, local: m.opts.Local, trans: trans, machines: machines,
+		group: g, dir: dir, local: m.opts.Local, trans: trans,
+		machines: func() (map[Kind]StateMachine, error) {
+			machines, err := m.opts.StateMachines(g, dataDir)
+			if err != nil {
+				return nil, fmt.Errorf("open state machines of copyset %s: %w", g, err)
+			}
+			return machines, nil
+		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
 		bootstrap: bootstrap,
 	})
 	if err != nil {
 		trans.Close()
-		closeMachines()
 		return fail(err)
 	}
 	m.nodes[g] = n

@@ -25,6 +25,14 @@ type RaftOptions struct {
 	LogCacheSize       int           // recent entries kept in memory (default 512)
 	ApplyTimeout       time.Duration // proposal timeout when ctx has no deadline (default 10s)
 	LogLevel           string        // hashicorp/raft log level (default "warn")
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// make raft take one (default 8192); SnapshotInterval how often it
+	// checks (default 120s, randomised up to 2x by raft).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	// TrailingLogs is how many entries stay in the log after a snapshot, for
+	// followers to catch up without a snapshot install (default 10240).
+	TrailingLogs uint64
 }
 
 func (o *RaftOptions) withDefaults() RaftOptions {
@@ -47,6 +55,13 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	}
 	if r.LogLevel == "" {
 		r.LogLevel = "warn"
+	}
+	def(&r.SnapshotInterval, 120*time.Second)
+	if r.SnapshotThreshold == 0 {
+		r.SnapshotThreshold = 8192
+	}
+	if r.TrailingLogs == 0 {
+		r.TrailingLogs = 10240
 	}
 	return r
 }
@@ -92,6 +107,7 @@ type Node struct {
 	raft   *raft.Raft
 	fsm    *fsm
 	stores *logStores
+	snaps  *snapshotStore
 	trans  *GroupTransport
 
 	// readyTerm is the term in which this replica, as leader, has applied
@@ -110,7 +126,7 @@ type nodeConfig struct {
 	dir       string // the copyset's directory
 	local     PeerID
 	trans     *GroupTransport
-	machines  map[Kind]StateMachine
+	machines  func() (map[Kind]StateMachine, error) // opens the state machines on dir/data
 	opts      RaftOptions
 	log       *slog.Logger
 	bootstrap []PeerID // initial configuration for a new copyset, nil to reopen
@@ -120,15 +136,37 @@ type nodeConfig struct {
 // bootstrap configuration it must be new (no raft state on disk).
 func openNode(c nodeConfig) (*Node, error) {
 	opts := c.opts.withDefaults()
-	stores, err := openBoltLogStore(filepath.Join(c.dir, "raft"), opts.LogCacheSize)
+	snaps, err := newSnapshotStore(c.group, c.dir, c.log)
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(c.dir, "raft"), 2,
-		hclog.New(&hclog.LoggerOptions{Name: "snapshot", Level: hclog.Warn, Output: os.Stderr}))
+	// Finish a snapshot install a crash interrupted before the state
+	// machines open the data dir.
+	if err := snaps.recover(); err != nil {
+		return nil, err
+	}
+	latest, hasSnap, err := snaps.latest()
 	if err != nil {
-		stores.close()
-		return nil, fmt.Errorf("open snapshot store: %w", err)
+		return nil, err
+	}
+	machines, err := c.machines()
+	if err != nil {
+		return nil, err
+	}
+	f := newFSM(machines, c.log)
+	if hasSnap {
+		// NoSnapshotRestoreOnStart: the data dir already holds everything up
+		// to the snapshot index; raft replays the log after it.
+		f.setApplied(latest.Meta.Index, true)
+		f.epoch.Store(latest.Manifest.Epoch)
+	}
+	fail := func(err error) (*Node, error) {
+		f.closeMachines()
+		return nil, err
+	}
+	stores, err := openBoltLogStore(filepath.Join(c.dir, "raft"), opts.LogCacheSize)
+	if err != nil {
+		return fail(err)
 	}
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(c.local)
@@ -139,12 +177,9 @@ func openNode(c nodeConfig) (*Node, error) {
 	cfg.MaxAppendEntries = opts.MaxAppendEntries
 	cfg.BatchApplyCh = true
 	cfg.NoSnapshotRestoreOnStart = true
-	// Snapshots stay off until the manifest snapshot store lands: the log is
-	// never truncated, so nothing depends on chunk files being synced and a
-	// lagging replica always catches up from the log.
-	cfg.SnapshotThreshold = 1 << 62
-	cfg.SnapshotInterval = 24 * time.Hour
-	cfg.TrailingLogs = 1 << 62
+	cfg.SnapshotThreshold = opts.SnapshotThreshold
+	cfg.SnapshotInterval = opts.SnapshotInterval
+	cfg.TrailingLogs = opts.TrailingLogs
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:       "raft." + c.group.String(),
 		Level:      hclog.LevelFromString(opts.LogLevel),
@@ -152,16 +187,15 @@ func openNode(c nodeConfig) (*Node, error) {
 		JSONFormat: true,
 	})
 
-	f := newFSM(c.machines, c.log)
 	if c.bootstrap != nil {
 		has, err := raft.HasExistingState(stores.log, stores.stable, snaps)
 		if err != nil {
 			stores.close()
-			return nil, fmt.Errorf("check raft state: %w", err)
+			return fail(fmt.Errorf("check raft state: %w", err))
 		}
 		if has {
 			stores.close()
-			return nil, fmt.Errorf("bootstrap copyset %s: raft state already exists", c.group)
+			return fail(fmt.Errorf("bootstrap copyset %s: raft state already exists", c.group))
 		}
 		conf := raft.Configuration{}
 		for _, p := range c.bootstrap {
@@ -171,22 +205,48 @@ func openNode(c nodeConfig) (*Node, error) {
 		}
 		if err := raft.BootstrapCluster(cfg, stores.log, stores.stable, snaps, c.trans, conf); err != nil {
 			stores.close()
-			return nil, fmt.Errorf("bootstrap copyset %s: %w", c.group, err)
+			return fail(fmt.Errorf("bootstrap copyset %s: %w", c.group, err))
 		}
+	}
+	n := &Node{
+		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
+		fsm: f, stores: stores, snaps: snaps, trans: c.trans,
+	}
+	snaps.files = f.files
+	f.restore = func(man snapManifest) (map[Kind]StateMachine, error) {
+		id := snaps.takePending()
+		if id == "" {
+			return nil, errors.New("no received snapshot is staged")
+		}
+		if err := f.closeMachines(); err != nil {
+			c.log.Warn("close state machines before snapshot install", "err", err)
+		}
+		if err := snaps.install(id); err != nil {
+			return nil, err
+		}
+		return c.machines()
 	}
 	r, err := raft.NewRaft(cfg, f, stores.log, stores.stable, snaps, c.trans)
 	if err != nil {
 		stores.close()
-		return nil, fmt.Errorf("start raft for copyset %s: %w", c.group, err)
+		return fail(fmt.Errorf("start raft for copyset %s: %w", c.group, err))
 	}
-	return &Node{
-		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
-		raft: r, fsm: f, stores: stores, trans: c.trans,
-	}, nil
+	n.raft = r
+	return n, nil
+}
+
+// Snapshot takes a raft snapshot now and waits for it: the state machines
+// fsync, a manifest is written and the log before the trailing entries is
+// truncated.
+func (n *Node) Snapshot(ctx context.Context) error {
+	if err := n.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("snapshot copyset %s: %w", n.group, err)
+	}
+	return ctx.Err()
 }
 
 // StateMachine returns the state machine registered for kind, or nil.
-func (n *Node) StateMachine(kind Kind) StateMachine { return n.fsm.machines[kind] }
+func (n *Node) StateMachine(kind Kind) StateMachine { return n.fsm.machine(kind) }
 
 // Group returns the copyset's group id.
 func (n *Node) Group() GroupID { return n.group }
@@ -405,7 +465,7 @@ func (n *Node) Close() error {
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := n.fsm.close(); err != nil {
+		if err := n.fsm.closeMachines(); err != nil {
 			errs = append(errs, err)
 		}
 		if err := n.stores.close(); err != nil {

@@ -1,0 +1,311 @@
+package copyset
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+)
+
+// fileMachine is a test state machine: op "name=value" writes value into
+// the file name under the copyset data dir (idempotent, like chunk ops).
+type fileMachine struct{ dir string }
+
+func (m *fileMachine) Apply(index uint64, payload []byte) any {
+	name, value, ok := strings.Cut(string(payload), "=")
+	if !ok {
+		return fmt.Errorf("bad op %q", payload)
+	}
+	return os.WriteFile(filepath.Join(m.dir, name), []byte(value), 0o644)
+}
+
+func (m *fileMachine) Sync() error { return syncDirTree(m.dir) }
+
+func (m *fileMachine) Files() ([]string, error) {
+	entries, err := os.ReadDir(m.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out, nil
+}
+
+func (m *fileMachine) Close() error { return nil }
+
+const kindFile Kind = 200
+
+// testServer is one in-process "chunkserver" hosting copysets.
+type testServer struct {
+	addr string
+	dir  string
+	grpc *grpc.Server
+	tm   *TransportManager
+	mgr  *Manager
+}
+
+func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServer {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{addr: lis.Addr().String(), dir: dir, grpc: grpc.NewServer()}
+	local, _, err := ParsePeer(s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s.tm = NewTransportManager(raft.ServerAddress(local.Addr()), TransportOptions{Logger: log})
+	s.tm.Register(s.grpc)
+	s.mgr, err = NewManager(ManagerOptions{
+		Dir: dir, Local: local, Transports: s.tm, Raft: opts, Logger: log,
+		StateMachines: func(g GroupID, dataDir string) (map[Kind]StateMachine, error) {
+			return map[Kind]StateMachine{kindFile: &fileMachine{dir: dataDir}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.grpc.Serve(lis)
+	if err := s.mgr.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *testServer) stop() {
+	s.mgr.Close()
+	s.grpc.Stop()
+	s.tm.Close()
+}
+
+func (s *testServer) peer() PeerID { return PeerID(s.addr + ":0") }
+
+func fastRaft() RaftOptions {
+	return RaftOptions{
+		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond, CommitTimeout: 10 * time.Millisecond,
+		SnapshotThreshold: 32, TrailingLogs: 8, SnapshotInterval: 200 * time.Millisecond,
+	}
+}
+
+func fileOp(name, value string) []byte {
+	op := make([]byte, OpHeaderLen, OpHeaderLen+len(name)+1+len(value))
+	PutOpHeader(op, kindFile)
+	return append(op, name+"="+value...)
+}
+
+func waitLeader(t *testing.T, g GroupID, servers ...*testServer) *Node {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range servers {
+			if n := s.mgr.Get(g); n != nil && n.IsLeader() {
+				return n
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no leader for %s", g)
+	return nil
+}
+
+func propose(t *testing.T, g GroupID, servers []*testServer, op []byte) {
+	t.Helper()
+	for range 50 {
+		n := waitLeader(t, g, servers...)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, res, err := n.Propose(ctx, op)
+		cancel()
+		if err == nil {
+			if e, ok := res.(error); ok && e != nil {
+				t.Fatal(e)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("propose %q failed", op)
+}
+
+// dirContents maps file name -> content for a replica's data dir.
+func dirContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+func waitCaughtUp(t *testing.T, g GroupID, leader *Node, s *testServer) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := s.mgr.Get(g); n != nil && n.Status().AppliedIndex >= leader.Status().CommittedIndex {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("replica on %s did not catch up", s.addr)
+}
+
+func equalDirs(t *testing.T, a, b string) {
+	t.Helper()
+	ca, cb := dirContents(t, a), dirContents(t, b)
+	if len(ca) != len(cb) {
+		t.Fatalf("%d files vs %d files", len(ca), len(cb))
+	}
+	var names []string
+	for k := range ca {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if ca[k] != cb[k] {
+			t.Fatalf("file %s differs: %q vs %q", k, ca[k], cb[k])
+		}
+	}
+}
+
+// TestSnapshotInstallCatchUp: a replica stopped while more than the trailing
+// logs are written catches up through InstallSnapshot (the leader's log no
+// longer has what it needs) and ends with identical files.
+func TestSnapshotInstallCatchUp(t *testing.T) {
+	root := t.TempDir()
+	var servers []*testServer
+	for i := range 3 {
+		servers = append(servers, startTestServer(t, "127.0.0.1:0", filepath.Join(root, fmt.Sprint(i)), fastRaft()))
+	}
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	g := NewGroupID(1, 1)
+	peers := []PeerID{servers[0].peer(), servers[1].peer(), servers[2].peer()}
+	for _, s := range servers {
+		if _, err := s.mgr.Create(context.Background(), g, peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		propose(t, g, servers, fileOp(fmt.Sprintf("f%d", i%7), fmt.Sprintf("v%d", i)))
+	}
+	// Stop a follower.
+	leader := waitLeader(t, g, servers...)
+	victim := 0
+	for i, s := range servers {
+		if s.mgr.Get(g) != leader {
+			victim = i
+			break
+		}
+	}
+	vs := servers[victim]
+	vs.stop()
+	live := append(append([]*testServer{}, servers[:victim]...), servers[victim+1:]...)
+	for i := range 200 {
+		propose(t, g, live, fileOp(fmt.Sprintf("f%d", i%11), fmt.Sprintf("w%d", i)))
+	}
+	leader = waitLeader(t, g, live...)
+	if err := leader.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if first := leader.Status().FirstIndex; first <= 20 {
+		t.Fatalf("leader log not truncated: first index %d", first)
+	}
+	servers[victim] = startTestServer(t, vs.addr, vs.dir, fastRaft())
+	waitCaughtUp(t, g, leader, servers[victim])
+	equalDirs(t, filepath.Join(leader.Dir(), "data"), filepath.Join(servers[victim].mgr.Get(g).Dir(), "data"))
+
+	// The restarted replica installed a received snapshot.
+	recs, err := servers[victim].mgr.Get(g).snaps.records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := false
+	for _, r := range recs {
+		installed = installed || (r.Received && r.Installed)
+	}
+	if !installed {
+		t.Fatalf("no installed received snapshot on the restarted replica: %+v", recs)
+	}
+	// And keeps applying new writes.
+	propose(t, g, servers, fileOp("after", "install"))
+	waitCaughtUp(t, g, waitLeader(t, g, servers...), servers[victim])
+	b, err := os.ReadFile(filepath.Join(servers[victim].mgr.Get(g).Dir(), "data", "after"))
+	if err != nil || !bytes.Equal(b, []byte("install")) {
+		t.Fatalf("write after install: %q %v", b, err)
+	}
+}
+
+// TestRestartAfterTruncation: every replica restarted after snapshots
+// truncated their logs still has all data and the same files.
+func TestRestartAfterTruncation(t *testing.T) {
+	root := t.TempDir()
+	var servers []*testServer
+	for i := range 3 {
+		servers = append(servers, startTestServer(t, "127.0.0.1:0", filepath.Join(root, fmt.Sprint(i)), fastRaft()))
+	}
+	g := NewGroupID(1, 2)
+	peers := []PeerID{servers[0].peer(), servers[1].peer(), servers[2].peer()}
+	for _, s := range servers {
+		if _, err := s.mgr.Create(context.Background(), g, peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 150 {
+		propose(t, g, servers, fileOp(fmt.Sprintf("k%d", i%13), fmt.Sprintf("x%d", i)))
+	}
+	for _, s := range servers {
+		if err := s.mgr.Get(g).Snapshot(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := dirContents(t, filepath.Join(waitLeader(t, g, servers...).Dir(), "data"))
+	for i, s := range servers {
+		s.stop()
+		servers[i] = startTestServer(t, s.addr, s.dir, fastRaft())
+	}
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	leader := waitLeader(t, g, servers...)
+	if st := leader.Status(); st.FirstIndex <= 1 {
+		t.Fatalf("log not truncated: %+v", st)
+	}
+	propose(t, g, servers, fileOp("k0", "final"))
+	want["k0"] = "final"
+	for _, s := range servers {
+		waitCaughtUp(t, g, leader, s)
+		got := dirContents(t, filepath.Join(s.mgr.Get(g).Dir(), "data"))
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("%s: file %s = %q, want %q", s.addr, k, got[k], v)
+			}
+		}
+	}
+}
