@@ -66,6 +66,19 @@ type StateMachine interface {
 	Close() error
 }
 
+// FatalError is an apply result that says the replica's state machine
+// could not apply the op (an I/O error, a full disk) and so can no longer
+// follow the log without diverging: the copyset stops on this replica (see
+// Node.Broken) instead of skipping the op. The other replicas carry on.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return "fatal apply error: " + e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+// ErrBroken is the apply result of every op after a FatalError: the
+// replica applies nothing more until it is restarted.
+var ErrBroken = errors.New("copyset replica is broken: applying stopped")
+
 // ErrUnknownKind is the apply result of an op whose Kind has no registered
 // state machine on this copyset.
 var ErrUnknownKind = errors.New("no state machine registered for op kind")
@@ -82,6 +95,10 @@ type fsm struct {
 
 	applied atomic.Uint64 // highest index handed to this FSM and applied
 	epoch   atomic.Uint64 // configuration entries applied
+
+	// broken is set by the first FatalError; onBroken is told once.
+	broken   atomic.Pointer[FatalError]
+	onBroken func(index uint64, err *FatalError)
 
 	mu     sync.Mutex
 	notify chan struct{} // closed and replaced whenever applied advances
@@ -119,13 +136,27 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	var last uint64
 	for i, l := range logs {
-		last = l.Index
+		if f.broken.Load() != nil {
+			out[i] = ErrBroken
+			continue
+		}
 		switch l.Type {
 		case raft.LogCommand:
-			out[i] = f.applyCommand(l)
+			res := f.applyCommand(l)
+			if fe, ok := res.(*FatalError); ok {
+				f.broken.Store(fe)
+				f.log.Error("copyset replica stops: apply failed", "index", l.Index, "err", fe.Err)
+				if f.onBroken != nil {
+					f.onBroken(l.Index, fe)
+				}
+				out[i] = fe
+				continue
+			}
+			out[i] = res
 		case raft.LogConfiguration:
 			f.epoch.Add(1)
 		}
+		last = l.Index
 	}
 	if last > 0 {
 		f.advance(last)

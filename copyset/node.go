@@ -94,6 +94,8 @@ type Status struct {
 	FirstIndex   uint64
 	LastIndex    uint64
 	Epoch        uint64
+	// Broken is the apply error that stopped this replica, or nil.
+	Broken error
 }
 
 // Node is one replica of one copyset: a hashicorp/raft instance with its
@@ -118,6 +120,11 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// stopping is closed when a broken replica's raft instance is being
+	// shut down; stopDone once it is.
+	stopOnce sync.Once
+	stopDone chan struct{}
 }
 
 // nodeConfig is everything openNode needs.
@@ -210,8 +217,9 @@ func openNode(c nodeConfig) (*Node, error) {
 	}
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
-		fsm: f, stores: stores, snaps: snaps, trans: c.trans,
+		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}),
 	}
+	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
 	snaps.files = f.files
 	f.restore = func(man snapManifest) (map[Kind]StateMachine, error) {
 		id := snaps.takePending()
@@ -233,6 +241,28 @@ func openNode(c nodeConfig) (*Node, error) {
 	}
 	n.raft = r
 	return n, nil
+}
+
+// stopRaft shuts the raft instance down in the background (it cannot be
+// waited for from the FSM goroutine that discovers the failure). Close waits
+// for it.
+func (n *Node) stopRaft() {
+	n.stopOnce.Do(func() {
+		go func() {
+			defer close(n.stopDone)
+			if err := n.raft.Shutdown().Error(); err != nil {
+				n.log.Error("shutdown of broken copyset replica", "err", err)
+			}
+		}()
+	})
+}
+
+// Broken returns the apply error that stopped this replica, or nil.
+func (n *Node) Broken() error {
+	if fe := n.fsm.broken.Load(); fe != nil {
+		return fe
+	}
+	return nil
 }
 
 // Snapshot takes a raft snapshot now and waits for it: the state machines
@@ -451,6 +481,7 @@ func (n *Node) Status() Status {
 		FirstIndex:     first,
 		LastIndex:      n.raft.LastIndex(),
 		Epoch:          n.fsm.epoch.Load(),
+		Broken:         n.Broken(),
 	}
 }
 
@@ -459,6 +490,8 @@ func (n *Node) Status() Status {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		n.stopRaft()
+		<-n.stopDone
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("shutdown raft of copyset %s: %w", n.group, err))
 		}

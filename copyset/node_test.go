@@ -3,6 +3,7 @@ package copyset
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,12 +21,18 @@ import (
 
 // fileMachine is a test state machine: op "name=value" writes value into
 // the file name under the copyset data dir (idempotent, like chunk ops).
-type fileMachine struct{ dir string }
+type fileMachine struct {
+	dir    string
+	failOn string // an op for this name fails fatally (an injected I/O error)
+}
 
 func (m *fileMachine) Apply(index uint64, payload []byte) any {
 	name, value, ok := strings.Cut(string(payload), "=")
 	if !ok {
 		return fmt.Errorf("bad op %q", payload)
+	}
+	if m.failOn != "" && name == m.failOn {
+		return &FatalError{Err: fmt.Errorf("write %s: %w", name, syscall.EIO)}
 	}
 	return os.WriteFile(filepath.Join(m.dir, name), []byte(value), 0o644)
 }
@@ -54,6 +62,8 @@ type testServer struct {
 	grpc *grpc.Server
 	tm   *TransportManager
 	mgr  *Manager
+
+	failOn string // see fileMachine.failOn; set before creating copysets
 }
 
 func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServer {
@@ -73,7 +83,7 @@ func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServ
 	s.mgr, err = NewManager(ManagerOptions{
 		Dir: dir, Local: local, Transports: s.tm, Raft: opts, Logger: log,
 		StateMachines: func(g GroupID, dataDir string) (map[Kind]StateMachine, error) {
-			return map[Kind]StateMachine{kindFile: &fileMachine{dir: dataDir}}, nil
+			return map[Kind]StateMachine{kindFile: &fileMachine{dir: dataDir, failOn: s.failOn}}, nil
 		},
 	})
 	if err != nil {
@@ -125,20 +135,27 @@ func waitLeader(t *testing.T, g GroupID, servers ...*testServer) *Node {
 
 func propose(t *testing.T, g GroupID, servers []*testServer, op []byte) {
 	t.Helper()
+	if res := proposeResult(t, g, servers, op); res != nil {
+		t.Fatal(res)
+	}
+}
+
+// proposeResult commits op through whichever server leads and returns the
+// leader's apply result.
+func proposeResult(t *testing.T, g GroupID, servers []*testServer, op []byte) any {
+	t.Helper()
 	for range 50 {
 		n := waitLeader(t, g, servers...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, res, err := n.Propose(ctx, op)
 		cancel()
 		if err == nil {
-			if e, ok := res.(error); ok && e != nil {
-				t.Fatal(e)
-			}
-			return
+			return res
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("propose %q failed", op)
+	return nil
 }
 
 // dirContents maps file name -> content for a replica's data dir.
@@ -307,5 +324,61 @@ func TestRestartAfterTruncation(t *testing.T) {
 				t.Fatalf("%s: file %s = %q, want %q", s.addr, k, got[k], v)
 			}
 		}
+	}
+}
+
+// TestFatalApplyStopsOnlyThatReplica: an I/O error while applying on one
+// replica stops that replica's copyset (visible as Broken, raft shut down,
+// applied index stays before the failed op) while the other replicas and
+// the server's other copysets carry on.
+func TestFatalApplyStopsOnlyThatReplica(t *testing.T) {
+	root := t.TempDir()
+	var servers []*testServer
+	for i := range 3 {
+		servers = append(servers, startTestServer(t, "127.0.0.1:0", filepath.Join(root, fmt.Sprint(i)), fastRaft()))
+	}
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	servers[2].failOn = "bad"
+	g, other := NewGroupID(1, 5), NewGroupID(1, 6)
+	peers := []PeerID{servers[0].peer(), servers[1].peer(), servers[2].peer()}
+	for _, s := range servers {
+		for _, gid := range []GroupID{g, other} {
+			if _, err := s.mgr.Create(context.Background(), gid, peers); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	propose(t, g, servers, fileOp("good", "1"))
+	waitCaughtUp(t, g, waitLeader(t, g, servers...), servers[2])
+	before := servers[2].mgr.Get(g).AppliedIndex()
+	proposeResult(t, g, servers, fileOp("bad", "2")) // fatal where the leader is the failing replica
+	broken := servers[2].mgr.Get(g)
+	deadline := time.Now().Add(10 * time.Second)
+	for broken.Broken() == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if broken.Broken() == nil {
+		t.Fatal("replica did not report the fatal apply error")
+	}
+	if !errors.Is(broken.Broken(), syscall.EIO) {
+		t.Fatalf("broken = %v, want EIO", broken.Broken())
+	}
+	if got := broken.AppliedIndex(); got != before {
+		t.Fatalf("applied index moved past the failed op: %d -> %d", before, got)
+	}
+	if _, err := os.Stat(filepath.Join(broken.Dir(), "data", "bad")); err == nil {
+		t.Fatal("failed op left its file")
+	}
+	// The healthy majority keeps committing; the other copyset on the same
+	// server is unaffected.
+	propose(t, g, servers[:2], fileOp("more", "3"))
+	propose(t, other, servers, fileOp("x", "y"))
+	waitCaughtUp(t, other, waitLeader(t, other, servers...), servers[2])
+	if servers[2].mgr.Get(other).Broken() != nil {
+		t.Fatal("other copyset broken too")
 	}
 }

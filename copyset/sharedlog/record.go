@@ -1,0 +1,281 @@
+package sharedlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/klauspost/crc32"
+)
+
+// Record framing (little endian):
+//
+//	[0:4)   uint32 payload length n
+//	[4:8)   uint32 crc32c (Castagnoli) over bytes [0:4) and [8:17+n)
+//	[8]     record type
+//	[9:17)  uint64 group id
+//	[17:17+n) payload
+//
+// The crc covers the length, type, group and payload, so a torn or
+// overwritten record is detected and recovery stops at the end of the valid
+// prefix.
+const (
+	recHeaderSize = 17
+	// maxRecordPayload bounds a single record (one StoreLogs call).
+	maxRecordPayload = 1 << 30
+)
+
+type recType uint8
+
+const (
+	recEntries recType = 1 // payload: uvarint count, count x (uvarint len, entry)
+	recDelete  recType = 2 // payload: uvarint min, uvarint max
+	recSet     recType = 3 // payload: uvarint keylen, key, value
+	recDrop    recType = 4 // payload: empty
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var errCorrupt = errors.New("sharedlog: corrupt record")
+
+// beginRecord appends a header placeholder for a record of type t.
+func beginRecord(buf []byte, t recType, group uint64) []byte {
+	var h [recHeaderSize]byte
+	h[8] = byte(t)
+	binary.LittleEndian.PutUint64(h[9:17], group)
+	return append(buf, h[:]...)
+}
+
+// finishRecord fills length and crc of the record rec (which starts with its
+// header and ends with its payload).
+func finishRecord(rec []byte) {
+	binary.LittleEndian.PutUint32(rec[0:4], uint32(len(rec)-recHeaderSize))
+	binary.LittleEndian.PutUint32(rec[4:8], recordCRC(rec[0:4], rec[8:]))
+}
+
+func recordCRC(length, rest []byte) uint32 {
+	return crc32.Update(crc32.Update(0, castagnoli, length), castagnoli, rest)
+}
+
+// entryRef locates one encoded raft.Log inside a record: off is relative to
+// the start of the record (its header included), n is the encoded length.
+type entryRef struct {
+	index uint64
+	off   uint32
+	n     uint32
+}
+
+// op is the decoded, state-changing content of a record.
+type op struct {
+	kind  recType
+	group uint64
+	ents  []entryRef // recEntries
+	min   uint64     // recDelete
+	max   uint64     // recDelete
+	key   string     // recSet
+	val   []byte     // recSet
+}
+
+// Entry encoding:
+//
+//	uvarint Index, uvarint Term, byte Type, byte flags,
+//	[varint AppendedAt.UnixNano() if flags&1],
+//	uvarint len(Extensions), Extensions, Data (the rest).
+const flagAppendedAt = 1
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}
+
+func entrySize(l *raft.Log) int {
+	n := uvarintLen(l.Index) + uvarintLen(l.Term) + 2
+	if !l.AppendedAt.IsZero() {
+		n += varintLen(l.AppendedAt.UnixNano())
+	}
+	n += uvarintLen(uint64(len(l.Extensions))) + len(l.Extensions) + len(l.Data)
+	return n
+}
+
+func appendEntry(b []byte, l *raft.Log) []byte {
+	b = binary.AppendUvarint(b, l.Index)
+	b = binary.AppendUvarint(b, l.Term)
+	var flags byte
+	if !l.AppendedAt.IsZero() {
+		flags |= flagAppendedAt
+	}
+	b = append(b, byte(l.Type), flags)
+	if flags&flagAppendedAt != 0 {
+		b = binary.AppendVarint(b, l.AppendedAt.UnixNano())
+	}
+	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
+	b = append(b, l.Extensions...)
+	return append(b, l.Data...)
+}
+
+// decodeEntry decodes b into l. l.Data and l.Extensions alias b.
+func decodeEntry(b []byte, l *raft.Log) error {
+	idx, n := binary.Uvarint(b)
+	if n <= 0 {
+		return errCorrupt
+	}
+	b = b[n:]
+	term, n := binary.Uvarint(b)
+	if n <= 0 || len(b) < n+2 {
+		return errCorrupt
+	}
+	b = b[n:]
+	typ, flags := raft.LogType(b[0]), b[1]
+	b = b[2:]
+	var at time.Time
+	if flags&flagAppendedAt != 0 {
+		ns, n := binary.Varint(b)
+		if n <= 0 {
+			return errCorrupt
+		}
+		b = b[n:]
+		at = time.Unix(0, ns)
+	}
+	extLen, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < extLen {
+		return errCorrupt
+	}
+	b = b[n:]
+	var ext, data []byte
+	if extLen > 0 {
+		ext = b[:extLen:extLen]
+	}
+	b = b[extLen:]
+	if len(b) > 0 {
+		data = b
+	}
+	*l = raft.Log{Index: idx, Term: term, Type: typ, Data: data, Extensions: ext, AppendedAt: at}
+	return nil
+}
+
+// encodeEntries builds one recEntries record for logs, which must have
+// strictly increasing indexes.
+func encodeEntries(group uint64, logs []*raft.Log) ([]byte, []entryRef, error) {
+	size := recHeaderSize + uvarintLen(uint64(len(logs)))
+	sizes := make([]int, len(logs))
+	for i, l := range logs {
+		if l == nil {
+			return nil, nil, errors.New("sharedlog: nil log entry")
+		}
+		if i > 0 && l.Index <= logs[i-1].Index {
+			return nil, nil, fmt.Errorf("sharedlog: log indexes not increasing (%d after %d)", l.Index, logs[i-1].Index)
+		}
+		sizes[i] = entrySize(l)
+		size += uvarintLen(uint64(sizes[i])) + sizes[i]
+	}
+	if size-recHeaderSize > maxRecordPayload {
+		return nil, nil, fmt.Errorf("sharedlog: batch of %d bytes exceeds the %d byte record limit", size, maxRecordPayload)
+	}
+	rec := make([]byte, 0, size)
+	rec = beginRecord(rec, recEntries, group)
+	rec = binary.AppendUvarint(rec, uint64(len(logs)))
+	refs := make([]entryRef, len(logs))
+	for i, l := range logs {
+		rec = binary.AppendUvarint(rec, uint64(sizes[i]))
+		refs[i] = entryRef{index: l.Index, off: uint32(len(rec)), n: uint32(sizes[i])}
+		rec = appendEntry(rec, l)
+	}
+	finishRecord(rec)
+	return rec, refs, nil
+}
+
+func encodeDelete(group, min, max uint64) []byte {
+	rec := beginRecord(make([]byte, 0, recHeaderSize+20), recDelete, group)
+	rec = binary.AppendUvarint(rec, min)
+	rec = binary.AppendUvarint(rec, max)
+	finishRecord(rec)
+	return rec
+}
+
+func encodeSet(buf []byte, group uint64, key string, val []byte) []byte {
+	start := len(buf)
+	buf = beginRecord(buf, recSet, group)
+	buf = binary.AppendUvarint(buf, uint64(len(key)))
+	buf = append(buf, key...)
+	buf = append(buf, val...)
+	finishRecord(buf[start:])
+	return buf
+}
+
+func encodeDrop(group uint64) []byte {
+	rec := beginRecord(make([]byte, 0, recHeaderSize), recDrop, group)
+	finishRecord(rec)
+	return rec
+}
+
+// decodeOp parses a record whose crc was verified. hdr is the record header,
+// payload its payload. Entry offsets are relative to the record start.
+func decodeOp(hdr, payload []byte) (op, error) {
+	o := op{kind: recType(hdr[8]), group: binary.LittleEndian.Uint64(hdr[9:17])}
+	switch o.kind {
+	case recEntries:
+		count, n := binary.Uvarint(payload)
+		if n <= 0 || count > uint64(len(payload)) {
+			return o, errCorrupt
+		}
+		pos := n
+		o.ents = make([]entryRef, 0, count)
+		for range count {
+			elen, n := binary.Uvarint(payload[pos:])
+			if n <= 0 || elen > uint64(len(payload)-pos-n) || elen == 0 {
+				return o, errCorrupt
+			}
+			pos += n
+			idx, m := binary.Uvarint(payload[pos : pos+int(elen)])
+			if m <= 0 {
+				return o, errCorrupt
+			}
+			if len(o.ents) > 0 && idx <= o.ents[len(o.ents)-1].index {
+				return o, errCorrupt
+			}
+			o.ents = append(o.ents, entryRef{index: idx, off: uint32(recHeaderSize + pos), n: uint32(elen)})
+			pos += int(elen)
+		}
+		if pos != len(payload) {
+			return o, errCorrupt
+		}
+	case recDelete:
+		min, n := binary.Uvarint(payload)
+		if n <= 0 {
+			return o, errCorrupt
+		}
+		max, m := binary.Uvarint(payload[n:])
+		if m <= 0 || n+m != len(payload) {
+			return o, errCorrupt
+		}
+		o.min, o.max = min, max
+	case recSet:
+		klen, n := binary.Uvarint(payload)
+		if n <= 0 || klen > uint64(len(payload)-n) {
+			return o, errCorrupt
+		}
+		o.key = string(payload[n : n+int(klen)])
+		o.val = append([]byte{}, payload[n+int(klen):]...)
+	case recDrop:
+		if len(payload) != 0 {
+			return o, errCorrupt
+		}
+	default:
+		return o, errCorrupt
+	}
+	return o, nil
+}
