@@ -20,6 +20,8 @@ type chunkService struct {
 	pb.UnimplementedChunkServiceServer
 	copysets *copyset.Manager
 	layout   datastore.Options // chunk geometry for request validation
+	epochs   *epochMap
+	admit    *admission
 	metrics  *metrics
 	log      *slog.Logger
 }
@@ -82,16 +84,7 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 	}
 	index, res, err := n.Propose(ctx, op)
 	if err != nil {
-		st, leader := redirectOr(err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
-		if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
-			s.log.Warn("chunk op not committed", "op", req.GetOpType(), "pool", req.GetLogicPoolId(),
-				"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "err", err)
-		}
-		resp := chunkResponse(st)
-		if leader != "" {
-			resp.Redirect = proto.String(leader)
-		}
-		return resp
+		return s.failed(req, "chunk op not committed", err)
 	}
 	resp := chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
 	if r, ok := res.(chunkResult); ok {
@@ -101,34 +94,75 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 	return resp
 }
 
-// WriteChunk writes req.data at req.offset of the chunk, creating it.
-func (s *chunkService) WriteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+// mutate runs the checks every mutating request passes, in order, and
+// proposes it: validation (INVALID_REQUEST), the epoch fence
+// (EPOCH_TOO_OLD), the copyset (COPYSET_NOTEXIST), a broken replica
+// (DISK_FAIL), free space (NOSPACE). Nothing is proposed when one fails.
+func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkRequest, data []byte, valid func() error) *pb.ChunkResponse {
 	start := time.Now()
-	if err := s.validateIO(req); err != nil {
-		return s.finish("write", start, s.invalid("write", req, err), 0), nil
+	if !s.admit.enter() {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD), 0)
 	}
-	if uint64(len(req.GetData())) != uint64(req.GetSize()) {
-		err := fmt.Errorf("data length %d != size %d", len(req.GetData()), req.GetSize())
-		return s.finish("write", start, s.invalid("write", req, err), 0), nil
+	defer s.admit.leave()
+	if valid != nil {
+		if err := valid(); err != nil {
+			return s.finish(op, start, s.invalid(op, req, err), 0)
+		}
 	}
-	if req.GetSn() == 0 {
-		return s.finish("write", start, s.invalid("write", req, errors.New("sn is 0")), 0), nil
+	if req.FileId != nil && req.Epoch != nil && !s.epochs.allowed(req.GetFileId(), req.GetEpoch()) {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD), 0)
 	}
 	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
 	if n == nil {
-		return s.finish("write", start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0), nil
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0)
 	}
-	return s.finish("write", start, s.propose(ctx, n, req, req.GetData()), len(req.GetData())), nil
+	if n.Broken() != nil {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL), 0)
+	}
+	if s.admit.readOnly() {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE), 0)
+	}
+	return s.finish(op, start, s.propose(ctx, n, req, data), len(data))
+}
+
+// WriteChunk writes req.data at req.offset of the chunk, creating it.
+func (s *chunkService) WriteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	return s.mutate(ctx, "write", req, req.GetData(), func() error {
+		if err := s.validateIO(req); err != nil {
+			return err
+		}
+		if uint64(len(req.GetData())) != uint64(req.GetSize()) {
+			return fmt.Errorf("data length %d != size %d", len(req.GetData()), req.GetSize())
+		}
+		if req.GetSn() == 0 {
+			return errors.New("sn is 0")
+		}
+		return nil
+	}), nil
 }
 
 // DeleteChunk removes the chunk (a missing chunk is success).
 func (s *chunkService) DeleteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
-	start := time.Now()
-	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
-	if n == nil {
-		return s.finish("delete", start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0), nil
+	return s.mutate(ctx, "delete", req, nil, nil), nil
+}
+
+// UpdateEpoch raises the server's fence for a file; a lower epoch than the
+// stored one is EPOCH_TOO_OLD. Not replicated: clients send it to every
+// chunkserver of the file.
+func (s *chunkService) UpdateEpoch(ctx context.Context, req *pb.UpdateEpochRequest) (*pb.UpdateEpochResponse, error) {
+	if req.FileId == nil || req.Epoch == nil {
+		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)}, nil
 	}
-	return s.finish("delete", start, s.propose(ctx, n, req, nil), 0), nil
+	err := s.epochs.update(req.GetFileId(), req.GetEpoch())
+	switch {
+	case err == nil:
+		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)}, nil
+	case errors.Is(err, errEpochTooOld):
+		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)}, nil
+	default:
+		s.log.Error("update epoch", "file", req.GetFileId(), "err", err)
+		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)}, nil
+	}
 }
 
 // chunkStore returns the chunk state machine's store of a node.
@@ -139,6 +173,10 @@ func chunkStore(n *copyset.Node) *datastore.Store {
 // ReadChunk reads req.size bytes at req.offset, linearizably.
 func (s *chunkService) ReadChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
 	start := time.Now()
+	if !s.admit.enter() {
+		return s.finish("read", start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD), 0), nil
+	}
+	defer s.admit.leave()
 	if err := s.validateIO(req); err != nil {
 		return s.finish("read", start, s.invalid("read", req, err), 0), nil
 	}
@@ -148,7 +186,7 @@ func (s *chunkService) ReadChunk(ctx context.Context, req *pb.ChunkRequest) (*pb
 	}
 	applied, err := n.ReadBarrier(ctx)
 	if err != nil {
-		return s.finish("read", start, s.barrierFailed(req, err), 0), nil
+		return s.finish("read", start, s.failed(req, "read barrier failed", err), 0), nil
 	}
 	buf := make([]byte, req.GetSize())
 	err = chunkStore(n).ReadChunk(req.GetChunkId(), buf, req.GetOffset())
@@ -197,10 +235,14 @@ func (s *chunkService) invalid(op string, req *pb.ChunkRequest, err error) *pb.C
 	return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)
 }
 
-func (s *chunkService) barrierFailed(req *pb.ChunkRequest, err error) *pb.ChunkResponse {
+// failed maps a propose or read-barrier error: REDIRECTED with the leader
+// hint when this replica is not the leader, FAILURE_UNKNOWN (logged)
+// otherwise.
+func (s *chunkService) failed(req *pb.ChunkRequest, what string, err error) *pb.ChunkResponse {
 	st, leader := redirectOr(err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
 	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
-		s.log.Warn("read barrier failed", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(), "err", err)
+		s.log.Warn(what, "op", req.GetOpType(), "pool", req.GetLogicPoolId(),
+			"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "err", err)
 	}
 	resp := chunkResponse(st)
 	if leader != "" {

@@ -33,6 +33,13 @@ type Config struct {
 	// chunk writes of up to 16 MiB each, hence the large default (1 GiB).
 	MaxMessageSize int `yaml:"max_message_size"`
 
+	// MaxInflight bounds the chunk requests being served at once; more get
+	// CHUNK_OP_STATUS_OVERLOAD.
+	MaxInflight int `yaml:"max_inflight"`
+	// MinFreeBytes is the free space on the data dir's filesystem below
+	// which copysets turn read-only (mutations get NOSPACE, reads work).
+	MinFreeBytes uint64 `yaml:"min_free_bytes"`
+
 	Raft RaftConfig `yaml:"raft"`
 }
 
@@ -60,6 +67,8 @@ func DefaultConfig() Config {
 		DataDir:        "./data",
 		LogLevel:       "info",
 		MaxMessageSize: 1 << 30,
+		MaxInflight:    5000,
+		MinFreeBytes:   256 << 20,
 		Raft: RaftConfig{
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
@@ -109,6 +118,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMessageSize < 17<<20 {
 		return fmt.Errorf("config: max_message_size %d is below one 16 MiB chunk write plus headers", c.MaxMessageSize)
+	}
+	if c.MaxInflight < 1 {
+		return fmt.Errorf("config: max_inflight %d must be at least 1", c.MaxInflight)
 	}
 	if c.Raft.LeaderLeaseTimeout > c.Raft.HeartbeatTimeout {
 		return fmt.Errorf("config: raft.leader_lease_timeout %v exceeds raft.heartbeat_timeout %v",

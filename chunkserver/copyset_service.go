@@ -18,6 +18,7 @@ import (
 type copysetService struct {
 	pb.UnimplementedCopysetServiceServer
 	copysets *copyset.Manager
+	admit    *admission
 	log      *slog.Logger
 }
 
@@ -102,11 +103,15 @@ const (
 	braftLeader    = 1
 	braftCandidate = 3
 	braftFollower  = 4
+	braftError     = 5
 	braftShutdown  = 8
 )
 
-func braftState(s raft.RaftState) uint32 {
-	switch s {
+func braftState(st copyset.Status) uint32 {
+	if st.Broken != nil {
+		return braftError
+	}
+	switch st.State {
 	case raft.Leader:
 		return braftLeader
 	case raft.Candidate:
@@ -130,9 +135,9 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 	st := n.Status()
 	resp := &pb.CopysetStatusResponse{
 		Status:            copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS),
-		State:             proto.Uint32(braftState(st.State)),
+		State:             proto.Uint32(braftState(st)),
 		Peer:              &commonpb.Peer{Address: proto.String(string(st.Peer))},
-		ReadOnly:          proto.Bool(false),
+		ReadOnly:          proto.Bool(s.admit.readOnly() || st.Broken != nil),
 		Term:              proto.Int64(int64(st.Term)),
 		CommittedIndex:    proto.Int64(int64(st.CommittedIndex)),
 		KnownAppliedIndex: proto.Int64(int64(st.AppliedIndex)),

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -38,11 +40,15 @@ type Server struct {
 	trans    *copyset.TransportManager
 	copysets *copyset.Manager
 	metrics  *metrics
+	admit    *admission
 	ready    atomic.Bool
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
-func New(cfg Config, log *slog.Logger) (*Server, error) {
+// Raft's own logs go to stderr.
+func New(cfg Config, log *slog.Logger) (*Server, error) { return newServer(cfg, log, os.Stderr) }
+
+func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -51,6 +57,17 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("advertise address: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, local: local}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	epochs, err := openEpochMap(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.admit = &admission{
+		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
+		minFree: cfg.MinFreeBytes, diskFree: statfsFree,
+	}
 	s.trans = copyset.NewTransportManager(raft.ServerAddress(local.Addr()), copyset.TransportOptions{
 		Logger: log.With("component", "transport"),
 		DialOptions: []grpc.DialOption{
@@ -86,6 +103,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
+			LogOutput:          raftLog,
 		},
 		Logger: log,
 	})
@@ -100,8 +118,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
 	)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
-	pb.RegisterChunkServiceServer(s.grpc, &chunkService{copysets: s.copysets, layout: ds, metrics: s.metrics, log: log})
-	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, log: log})
+	pb.RegisterChunkServiceServer(s.grpc, &chunkService{
+		copysets: s.copysets, layout: ds, epochs: epochs, admit: s.admit, metrics: s.metrics, log: log,
+	})
+	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log})
 	pb.RegisterCliService2Server(s.grpc, &cliService2{copysets: s.copysets, ready: &s.ready})
 	registerUnimplemented(s.grpc)
 	s.trans.Register(s.grpc)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -33,6 +34,8 @@ type RaftOptions struct {
 	// TrailingLogs is how many entries stay in the log after a snapshot, for
 	// followers to catch up without a snapshot install (default 10240).
 	TrailingLogs uint64
+	// LogOutput receives hashicorp/raft's JSON logs (default os.Stderr).
+	LogOutput io.Writer
 }
 
 func (o *RaftOptions) withDefaults() RaftOptions {
@@ -62,6 +65,9 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	}
 	if r.TrailingLogs == 0 {
 		r.TrailingLogs = 10240
+	}
+	if r.LogOutput == nil {
+		r.LogOutput = os.Stderr
 	}
 	return r
 }
@@ -190,7 +196,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:       "raft." + c.group.String(),
 		Level:      hclog.LevelFromString(opts.LogLevel),
-		Output:     os.Stderr,
+		Output:     opts.LogOutput,
 		JSONFormat: true,
 	})
 

@@ -1,0 +1,69 @@
+package chunkserver
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// admission holds the server-wide checks a chunk request passes before it
+// touches a copyset: the in-flight limit (OVERLOAD) and the free-space
+// floor below which copysets are read-only (NOSPACE for mutations; reads
+// keep working, and writes succeed again once space is freed).
+type admission struct {
+	maxInflight int64
+	inflight    atomic.Int64
+
+	dataDir  string
+	minFree  uint64
+	diskFree func(path string) (uint64, error) // free bytes; a test seam
+
+	mu        sync.Mutex
+	checkedAt time.Time
+	ro        bool
+}
+
+// statfsFree returns the bytes available to unprivileged users on path's
+// filesystem.
+func statfsFree(path string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// enter counts a request in; false means the server is over its limit and
+// the request must get OVERLOAD (leave must not be called then).
+func (a *admission) enter() bool {
+	if a.inflight.Add(1) > a.maxInflight {
+		a.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (a *admission) leave() { a.inflight.Add(-1) }
+
+// readOnly reports whether free space on the data dir is below the floor.
+// The filesystem is asked at most every 500 ms; a failing statfs keeps the
+// previous answer.
+func (a *admission) readOnly() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.checkedAt) >= 500*time.Millisecond {
+		if free, err := a.diskFree(a.dataDir); err == nil {
+			a.ro = free < a.minFree
+		}
+		a.checkedAt = time.Now()
+	}
+	return a.ro
+}
+
+// recheck forgets the cached answer (tests, and after space is freed).
+func (a *admission) recheck() {
+	a.mu.Lock()
+	a.checkedAt = time.Time{}
+	a.mu.Unlock()
+}

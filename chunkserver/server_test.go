@@ -1,0 +1,210 @@
+package chunkserver
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+// testCluster is n in-process chunkservers on loopback with one copyset.
+type testCluster struct {
+	servers []*Server
+	conns   []*grpc.ClientConn
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	group   copyset.GroupID
+}
+
+func startTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &testCluster{cancel: cancel, group: copyset.NewGroupID(1, 1)}
+	var peers []copyset.PeerID
+	var listeners []net.Listener
+	for i := 0; i < n; i++ {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Listen, cfg.MetricsListen = lis.Addr().String(), ""
+		cfg.DataDir = filepath.Join(t.TempDir(), "data")
+		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 300*time.Millisecond, 300*time.Millisecond
+		cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
+		srv, err := newServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.servers, c.conns = append(c.servers, srv), append(c.conns, conn)
+		listeners = append(listeners, lis)
+		peers = append(peers, srv.Local())
+	}
+	for i, srv := range c.servers {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); srv.Serve(ctx, listeners[i]) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		c.wg.Wait()
+		for _, conn := range c.conns {
+			conn.Close()
+		}
+	})
+	for _, srv := range c.servers {
+		for !srv.ready.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, err := srv.Copysets().Create(ctx, c.group, peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.leader(t)
+	return c
+}
+
+// leader returns the index of the copyset's leader.
+func (c *testCluster) leader(t *testing.T) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		for i, srv := range c.servers {
+			if n := srv.Copysets().Get(c.group); n != nil && n.IsLeader() {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no leader")
+	return -1
+}
+
+func (c *testCluster) chunk(i int) pb.ChunkServiceClient { return pb.NewChunkServiceClient(c.conns[i]) }
+
+func writeReq(chunk uint64, off uint32, data []byte) *pb.ChunkRequest {
+	return &pb.ChunkRequest{
+		OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1),
+		ChunkId: proto.Uint64(chunk), Offset: proto.Uint32(off), Size: proto.Uint32(uint32(len(data))),
+		Sn: proto.Uint64(1), Data: data,
+	}
+}
+
+func readReq(chunk uint64, off, size uint32) *pb.ChunkRequest {
+	return &pb.ChunkRequest{
+		OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_READ.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1),
+		ChunkId: proto.Uint64(chunk), Offset: proto.Uint32(off), Size: proto.Uint32(size),
+	}
+}
+
+func mustStatus(t *testing.T, resp *pb.ChunkResponse, err error, want pb.CHUNK_OP_STATUS) *pb.ChunkResponse {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStatus() != want {
+		t.Fatalf("status %v, want %v", resp.GetStatus(), want)
+	}
+	return resp
+}
+
+// TestEpochFencing: after UpdateEpoch(5, 2) a write carrying file 5 with
+// epoch 1 is refused and changes nothing; epoch 2 passes; lowering fails.
+func TestEpochFencing(t *testing.T) {
+	c := startTestCluster(t, 3)
+	ctx := context.Background()
+	l := c.leader(t)
+	cl := c.chunk(l)
+	orig := bytes.Repeat([]byte{1}, 4096)
+	resp, err := cl.WriteChunk(ctx, writeReq(9, 0, orig))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+
+	up := func(file, epoch uint64) pb.CHUNK_OP_STATUS {
+		r, err := cl.UpdateEpoch(ctx, &pb.UpdateEpochRequest{FileId: proto.Uint64(file), Epoch: proto.Uint64(epoch)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if st := up(5, 2); st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+		t.Fatalf("update epoch: %v", st)
+	}
+	if st := up(5, 1); st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD {
+		t.Fatalf("lowering epoch: %v", st)
+	}
+	stale := writeReq(9, 0, bytes.Repeat([]byte{2}, 4096))
+	stale.FileId, stale.Epoch = proto.Uint64(5), proto.Uint64(1)
+	resp, err = cl.WriteChunk(ctx, stale)
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
+	del := &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), LogicPoolId: proto.Uint32(1),
+		CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(9), FileId: proto.Uint64(5), Epoch: proto.Uint64(1)}
+	resp, err = cl.DeleteChunk(ctx, del)
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
+	resp, err = cl.ReadChunk(ctx, readReq(9, 0, 4096))
+	if mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS); !bytes.Equal(resp.GetData(), orig) {
+		t.Fatal("a fenced request changed the chunk")
+	}
+	current := writeReq(9, 0, bytes.Repeat([]byte{3}, 4096))
+	current.FileId, current.Epoch = proto.Uint64(5), proto.Uint64(2)
+	resp, err = cl.WriteChunk(ctx, current)
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+}
+
+// TestOverloadAndReadOnly: over the in-flight limit a request gets
+// OVERLOAD; below the free-space floor writes get NOSPACE while reads
+// work, and writes succeed again once space is back.
+func TestOverloadAndReadOnly(t *testing.T) {
+	c := startTestCluster(t, 3)
+	ctx := context.Background()
+	l := c.leader(t)
+	cl := c.chunk(l)
+	data := bytes.Repeat([]byte{7}, 4096)
+	resp, err := cl.WriteChunk(ctx, writeReq(1, 0, data))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+
+	admit := c.servers[l].admit
+	admit.maxInflight = 0
+	resp, err = cl.WriteChunk(ctx, writeReq(1, 0, data))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD)
+	resp, err = cl.ReadChunk(ctx, readReq(1, 0, 4096))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD)
+	admit.maxInflight = 5000
+
+	var full sync.Mutex
+	free := uint64(0)
+	admit.diskFree = func(string) (uint64, error) { full.Lock(); defer full.Unlock(); return free, nil }
+	admit.recheck()
+	resp, err = cl.WriteChunk(ctx, writeReq(1, 4096, data))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE)
+	resp, err = cl.ReadChunk(ctx, readReq(1, 0, 8192))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	if !bytes.Equal(resp.GetData()[:4096], data) || !bytes.Equal(resp.GetData()[4096:], make([]byte, 4096)) {
+		t.Fatal("refused write changed data")
+	}
+	st, err := pb.NewCopysetServiceClient(c.conns[l]).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
+		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), QueryHash: proto.Bool(false),
+		Peer: &commonpb.Peer{Address: proto.String(string(c.servers[l].Local()))}})
+	if err != nil || !st.GetReadOnly() {
+		t.Fatalf("status readOnly = %v (%v), want true", st.GetReadOnly(), err)
+	}
+	full.Lock()
+	free = 1 << 40
+	full.Unlock()
+	admit.recheck()
+	resp, err = cl.WriteChunk(ctx, writeReq(1, 4096, data))
+	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+}
