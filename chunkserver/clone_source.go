@@ -1,0 +1,199 @@
+package chunkserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxLocationLen bounds a clone location (Curve's location_limit).
+const maxLocationLen = 3000
+
+// cloneLocation is a parsed clone source. Forms (Curve's, with <file>
+// naming a chunk of this cluster):
+//
+//	<pool>/<copyset>/<chunkId>:<offset>@cs  clone block X reads source chunk bytes offset+X
+//	<object>@s3                             clone block X reads object bytes X
+//
+// The parser splits at the last '@' and, for cs, at the last ':'. Source
+// bytes past the end of the source chunk or object read as zeros.
+type cloneLocation struct {
+	s3     bool
+	object string
+	group  copyset.GroupID
+	chunk  uint64
+	offset uint64
+}
+
+func parseLocation(s string) (cloneLocation, error) {
+	var loc cloneLocation
+	if s == "" || len(s) > maxLocationLen {
+		return loc, fmt.Errorf("location: length %d not in 1..%d", len(s), maxLocationLen)
+	}
+	at := strings.LastIndexByte(s, '@')
+	if at < 0 {
+		return loc, fmt.Errorf("location %q: no @cs or @s3 suffix", s)
+	}
+	body, kind := s[:at], s[at+1:]
+	switch kind {
+	case "s3":
+		if err := objstore.ValidateName(body); err != nil {
+			return loc, fmt.Errorf("location %q: %w", s, err)
+		}
+		return cloneLocation{s3: true, object: body}, nil
+	case "cs":
+	default:
+		return loc, fmt.Errorf("location %q: unknown kind %q (want cs or s3)", s, kind)
+	}
+	colon := strings.LastIndexByte(body, ':')
+	if colon < 0 {
+		return loc, fmt.Errorf("location %q: want <pool>/<copyset>/<chunkId>:<offset>@cs", s)
+	}
+	off, err := strconv.ParseUint(body[colon+1:], 10, 64)
+	if err != nil || off%4096 != 0 || off >= 16<<20 {
+		return loc, fmt.Errorf("location %q: offset must be a 4 KiB multiple below 16 MiB", s)
+	}
+	parts := strings.Split(body[:colon], "/")
+	if len(parts) != 3 {
+		return loc, fmt.Errorf("location %q: want <pool>/<copyset>/<chunkId>:<offset>@cs", s)
+	}
+	pool, err1 := strconv.ParseUint(parts[0], 10, 32)
+	cs, err2 := strconv.ParseUint(parts[1], 10, 32)
+	chunk, err3 := strconv.ParseUint(parts[2], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return loc, fmt.Errorf("location %q: %w", s, err)
+	}
+	return cloneLocation{group: copyset.NewGroupID(uint32(pool), uint32(cs)), chunk: chunk, offset: off}, nil
+}
+
+// cloneSource reads the source bytes of clone chunks: objects from the
+// object store, chunks of this cluster through the source copyset's leader
+// (this server's own replica when it leads, else over gRPC). It never runs
+// inside raft apply.
+type cloneSource struct {
+	copysets *copyset.Manager
+	objects  objstore.Store
+	seeds    []string // servers asked for leaders of copysets not hosted here
+	local    func(ctx context.Context, n *copyset.Node, chunk uint64, p []byte, off uint32) error
+	maxMsg   int
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// fetch fills p with the source bytes for clone data offset off.
+func (c *cloneSource) fetch(ctx context.Context, loc cloneLocation, p []byte, off uint32) error {
+	if loc.s3 {
+		n, err := c.objects.ReadAt(ctx, loc.object, p, int64(off))
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("clone source %s@s3: %w", loc.object, err)
+		}
+		clear(p[n:])
+		return nil
+	}
+	start := loc.offset + uint64(off)
+	clear(p)
+	if start >= 16<<20 {
+		return nil
+	}
+	want := p
+	if start+uint64(len(p)) > 16<<20 {
+		want = p[:16<<20-start]
+	}
+	return c.readChunk(ctx, loc.group, loc.chunk, want, uint32(start))
+}
+
+// readChunk reads a chunk of this cluster linearizably from its leader; a
+// missing chunk reads as zeros.
+func (c *cloneSource) readChunk(ctx context.Context, g copyset.GroupID, chunk uint64, p []byte, off uint32) error {
+	var leader string
+	if n := c.copysets.Get(g); n != nil {
+		if n.IsLeader() {
+			return c.local(ctx, n, chunk, p, off)
+		}
+		leader = n.Leader().Addr()
+	}
+	candidates := c.seeds
+	if leader != "" {
+		candidates = append([]string{leader}, c.seeds...)
+	}
+	var lastErr error = fmt.Errorf("copyset %d/%d is not hosted here and no clone_source_servers are configured", g.Pool(), g.Copyset())
+	for hops, i := 0, 0; i < len(candidates) && hops < 8; hops++ {
+		addr := candidates[i]
+		conn, err := c.conn(addr)
+		if err != nil {
+			lastErr = err
+			i++
+			continue
+		}
+		resp, err := pb.NewChunkServiceClient(conn).ReadChunk(ctx, &pb.ChunkRequest{
+			OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_READ.Enum(), LogicPoolId: proto.Uint32(g.Pool()),
+			CopysetId: proto.Uint32(g.Copyset()), ChunkId: proto.Uint64(chunk),
+			Offset: proto.Uint32(off), Size: proto.Uint32(uint32(len(p))),
+		})
+		if err != nil {
+			lastErr = fmt.Errorf("read source from %s: %w", addr, err)
+			i++
+			continue
+		}
+		switch resp.GetStatus() {
+		case pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+			copy(p, resp.GetData())
+			return nil
+		case pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST:
+			return nil
+		case pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED:
+			if r := resp.GetRedirect(); r != "" {
+				candidates = append([]string{copyset.PeerID(r).Addr()}, candidates[i+1:]...)
+				i = 0
+				continue
+			}
+		}
+		lastErr = fmt.Errorf("read source chunk %d of copyset %d/%d from %s: %v", chunk, g.Pool(), g.Copyset(), addr, resp.GetStatus())
+		i++
+	}
+	return lastErr
+}
+
+func (c *cloneSource) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.maxMsg)))
+	if err != nil {
+		return nil, fmt.Errorf("dial clone source %s: %w", addr, err)
+	}
+	if c.conns == nil {
+		c.conns = map[string]*grpc.ClientConn{}
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+func (c *cloneSource) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, cc := range c.conns {
+		errs = append(errs, cc.Close())
+	}
+	c.conns = nil
+	if c.objects != nil {
+		errs = append(errs, c.objects.Close())
+	}
+	return errors.Join(errs...)
+}
