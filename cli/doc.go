@@ -8,6 +8,9 @@
 // not host the copyset, is unreachable or times out, and retries with a small
 // backoff until an overall deadline. Every RPC attempt has its own, shorter
 // timeout so that a dead or stopped leader cannot use up the whole deadline.
+// A few calls go to every configured server instead of the leader:
+// ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (a
+// per-server fence that raft does not replicate).
 //
 // Peers are named on the wire as "ip:port:0" (curve.common.Peer.address);
 // everything here also accepts "host:port" and normalises it.

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"hash/crc32"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -30,8 +32,25 @@ type fakeCluster struct {
 	stale     int          // GetLeader answers staleLeader while stale > 0 ...
 	staleTo   int          // ... with this server as leader
 	chunks    map[ChunkID][]byte
-	created   map[CopysetID]map[int][]string // copyset -> server -> peer ids
-	calls     map[int]map[string]int         // server -> method -> count
+	sns       map[ChunkID]uint64                     // chunk sn
+	snaps     map[ChunkID]fakeSnap                   // COW snapshots
+	corrected map[ChunkID]uint64                     // corrected sn
+	clones    map[ChunkID]fakeClone                  // clone chunks
+	epochs    map[int]map[uint64]uint64              // server -> file id -> epoch
+	corrupt   map[int]bool                           // GetChunkHash on these servers sees a flipped byte
+	reqs      map[string]*chunkserverpb.ChunkRequest // method -> last request served
+	created   map[CopysetID]map[int][]string         // copyset -> server -> peer ids
+	calls     map[int]map[string]int                 // server -> method -> count
+}
+
+type fakeSnap struct {
+	sn   uint64
+	data []byte
+}
+
+type fakeClone struct {
+	location        string
+	sn, correctedSn uint64
 }
 
 type fakeServer struct {
@@ -53,6 +72,13 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 		notHosted: map[int]bool{},
 		stall:     map[int]bool{},
 		chunks:    map[ChunkID][]byte{},
+		sns:       map[ChunkID]uint64{},
+		snaps:     map[ChunkID]fakeSnap{},
+		corrected: map[ChunkID]uint64{},
+		clones:    map[ChunkID]fakeClone{},
+		epochs:    map[int]map[uint64]uint64{},
+		corrupt:   map[int]bool{},
+		reqs:      map[string]*chunkserverpb.ChunkRequest{},
 		created:   map[CopysetID]map[int][]string{},
 		calls:     map[int]map[string]int{},
 	}
@@ -69,6 +95,7 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 		t.Cleanup(s.gs.Stop)
 		c.servers = append(c.servers, s)
 		c.calls[i] = map[string]int{}
+		c.epochs[i] = map[uint64]uint64{}
 	}
 	return c
 }
@@ -135,6 +162,20 @@ func (s *fakeServer) route() (chunkserverpb.CHUNK_OP_STATUS, string) {
 	return chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, ""
 }
 
+// fenced reports whether req carries a file epoch older than the one this
+// server holds (the real server checks this before anything else but
+// validation). Called with c.mu held.
+func (s *fakeServer) fenced(req *chunkserverpb.ChunkRequest) bool {
+	return req.FileId != nil && req.Epoch != nil && req.GetEpoch() < s.c.epochs[s.i][req.GetFileId()]
+}
+
+// lastRequest returns the last request of method the leader served.
+func (c *fakeCluster) lastRequest(method string) *chunkserverpb.ChunkRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reqs[method]
+}
+
 func chunkKey(req *chunkserverpb.ChunkRequest) ChunkID {
 	return ChunkID{CopysetID: CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}, Chunk: req.GetChunkId()}
 }
@@ -161,16 +202,31 @@ func (f *fakeChunkService) WriteChunk(ctx context.Context, req *chunkserverpb.Ch
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if f.s.fenced(req) {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD, ""), nil
+	}
 	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		return chunkReply(st, hint), nil
 	}
+	c.reqs["WriteChunk"] = req
 	off, size := uint64(req.GetOffset()), uint64(req.GetSize())
 	if req.GetOpType() != chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE || size == 0 ||
 		size != uint64(len(req.GetData())) || off+size > fakeChunkSize {
 		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, ""), nil
 	}
 	k := chunkKey(req)
-	buf := c.chunks[k]
+	buf, exists := c.chunks[k]
+	switch sn := req.GetSn(); {
+	case !exists:
+		c.sns[k] = sn
+	case sn < c.sns[k]:
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD, ""), nil
+	case sn > c.sns[k]: // copy on write: keep the old version
+		if _, ok := c.snaps[k]; !ok && sn > c.corrected[k] {
+			c.snaps[k] = fakeSnap{sn: c.sns[k], data: append([]byte(nil), buf...)}
+		}
+		c.sns[k] = sn
+	}
 	if uint64(len(buf)) < off+size {
 		buf = append(buf, make([]byte, off+size-uint64(len(buf)))...)
 	}
@@ -213,10 +269,19 @@ func (f *fakeChunkService) DeleteChunk(ctx context.Context, req *chunkserverpb.C
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if f.s.fenced(req) {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD, ""), nil
+	}
 	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		return chunkReply(st, hint), nil
 	}
-	delete(c.chunks, chunkKey(req))
+	c.reqs["DeleteChunk"] = req
+	k := chunkKey(req)
+	delete(c.chunks, k)
+	delete(c.sns, k)
+	delete(c.snaps, k)
+	delete(c.corrected, k)
+	delete(c.clones, k)
 	return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, ""), nil
 }
 
@@ -234,9 +299,186 @@ func (f *fakeChunkService) GetChunkInfo(ctx context.Context, req *chunkserverpb.
 	}
 	k := ChunkID{CopysetID: CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}, Chunk: req.GetChunkId()}
 	if _, ok := c.chunks[k]; ok && st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-		r.ChunkSn = []uint64{1}
+		r.ChunkSn = []uint64{c.sns[k]}
+		if snap, ok := c.snaps[k]; ok {
+			r.ChunkSn = append(r.ChunkSn, snap.sn)
+		}
 	}
 	return r, nil
+}
+
+// serve does what every leader-routed chunk op of the fake does first:
+// count, route, check op type, record. A non-nil reply is the answer.
+// Called with c.mu held.
+func (f *fakeChunkService) serve(method string, req *chunkserverpb.ChunkRequest, op chunkserverpb.CHUNK_OP_TYPE) *chunkserverpb.ChunkResponse {
+	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+		return chunkReply(st, hint)
+	}
+	f.s.c.reqs[method] = req
+	if req.GetOpType() != op {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, "")
+	}
+	return nil
+}
+
+func (f *fakeChunkService) ReadChunkSnapshot(ctx context.Context, req *chunkserverpb.ChunkRequest) (*chunkserverpb.ChunkResponse, error) {
+	if f.s.enter(ctx, "ReadChunkSnapshot") {
+		return nil, errStalled
+	}
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := f.serve("ReadChunkSnapshot", req, chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_READ_SNAP); r != nil {
+		return r, nil
+	}
+	off, size := uint64(req.GetOffset()), uint64(req.GetSize())
+	if size == 0 || off+size > fakeChunkSize || req.GetSn() == 0 {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, ""), nil
+	}
+	k := chunkKey(req)
+	var buf []byte
+	if snap, ok := c.snaps[k]; ok && snap.sn == req.GetSn() {
+		buf = snap.data
+	} else if data, ok := c.chunks[k]; ok && c.sns[k] == req.GetSn() {
+		buf = data
+	} else {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST, ""), nil
+	}
+	out := make([]byte, size)
+	if off < uint64(len(buf)) {
+		copy(out, buf[off:])
+	}
+	r := chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, "")
+	r.Data = out
+	return r, nil
+}
+
+func (f *fakeChunkService) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, req *chunkserverpb.ChunkRequest) (*chunkserverpb.ChunkResponse, error) {
+	if f.s.enter(ctx, "DeleteChunkSnapshotOrCorrectSn") {
+		return nil, errStalled
+	}
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := f.serve("DeleteChunkSnapshotOrCorrectSn", req, chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP); r != nil {
+		return r, nil
+	}
+	k := chunkKey(req)
+	if _, ok := c.snaps[k]; ok {
+		delete(c.snaps, k)
+	} else if _, ok := c.chunks[k]; ok {
+		c.corrected[k] = req.GetCorrectedSn()
+	}
+	return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, ""), nil
+}
+
+// CreateCloneChunk makes a clone whose data is the source's at once (the
+// fake has no lazy reads): a @cs source chunk's bytes from the offset, an
+// @s3 object's are zeros.
+func (f *fakeChunkService) CreateCloneChunk(ctx context.Context, req *chunkserverpb.ChunkRequest) (*chunkserverpb.ChunkResponse, error) {
+	if f.s.enter(ctx, "CreateCloneChunk") {
+		return nil, errStalled
+	}
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := f.serve("CreateCloneChunk", req, chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE); r != nil {
+		return r, nil
+	}
+	loc, err := ParseCloneLocation(req.GetLocation())
+	if err != nil || req.GetSize() != fakeChunkSize || req.GetSn() == 0 {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, ""), nil
+	}
+	k := chunkKey(req)
+	want := fakeClone{location: req.GetLocation(), sn: req.GetSn(), correctedSn: req.GetCorrectedSn()}
+	if _, ok := c.chunks[k]; ok {
+		if c.clones[k] == want {
+			return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, ""), nil
+		}
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_EXIST, ""), nil
+	}
+	data := make([]byte, fakeChunkSize)
+	if src, ok := c.chunks[loc.Source]; ok && loc.Kind == LocationCS && loc.Offset < uint64(len(src)) {
+		copy(data, src[loc.Offset:])
+	}
+	c.chunks[k], c.sns[k], c.clones[k] = data, want.sn, want
+	return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, ""), nil
+}
+
+func (f *fakeChunkService) RecoverChunk(ctx context.Context, req *chunkserverpb.ChunkRequest) (*chunkserverpb.ChunkResponse, error) {
+	if f.s.enter(ctx, "RecoverChunk") {
+		return nil, errStalled
+	}
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := f.serve("RecoverChunk", req, chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_RECOVER); r != nil {
+		return r, nil
+	}
+	off, size := uint64(req.GetOffset()), uint64(req.GetSize())
+	if size == 0 || off+size > fakeChunkSize {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, ""), nil
+	}
+	if _, ok := c.chunks[chunkKey(req)]; !ok {
+		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST, ""), nil
+	}
+	return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, ""), nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// GetChunkHash answers on any replica that hosts the copyset: crc32c of the
+// range of the (shared) data, with a byte flipped on corrupt servers.
+func (f *fakeChunkService) GetChunkHash(ctx context.Context, req *chunkserverpb.GetChunkHashRequest) (*chunkserverpb.GetChunkHashResponse, error) {
+	if f.s.enter(ctx, "GetChunkHash") {
+		return nil, errStalled
+	}
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reply := func(st chunkserverpb.CHUNK_OP_STATUS, hash string) (*chunkserverpb.GetChunkHashResponse, error) {
+		r := &chunkserverpb.GetChunkHashResponse{Status: st.Enum()}
+		if hash != "" {
+			r.Hash = proto.String(hash)
+		}
+		return r, nil
+	}
+	if c.notHosted[f.s.i] {
+		return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST, "")
+	}
+	off, n := uint64(req.GetOffset()), uint64(req.GetLength())
+	if n == 0 || off+n > fakeChunkSize {
+		return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, "")
+	}
+	buf, ok := c.chunks[ChunkID{CopysetID: CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}, Chunk: req.GetChunkId()}]
+	if !ok {
+		return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, "0")
+	}
+	data := make([]byte, n)
+	if off < uint64(len(buf)) {
+		copy(data, buf[off:])
+	}
+	if c.corrupt[f.s.i] {
+		data[0] ^= 0xff
+	}
+	return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, strconv.FormatUint(uint64(crc32.Checksum(data, castagnoli)), 10))
+}
+
+// UpdateEpoch is a per-server fence: lower than the stored epoch is refused.
+func (f *fakeChunkService) UpdateEpoch(ctx context.Context, req *chunkserverpb.UpdateEpochRequest) (*chunkserverpb.UpdateEpochResponse, error) {
+	if f.s.enter(ctx, "UpdateEpoch") {
+		return nil, errStalled
+	}
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
+	if req.GetEpoch() < c.epochs[f.s.i][req.GetFileId()] {
+		st = chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD
+	} else {
+		c.epochs[f.s.i][req.GetFileId()] = req.GetEpoch()
+	}
+	return &chunkserverpb.UpdateEpochResponse{Status: st.Enum()}, nil
 }
 
 type fakeCliService struct {

@@ -33,7 +33,7 @@ func NewRootCommand() *cobra.Command {
 	a := &app{}
 	root := &cobra.Command{
 		Use:   "chunkctl",
-		Short: "Administer a chunkraft cluster: copysets, leaders, chunks",
+		Short: "Administer a chunkraft cluster: copysets, leaders, chunks, epochs",
 		Long: `chunkctl talks to chunkraft chunkservers over gRPC.
 
 Servers are given as host:port (peer ids host:port:0 are accepted too). Copyset
@@ -55,7 +55,7 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "deadline of each operation, retries included")
 	pf.DurationVar(&a.attemptTimeout, "attempt-timeout", DefaultAttemptTimeout, "deadline of each single RPC attempt")
 
-	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a))
+	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a), newEpochCommand(a))
 	return root
 }
 

@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+)
+
+// serverCall is one ChunkService call against one server, returning the
+// reply's status or the gRPC error.
+type serverCall func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, error)
+
+// onServer runs call against one server (no leader involved) until it gets a
+// reply other than OVERLOAD or an error waiting cannot fix. An unreachable,
+// stalled or restarting server is retried with backoff until the client's
+// timeout. Errors do not name the server: the caller's row does.
+func (c *Client) onServer(parent context.Context, addr string, call serverCall) (chunkserverpb.CHUNK_OP_STATUS, error) {
+	start := time.Now()
+	ctx, cancel := c.withDeadline(parent)
+	defer cancel()
+	svc, err := c.chunkService(addr)
+	if err != nil {
+		return 0, err
+	}
+	bo := newBackoff()
+	var last error
+	for ctx.Err() == nil {
+		actx, acancel := context.WithTimeout(ctx, c.attemptTimeout)
+		st, err := call(actx, svc)
+		acancel()
+		switch {
+		case err != nil && !retryable(err):
+			return 0, &serverError{Err: err}
+		case err != nil:
+			last = &serverError{Err: err}
+		case st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
+			last = &ChunkStatusError{Status: st}
+		default:
+			return st, nil
+		}
+		bo.wait(ctx)
+	}
+	if err := parent.Err(); err != nil {
+		return 0, err
+	}
+	if last == nil {
+		last = context.DeadlineExceeded
+	}
+	return 0, &GaveUpError{After: time.Since(start), Last: last}
+}
+
+// ReplicaHash is one server's GetChunkHash answer for a chunk.
+type ReplicaHash struct {
+	Server string // the address asked
+	// Hosted is false when the server does not host the copyset
+	// (COPYSET_NOTEXIST); such rows carry no hash and no error.
+	Hosted bool
+	// Status is the server's reply status; meaningful when Replied.
+	Status  chunkserverpb.CHUNK_OP_STATUS
+	Replied bool
+	Hash    string // crc32c as a decimal string; "0" for a missing chunk
+	Err     error  // non-nil when the server could not be asked or did not answer SUCCESS
+}
+
+// ChunkHashes asks every configured server, in parallel, for the hash of
+// [offset, offset+length) of a chunk. GetChunkHash reads the replica's local
+// data, leader or not, so the rows can be compared to find diverged replicas
+// (see CompareHashes); a follower that is still catching up shows a
+// different hash until it has applied the latest writes. Unreachable servers
+// are retried until the client's timeout. It returns one row per server in
+// server order; the error is non-nil only if ctx ended.
+func (c *Client) ChunkHashes(ctx context.Context, id ChunkID, offset, length uint32) ([]ReplicaHash, error) {
+	req := &chunkserverpb.GetChunkHashRequest{
+		LogicPoolId: proto.Uint32(id.Pool),
+		CopysetId:   proto.Uint32(id.Copyset),
+		ChunkId:     proto.Uint64(id.Chunk),
+		Offset:      proto.Uint32(offset),
+		Length:      proto.Uint32(length),
+	}
+	rows := make([]ReplicaHash, len(c.servers))
+	forEach(len(c.servers), len(c.servers), func(i int) {
+		row := ReplicaHash{Server: c.servers[i]}
+		var hash string
+		st, err := c.onServer(ctx, row.Server, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, error) {
+			resp, err := svc.GetChunkHash(ctx, req)
+			hash = resp.GetHash()
+			return resp.GetStatus(), err
+		})
+		switch {
+		case err != nil:
+			row.Hosted, row.Err = true, err // it may host the copyset: we cannot tell
+		case st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST:
+			row.Replied, row.Status = true, st
+		case st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+			row.Hosted, row.Replied, row.Status, row.Hash = true, true, st, hash
+		default:
+			row.Hosted, row.Replied, row.Status, row.Err = true, true, st, &ChunkStatusError{Status: st}
+		}
+		rows[i] = row
+	})
+	if err := ctx.Err(); err != nil {
+		return rows, fmt.Errorf("hash %s: %w", id, err)
+	}
+	return rows, nil
+}
+
+// HashCheck is the comparison of ChunkHashes rows.
+type HashCheck struct {
+	// Consistent: at least one replica answered, every server that may host
+	// the copyset answered, and all hashes are equal.
+	Consistent bool
+	// Hash is the hash most replicas reported; "" when no replica answered or
+	// the top counts tie (then no hash can be called the right one).
+	Hash string
+	// Mismatch[i] marks row i as a replica whose hash differs from Hash (every
+	// answering replica when there is a tie).
+	Mismatch []bool
+	Replicas int // rows with a hash
+	Distinct int // distinct hashes among them
+	Failed   int // rows with an error (server down, other status)
+}
+
+// CompareHashes compares the hashes of ChunkHashes rows. Rows of servers that
+// do not host the copyset are ignored.
+func CompareHashes(rows []ReplicaHash) HashCheck {
+	hc := HashCheck{Mismatch: make([]bool, len(rows))}
+	count := map[string]int{}
+	for _, r := range rows {
+		switch {
+		case r.Err != nil:
+			hc.Failed++
+		case r.Hosted:
+			hc.Replicas++
+			count[r.Hash]++
+		}
+	}
+	hc.Distinct = len(count)
+	best, tie := 0, false
+	for h, n := range count {
+		switch {
+		case n > best:
+			hc.Hash, best, tie = h, n, false
+		case n == best:
+			tie = true
+		}
+	}
+	if tie {
+		hc.Hash = ""
+	}
+	for i, r := range rows {
+		if r.Err == nil && r.Hosted && (tie || r.Hash != hc.Hash) {
+			hc.Mismatch[i] = true
+		}
+	}
+	hc.Consistent = hc.Replicas > 0 && hc.Distinct == 1 && hc.Failed == 0
+	return hc
+}
+
+// EpochResult is one server's answer to UpdateEpoch.
+type EpochResult struct {
+	Server  string // the address asked
+	Replied bool   // the server answered; Status is its reply
+	Status  chunkserverpb.CHUNK_OP_STATUS
+	Err     error // nil when the server took the epoch (SUCCESS)
+}
+
+// UpdateEpoch raises the epoch of file fileID on every configured server, in
+// parallel. The epoch is a per-server fence, not replicated through raft, so
+// every server must be told; once one has taken it, requests carrying an
+// older epoch for the file are refused there with EPOCH_TOO_OLD. A server
+// that already holds a newer epoch refuses the update with EPOCH_TOO_OLD.
+// Unreachable servers are retried until the client's timeout. It returns one
+// row per server in server order and an error naming every server that did
+// not take the epoch.
+func (c *Client) UpdateEpoch(ctx context.Context, fileID, epoch uint64) ([]EpochResult, error) {
+	req := &chunkserverpb.UpdateEpochRequest{FileId: proto.Uint64(fileID), Epoch: proto.Uint64(epoch)}
+	rows := make([]EpochResult, len(c.servers))
+	forEach(len(c.servers), len(c.servers), func(i int) {
+		row := EpochResult{Server: c.servers[i]}
+		st, err := c.onServer(ctx, row.Server, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, error) {
+			resp, err := svc.UpdateEpoch(ctx, req)
+			return resp.GetStatus(), err
+		})
+		switch {
+		case err != nil:
+			row.Err = err
+		case st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+			row.Replied, row.Status, row.Err = true, st, &ChunkStatusError{Status: st}
+		default:
+			row.Replied, row.Status = true, st
+		}
+		rows[i] = row
+	})
+	var errs []error
+	for _, r := range rows {
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.Server, r.Err))
+		}
+	}
+	if len(errs) > 0 {
+		return rows, fmt.Errorf("update epoch of file %d to %d: failed on %d of %d servers: %w",
+			fileID, epoch, len(errs), len(rows), joinErrors(errs))
+	}
+	return rows, nil
+}
