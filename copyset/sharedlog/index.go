@@ -112,12 +112,3 @@ func (x *index) deleteRange(min, max uint64) {
 
 // truncateFrom removes [i, ∞).
 func (x *index) truncateFrom(i uint64) { x.deleteRange(i, math.MaxUint64) }
-
-// count returns the number of live entries.
-func (x *index) count() int {
-	n := 0
-	for _, r := range x.runs {
-		n += len(r.locs)
-	}
-	return n
-}
