@@ -54,6 +54,11 @@ type RaftConfig struct {
 	// SnapshotThreshold: log entries since the last snapshot that trigger
 	// one; SnapshotInterval: how often raft checks; TrailingLogs: entries
 	// kept after a snapshot so a lagging replica can catch up from the log.
+	// LogStore is "boltdb" (one raft-boltdb file per copyset) or "shared"
+	// (one group-committing log per server, LogShards files written in
+	// parallel). Changing it on a server with copysets loses their logs.
+	LogStore          string        `yaml:"log_store"`
+	LogShards         int           `yaml:"log_shards"`
 	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
 	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
 	TrailingLogs      uint64        `yaml:"trailing_logs"`
@@ -76,6 +81,8 @@ func DefaultConfig() Config {
 			CommitTimeout:      50 * time.Millisecond,
 			MaxAppendEntries:   64,
 			LogLevel:           "warn",
+			LogStore:           "boltdb",
+			LogShards:          4,
 			SnapshotThreshold:  8192,
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,
@@ -118,6 +125,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMessageSize < 17<<20 {
 		return fmt.Errorf("config: max_message_size %d is below one 16 MiB chunk write plus headers", c.MaxMessageSize)
+	}
+	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "shared" {
+		return fmt.Errorf("config: raft.log_store %q: want boltdb or shared", c.Raft.LogStore)
 	}
 	if c.MaxInflight < 1 {
 		return fmt.Errorf("config: max_inflight %d must be at least 1", c.MaxInflight)

@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
@@ -41,6 +43,7 @@ type Server struct {
 	copysets *copyset.Manager
 	metrics  *metrics
 	admit    *admission
+	shared   *sharedlog.Log // nil unless raft.log_store is shared
 	ready    atomic.Bool
 }
 
@@ -77,8 +80,18 @@ func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error)
 				grpc.MaxCallSendMsgSize(cfg.MaxMessageSize)),
 		},
 	})
+	if cfg.Raft.LogStore == "shared" {
+		s.shared, err = sharedlog.Open(sharedlog.Options{
+			Dir: filepath.Join(cfg.DataDir, "raftlog"), Shards: cfg.Raft.LogShards,
+			Logger: log.With("component", "sharedlog"),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	layout := datastore.Options{}
 	s.copysets, err = copyset.NewManager(copyset.ManagerOptions{
+		SharedLog:  s.shared,
 		Dir:        cfg.DataDir,
 		Local:      local,
 		Transports: s.trans,
@@ -109,6 +122,9 @@ func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error)
 	})
 	if err != nil {
 		s.trans.Close()
+		if s.shared != nil {
+			s.shared.Close()
+		}
 		return nil, err
 	}
 	s.metrics = newMetrics(s.countCopysets)
@@ -234,6 +250,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		cancel()
 	}
 	err := errors.Join(runErr, closeErr, s.trans.Close())
+	if s.shared != nil {
+		err = errors.Join(err, s.shared.Close())
+	}
 	s.log.Info("chunkserver stopped", "err", err)
 	return err
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 )
 
 // logStores is what a node needs from its raft log storage.
@@ -36,4 +38,19 @@ func openBoltLogStore(dir string, cacheSize int) (*logStores, error) {
 		return nil, fmt.Errorf("open log cache: %w", err)
 	}
 	return &logStores{log: cached, stable: store, first: store.FirstIndex, close: store.Close}, nil
+}
+
+// openSharedLogStore returns copyset group's view of the server's shared,
+// group-committing log (one fsync for many copysets' appends). Closing it
+// leaves the shared log open.
+func openSharedLogStore(shared *sharedlog.Log, group GroupID, cacheSize int) (*logStores, error) {
+	gs, err := shared.Group(uint64(group))
+	if err != nil {
+		return nil, fmt.Errorf("open shared log of copyset %s: %w", group, err)
+	}
+	cached, err := raft.NewLogCache(cacheSize, gs)
+	if err != nil {
+		return nil, fmt.Errorf("open log cache: %w", err)
+	}
+	return &logStores{log: cached, stable: gs, first: gs.FirstIndex, close: func() error { return nil }}, nil
 }

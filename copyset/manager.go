@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 )
 
 // ErrExist is returned by Manager.Create for a copyset this server hosts.
@@ -28,6 +30,9 @@ type ManagerOptions struct {
 	StateMachines StateMachineFactory
 	Raft          RaftOptions
 	Logger        *slog.Logger
+	// SharedLog, when set, holds every copyset's raft log and term/vote
+	// (raft.log_store: shared); nil keeps one raft-boltdb file per copyset.
+	SharedLog *sharedlog.Log
 }
 
 // Manager owns every copyset replica of a chunkserver.
@@ -77,8 +82,9 @@ func (m *Manager) Load(ctx context.Context) error {
 			continue
 		}
 		dir := m.groupDir(g)
-		if !hasRaftState(dir) {
+		if !m.hasRaftState(g, dir) {
 			m.log.Warn("removing copyset whose creation never finished", "group", g)
+			m.dropSharedLog(g)
 			if err := os.RemoveAll(dir); err != nil {
 				return fmt.Errorf("remove unfinished copyset %s: %w", g, err)
 			}
@@ -92,8 +98,26 @@ func (m *Manager) Load(ctx context.Context) error {
 	return nil
 }
 
-// hasRaftState reports whether the copyset dir has a raft log with a term.
-func hasRaftState(dir string) bool {
+// dropSharedLog forgets g's records in the shared log, if one is used.
+func (m *Manager) dropSharedLog(g GroupID) {
+	if m.opts.SharedLog == nil {
+		return
+	}
+	if err := m.opts.SharedLog.DropGroup(uint64(g)); err != nil {
+		m.log.Warn("drop copyset from shared log", "group", g, "err", err)
+	}
+}
+
+// hasRaftState reports whether copyset g has a raft log.
+func (m *Manager) hasRaftState(g GroupID, dir string) bool {
+	if m.opts.SharedLog != nil {
+		gs, err := m.opts.SharedLog.Group(uint64(g))
+		if err != nil {
+			return true // let open report the real error
+		}
+		last, err := gs.LastIndex()
+		return err != nil || last > 0
+	}
 	path := filepath.Join(dir, "raft", "raft.db")
 	if _, err := os.Stat(path); err != nil {
 		return false
@@ -153,6 +177,7 @@ func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
 	fail := func(err error) (*Node, error) {
 		if bootstrap != nil {
 			os.RemoveAll(dir)
+			m.dropSharedLog(g)
 		}
 		return nil, err
 	}
@@ -170,7 +195,7 @@ func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
 			return machines, nil
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
-		bootstrap: bootstrap,
+		bootstrap: bootstrap, shared: m.opts.SharedLog,
 	})
 	if err != nil {
 		trans.Close()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -142,7 +143,8 @@ type nodeConfig struct {
 	machines  func() (map[Kind]StateMachine, error) // opens the state machines on dir/data
 	opts      RaftOptions
 	log       *slog.Logger
-	bootstrap []PeerID // initial configuration for a new copyset, nil to reopen
+	bootstrap []PeerID       // initial configuration for a new copyset, nil to reopen
+	shared    *sharedlog.Log // the server's shared log store; nil = raft-boltdb per copyset
 }
 
 // openNode starts the raft instance of a copyset in c.dir. With a
@@ -177,7 +179,12 @@ func openNode(c nodeConfig) (*Node, error) {
 		f.closeMachines()
 		return nil, err
 	}
-	stores, err := openBoltLogStore(filepath.Join(c.dir, "raft"), opts.LogCacheSize)
+	var stores *logStores
+	if c.shared != nil {
+		stores, err = openSharedLogStore(c.shared, c.group, opts.LogCacheSize)
+	} else {
+		stores, err = openBoltLogStore(filepath.Join(c.dir, "raft"), opts.LogCacheSize)
+	}
 	if err != nil {
 		return fail(err)
 	}

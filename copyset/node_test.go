@@ -18,6 +18,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+
+	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 )
 
 // fileMachine is a test state machine: op "name=value" writes value into
@@ -65,7 +67,11 @@ type testServer struct {
 	mgr  *Manager
 
 	failOn string // see fileMachine.failOn; set before creating copysets
+	shared *sharedlog.Log
 }
+
+// testSharedLog makes startTestServer use a shared log store per server.
+var testSharedLog bool
 
 func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServer {
 	t.Helper()
@@ -81,8 +87,15 @@ func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServ
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s.tm = NewTransportManager(raft.ServerAddress(local.Addr()), TransportOptions{Logger: log})
 	s.tm.Register(s.grpc)
+	var shared *sharedlog.Log
+	if testSharedLog {
+		if shared, err = sharedlog.Open(sharedlog.Options{Dir: filepath.Join(dir, "raftlog"), Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+		s.shared = shared
+	}
 	s.mgr, err = NewManager(ManagerOptions{
-		Dir: dir, Local: local, Transports: s.tm, Raft: opts, Logger: log,
+		Dir: dir, Local: local, Transports: s.tm, Raft: opts, Logger: log, SharedLog: shared,
 		StateMachines: func(g GroupID, dataDir string) (map[Kind]StateMachine, error) {
 			return map[Kind]StateMachine{kindFile: &fileMachine{dir: dataDir, failOn: s.failOn}}, nil
 		},
@@ -101,6 +114,9 @@ func (s *testServer) stop() {
 	s.mgr.Close()
 	s.grpc.Stop()
 	s.tm.Close()
+	if s.shared != nil {
+		s.shared.Close()
+	}
 }
 
 func (s *testServer) peer() PeerID { return PeerID(s.addr + ":0") }
@@ -383,4 +399,13 @@ func TestFatalApplyStopsOnlyThatReplica(t *testing.T) {
 	if servers[2].mgr.Get(other).Broken() != nil {
 		t.Fatal("other copyset broken too")
 	}
+}
+
+// TestSharedLogStore runs the snapshot and restart scenarios with every
+// copyset's raft log in the server's shared log store.
+func TestSharedLogStore(t *testing.T) {
+	testSharedLog = true
+	defer func() { testSharedLog = false }()
+	t.Run("SnapshotInstallCatchUp", TestSnapshotInstallCatchUp)
+	t.Run("RestartAfterTruncation", TestRestartAfterTruncation)
 }

@@ -1,58 +1,86 @@
 // Package datastore keeps the chunks of a chunkserver on a local disk: one
-// file per chunk, each a meta page followed by the chunk's data, in the model
-// of Curve's CSDataStore.
+// file per chunk, each a meta page, the chunk's data and a table of per-block
+// checksums, in the model of Curve's CSDataStore (sequence numbers,
+// copy-on-write chunk snapshots, clone chunks, a preallocated file pool).
 //
 // # Files
 //
-// A [Store] owns one directory, [Options.Dir]. Chunk id N lives in the file
-// "chunk_N" (N in decimal, no leading zeros). The file is exactly
-// [Options.PageSize] + [Options.ChunkSize] bytes long: the meta page (see
-// [MetaPage]) occupies file offsets [0, PageSize) and chunk data offset X
-// lives at file offset PageSize+X. New files are sparse; ranges that were
-// never written read as zeros.
+// A [Store] owns one directory, [Options.Dir]:
 //
-// A chunk file is created on the first write to the chunk: the store builds
-// "chunk_N.tmp" at full size, writes and fsyncs its meta page, renames it to
-// "chunk_N" and fsyncs the directory, so after a crash a chunk file either
-// exists with a valid meta page or does not exist. Leftover "chunk_N.tmp"
-// files are removed by [Open]; files with any other name are ignored, which
-// leaves room for snapshot files ("chunk_N_snap_S") and pool files later.
+//	chunk_<id>               chunk id (decimal, no leading zeros)
+//	chunk_<id>_snap_<sn>     copy-on-write snapshot of chunk id at sn (cow.go)
+//	*.tmp                    a file under construction; disposed of by Open
+//
+// Every chunk and snapshot file has the same length and layout:
+//
+//	[0, PageSize)                        meta page: MetaPage (MetaVersion2) or
+//	                                     SnapMetaPage (SnapMetaVersion1)
+//	[PageSize, PageSize+ChunkSize)       data: data offset X at PageSize+X
+//	[PageSize+ChunkSize, end)            crc table: 4 bytes per block, zero-
+//	                                     padded to a multiple of PageSize
+//
+// A file is created as "<name>.tmp" (taken from the [FilePool] if
+// [Options.Pool] has a ready file, else created sparse), its meta page written
+// and fsynced, renamed to its name, and the directory fsynced: after a crash
+// a file either exists with a valid meta page or does not exist. Deleted files
+// go back to the pool (or are removed), and the directory is fsynced. Files
+// with other names are ignored.
+//
+// # Checksums
+//
+// Every block's crc32c is kept in the crc table and verified on every read
+// (crc.go); a mismatch fails the read with [ErrCRC] naming chunk and block.
+// Zero blocks have checksum entry 0, so unwritten blocks, new sparse files
+// and zeroed pool files need no initialisation.
+//
+// # Sequence numbers, snapshots and clones
+//
+// Every chunk carries the sequence number (sn) of the volume's snapshot epoch
+// at its last write and a corrected sn. A request whose sn is older is
+// refused with [ErrBackward]: this is how the replay of an old log entry, or
+// a client that missed a volume snapshot, is kept from overwriting newer
+// data. A write with a newer sn snapshots the chunk and copies blocks into
+// the snapshot before overwriting them ([Store.WriteChunk], cow.go). Clone
+// chunks fill lazily from a source location (clone.go).
 //
 // # Durability
 //
-// The store is the state machine below a Raft log, so it does not make chunk
-// data durable on the write path: [Store.WriteChunk] writes with a plain
-// pwrite and marks the chunk dirty. [Store.Sync] fsyncs every dirty chunk and
-// must be called before the log entries that produced those writes are
-// truncated. After a crash the log is replayed from the last snapshot; the
-// write rules (sequence-number guard, idempotent writes and deletes) make that
-// replay safe. File creation, meta pages of new files, and deletion are made
-// durable at once, because a replayed log cannot repair a directory that lost
-// or resurrected a file.
+// The store is the state machine below a Raft log; [Store.Sync] must be
+// called before log entries are truncated, and after a crash every entry
+// after the last Sync is applied again. What a crash without Sync preserves:
 //
-// # Sequence numbers
+//   - File existence is always durable: chunk and snapshot creation
+//     (including the creating write's meta page and, for clones, location)
+//     and deletion are fsynced, file and directory, before they return.
+//   - Snapshot copies are durable before the chunk blocks they preserve are
+//     overwritten (cow.go).
+//   - Chunk data, checksums and meta changes after creation (sn, corrected
+//     sn, clone bitmap, clone-to-normal) are durable only after Sync; any
+//     subset of them may survive, except that a meta page on disk is never
+//     newer than the data it describes, since Sync writes it only after
+//     fsyncing the data (see [Store.Sync]).
 //
-// Every chunk carries the sequence number (sn) of the volume's current
-// snapshot epoch at its last write and a corrected sn (see [ChunkInfo]). A
-// request whose sn is older than the chunk's is refused with [ErrBackward];
-// this is how the replay of an old log entry, or a client that missed a volume
-// snapshot, is stopped from overwriting newer data. In this version a request
-// with a newer sn only persists the new sn; the copy-on-write chunk snapshots
-// that Curve takes at that moment, clone chunks, per-block checksums and the
-// preallocated file pool come later and will extend the meta page under a new
-// version number (see [MetaPage]).
+// Every operation is idempotent under replay of the log from the last Sync:
+// writes rewrite the same data and checksums; writes refused as backward are
+// covered by a durable sn, hence durable themselves; a write finding a
+// snapshot with snap.sn >= chunk.sn does not make another; COW skips blocks
+// already in the snapshot; pastes skip blocks marked written; deletes and
+// creations of existing clones succeed again. A block whose data and
+// checksum were torn by the crash is rewritten by its replayed write before
+// anything reads it through the log.
 //
 // # Concurrency
 //
 // All methods of [Store] are safe for concurrent use. Each chunk has its own
 // lock: operations on different chunks run in parallel, reads of one chunk
-// run in parallel with each other, and a write or delete of a chunk excludes
-// other operations on that chunk only.
+// run in parallel with each other, and a write, paste or delete of a chunk
+// excludes other operations on that chunk only. Sync fsyncs without holding
+// chunk locks.
 //
 // # Dependencies
 //
 // This package is a leaf: it must not import Raft (hashicorp/raft or the
-// copyset package), gRPC, or generated protobuf code, nor any other package of
-// this module. Callers map its sentinel errors (see errors.go) onto protocol
-// status codes.
+// copyset package), gRPC, generated protobuf code, prometheus, nor any other
+// package of this module. Callers map its sentinel errors (see errors.go)
+// onto protocol status codes.
 package datastore

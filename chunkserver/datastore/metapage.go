@@ -9,33 +9,66 @@ import (
 
 // Meta page versions. The first byte of every meta page is its version; the
 // version fixes the layout of everything after it, including where the
-// checksum lives. Later versions (snapshots, clone location and bitmap,
-// per-block checksums) get new numbers and new layouts; a decoder refuses
-// versions it does not know with ErrIncompatible rather than guessing.
+// checksum lives. A decoder refuses versions it does not know with
+// ErrIncompatible rather than guessing.
 const (
-	// MetaVersion1 is the first layout, all integers little-endian:
-	//
-	//	offset  size  field
-	//	     0     1  version (= 1)
-	//	     1     8  sn
-	//	     9     8  correctedSn
-	//	    17     4  crc32c (Castagnoli) of bytes [0, 17)
-	//	    21     -  zero up to the end of the page
-	//
-	// The bytes after the checksum are written as zero and ignored on decode.
+	// MetaVersion1 was the layout of datastore v1 (sn, correctedSn, crc; no
+	// clone fields, files without a crc table). It is no longer read: such
+	// pages decode with ErrIncompatible.
 	MetaVersion1 uint8 = 1
 
-	// MetaVersion is the version this code writes for new chunk files.
-	MetaVersion = MetaVersion1
+	// MetaVersion2 is the chunk meta page layout of this code, all integers
+	// little-endian (Curve's ChunkFileMetaPage with a 4-byte location
+	// length):
+	//
+	//	offset    size      field
+	//	     0       1      version (= 2)
+	//	     1       8      sn
+	//	     9       8      correctedSn
+	//	    17       4      locLen L: length of the clone location, 0 for a
+	//	                    normal chunk
+	//	    21       L      location (bytes, no terminator)
+	//	  21+L       4      bits N: blocks covered by the bitmap; 0 if and
+	//	                    only if L is 0
+	//	  25+L  ceil(N/8)   bitmap of written blocks (see bitmap), padding
+	//	                    bits zero
+	//	     E       4      crc32c (Castagnoli) of bytes [0, E)
+	//	   E+4       -      zero up to the end of the page
+	//
+	// The bytes after the checksum are written as zero and ignored on decode.
+	MetaVersion2 uint8 = 2
 
-	// MetaV1Len is the number of meaningful bytes of a version-1 meta page,
-	// checksum included.
-	MetaV1Len = 1 + 8 + 8 + 4
+	// MetaVersion is the version this code writes.
+	MetaVersion = MetaVersion2
 
-	// MinPageSize is the smallest meta page size Options accept. It leaves
-	// room for later meta page versions without changing the data offset of
-	// small test stores, and keeps chunk data sector-aligned on disk.
+	// SnapMetaVersion1 is the snapshot meta page layout (Curve's snapshot
+	// meta page with the "damaged" byte reserved), little-endian:
+	//
+	//	offset    size      field
+	//	     0       1      version (= 1)
+	//	     1       1      reserved, zero
+	//	     2       8      sn: the chunk sn whose data the snapshot keeps
+	//	    10       4      bits N: blocks covered by the bitmap (= blocks
+	//	                    per chunk)
+	//	    14  ceil(N/8)   bitmap of blocks copied into the snapshot,
+	//	                    padding bits zero
+	//	     E       4      crc32c (Castagnoli) of bytes [0, E)
+	//	   E+4       -      zero up to the end of the page
+	SnapMetaVersion1 uint8 = 1
+
+	// SnapMetaVersion is the snapshot meta page version this code writes.
+	SnapMetaVersion = SnapMetaVersion1
+
+	// MinPageSize is the unit of Options.PageSize. It keeps chunk data
+	// sector-aligned on disk.
 	MinPageSize = 512
+
+	// MaxLocationLen is the longest clone location accepted (Curve's
+	// location_limit default).
+	MaxLocationLen = 3000
+
+	metaV2Fixed   = 1 + 8 + 8 + 4 + 4 + 4 // every field but location and bitmap
+	snapMetaFixed = 1 + 1 + 8 + 4 + 4     // every field but the bitmap
 )
 
 // castagnoli is the CRC32C table; klauspost/crc32 uses the CPU's CRC32C
@@ -43,8 +76,12 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // MetaPage is the decoded meta page at the start of a chunk file. Its
-// encoding is versioned (see MetaVersion1); MarshalTo and Unmarshal are pure
+// encoding is versioned (see MetaVersion2); MarshalTo and Unmarshal are pure
 // functions of their arguments, touch no file, and never panic on any input.
+//
+// A chunk is a clone chunk if and only if Location is not empty; it then has
+// a bitmap of Bits blocks (Bits is the number of blocks per chunk when used
+// by a Store). A normal chunk has Bits 0 and no Bitmap.
 type MetaPage struct {
 	// Version is the layout version to encode with, or the version that was
 	// decoded. New pages use MetaVersion.
@@ -52,72 +89,213 @@ type MetaPage struct {
 	// Sn is the sequence number of the latest write applied to the chunk; a
 	// request with a smaller sn is refused with ErrBackward.
 	Sn uint64
-	// CorrectedSn is the sequence number set when a volume snapshot was
-	// deleted without the chunk having been written since (Curve's
-	// DeleteChunkSnapshotOrCorrectSn). A request with a smaller sn is refused
-	// with ErrBackward. It is 0 until that operation exists.
+	// CorrectedSn is the sequence number set by
+	// DeleteChunkSnapshotOrCorrectSn when a volume snapshot was taken and
+	// deleted without the chunk being written meanwhile. A request with a
+	// smaller sn is refused with ErrBackward, and a write with sn up to
+	// max(Sn, CorrectedSn) takes no chunk snapshot.
 	CorrectedSn uint64
+	// Location is the clone source of a clone chunk ("<file>:<offset>@cs" or
+	// "<object>@s3"), empty for a normal chunk.
+	Location string
+	// Bits is the number of blocks Bitmap covers; 0 for a normal chunk.
+	Bits uint32
+	// Bitmap marks the blocks of a clone chunk written by a client or pasted
+	// (see bitmap for the encoding); ceil(Bits/8) bytes, nil for a normal
+	// chunk. Unmarshal returns a fresh slice.
+	Bitmap []byte
 }
 
-// EncodedLen returns the number of meaningful bytes of m's encoding, or 0 if
-// m.Version is unknown.
+// EncodedLen returns the number of meaningful bytes of m's encoding,
+// checksum included, or 0 if m.Version is unknown.
 func (m *MetaPage) EncodedLen() int {
 	switch m.Version {
-	case MetaVersion1:
-		return MetaV1Len
+	case MetaVersion2:
+		return metaV2Fixed + len(m.Location) + len(m.Bitmap)
 	default:
 		return 0
 	}
 }
 
+// metaPageMax is the longest MetaVersion2 encoding for a clone chunk of
+// blocks blocks: the minimum page size Options accept.
+func metaPageMax(blocks uint32) int { return metaV2Fixed + MaxLocationLen + bitmapLen(blocks) }
+
 // MarshalTo encodes m into buf and zeroes the rest of buf, so that buf can be
 // written as a whole meta page. buf is usually PageSize bytes long and must be
 // at least m.EncodedLen() bytes. It returns an error wrapping ErrIncompatible
-// if m.Version is unknown, or ErrInvalidArg if buf is too short; buf is not
-// modified on error.
+// if m.Version is unknown, or ErrInvalidArg if buf is too short or the clone
+// fields are inconsistent (Location empty but Bits not 0 or vice versa, or a
+// Bitmap whose length is not ceil(Bits/8)); buf is not modified on error.
 func (m *MetaPage) MarshalTo(buf []byte) error {
 	n := m.EncodedLen()
-	if n == 0 {
+	switch {
+	case n == 0:
 		return fmt.Errorf("encode meta page: version %d: %w", m.Version, ErrIncompatible)
-	}
-	if len(buf) < n {
+	case (m.Location == "") != (m.Bits == 0):
+		return fmt.Errorf("encode meta page: location of %d bytes with %d bitmap bits: %w",
+			len(m.Location), m.Bits, ErrInvalidArg)
+	case len(m.Bitmap) != bitmapLen(m.Bits):
+		return fmt.Errorf("encode meta page: bitmap of %d bytes for %d bits: %w",
+			len(m.Bitmap), m.Bits, ErrInvalidArg)
+	case len(buf) < n:
 		return fmt.Errorf("encode meta page: buffer of %d bytes, need %d: %w", len(buf), n, ErrInvalidArg)
 	}
 	buf[0] = m.Version
-	binary.LittleEndian.PutUint64(buf[1:9], m.Sn)
-	binary.LittleEndian.PutUint64(buf[9:17], m.CorrectedSn)
-	binary.LittleEndian.PutUint32(buf[17:21], crc32.Checksum(buf[:17], castagnoli))
-	clear(buf[n:])
+	binary.LittleEndian.PutUint64(buf[1:], m.Sn)
+	binary.LittleEndian.PutUint64(buf[9:], m.CorrectedSn)
+	binary.LittleEndian.PutUint32(buf[17:], uint32(len(m.Location)))
+	p := 21 + copy(buf[21:], m.Location)
+	binary.LittleEndian.PutUint32(buf[p:], m.Bits)
+	p += 4
+	p += copy(buf[p:], m.Bitmap)
+	binary.LittleEndian.PutUint32(buf[p:], crc32.Checksum(buf[:p], castagnoli))
+	clear(buf[p+4:])
 	return nil
 }
 
 // Unmarshal decodes a meta page from buf, which is usually the first PageSize
 // bytes of a chunk file; bytes after the encoding are ignored. It returns an
-// error wrapping ErrFileFormat if buf is too short for the version it names,
-// ErrIncompatible if the version is unknown, or ErrCRC if the checksum does
-// not match. m is modified only on success.
+// error wrapping ErrIncompatible if the version is not MetaVersion2,
+// ErrFileFormat if buf is too short for the lengths it states, ErrCRC if the
+// checksum does not match, or ErrFileFormat if the checksummed fields are
+// inconsistent (see MarshalTo; also non-zero bitmap padding bits). m is
+// modified only on success.
 func (m *MetaPage) Unmarshal(buf []byte) error {
 	if len(buf) < 1 {
 		return fmt.Errorf("decode meta page: empty buffer: %w", ErrFileFormat)
 	}
-	switch v := buf[0]; v {
-	case MetaVersion1:
-		if len(buf) < MetaV1Len {
-			return fmt.Errorf("decode meta page: %d bytes, version %d needs %d: %w",
-				len(buf), v, MetaV1Len, ErrFileFormat)
-		}
-		stored := binary.LittleEndian.Uint32(buf[17:21])
-		if got := crc32.Checksum(buf[:17], castagnoli); got != stored {
-			return fmt.Errorf("decode meta page: stored crc32c %#08x, computed %#08x: %w",
-				stored, got, ErrCRC)
-		}
-		*m = MetaPage{
-			Version:     v,
-			Sn:          binary.LittleEndian.Uint64(buf[1:9]),
-			CorrectedSn: binary.LittleEndian.Uint64(buf[9:17]),
-		}
-		return nil
-	default:
+	if v := buf[0]; v != MetaVersion2 {
 		return fmt.Errorf("decode meta page: version %d: %w", v, ErrIncompatible)
 	}
+	short := func(need uint64) error {
+		return fmt.Errorf("decode meta page: %d bytes, need %d: %w", len(buf), need, ErrFileFormat)
+	}
+	if len(buf) < metaV2Fixed {
+		return short(metaV2Fixed)
+	}
+	locLen := uint64(binary.LittleEndian.Uint32(buf[17:]))
+	if need := uint64(metaV2Fixed) + locLen; uint64(len(buf)) < need {
+		return short(need)
+	}
+	p := 21 + int(locLen)
+	nbits := binary.LittleEndian.Uint32(buf[p:])
+	end := p + 4 + bitmapLen(nbits)
+	if need := uint64(end) + 4; uint64(len(buf)) < need {
+		return short(need)
+	}
+	stored := binary.LittleEndian.Uint32(buf[end:])
+	if got := crc32.Checksum(buf[:end], castagnoli); got != stored {
+		return fmt.Errorf("decode meta page: stored crc32c %#08x, computed %#08x: %w", stored, got, ErrCRC)
+	}
+	bm := bitmap(buf[p+4 : end])
+	switch {
+	case (locLen == 0) != (nbits == 0):
+		return fmt.Errorf("decode meta page: location of %d bytes with %d bitmap bits: %w",
+			locLen, nbits, ErrFileFormat)
+	case !bm.validPadding(nbits):
+		return fmt.Errorf("decode meta page: bitmap padding bits set: %w", ErrFileFormat)
+	}
+	d := MetaPage{
+		Version:     MetaVersion2,
+		Sn:          binary.LittleEndian.Uint64(buf[1:]),
+		CorrectedSn: binary.LittleEndian.Uint64(buf[9:]),
+		Location:    string(buf[21:p]),
+		Bits:        nbits,
+	}
+	if nbits > 0 {
+		d.Bitmap = append([]byte(nil), bm...)
+	}
+	*m = d
+	return nil
+}
+
+// SnapMetaPage is the decoded meta page at the start of a chunk snapshot
+// file (see SnapMetaVersion1). Like MetaPage, its codec is pure and never
+// panics.
+type SnapMetaPage struct {
+	// Version is the layout version, SnapMetaVersion for new pages.
+	Version uint8
+	// Sn is the chunk sequence number whose data the snapshot preserves; it
+	// also appears in the file name "chunk_<id>_snap_<sn>".
+	Sn uint64
+	// Bits is the number of blocks Bitmap covers, the blocks per chunk.
+	Bits uint32
+	// Bitmap marks the blocks already copied into the snapshot file
+	// (ceil(Bits/8) bytes); other blocks are read from the live chunk.
+	Bitmap []byte
+}
+
+// EncodedLen returns the number of meaningful bytes of m's encoding,
+// checksum included, or 0 if m.Version is unknown.
+func (m *SnapMetaPage) EncodedLen() int {
+	if m.Version != SnapMetaVersion1 {
+		return 0
+	}
+	return snapMetaFixed + len(m.Bitmap)
+}
+
+// MarshalTo encodes m into buf and zeroes the rest of buf. It returns an
+// error wrapping ErrIncompatible if m.Version is unknown, or ErrInvalidArg if
+// buf is too short or len(m.Bitmap) is not ceil(m.Bits/8); buf is not
+// modified on error.
+func (m *SnapMetaPage) MarshalTo(buf []byte) error {
+	n := m.EncodedLen()
+	switch {
+	case n == 0:
+		return fmt.Errorf("encode snapshot meta page: version %d: %w", m.Version, ErrIncompatible)
+	case len(m.Bitmap) != bitmapLen(m.Bits):
+		return fmt.Errorf("encode snapshot meta page: bitmap of %d bytes for %d bits: %w",
+			len(m.Bitmap), m.Bits, ErrInvalidArg)
+	case len(buf) < n:
+		return fmt.Errorf("encode snapshot meta page: buffer of %d bytes, need %d: %w", len(buf), n, ErrInvalidArg)
+	}
+	buf[0] = m.Version
+	buf[1] = 0
+	binary.LittleEndian.PutUint64(buf[2:], m.Sn)
+	binary.LittleEndian.PutUint32(buf[10:], m.Bits)
+	p := 14 + copy(buf[14:], m.Bitmap)
+	binary.LittleEndian.PutUint32(buf[p:], crc32.Checksum(buf[:p], castagnoli))
+	clear(buf[p+4:])
+	return nil
+}
+
+// Unmarshal decodes a snapshot meta page from buf; bytes after the encoding
+// are ignored. It returns an error wrapping ErrIncompatible if the version is
+// unknown, ErrFileFormat if buf is too short for the bitmap it states, ErrCRC
+// if the checksum does not match, or ErrFileFormat if the reserved byte or
+// the bitmap padding bits are not zero. m is modified only on success.
+func (m *SnapMetaPage) Unmarshal(buf []byte) error {
+	if len(buf) < 1 {
+		return fmt.Errorf("decode snapshot meta page: empty buffer: %w", ErrFileFormat)
+	}
+	if v := buf[0]; v != SnapMetaVersion1 {
+		return fmt.Errorf("decode snapshot meta page: version %d: %w", v, ErrIncompatible)
+	}
+	if len(buf) < snapMetaFixed {
+		return fmt.Errorf("decode snapshot meta page: %d bytes, need %d: %w", len(buf), snapMetaFixed, ErrFileFormat)
+	}
+	nbits := binary.LittleEndian.Uint32(buf[10:])
+	end := 14 + bitmapLen(nbits)
+	if need := uint64(end) + 4; uint64(len(buf)) < need {
+		return fmt.Errorf("decode snapshot meta page: %d bytes, need %d: %w", len(buf), need, ErrFileFormat)
+	}
+	stored := binary.LittleEndian.Uint32(buf[end:])
+	if got := crc32.Checksum(buf[:end], castagnoli); got != stored {
+		return fmt.Errorf("decode snapshot meta page: stored crc32c %#08x, computed %#08x: %w", stored, got, ErrCRC)
+	}
+	bm := bitmap(buf[14:end])
+	switch {
+	case buf[1] != 0:
+		return fmt.Errorf("decode snapshot meta page: reserved byte %#x: %w", buf[1], ErrFileFormat)
+	case !bm.validPadding(nbits):
+		return fmt.Errorf("decode snapshot meta page: bitmap padding bits set: %w", ErrFileFormat)
+	}
+	*m = SnapMetaPage{
+		Version: SnapMetaVersion1,
+		Sn:      binary.LittleEndian.Uint64(buf[2:]),
+		Bits:    nbits,
+		Bitmap:  append([]byte{}, bm...),
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,9 +16,13 @@ import (
 )
 
 const (
-	testChunkSize = 1 << 20
+	testChunkSize = 256 << 10
 	testBlock     = 4096
 	testPage      = 4096
+	testBlocks    = testChunkSize / testBlock
+	// testFileSize is the length of every chunk and snapshot file: meta
+	// page, data, and a crc table of 4*64 bytes padded to one page.
+	testFileSize = testPage + testChunkSize + testPage
 )
 
 // testOpts returns small-chunk options for dir.
@@ -29,7 +34,13 @@ func testOpts(dir string) Options {
 func openTest(t *testing.T) (*Store, string) {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := Open(testOpts(dir))
+	return openTestOpts(t, testOpts(dir)), dir
+}
+
+// openTestOpts opens a store with opts and closes it at cleanup.
+func openTestOpts(t *testing.T, opts Options) *Store {
+	t.Helper()
+	s, err := Open(opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -38,7 +49,16 @@ func openTest(t *testing.T) (*Store, string) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return s, dir
+	return s
+}
+
+// reopen closes s and opens a new store with the same options.
+func reopen(t *testing.T, s *Store) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return openTestOpts(t, s.Options())
 }
 
 // pattern returns n bytes derived from seed.
@@ -118,25 +138,26 @@ func TestOverlappingWritesAndUnwrittenZeros(t *testing.T) {
 	}
 	// A block never written in the middle reads as zeros.
 	buf := bytes.Repeat([]byte{0xEE}, testBlock)
-	if err := s.ReadChunk(7, buf, 100*testBlock); err != nil {
+	if err := s.ReadChunk(7, buf, 40*testBlock); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(buf, make([]byte, testBlock)) {
 		t.Fatal("unwritten block not zero")
 	}
-	// The file is meta page + chunk size, data at PageSize + offset.
+	// The file is meta page + chunk size + crc table, data at PageSize +
+	// offset.
 	raw, err := os.ReadFile(filepath.Join(dir, "chunk_7"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(raw) != testPage+testChunkSize {
-		t.Fatalf("file size %d, want %d", len(raw), testPage+testChunkSize)
+	if len(raw) != testFileSize {
+		t.Fatalf("file size %d, want %d", len(raw), testFileSize)
 	}
-	if !bytes.Equal(raw[testPage:], want) {
+	if !bytes.Equal(raw[testPage:testPage+testChunkSize], want) {
 		t.Fatal("data not at file offset PageSize + chunk offset")
 	}
 	var m MetaPage
-	if err := m.Unmarshal(raw[:testPage]); err != nil || m != (MetaPage{Version: MetaVersion1, Sn: 1}) {
+	if err := m.Unmarshal(raw[:testPage]); err != nil || !reflect.DeepEqual(m, MetaPage{Version: MetaVersion2, Sn: 1}) {
 		t.Fatalf("on-disk meta page: %+v, %v", m, err)
 	}
 }
@@ -221,17 +242,19 @@ func TestReadMissingChunk(t *testing.T) {
 func TestWriteSequenceNumbers(t *testing.T) {
 	// Each case: chunk created with sn 5 and block 0 = pattern(1), then a
 	// write of pattern(2) to block 0 with the given sn.
+	// A newer sn also snapshots the chunk at sn 5 (see cow_test.go).
 	tests := []struct {
-		sn       uint64
-		wantErr  error
-		wantSn   uint64
-		wantData byte
+		sn         uint64
+		wantErr    error
+		wantSn     uint64
+		wantSnapSn uint64
+		wantData   byte
 	}{
-		{1, ErrBackward, 5, 1},
-		{4, ErrBackward, 5, 1},
-		{5, nil, 5, 2},
-		{6, nil, 6, 2},
-		{1 << 40, nil, 1 << 40, 2},
+		{1, ErrBackward, 5, 0, 1},
+		{4, ErrBackward, 5, 0, 1},
+		{5, nil, 5, 0, 2},
+		{6, nil, 6, 5, 2},
+		{1 << 40, nil, 1 << 40, 5, 2},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("sn=%d", tt.sn), func(t *testing.T) {
@@ -243,7 +266,7 @@ func TestWriteSequenceNumbers(t *testing.T) {
 			}
 			check := func(s *Store) {
 				info, err := s.GetChunkInfo(1)
-				if err != nil || info != (ChunkInfo{ID: 1, Sn: tt.wantSn}) {
+				if err != nil || info != (ChunkInfo{ID: 1, Sn: tt.wantSn, SnapSn: tt.wantSnapSn}) {
 					t.Fatalf("GetChunkInfo: %+v, %v; want sn %d", info, err, tt.wantSn)
 				}
 				buf := make([]byte, testBlock)
@@ -269,15 +292,7 @@ func TestWriteSequenceNumbers(t *testing.T) {
 func TestBackwardAgainstCorrectedSn(t *testing.T) {
 	dir := t.TempDir()
 	// Make a chunk whose meta page carries correctedSn 8 > sn 3.
-	page := make([]byte, testPage)
-	if err := (&MetaPage{Version: MetaVersion1, Sn: 3, CorrectedSn: 8}).MarshalTo(page); err != nil {
-		t.Fatal(err)
-	}
-	f, err := createChunkFile(filepath.Join(dir, "chunk_1"), testPage+testChunkSize, page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	writeChunkFile(t, filepath.Join(dir, "chunk_1"), MetaPage{Version: MetaVersion2, Sn: 3, CorrectedSn: 8})
 	s, err := Open(testOpts(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -443,7 +458,8 @@ func TestOpenCorruptChunkFile(t *testing.T) {
 		corrupt func(t *testing.T, path string)
 		want    error
 	}{
-		{"meta crc", func(t *testing.T, path string) { flipByte(t, path, 17) }, ErrCRC},
+		{"meta crc", func(t *testing.T, path string) { flipByte(t, path, 25) }, ErrCRC},
+		{"meta location length", func(t *testing.T, path string) { flipByte(t, path, 17) }, ErrCRC},
 		{"meta sn", func(t *testing.T, path string) { flipByte(t, path, 3) }, ErrCRC},
 		{"meta version", func(t *testing.T, path string) { flipByte(t, path, 0) }, ErrIncompatible},
 		{"zeroed meta page", func(t *testing.T, path string) {
@@ -457,12 +473,12 @@ func TestOpenCorruptChunkFile(t *testing.T) {
 			}
 		}, ErrIncompatible},
 		{"truncated", func(t *testing.T, path string) {
-			if err := os.Truncate(path, testPage+testChunkSize-testBlock); err != nil {
+			if err := os.Truncate(path, testFileSize-testBlock); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrFileFormat},
 		{"extended", func(t *testing.T, path string) {
-			if err := os.Truncate(path, testPage+testChunkSize+1); err != nil {
+			if err := os.Truncate(path, testFileSize+1); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrFileFormat},
@@ -492,6 +508,23 @@ func TestOpenCorruptChunkFile(t *testing.T) {
 	}
 }
 
+// writeChunkFile creates a chunk file at path with meta page m and zero data,
+// as a Store with testOpts would.
+func writeChunkFile(t *testing.T, path string, m MetaPage) {
+	t.Helper()
+	page := make([]byte, testPage)
+	if err := m.MarshalTo(page); err != nil {
+		t.Fatal(err)
+	}
+	g := newGeometry(testChunkSize, testPage, testBlock)
+	f, _, err := newFile(OSFS{}, nil, &g, path, page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+// flipByte flips a bit of the byte at offset off of the file at path.
 func flipByte(t *testing.T, path string, off int64) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -526,9 +559,11 @@ func TestOpenFileNames(t *testing.T) {
 	}
 	// Leftovers of interrupted creations are removed, at any size.
 	write("chunk_6.tmp", 0)
-	write("chunk_5.tmp", testPage+testChunkSize)
+	write("chunk_5.tmp", testFileSize)
+	write("chunk_5_snap_3.tmp", testFileSize)
 	// Other names are ignored and kept, even if they look almost like chunks.
-	others := []string{"foo", "chunk_", "chunk_abc", "chunk_007", "chunk_-1", "chunk_5_snap_1",
+	others := []string{"foo", "chunk_", "chunk_abc", "chunk_007", "chunk_-1", "chunk_5_snap_01",
+		"chunk_5_snap_", "chunk_5_snap_x", "chunk__snap_1", "chunk_5_snap_1_snap_2",
 		"chunk_99999999999999999999", "xchunk_5", "chunk_x.tmp", "raft.db"}
 	for _, name := range others {
 		write(name, 10)
@@ -546,7 +581,7 @@ func TestOpenFileNames(t *testing.T) {
 	if got := s2.ListChunks(); !slices.Equal(got, []uint64{5}) {
 		t.Fatalf("ListChunks: %v, want [5]", got)
 	}
-	for _, name := range []string{"chunk_6.tmp", "chunk_5.tmp"} {
+	for _, name := range []string{"chunk_6.tmp", "chunk_5.tmp", "chunk_5_snap_3.tmp"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("leftover %s not removed: %v", name, err)
 		}
@@ -564,30 +599,41 @@ func TestOpenFileNames(t *testing.T) {
 
 func TestParseFileName(t *testing.T) {
 	tests := []struct {
-		name string
-		id   uint64
-		kind fileKind
+		name   string
+		id, sn uint64
+		kind   fileKind
 	}{
-		{"chunk_0", 0, kindChunk},
-		{"chunk_12", 12, kindChunk},
-		{"chunk_18446744073709551615", ^uint64(0), kindChunk},
-		{"chunk_12.tmp", 12, kindTmp},
-		{"chunk_18446744073709551616", 0, kindOther},
-		{"chunk_012", 0, kindOther},
-		{"chunk_+1", 0, kindOther},
-		{"chunk_1.tmp.tmp", 0, kindOther},
-		{"chunk_1_snap_2", 0, kindOther},
-		{"chunk_.tmp", 0, kindOther},
-		{"Chunk_1", 0, kindOther},
-		{"", 0, kindOther},
+		{"chunk_0", 0, 0, kindChunk},
+		{"chunk_12", 12, 0, kindChunk},
+		{"chunk_18446744073709551615", ^uint64(0), 0, kindChunk},
+		{"chunk_12.tmp", 12, 0, kindTmp},
+		{"chunk_1_snap_2", 1, 2, kindSnap},
+		{"chunk_0_snap_0", 0, 0, kindSnap},
+		{"chunk_7_snap_18446744073709551615", 7, ^uint64(0), kindSnap},
+		{"chunk_1_snap_2.tmp", 1, 2, kindTmp},
+		{"chunk_18446744073709551616", 0, 0, kindOther},
+		{"chunk_012", 0, 0, kindOther},
+		{"chunk_+1", 0, 0, kindOther},
+		{"chunk_1.tmp.tmp", 0, 0, kindOther},
+		{"chunk_1_snap_02", 0, 0, kindOther},
+		{"chunk_1_snap_", 0, 0, kindOther},
+		{"chunk__snap_2", 0, 0, kindOther},
+		{"chunk_1_snap_2_snap_3", 0, 0, kindOther},
+		{"chunk_1_SNAP_2", 0, 0, kindOther},
+		{"chunk_.tmp", 0, 0, kindOther},
+		{"Chunk_1", 0, 0, kindOther},
+		{"", 0, 0, kindOther},
 	}
 	for _, tt := range tests {
-		id, kind := parseFileName(tt.name)
-		if id != tt.id || kind != tt.kind {
-			t.Errorf("parseFileName(%q) = %d, %d; want %d, %d", tt.name, id, kind, tt.id, tt.kind)
+		id, sn, kind := parseFileName(tt.name)
+		if id != tt.id || sn != tt.sn || kind != tt.kind {
+			t.Errorf("parseFileName(%q) = %d, %d, %d; want %d, %d, %d", tt.name, id, sn, kind, tt.id, tt.sn, tt.kind)
 		}
 		if kind == kindChunk && chunkFileName(id) != tt.name {
 			t.Errorf("chunkFileName(%d) = %q, want %q", id, chunkFileName(id), tt.name)
+		}
+		if kind == kindSnap && snapFileName(id, sn) != tt.name {
+			t.Errorf("snapFileName(%d, %d) = %q, want %q", id, sn, snapFileName(id, sn), tt.name)
 		}
 	}
 }
@@ -608,6 +654,10 @@ func TestOptions(t *testing.T) {
 		{"chunk not multiple of block", Options{Dir: dir, ChunkSize: 4096*3 + 512}, Options{}},
 		{"chunk smaller than block", Options{Dir: dir, ChunkSize: 2048}, Options{}},
 		{"page not sector multiple", Options{Dir: dir, PageSize: 1000}, Options{}},
+		{"page too small for clone meta", Options{Dir: dir, PageSize: 2048}, Options{}},
+		{"page too small for 512-byte block bitmap", Options{Dir: dir, BlockSize: 512}, Options{}},
+		{"512-byte blocks of 16 MiB, 8 KiB page", Options{Dir: dir, BlockSize: 512, PageSize: 8192},
+			Options{Dir: dir, ChunkSize: 16 << 20, PageSize: 8192, BlockSize: 512}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -643,9 +693,10 @@ func TestDefaultChunkSize(t *testing.T) {
 	if err := s.WriteChunk(1, 1, pattern(3, 2*DefaultBlockSize), last); !errors.Is(err, ErrInvalidArg) {
 		t.Fatalf("write past 16 MiB: got %v", err)
 	}
+	// 4096 blocks need a 16 KiB crc table.
 	fi, err := os.Stat(filepath.Join(dir, "chunk_1"))
-	if err != nil || fi.Size() != DefaultPageSize+DefaultChunkSize {
-		t.Fatalf("file size: %v, %v; want %d", fi, err, DefaultPageSize+DefaultChunkSize)
+	if err != nil || fi.Size() != DefaultPageSize+DefaultChunkSize+16<<10 {
+		t.Fatalf("file size: %v, %v; want %d", fi, err, DefaultPageSize+DefaultChunkSize+16<<10)
 	}
 	if err := s.Sync(); err != nil {
 		t.Fatal(err)
@@ -682,7 +733,7 @@ func dirtyChunks(s *Store) []uint64 {
 	defer s.mu.RUnlock()
 	var ids []uint64
 	for id, c := range s.chunks {
-		if c.dirty.Load() {
+		if c.dirty.Load() || c.metaDirty.Load() || c.snapDirty.Load() {
 			ids = append(ids, id)
 		}
 	}
@@ -755,6 +806,14 @@ func TestConcurrent(t *testing.T) {
 				off := uint32(rng.IntN(testChunkSize/testBlock-nb)) * testBlock
 				data := pattern(byte(r*writers+w), nb*testBlock)
 				sn := uint64(1 + r/20)
+				if r > 0 && r%20 == 0 {
+					// A new volume snapshot: end the previous one first
+					// (the second round's write takes snapshot sn-1).
+					if err := s.DeleteChunkSnapshotOrCorrectSn(id, sn-1); err != nil {
+						t.Errorf("writer %d: delete snapshot: %v", w, err)
+						return
+					}
+				}
 				if err := s.WriteChunk(id, sn, data, off); err != nil {
 					t.Errorf("writer %d: %v", w, err)
 					return
@@ -891,14 +950,22 @@ func TestClosed(t *testing.T) {
 	}
 	buf := make([]byte, testBlock)
 	_, infoErr := s.GetChunkInfo(1)
+	_, cloneErr := s.ReadChunkClone(1, buf, 0)
+	_, hashErr := s.GetChunkHash(1, 0, testBlock)
 	for name, err := range map[string]error{
-		"write":  s.WriteChunk(1, 1, buf, 0),
-		"create": s.WriteChunk(2, 1, buf, 0),
-		"read":   s.ReadChunk(1, buf, 0),
-		"delete": s.DeleteChunk(1, 0),
-		"info":   infoErr,
-		"sync":   s.Sync(),
-		"close":  s.Close(),
+		"write":         s.WriteChunk(1, 1, buf, 0),
+		"create":        s.WriteChunk(2, 1, buf, 0),
+		"read":          s.ReadChunk(1, buf, 0),
+		"read snapshot": s.ReadChunkSnapshot(1, 1, buf, 0),
+		"read clone":    cloneErr,
+		"paste":         s.PasteChunk(1, buf, 0),
+		"create clone":  s.CreateCloneChunk(3, 1, 0, testChunkSize, "a@s3"),
+		"delete snap":   s.DeleteChunkSnapshotOrCorrectSn(1, 2),
+		"hash":          hashErr,
+		"delete":        s.DeleteChunk(1, 0),
+		"info":          infoErr,
+		"sync":          s.Sync(),
+		"close":         s.Close(),
 	} {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("%s after Close: got %v, want ErrClosed", name, err)
@@ -906,6 +973,9 @@ func TestClosed(t *testing.T) {
 	}
 	if ids := s.ListChunks(); len(ids) != 0 {
 		t.Errorf("ListChunks after Close: %v", ids)
+	}
+	if files := s.Files(); len(files) != 0 {
+		t.Errorf("Files after Close: %v", files)
 	}
 }
 
@@ -939,6 +1009,55 @@ func BenchmarkReadChunk(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if err := s.ReadChunk(1, buf, uint32(i%(testChunkSize/testBlock))*testBlock); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadChunkCached(b *testing.B) {
+	c, err := NewBlockCache(64 << 20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	opts := testOpts(b.TempDir())
+	opts.Cache = c
+	s, err := Open(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteChunk(1, 1, pattern(1, testChunkSize), 0); err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, testBlock)
+	b.SetBytes(testBlock)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if err := s.ReadChunk(1, buf, uint32(i%(testChunkSize/testBlock))*testBlock); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWriteChunkCOW measures first writes after a snapshot: each copies
+// a block into the snapshot and fsyncs it.
+func BenchmarkWriteChunkCOW(b *testing.B) {
+	s, err := Open(testOpts(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	data := pattern(1, testBlock)
+	b.SetBytes(testBlock)
+	for i := 0; b.Loop(); i++ {
+		id, blk := uint64(i/testBlocks), uint32(i%testBlocks)
+		if blk == 0 {
+			if err := s.WriteChunk(id, 1, pattern(2, testChunkSize), 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.WriteChunk(id, 2, data, blk*testBlock); err != nil {
 			b.Fatal(err)
 		}
 	}
