@@ -64,27 +64,39 @@ func decodeChunkOp(payload []byte) (*pb.ChunkRequest, []byte, error) {
 	return req, payload[4+n:], nil
 }
 
-// Apply implements copyset.StateMachine.
+// Apply implements copyset.StateMachine. Outcomes that are the same on
+// every replica (BACKWARD, CHUNK_EXIST, a missing chunk, ...) are results;
+// a local failure (I/O error, full disk, a corrupt block under a
+// copy-on-write) is a copyset.FatalError: this replica stops instead of
+// silently diverging from the others.
 func (m *chunkMachine) Apply(index uint64, payload []byte) any {
 	req, data, err := decodeChunkOp(payload)
 	if err != nil {
 		m.log.Error("undecodable chunk op", "index", index, "err", err)
-		return chunkResult{status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN, err: err}
+		return &copyset.FatalError{Err: err}
 	}
+	id := req.GetChunkId()
 	switch req.GetOpType() {
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
-		err = m.store.WriteChunk(req.GetChunkId(), req.GetSn(), data, req.GetOffset())
+		err = m.store.WriteChunk(id, req.GetSn(), data, req.GetOffset())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
-		err = m.store.DeleteChunk(req.GetChunkId(), req.GetSn())
+		err = m.store.DeleteChunk(id, req.GetSn())
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
+		err = m.store.DeleteChunkSnapshotOrCorrectSn(id, req.GetCorrectedSn())
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
+		err = m.store.CreateCloneChunk(id, req.GetSn(), req.GetCorrectedSn(), req.GetSize(), req.GetLocation())
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
+		err = m.store.PasteChunk(id, data, req.GetOffset())
 	default:
-		err = fmt.Errorf("chunk op type %v is not replicated in this version", req.GetOpType())
+		err = fmt.Errorf("chunk op type %v is not replicated", req.GetOpType())
 		m.log.Error("unexpected chunk op in raft log", "index", index, "err", err)
-		return chunkResult{status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN, err: err}
+		return &copyset.FatalError{Err: err}
 	}
 	st := storeStatus(err)
-	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS && st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD {
-		m.log.Error("chunk op failed on apply", "index", index, "op", req.GetOpType(),
-			"chunk", req.GetChunkId(), "status", st, "err", err)
+	switch st {
+	case pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE,
+		pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CRC_FAIL:
+		return &copyset.FatalError{Err: fmt.Errorf("apply %v to chunk %d at index %d: %w", req.GetOpType(), id, index, err)}
 	}
 	return chunkResult{status: st, err: err}
 }
@@ -100,6 +112,10 @@ func storeStatus(err error) pb.CHUNK_OP_STATUS {
 		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST
 	case errors.Is(err, datastore.ErrBackward):
 		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD
+	case errors.Is(err, datastore.ErrChunkExist):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_EXIST
+	case errors.Is(err, datastore.ErrSnapshotConflict), errors.Is(err, datastore.ErrStatusConflict):
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN
 	case errors.Is(err, datastore.ErrCRC):
 		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CRC_FAIL
 	case errors.Is(err, syscall.ENOSPC):
@@ -115,12 +131,6 @@ func (m *chunkMachine) Close() error { return m.store.Close() }
 // Sync implements copyset.StateMachine: fsync every dirty chunk file.
 func (m *chunkMachine) Sync() error { return m.store.Sync() }
 
-// Files implements copyset.StateMachine: the chunk files, for snapshots.
-func (m *chunkMachine) Files() ([]string, error) {
-	ids := m.store.ListChunks()
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = fmt.Sprintf("chunk_%d", id)
-	}
-	return out, nil
-}
+// Files implements copyset.StateMachine: chunk files, then chunk snapshot
+// files, for a snapshot stream.
+func (m *chunkMachine) Files() ([]string, error) { return m.store.Files(), nil }

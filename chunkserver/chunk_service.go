@@ -14,14 +14,15 @@ import (
 )
 
 // chunkService implements curve.chunkserver.ChunkService. Mutations go
-// through raft; reads are served on the leader after a read barrier.
-// Operations of later issues answer Unimplemented through the embedded type.
+// through raft (mutate); reads are served on the leader after a read
+// barrier (read). Every request is validated before anything is proposed.
 type chunkService struct {
 	pb.UnimplementedChunkServiceServer
 	copysets *copyset.Manager
 	layout   datastore.Options // chunk geometry for request validation
 	epochs   *epochMap
 	admit    *admission
+	sources  *cloneSource
 	metrics  *metrics
 	log      *slog.Logger
 }
@@ -57,6 +58,11 @@ func (s *chunkService) node(pool, cs uint32) *copyset.Node {
 	return s.copysets.Get(copyset.NewGroupID(pool, cs))
 }
 
+// chunkStore returns the chunk state machine's store of a node.
+func chunkStore(n *copyset.Node) *datastore.Store {
+	return n.StateMachine(copyset.KindChunk).(*chunkMachine).store
+}
+
 // redirectOr maps a not-leader error to REDIRECTED (with the leader hint)
 // and any other error to fallback.
 func redirectOr(err error, fallback pb.CHUNK_OP_STATUS) (pb.CHUNK_OP_STATUS, string) {
@@ -75,6 +81,41 @@ func (s *chunkService) finish(op string, start time.Time, resp *pb.ChunkResponse
 	return resp
 }
 
+func (s *chunkService) invalid(op string, req *pb.ChunkRequest, err error) *pb.ChunkResponse {
+	s.log.Debug("invalid chunk request", "op", op, "pool", req.GetLogicPoolId(),
+		"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "err", err)
+	return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)
+}
+
+// failed maps a propose or read-barrier error: REDIRECTED with the leader
+// hint when this replica is not the leader, FAILURE_UNKNOWN (logged)
+// otherwise.
+func (s *chunkService) failed(req *pb.ChunkRequest, what string, err error) *pb.ChunkResponse {
+	st, leader := redirectOr(err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
+	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
+		s.log.Warn(what, "op", req.GetOpType(), "pool", req.GetLogicPoolId(),
+			"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "err", err)
+	}
+	resp := chunkResponse(st)
+	if leader != "" {
+		resp.Redirect = proto.String(leader)
+	}
+	return resp
+}
+
+// resultStatus maps a leader's apply result to a status.
+func resultStatus(res any) pb.CHUNK_OP_STATUS {
+	switch r := res.(type) {
+	case chunkResult:
+		return r.status
+	case *copyset.FatalError:
+		if st := storeStatus(r.Err); st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+			return st
+		}
+	}
+	return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL
+}
+
 // propose replicates a chunk op and turns the outcome into a response.
 func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.ChunkRequest, data []byte) *pb.ChunkResponse {
 	op, err := encodeChunkOp(req, data)
@@ -86,19 +127,19 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 	if err != nil {
 		return s.failed(req, "chunk op not committed", err)
 	}
-	resp := chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
-	if r, ok := res.(chunkResult); ok {
-		resp.Status = status(r.status)
-	}
+	resp := chunkResponse(resultStatus(res))
 	resp.AppliedIndex = proto.Uint64(index)
 	return resp
 }
 
 // mutate runs the checks every mutating request passes, in order, and
-// proposes it: validation (INVALID_REQUEST), the epoch fence
-// (EPOCH_TOO_OLD), the copyset (COPYSET_NOTEXIST), a broken replica
-// (DISK_FAIL), free space (NOSPACE). Nothing is proposed when one fails.
-func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkRequest, data []byte, valid func() error) *pb.ChunkResponse {
+// proposes it: the in-flight limit (OVERLOAD), validation
+// (INVALID_REQUEST), the epoch fence (EPOCH_TOO_OLD), the copyset
+// (COPYSET_NOTEXIST), a broken replica (DISK_FAIL), free space (NOSPACE).
+// Nothing is proposed when one fails. prepare, if set, runs on the leader
+// after the checks and may replace the data to propose (RecoverChunk).
+func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkRequest, data []byte, valid func() error,
+	prepare func(n *copyset.Node) ([]byte, *pb.ChunkResponse)) *pb.ChunkResponse {
 	start := time.Now()
 	if !s.admit.enter() {
 		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD), 0)
@@ -122,28 +163,280 @@ func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkReque
 	if s.admit.readOnly() {
 		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE), 0)
 	}
+	if prepare != nil {
+		var resp *pb.ChunkResponse
+		if data, resp = prepare(n); resp != nil {
+			return s.finish(op, start, resp, 0)
+		}
+	}
 	return s.finish(op, start, s.propose(ctx, n, req, data), len(data))
 }
 
-// WriteChunk writes req.data at req.offset of the chunk, creating it.
+// read runs the checks of a read and a read barrier on the leader, then
+// fn against the copyset's store; fn's response gets the applied index.
+func (s *chunkService) read(ctx context.Context, op string, req *pb.ChunkRequest, valid func() error,
+	fn func(n *copyset.Node) *pb.ChunkResponse) *pb.ChunkResponse {
+	start := time.Now()
+	if !s.admit.enter() {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD), 0)
+	}
+	defer s.admit.leave()
+	if err := valid(); err != nil {
+		return s.finish(op, start, s.invalid(op, req, err), 0)
+	}
+	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
+	if n == nil {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0)
+	}
+	if n.Broken() != nil {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL), 0)
+	}
+	applied, err := n.ReadBarrier(ctx)
+	if err != nil {
+		return s.finish(op, start, s.failed(req, "read barrier failed", err), 0)
+	}
+	resp := fn(n)
+	resp.AppliedIndex = proto.Uint64(applied)
+	return s.finish(op, start, resp, len(resp.GetData()))
+}
+
+// storeFailed maps a store error of a read to a response, logging the
+// unexpected ones (a checksum failure names chunk and block).
+func (s *chunkService) storeFailed(req *pb.ChunkRequest, err error) *pb.ChunkResponse {
+	st := storeStatus(err)
+	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST {
+		s.log.Error("chunk read failed", "op", req.GetOpType(), "pool", req.GetLogicPoolId(),
+			"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "status", st, "err", err)
+	}
+	return chunkResponse(st)
+}
+
+// validWrite checks a WriteChunk request.
+func (s *chunkService) validWrite(req *pb.ChunkRequest) error {
+	if err := s.validateIO(req); err != nil {
+		return err
+	}
+	if uint64(len(req.GetData())) != uint64(req.GetSize()) {
+		return fmt.Errorf("data length %d != size %d", len(req.GetData()), req.GetSize())
+	}
+	if req.GetSn() == 0 {
+		return errors.New("sn is 0")
+	}
+	return nil
+}
+
+// WriteChunk writes req.data at req.offset of the chunk, creating it; a
+// newer sn first preserves the chunk's old data in a COW snapshot.
 func (s *chunkService) WriteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
-	return s.mutate(ctx, "write", req, req.GetData(), func() error {
+	return s.mutate(ctx, "write", req, req.GetData(), func() error { return s.validWrite(req) }, nil), nil
+}
+
+// DeleteChunk removes the chunk and its snapshot (a missing chunk is
+// success).
+func (s *chunkService) DeleteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	return s.mutate(ctx, "delete", req, nil, nil, nil), nil
+}
+
+// DeleteChunkSnapshotOrCorrectSn deletes the chunk's snapshot or records a
+// corrected sn (Curve's rules); correctedSn is required.
+func (s *chunkService) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	return s.mutate(ctx, "delete_snapshot", req, nil, func() error {
+		if req.CorrectedSn == nil {
+			return errors.New("correctedSn is required")
+		}
+		return nil
+	}, nil), nil
+}
+
+// CreateCloneChunk creates a clone chunk whose unwritten blocks read from
+// location (a chunk of this cluster, @cs, or an object, @s3).
+func (s *chunkService) CreateCloneChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	return s.mutate(ctx, "create_clone", req, nil, func() error { return s.validClone(req) }, nil), nil
+}
+
+func (s *chunkService) validClone(req *pb.ChunkRequest) error {
+	if req.GetSize() != s.layout.ChunkSize {
+		return fmt.Errorf("size %d != chunk size %d", req.GetSize(), s.layout.ChunkSize)
+	}
+	if req.GetSn() == 0 {
+		return errors.New("sn is 0")
+	}
+	_, err := parseLocation(req.GetLocation())
+	return err
+}
+
+// CreateS3CloneChunk creates a clone chunk of the object named by
+// chunkLocationInfo (upstream answers INVALID_REQUEST; this works). The
+// clone gets sn 1 and the request's correctedSn.
+func (s *chunkService) CreateS3CloneChunk(ctx context.Context, req *pb.CreateS3CloneChunkRequest) (*pb.CreateS3CloneChunkResponse, error) {
+	creq := &pb.ChunkRequest{
+		OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), LogicPoolId: req.LogicPoolId,
+		CopysetId: req.CopysetId, ChunkId: req.ChunkId, Sn: proto.Uint64(1),
+		CorrectedSn: proto.Uint64(req.GetCorrectedSn()), Size: proto.Uint32(s.layout.ChunkSize),
+		Location: proto.String(req.GetChunkLocationInfo() + "@s3"),
+	}
+	resp := s.mutate(ctx, "create_s3_clone", creq, nil, func() error { return s.validClone(creq) }, nil)
+	return &pb.CreateS3CloneChunkResponse{Status: resp.Status, Redirect: resp.Redirect}, nil
+}
+
+// RecoverChunk copies the still unwritten blocks of [offset, offset+size)
+// of a clone chunk from its source and pastes them through raft (a paste
+// never overwrites a block a client wrote). A range already complete, or a
+// normal chunk, is SUCCESS without proposing.
+func (s *chunkService) RecoverChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	paste := proto.Clone(req).(*pb.ChunkRequest)
+	paste.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE.Enum()
+	return s.mutate(ctx, "recover", paste, nil, func() error { return s.validateIO(req) },
+		func(n *copyset.Node) ([]byte, *pb.ChunkResponse) {
+			if _, err := n.ReadBarrier(ctx); err != nil {
+				return nil, s.failed(req, "read barrier failed", err)
+			}
+			buf := make([]byte, req.GetSize())
+			unwritten, err := s.readMerged(ctx, n, req.GetChunkId(), buf, req.GetOffset())
+			if err != nil {
+				return nil, s.storeFailed(req, err)
+			}
+			if unwritten == 0 {
+				return nil, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+			}
+			return buf, nil
+		}), nil
+}
+
+// readMerged fills buf with the chunk's data at off: written blocks from
+// the local chunk, unwritten blocks of a clone chunk from its source. It
+// returns how many blocks came from the source.
+func (s *chunkService) readMerged(ctx context.Context, n *copyset.Node, chunk uint64, buf []byte, off uint32) (int, error) {
+	store := chunkStore(n)
+	for attempt := 0; ; attempt++ {
+		unwritten, err := store.ReadChunkClone(chunk, buf, off)
+		if err != nil || len(unwritten) == 0 {
+			return 0, err
+		}
+		info, err := store.GetChunkInfo(chunk)
+		if err != nil {
+			return 0, err
+		}
+		if info.Location == "" {
+			if attempt < 2 {
+				continue // became a normal chunk meanwhile: read again
+			}
+			return 0, fmt.Errorf("chunk %d: unwritten blocks but no clone location", chunk)
+		}
+		loc, err := parseLocation(info.Location)
+		if err != nil {
+			return 0, fmt.Errorf("chunk %d: %w", chunk, err)
+		}
+		blocks := 0
+		for _, r := range unwritten {
+			lo := r.Off - off
+			if err := s.sources.fetch(ctx, loc, buf[lo:lo+r.Len], r.Off); err != nil {
+				return 0, err
+			}
+			blocks += int(r.Len / s.layout.BlockSize)
+		}
+		return blocks, nil
+	}
+}
+
+// localRead is the cloneSource's read of a chunk whose copyset this server
+// leads.
+func (s *chunkService) localRead(ctx context.Context, n *copyset.Node, chunk uint64, p []byte, off uint32) error {
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		return err
+	}
+	_, err := s.readMerged(ctx, n, chunk, p, off)
+	if errors.Is(err, datastore.ErrChunkNotExist) {
+		clear(p)
+		return nil
+	}
+	return err
+}
+
+// ReadChunk reads req.size bytes at req.offset, linearizably. Unwritten
+// blocks of a clone chunk are read from its source.
+func (s *chunkService) ReadChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	return s.read(ctx, "read", req, func() error { return s.validateIO(req) }, func(n *copyset.Node) *pb.ChunkResponse {
+		buf := make([]byte, req.GetSize())
+		if _, err := s.readMerged(ctx, n, req.GetChunkId(), buf, req.GetOffset()); err != nil {
+			return s.storeFailed(req, err)
+		}
+		resp := chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		resp.Data = buf
+		return resp
+	}), nil
+}
+
+// ReadChunkSnapshot reads the chunk as of snapshot sn: the live chunk when
+// sn is the chunk's sn, else blocks from its COW snapshot file.
+func (s *chunkService) ReadChunkSnapshot(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	valid := func() error {
 		if err := s.validateIO(req); err != nil {
 			return err
-		}
-		if uint64(len(req.GetData())) != uint64(req.GetSize()) {
-			return fmt.Errorf("data length %d != size %d", len(req.GetData()), req.GetSize())
 		}
 		if req.GetSn() == 0 {
 			return errors.New("sn is 0")
 		}
 		return nil
+	}
+	return s.read(ctx, "read_snapshot", req, valid, func(n *copyset.Node) *pb.ChunkResponse {
+		buf := make([]byte, req.GetSize())
+		if err := chunkStore(n).ReadChunkSnapshot(req.GetChunkId(), req.GetSn(), buf, req.GetOffset()); err != nil {
+			return s.storeFailed(req, err)
+		}
+		resp := chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		resp.Data = buf
+		return resp
 	}), nil
 }
 
-// DeleteChunk removes the chunk (a missing chunk is success).
-func (s *chunkService) DeleteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
-	return s.mutate(ctx, "delete", req, nil, nil), nil
+// GetChunkInfo returns [sn] or [sn, snapSn] (empty when the chunk does not
+// exist), linearizably on the leader.
+func (s *chunkService) GetChunkInfo(ctx context.Context, req *pb.GetChunkInfoRequest) (*pb.GetChunkInfoResponse, error) {
+	creq := &pb.ChunkRequest{LogicPoolId: req.LogicPoolId, CopysetId: req.CopysetId, ChunkId: req.ChunkId}
+	var sns []uint64
+	resp := s.read(ctx, "info", creq, func() error { return nil }, func(n *copyset.Node) *pb.ChunkResponse {
+		info, err := chunkStore(n).GetChunkInfo(req.GetChunkId())
+		switch {
+		case errors.Is(err, datastore.ErrChunkNotExist):
+		case err != nil:
+			return s.storeFailed(creq, err)
+		default:
+			sns = append(sns, info.Sn)
+			if info.SnapSn != 0 {
+				sns = append(sns, info.SnapSn)
+			}
+		}
+		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	})
+	return &pb.GetChunkInfoResponse{Status: resp.Status, Redirect: resp.Redirect, ChunkSn: sns}, nil
+}
+
+// GetChunkHash returns the decimal crc32c of [offset, offset+length) of the
+// chunk's data on this replica (any replica answers; no leader check, as
+// upstream). Offsets are data offsets: upstream's include the meta page. A
+// missing chunk hashes to "0".
+func (s *chunkService) GetChunkHash(ctx context.Context, req *pb.GetChunkHashRequest) (*pb.GetChunkHashResponse, error) {
+	fail := func(st pb.CHUNK_OP_STATUS) (*pb.GetChunkHashResponse, error) {
+		return &pb.GetChunkHashResponse{Status: status(st)}, nil
+	}
+	if uint64(req.GetOffset())+uint64(req.GetLength()) > uint64(s.layout.ChunkSize) {
+		return fail(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)
+	}
+	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
+	if n == nil {
+		return fail(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST)
+	}
+	if n.Broken() != nil {
+		return fail(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
+	}
+	hash, err := chunkStore(n).GetChunkHash(req.GetChunkId(), req.GetOffset(), req.GetLength())
+	if err != nil {
+		s.log.Error("chunk hash", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(),
+			"chunk", req.GetChunkId(), "err", err)
+		return fail(storeStatus(err))
+	}
+	return &pb.GetChunkHashResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS), Hash: proto.String(hash)}, nil
 }
 
 // UpdateEpoch raises the server's fence for a file; a lower epoch than the
@@ -163,90 +456,4 @@ func (s *chunkService) UpdateEpoch(ctx context.Context, req *pb.UpdateEpochReque
 		s.log.Error("update epoch", "file", req.GetFileId(), "err", err)
 		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)}, nil
 	}
-}
-
-// chunkStore returns the chunk state machine's store of a node.
-func chunkStore(n *copyset.Node) *datastore.Store {
-	return n.StateMachine(copyset.KindChunk).(*chunkMachine).store
-}
-
-// ReadChunk reads req.size bytes at req.offset, linearizably.
-func (s *chunkService) ReadChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
-	start := time.Now()
-	if !s.admit.enter() {
-		return s.finish("read", start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD), 0), nil
-	}
-	defer s.admit.leave()
-	if err := s.validateIO(req); err != nil {
-		return s.finish("read", start, s.invalid("read", req, err), 0), nil
-	}
-	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
-	if n == nil {
-		return s.finish("read", start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0), nil
-	}
-	applied, err := n.ReadBarrier(ctx)
-	if err != nil {
-		return s.finish("read", start, s.failed(req, "read barrier failed", err), 0), nil
-	}
-	buf := make([]byte, req.GetSize())
-	err = chunkStore(n).ReadChunk(req.GetChunkId(), buf, req.GetOffset())
-	resp := chunkResponse(storeStatus(err))
-	resp.AppliedIndex = proto.Uint64(applied)
-	if err == nil {
-		resp.Data = buf
-	} else if !errors.Is(err, datastore.ErrChunkNotExist) {
-		s.log.Error("read chunk", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(),
-			"chunk", req.GetChunkId(), "err", err)
-	}
-	return s.finish("read", start, resp, len(buf)), nil
-}
-
-// GetChunkInfo returns the chunk's [sn] (empty when it does not exist).
-func (s *chunkService) GetChunkInfo(ctx context.Context, req *pb.GetChunkInfoRequest) (*pb.GetChunkInfoResponse, error) {
-	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
-	if n == nil {
-		return &pb.GetChunkInfoResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST)}, nil
-	}
-	if _, err := n.ReadBarrier(ctx); err != nil {
-		st, leader := redirectOr(err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
-		resp := &pb.GetChunkInfoResponse{Status: status(st)}
-		if leader != "" {
-			resp.Redirect = proto.String(leader)
-		}
-		return resp, nil
-	}
-	info, err := chunkStore(n).GetChunkInfo(req.GetChunkId())
-	switch {
-	case errors.Is(err, datastore.ErrChunkNotExist):
-		return &pb.GetChunkInfoResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)}, nil
-	case err != nil:
-		s.log.Error("get chunk info", "chunk", req.GetChunkId(), "err", err)
-		return &pb.GetChunkInfoResponse{Status: status(storeStatus(err))}, nil
-	}
-	return &pb.GetChunkInfoResponse{
-		Status:  status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS),
-		ChunkSn: []uint64{info.Sn},
-	}, nil
-}
-
-func (s *chunkService) invalid(op string, req *pb.ChunkRequest, err error) *pb.ChunkResponse {
-	s.log.Debug("invalid chunk request", "op", op, "pool", req.GetLogicPoolId(),
-		"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "err", err)
-	return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)
-}
-
-// failed maps a propose or read-barrier error: REDIRECTED with the leader
-// hint when this replica is not the leader, FAILURE_UNKNOWN (logged)
-// otherwise.
-func (s *chunkService) failed(req *pb.ChunkRequest, what string, err error) *pb.ChunkResponse {
-	st, leader := redirectOr(err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
-	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
-		s.log.Warn(what, "op", req.GetOpType(), "pool", req.GetLogicPoolId(),
-			"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "err", err)
-	}
-	resp := chunkResponse(st)
-	if leader != "" {
-		resp.Redirect = proto.String(leader)
-	}
-	return resp
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chunkraft/chunkraft/internal/objstore"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -39,6 +40,18 @@ type Config struct {
 	// MinFreeBytes is the free space on the data dir's filesystem below
 	// which copysets turn read-only (mutations get NOSPACE, reads work).
 	MinFreeBytes uint64 `yaml:"min_free_bytes"`
+
+	// ChunkFilePool is how many preallocated chunk files the server keeps
+	// formatted under <data_dir>/chunkfilepool (0 disables the pool:
+	// chunks are then created as sparse files on the write path).
+	ChunkFilePool int `yaml:"chunk_file_pool"`
+	// ReadCacheBytes sizes the block cache shared by all copysets (0 = off).
+	ReadCacheBytes int64 `yaml:"read_cache_bytes"`
+	// ObjectStore is where <object>@s3 clone sources are read from.
+	ObjectStore objstore.Config `yaml:"object_store"`
+	// CloneSourceServers are asked for the leader of a @cs clone source's
+	// copyset when this server does not host it.
+	CloneSourceServers []string `yaml:"clone_source_servers"`
 
 	Raft RaftConfig `yaml:"raft"`
 }
@@ -73,6 +86,8 @@ func DefaultConfig() Config {
 		LogLevel:       "info",
 		MaxMessageSize: 1 << 30,
 		MaxInflight:    5000,
+		ChunkFilePool:  16,
+		ReadCacheBytes: 64 << 20,
 		MinFreeBytes:   256 << 20,
 		Raft: RaftConfig{
 			HeartbeatTimeout:   time.Second,
@@ -128,6 +143,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "shared" {
 		return fmt.Errorf("config: raft.log_store %q: want boltdb or shared", c.Raft.LogStore)
+	}
+	if c.ChunkFilePool < 0 || c.ReadCacheBytes < 0 {
+		return errors.New("config: chunk_file_pool and read_cache_bytes must not be negative")
+	}
+	c.ObjectStore.ApplyDefaults(c.DataDir)
+	if err := c.ObjectStore.Validate(); err != nil {
+		return fmt.Errorf("config: object_store: %w", err)
 	}
 	if c.MaxInflight < 1 {
 		return fmt.Errorf("config: max_inflight %d must be at least 1", c.MaxInflight)

@@ -15,7 +15,14 @@ type metrics struct {
 	bytes    *prometheus.CounterVec   // chunkraft_chunk_bytes_total{op}
 }
 
-func newMetrics(copysets func() (hosted, leading float64)) *metrics {
+// serverStats are the gauges the server computes on scrape.
+type serverStats struct {
+	copysets    func() (hosted, leading float64)
+	crcFailures func() float64                 // block checksum failures, all copysets
+	pool        func() (ready, target float64) // chunk file pool
+}
+
+func newMetrics(st serverStats) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -37,11 +44,23 @@ func newMetrics(copysets func() (hosted, leading float64)) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chunkraft_copysets",
 			Help: "Copyset replicas hosted by this server.",
-		}, func() float64 { h, _ := copysets(); return h }),
+		}, func() float64 { h, _ := st.copysets(); return h }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chunkraft_copyset_leaders",
 			Help: "Copyset replicas on this server that are raft leaders.",
-		}, func() float64 { _, l := copysets(); return l }),
+		}, func() float64 { _, l := st.copysets(); return l }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chunkraft_chunk_crc_failures_total",
+			Help: "Block reads whose crc32c did not match (corrupt data on disk), since the copysets opened.",
+		}, st.crcFailures),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chunkraft_chunkfilepool_ready",
+			Help: "Preallocated chunk files ready in the chunk file pool.",
+		}, func() float64 { r, _ := st.pool(); return r }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chunkraft_chunkfilepool_target",
+			Help: "Chunk files the pool keeps formatted (chunk_file_pool).",
+		}, func() float64 { _, t := st.pool(); return t }),
 	)
 	return m
 }

@@ -11,12 +11,14 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
@@ -44,14 +46,26 @@ type Server struct {
 	metrics  *metrics
 	admit    *admission
 	shared   *sharedlog.Log // nil unless raft.log_store is shared
+	pool     *datastore.FilePool
+	cache    *datastore.BlockCache
+	sources  *cloneSource
 	ready    atomic.Bool
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
 // Raft's own logs go to stderr.
-func New(cfg Config, log *slog.Logger) (*Server, error) { return newServer(cfg, log, os.Stderr) }
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	return newServer(cfg, log, seams{raftLog: os.Stderr})
+}
 
-func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error) {
+// seams are what tests replace: where raft logs go, the chunk stores' file
+// system (a datastore.FaultFS injects disk faults).
+type seams struct {
+	raftLog io.Writer
+	fs      datastore.FS
+}
+
+func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -89,7 +103,10 @@ func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error)
 			return nil, err
 		}
 	}
-	layout := datastore.Options{}
+	layout := datastore.Options{Logger: log.With("component", "datastore"), FS: hooks.fs}
+	if err := s.openChunkResources(cfg, &layout); err != nil {
+		return nil, err
+	}
 	s.copysets, err = copyset.NewManager(copyset.ManagerOptions{
 		SharedLog:  s.shared,
 		Dir:        cfg.DataDir,
@@ -116,7 +133,7 @@ func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error)
 			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
-			LogOutput:          raftLog,
+			LogOutput:          hooks.raftLog,
 		},
 		Logger: log,
 	})
@@ -127,16 +144,18 @@ func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error)
 		}
 		return nil, err
 	}
-	s.metrics = newMetrics(s.countCopysets)
+	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats})
 
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
 	)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
-	pb.RegisterChunkServiceServer(s.grpc, &chunkService{
-		copysets: s.copysets, layout: ds, epochs: epochs, admit: s.admit, metrics: s.metrics, log: log,
-	})
+	chunks := &chunkService{
+		copysets: s.copysets, layout: ds, epochs: epochs, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
+	}
+	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
+	pb.RegisterChunkServiceServer(s.grpc, chunks)
 	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log})
 	pb.RegisterCliService2Server(s.grpc, &cliService2{copysets: s.copysets, ready: &s.ready})
 	registerUnimplemented(s.grpc)
@@ -146,6 +165,38 @@ func newServer(cfg Config, log *slog.Logger, raftLog io.Writer) (*Server, error)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	return s, nil
+}
+
+// openChunkResources opens what every copyset's chunk store shares: the
+// chunk file pool, the block cache, the object store and the clone source
+// reader, and points layout at the first two.
+func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error {
+	if cfg.ChunkFilePool > 0 {
+		pool, err := datastore.OpenFilePool(datastore.PoolOptions{
+			Dir: filepath.Join(cfg.DataDir, "chunkfilepool"), Count: cfg.ChunkFilePool,
+			ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize,
+			Logger: s.log.With("component", "chunkfilepool"),
+		})
+		if err != nil {
+			return err
+		}
+		s.pool, layout.Pool = pool, pool
+	}
+	if cfg.ReadCacheBytes > 0 {
+		cache, err := datastore.NewBlockCache(cfg.ReadCacheBytes)
+		if err != nil {
+			return err
+		}
+		s.cache, layout.Cache = cache, cache
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	objects, err := objstore.Open(ctx, cfg.ObjectStore)
+	if err != nil {
+		return fmt.Errorf("object store: %w", err)
+	}
+	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers, maxMsg: cfg.MaxMessageSize}
+	return nil
 }
 
 // registerUnimplemented registers the seed services whose issues have not
@@ -170,6 +221,24 @@ func (s *Server) countCopysets() (hosted, leading float64) {
 		}
 	}
 	return hosted, leading
+}
+
+func (s *Server) crcFailures() float64 {
+	var n uint64
+	for _, node := range s.copysets.List() {
+		if m, ok := node.StateMachine(copyset.KindChunk).(*chunkMachine); ok {
+			n += m.store.Stats().CRCFailures
+		}
+	}
+	return float64(n)
+}
+
+func (s *Server) poolStats() (ready, target float64) {
+	if s.pool == nil {
+		return 0, 0
+	}
+	st := s.pool.Stats()
+	return float64(st.Ready), float64(st.Target)
 }
 
 // Local returns this server's peer id.
@@ -203,6 +272,19 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	grpcErr := make(chan error, 1)
 	go func() { grpcErr <- s.grpc.Serve(lis) }()
+	// The chunk file pool formats in the background until shutdown.
+	poolCtx, stopPool := context.WithCancel(context.Background())
+	defer stopPool()
+	var poolWG sync.WaitGroup
+	if s.pool != nil {
+		poolWG.Add(1)
+		go func() {
+			defer poolWG.Done()
+			if err := s.pool.Run(poolCtx); err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("chunk file pool", "err", err)
+			}
+		}()
+	}
 	s.log.Info("chunkserver listening", "listen", lis.Addr().String(), "peer", s.local,
 		"metrics", s.cfg.MetricsListen, "data_dir", s.cfg.DataDir)
 
@@ -234,6 +316,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// so inbound raft calls for them fail at once. Peers keep their pipeline
 	// streams to us open, so a graceful gRPC stop gets a short grace only.
 	closeErr := s.copysets.Close()
+	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
@@ -249,7 +332,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		cancel()
 	}
-	err := errors.Join(runErr, closeErr, s.trans.Close())
+	poolWG.Wait()
+	err := errors.Join(runErr, closeErr, s.trans.Close(), s.sources.close())
+	if s.cache != nil {
+		s.cache.Close()
+	}
 	if s.shared != nil {
 		err = errors.Join(err, s.shared.Close())
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
@@ -19,21 +20,26 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// testCluster is n in-process chunkservers on loopback with one copyset.
+// testCluster is n in-process chunkservers on loopback with one copyset;
+// a server can be stopped and started again on its address and data dir.
 type testCluster struct {
+	t       *testing.T
+	cfgs    []Config
+	fs      []*datastore.FaultFS
 	servers []*Server
+	cancels []context.CancelFunc
+	dones   []chan struct{}
 	conns   []*grpc.ClientConn
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
 	group   copyset.GroupID
 }
 
-func startTestCluster(t *testing.T, n int) *testCluster {
+// clusterOpts adjust the servers' configuration before they start.
+type clusterOpts func(*Config)
+
+func startTestCluster(t *testing.T, n int, opts ...clusterOpts) *testCluster {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &testCluster{cancel: cancel, group: copyset.NewGroupID(1, 1)}
+	c := &testCluster{t: t, group: copyset.NewGroupID(1, 1)}
 	var peers []copyset.PeerID
-	var listeners []net.Listener
 	for i := 0; i < n; i++ {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -42,36 +48,35 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 		cfg := DefaultConfig()
 		cfg.Listen, cfg.MetricsListen = lis.Addr().String(), ""
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")
+		cfg.ChunkFilePool = 0
 		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 300*time.Millisecond, 300*time.Millisecond
 		cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
-		srv, err := newServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+		for _, o := range opts {
+			o(&cfg)
+		}
+		conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.servers, c.conns = append(c.servers, srv), append(c.conns, conn)
-		listeners = append(listeners, lis)
-		peers = append(peers, srv.Local())
-	}
-	for i, srv := range c.servers {
-		c.wg.Add(1)
-		go func() { defer c.wg.Done(); srv.Serve(ctx, listeners[i]) }()
+		c.cfgs, c.conns = append(c.cfgs, cfg), append(c.conns, conn)
+		c.fs = append(c.fs, datastore.NewFaultFS(nil))
+		c.servers = append(c.servers, nil)
+		c.cancels = append(c.cancels, nil)
+		c.dones = append(c.dones, nil)
+		c.start(i, lis)
+		peers = append(peers, c.servers[i].Local())
 	}
 	t.Cleanup(func() {
-		cancel()
-		c.wg.Wait()
+		for i := range c.servers {
+			c.stop(i)
+		}
 		for _, conn := range c.conns {
 			conn.Close()
 		}
 	})
 	for _, srv := range c.servers {
-		for !srv.ready.Load() {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if _, err := srv.Copysets().Create(ctx, c.group, peers); err != nil {
+		if _, err := srv.Copysets().Create(context.Background(), c.group, peers); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -79,11 +84,52 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 	return c
 }
 
+// start runs server i (listening on lis, or on its address again).
+func (c *testCluster) start(i int, lis net.Listener) {
+	c.t.Helper()
+	if lis == nil {
+		var err error
+		for try := 0; ; try++ {
+			if lis, err = net.Listen("tcp", c.cfgs[i].Listen); err == nil || try > 50 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	srv, err := newServer(c.cfgs[i], slog.New(slog.NewTextHandler(io.Discard, nil)),
+		seams{raftLog: io.Discard, fs: c.fs[i]})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ctx, lis) }()
+	c.servers[i], c.cancels[i], c.dones[i] = srv, cancel, done
+	for !srv.ready.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop shuts server i down cleanly.
+func (c *testCluster) stop(i int) {
+	if c.cancels[i] != nil {
+		c.cancels[i]()
+		<-c.dones[i]
+		c.cancels[i] = nil
+	}
+}
+
 // leader returns the index of the copyset's leader.
 func (c *testCluster) leader(t *testing.T) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		for i, srv := range c.servers {
+			if c.cancels[i] == nil {
+				continue
+			}
 			if n := srv.Copysets().Get(c.group); n != nil && n.IsLeader() {
 				return i
 			}

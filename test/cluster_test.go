@@ -137,10 +137,11 @@ type block struct {
 }
 
 // writeBlocks writes n random 4 KiB blocks at distinct places spread over
-// the copysets and 4 chunks each, 8 writers at a time.
-func writeBlocks(t *testing.T, c *cli.Client, copysets []cli.CopysetID, n int, rng *rand.Rand) []block {
+// the copysets and 4 chunks each, 8 writers at a time. seen holds the
+// places already used (by earlier calls too), so every block keeps the one
+// value it was written with.
+func writeBlocks(t *testing.T, c *cli.Client, copysets []cli.CopysetID, n int, rng *rand.Rand, seen map[string]bool) []block {
 	t.Helper()
-	seen := map[string]bool{}
 	blocks := make([]block, 0, n)
 	for len(blocks) < n {
 		b := block{
@@ -223,7 +224,8 @@ func TestClusterWriteKillRestart(t *testing.T) {
 	c := startCluster(t, 3)
 	copysets := c.createCopysets(t, 16)
 
-	blocks := writeBlocks(t, c.client, copysets, 1000, rng)
+	seen := map[string]bool{}
+	blocks := writeBlocks(t, c.client, copysets, 1000, rng, seen)
 	readBlocks(t, c.client, blocks)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -254,7 +256,7 @@ func TestClusterWriteKillRestart(t *testing.T) {
 	readBlocks(t, c.client, blocks)
 
 	// Writes while the victim is down, so it has something to catch up on.
-	more := writeBlocks(t, c.client, []cli.CopysetID{victimCS}, 50, rng)
+	more := writeBlocks(t, c.client, []cli.CopysetID{victimCS}, 50, rng, seen)
 
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
