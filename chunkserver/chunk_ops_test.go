@@ -24,7 +24,9 @@ func (c *testCluster) write(t *testing.T, chunk uint64, sn uint64, off uint32, d
 	t.Helper()
 	req := writeReq(chunk, off, data)
 	req.Sn = proto.Uint64(sn)
-	c.do(t, want, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) { return cl.WriteChunk(context.Background(), req) })
+	c.do(t, want, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+		return cl.WriteChunk(context.Background(), req)
+	})
 }
 
 func (c *testCluster) read(t *testing.T, chunk uint64, off, size uint32) []byte {
