@@ -11,8 +11,11 @@ import (
 // touches a copyset: the in-flight limit (OVERLOAD) and the free-space
 // floor below which copysets are read-only (NOSPACE for mutations; reads
 // keep working, and writes succeed again once space is freed).
+//
+// The limit and the floor change at runtime (ConfigService max_inflight and
+// min_free_bytes): setMaxInflight and setMinFree.
 type admission struct {
-	maxInflight int64
+	maxInflight int64 // read and written atomically once serving
 	inflight    atomic.Int64
 
 	dataDir  string
@@ -37,7 +40,7 @@ func statfsFree(path string) (uint64, error) {
 // enter counts a request in; false means the server is over its limit and
 // the request must get OVERLOAD (leave must not be called then).
 func (a *admission) enter() bool {
-	if a.inflight.Add(1) > a.maxInflight {
+	if a.inflight.Add(1) > atomic.LoadInt64(&a.maxInflight) {
 		a.inflight.Add(-1)
 		return false
 	}
@@ -64,6 +67,19 @@ func (a *admission) readOnly() bool {
 // recheck forgets the cached answer (tests, and after space is freed).
 func (a *admission) recheck() {
 	a.mu.Lock()
+	a.checkedAt = time.Time{}
+	a.mu.Unlock()
+}
+
+// setMaxInflight changes the in-flight limit; requests already in flight
+// finish, new ones are counted against n (0 refuses all).
+func (a *admission) setMaxInflight(n int64) { atomic.StoreInt64(&a.maxInflight, n) }
+
+// setMinFree changes the free-space floor and re-evaluates the read-only
+// state at the next request.
+func (a *admission) setMinFree(n uint64) {
+	a.mu.Lock()
+	a.minFree = n
 	a.checkedAt = time.Time{}
 	a.mu.Unlock()
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,7 +37,8 @@ type Config struct {
 	MaxMessageSize int `yaml:"max_message_size"`
 
 	// MaxInflight bounds the chunk requests being served at once; more get
-	// CHUNK_OP_STATUS_OVERLOAD.
+	// CHUNK_OP_STATUS_OVERLOAD. 0 refuses every chunk request (a drain,
+	// usually set at runtime through ConfigService).
 	MaxInflight int `yaml:"max_inflight"`
 	// MinFreeBytes is the free space on the data dir's filesystem below
 	// which copysets turn read-only (mutations get NOSPACE, reads work).
@@ -52,6 +55,12 @@ type Config struct {
 	// CloneSourceServers are asked for the leader of a @cs clone source's
 	// copyset when this server does not host it.
 	CloneSourceServers []string `yaml:"clone_source_servers"`
+
+	// CopysetLoadMargin is how many committed log entries a copyset
+	// replica may trail its leader by and still count as loaded after a
+	// start (Curve's finishload_margin); ChunkServerStatus reports
+	// copysetLoadFin once every copyset on disk is within it.
+	CopysetLoadMargin uint64 `yaml:"copyset_load_margin"`
 
 	Raft RaftConfig `yaml:"raft"`
 }
@@ -80,15 +89,16 @@ type RaftConfig struct {
 // DefaultConfig returns the configuration used when nothing is set.
 func DefaultConfig() Config {
 	return Config{
-		Listen:         "127.0.0.1:8200",
-		MetricsListen:  "127.0.0.1:9200",
-		DataDir:        "./data",
-		LogLevel:       "info",
-		MaxMessageSize: 1 << 30,
-		MaxInflight:    5000,
-		ChunkFilePool:  16,
-		ReadCacheBytes: 64 << 20,
-		MinFreeBytes:   256 << 20,
+		Listen:            "127.0.0.1:8200",
+		MetricsListen:     "127.0.0.1:9200",
+		DataDir:           "./data",
+		LogLevel:          "info",
+		MaxMessageSize:    1 << 30,
+		MaxInflight:       5000,
+		ChunkFilePool:     16,
+		ReadCacheBytes:    64 << 20,
+		MinFreeBytes:      256 << 20,
+		CopysetLoadMargin: 2000,
 		Raft: RaftConfig{
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
@@ -105,20 +115,59 @@ func DefaultConfig() Config {
 	}
 }
 
+// ConfigFileName is the file in the data dir that a server started without
+// a config file (--config) loads at startup and persists runtime changes
+// (ConfigService Set) to.
+const ConfigFileName = "chunkserver.yaml"
+
 // LoadConfigFile reads path over the defaults. Unknown keys are an error.
 func LoadConfigFile(path string) (Config, error) {
 	cfg := DefaultConfig()
+	err := cfg.overlayFile(path)
+	return cfg, err
+}
+
+// LoadConfig returns the configuration a server starts from, before the
+// command-line flags that were set are applied over it, and the file that
+// runtime changes are persisted to. Precedence: defaults < config file <
+// flags. With path set the file is path and must exist. Without, it is
+// <dataDir>/chunkserver.yaml (dataDir "" means the default data dir, so
+// pass the --data-dir flag's value), loaded if it exists: a server started
+// without --config finds the changes it persisted again on restart.
+func LoadConfig(path, dataDir string) (Config, string, error) {
+	if path != "" {
+		cfg, err := LoadConfigFile(path)
+		return cfg, path, err
+	}
+	if dataDir == "" {
+		dataDir = DefaultConfig().DataDir
+	}
+	path = filepath.Join(dataDir, ConfigFileName)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return DefaultConfig(), path, nil
+	}
+	cfg, err := LoadConfigFile(path)
+	return cfg, path, err
+}
+
+// overlayFile decodes the YAML file path over c: keys present in the file
+// replace c's values, the others stay. Unknown keys are an error.
+func (c *Config) overlayFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return cfg, fmt.Errorf("load config: %w", err)
+		return fmt.Errorf("load config: %w", err)
 	}
 	defer f.Close()
-	dec := yaml.NewDecoder(f)
+	return c.overlay(f, path)
+}
+
+func (c *Config) overlay(r io.Reader, name string) error {
+	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, fmt.Errorf("load config %s: %w", path, err)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("load config %s: %w", name, err)
 	}
-	return cfg, nil
+	return nil
 }
 
 // Validate checks the configuration and fills derived defaults.
@@ -151,8 +200,8 @@ func (c *Config) Validate() error {
 	if err := c.ObjectStore.Validate(); err != nil {
 		return fmt.Errorf("config: object_store: %w", err)
 	}
-	if c.MaxInflight < 1 {
-		return fmt.Errorf("config: max_inflight %d must be at least 1", c.MaxInflight)
+	if c.MaxInflight < 0 {
+		return fmt.Errorf("config: max_inflight %d must not be negative", c.MaxInflight)
 	}
 	if c.Raft.LeaderLeaseTimeout > c.Raft.HeartbeatTimeout {
 		return fmt.Errorf("config: raft.leader_lease_timeout %v exceeds raft.heartbeat_timeout %v",

@@ -97,6 +97,28 @@ func (s *copysetService) CreateCopysetNode2(ctx context.Context, req *pb.Copyset
 	return &pb.CopysetResponse2{Status: copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS)}, nil
 }
 
+// DeleteBrokenCopyset moves this server's replica of a copyset to its trash
+// (<data_dir>/trash/<groupId>.<unixmillis>, purged after copyset's trash
+// max age): SUCCESS for a loaded replica that is broken (stopped by an
+// apply error) or removed from its copyset's configuration (closed first),
+// and for a copyset directory on disk that is not loaded; COPYSET_IS_HEALTHY
+// for a loaded replica that is neither; FAILURE_UNKNOWN when there is
+// nothing to move or the move fails (as upstream).
+func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.CopysetRequest) (*pb.CopysetResponse, error) {
+	err := s.copysets.DeleteBroken(copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId()))
+	st := pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS
+	switch {
+	case err == nil:
+		s.log.Warn("copyset replica deleted to trash", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId())
+	case errors.Is(err, copyset.ErrHealthy):
+		st = pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_IS_HEALTHY
+	default:
+		s.log.Error("delete broken copyset", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(), "err", err)
+		st = pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN
+	}
+	return &pb.CopysetResponse{Status: copysetStatus(st)}, nil
+}
+
 // Copyset state numbers on the wire follow braft's State enum, as upstream
 // Curve reports them.
 const (
@@ -123,16 +145,58 @@ func braftState(st copyset.Status) uint32 {
 	}
 }
 
-// GetCopysetStatus reports this replica's raft status.
+// GetCopysetStatus reports this replica's raft status (any replica
+// answers). Fields beyond braft's that need a definition here:
+// pendingIndex and pendingQueueSize are, on the leader, the first log index
+// not yet committed and how many entries are appended but not committed (0
+// on followers, as braft's ballot box); applyingIndex is the first committed
+// index the state machines have not applied yet, 0 when they are idle;
+// diskIndex is lastIndex, since raft logs are fsynced before an entry is
+// acknowledged; readOnly is true below min_free_bytes or when the replica is
+// broken.
+//
+// With queryHash, hash is the decimal crc32c (Castagnoli) of the copyset's
+// chunk data: the data of every chunk in ascending chunk id (ChunkSize
+// bytes each, the bytes GetChunkHash hashes, unwritten ranges as zeros),
+// then the data of every chunk snapshot file (chunk_<id>_snap_<sn>) in
+// ascending chunk id; an empty copyset hashes to "0". Meta pages do not
+// count and the per-block checksums are not verified, so a replica
+// corrupted on disk reports a different hash rather than an error. The hash
+// is taken while no write is being applied (retried while writes run; a
+// copyset that keeps applying is FAILURE_UNKNOWN), after a read barrier on
+// the leader, so replicas that applied the same index hash equal. A read
+// error is FAILURE_UNKNOWN (as upstream).
 func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetStatusRequest) (*pb.CopysetStatusResponse, error) {
 	n := s.copysets.Get(copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId()))
 	if n == nil {
 		return &pb.CopysetStatusResponse{Status: copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_NOTEXIST)}, nil
 	}
+	var hash string
 	if req.GetQueryHash() {
-		return nil, grpcstatus.Error(codes.Unimplemented, "copyset status: queryHash is not implemented in this version")
+		failed := func(err error) (*pb.CopysetStatusResponse, error) {
+			s.log.Error("copyset hash", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(), "err", err)
+			return &pb.CopysetStatusResponse{Status: copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN)}, nil
+		}
+		if n.IsLeader() {
+			var nl *copyset.NotLeaderError
+			if _, err := n.ReadBarrier(ctx); err != nil && !errors.As(err, &nl) {
+				return failed(err)
+			}
+		}
+		h, _, err := copysetHash(ctx, n)
+		if err != nil {
+			return failed(err)
+		}
+		hash = formatHash(h)
 	}
 	st := n.Status()
+	var pendingIndex, pendingSize, applying int64
+	if st.State == raft.Leader && st.LastIndex > st.CommittedIndex {
+		pendingIndex, pendingSize = int64(st.CommittedIndex)+1, int64(st.LastIndex-st.CommittedIndex)
+	}
+	if as, err := n.ApplyState(); err == nil {
+		applying = int64(as.Applying)
+	}
 	resp := &pb.CopysetStatusResponse{
 		Status:            copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS),
 		State:             proto.Uint32(braftState(st)),
@@ -141,12 +205,19 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 		Term:              proto.Int64(int64(st.Term)),
 		CommittedIndex:    proto.Int64(int64(st.CommittedIndex)),
 		KnownAppliedIndex: proto.Int64(int64(st.AppliedIndex)),
+		PendingIndex:      proto.Int64(pendingIndex),
+		PendingQueueSize:  proto.Int64(pendingSize),
+		ApplyingIndex:     proto.Int64(applying),
 		FirstIndex:        proto.Int64(int64(st.FirstIndex)),
 		LastIndex:         proto.Int64(int64(st.LastIndex)),
+		DiskIndex:         proto.Int64(int64(st.LastIndex)),
 		Epoch:             proto.Uint64(st.Epoch),
 	}
 	if st.Leader != "" {
 		resp.Leader = &commonpb.Peer{Address: proto.String(string(st.Leader))}
+	}
+	if req.GetQueryHash() {
+		resp.Hash = proto.String(hash)
 	}
 	return resp, nil
 }

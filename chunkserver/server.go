@@ -50,6 +50,8 @@ type Server struct {
 	cache    *datastore.BlockCache
 	sources  *cloneSource
 	ready    atomic.Bool
+	scans    *integrity    // IntegrityService, ScanService, scan worker (integrity*.go, scan.go)
+	rt       *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
@@ -119,8 +121,14 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			if err != nil {
 				return nil, err
 			}
+			integ, err := s.openIntegrity(g, dataDir, store)
+			if err != nil {
+				store.Close()
+				return nil, err
+			}
 			return map[copyset.Kind]copyset.StateMachine{
-				copyset.KindChunk: &chunkMachine{store: store, log: log.With("pool", g.Pool(), "copyset", g.Copyset())},
+				copyset.KindChunk:     &chunkMachine{store: store, log: log.With("pool", g.Pool(), "copyset", g.Copyset())},
+				copyset.KindIntegrity: integ,
 			}, nil
 		},
 		Raft: copyset.RaftOptions{
@@ -157,8 +165,12 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	pb.RegisterChunkServiceServer(s.grpc, chunks)
 	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log})
-	pb.RegisterCliService2Server(s.grpc, &cliService2{copysets: s.copysets, ready: &s.ready})
+	cli := &cliService2{copysets: s.copysets, ready: &s.ready}
+	pb.RegisterCliService2Server(s.grpc, cli)
+	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})
 	registerUnimplemented(s.grpc)
+	s.registerIntegrity()
+	s.registerConfigServices()
 	s.trans.Register(s.grpc)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -202,11 +214,6 @@ func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error
 // registerUnimplemented registers the seed services whose issues have not
 // landed yet. Every call answers gRPC Unimplemented: honest, not faked.
 func registerUnimplemented(g *grpc.Server) {
-	pb.RegisterCliServiceServer(g, pb.UnimplementedCliServiceServer{})
-	pb.RegisterChunkServerServiceServer(g, pb.UnimplementedChunkServerServiceServer{})
-	pb.RegisterConfigServiceServer(g, pb.UnimplementedConfigServiceServer{})
-	pb.RegisterIntegrityServiceServer(g, pb.UnimplementedIntegrityServiceServer{})
-	pb.RegisterScanServiceServer(g, pb.UnimplementedScanServiceServer{})
 	datasyncpb.RegisterDataCollectorServer(g, datasyncpb.UnimplementedDataCollectorServer{})
 	datasyncpb.RegisterSyncToolServer(g, datasyncpb.UnimplementedSyncToolServer{})
 	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
@@ -290,9 +297,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	// Copysets load after the listener is up: peers of a restarting server
 	// must reach it while its replicas catch up.
+	s.scans.start()
 	loadErr := s.copysets.Load(ctx)
 	if loadErr == nil {
 		s.ready.Store(true)
+		s.rt.startLoadCheck()
 		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		s.log.Info("copysets loaded", "count", len(s.copysets.List()))
 	}
@@ -315,7 +324,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// Copysets stop first: raft groups shut down and their transports close,
 	// so inbound raft calls for them fail at once. Peers keep their pipeline
 	// streams to us open, so a graceful gRPC stop gets a short grace only.
+	s.rt.stopLoadCheck()
 	closeErr := s.copysets.Close()
+	s.scans.stop()
 	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
@@ -354,6 +365,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("/integrity", s.scans.serveHTTP)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -188,7 +188,15 @@ type ReplicaStatus struct {
 	Last      int64
 	Epoch     uint64
 	ReadOnly  bool
+	Hash      string // copyset data hash, when asked for (CopysetHashes)
 }
+
+// Replica state numbers of GetCopysetStatus (braft's State enum).
+const (
+	StateLeader   uint32 = 1
+	StateFollower uint32 = 4
+	StateError    uint32 = 5
+)
 
 // StateName names a replica state number as GetCopysetStatus reports it.
 // The numbers are braft's State enum, as upstream Curve puts them on the wire
@@ -220,9 +228,20 @@ func StateName(state uint32) string {
 // for replicas, Hosted=false for servers without the copyset, Err rows for
 // servers that could not answer. The error is non-nil only if ctx ended.
 func (c *Client) CopysetStatus(ctx context.Context, cs CopysetID) ([]ReplicaStatus, error) {
+	return c.copysetStatus(ctx, cs, false)
+}
+
+// CopysetHashes is CopysetStatus with queryHash: each replica also reports
+// the hash of its copyset data (Hash), equal on replicas that have applied
+// the same log index. Compare rows with equal Applied only.
+func (c *Client) CopysetHashes(ctx context.Context, cs CopysetID) ([]ReplicaStatus, error) {
+	return c.copysetStatus(ctx, cs, true)
+}
+
+func (c *Client) copysetStatus(ctx context.Context, cs CopysetID, queryHash bool) ([]ReplicaStatus, error) {
 	rows := make([]ReplicaStatus, len(c.servers))
 	forEach(len(c.servers), len(c.servers), func(i int) {
-		rows[i] = c.replicaStatus(ctx, cs, c.servers[i])
+		rows[i] = c.replicaStatus(ctx, cs, c.servers[i], queryHash)
 	})
 	if err := ctx.Err(); err != nil {
 		return rows, fmt.Errorf("status of %s: %w", cs, err)
@@ -230,7 +249,7 @@ func (c *Client) CopysetStatus(ctx context.Context, cs CopysetID) ([]ReplicaStat
 	return rows, nil
 }
 
-func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string) ReplicaStatus {
+func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, queryHash bool) ReplicaStatus {
 	row := ReplicaStatus{Copyset: cs, Server: addr}
 	actx, cancel := context.WithTimeout(ctx, c.attemptTimeout)
 	defer cancel()
@@ -248,7 +267,7 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string) R
 		LogicPoolId: proto.Uint32(cs.Pool),
 		CopysetId:   proto.Uint32(cs.Copyset),
 		Peer:        &commonpb.Peer{Address: proto.String(self)},
-		QueryHash:   proto.Bool(false),
+		QueryHash:   proto.Bool(queryHash),
 	})
 	if err != nil {
 		row.Err = &serverError{Err: err}
@@ -273,6 +292,7 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string) R
 	row.Last = resp.GetLastIndex()
 	row.Epoch = resp.GetEpoch()
 	row.ReadOnly = resp.GetReadOnly()
+	row.Hash = resp.GetHash()
 	return row
 }
 

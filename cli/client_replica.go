@@ -74,6 +74,15 @@ type ReplicaHash struct {
 // are retried until the client's timeout. It returns one row per server in
 // server order; the error is non-nil only if ctx ended.
 func (c *Client) ChunkHashes(ctx context.Context, id ChunkID, offset, length uint32) ([]ReplicaHash, error) {
+	rows := c.chunkHashesOn(ctx, id, offset, length, c.servers)
+	if err := ctx.Err(); err != nil {
+		return rows, fmt.Errorf("hash %s: %w", id, err)
+	}
+	return rows, nil
+}
+
+// chunkHashesOn is ChunkHashes on the given servers.
+func (c *Client) chunkHashesOn(ctx context.Context, id ChunkID, offset, length uint32, servers []string) []ReplicaHash {
 	req := &chunkserverpb.GetChunkHashRequest{
 		LogicPoolId: proto.Uint32(id.Pool),
 		CopysetId:   proto.Uint32(id.Copyset),
@@ -81,9 +90,9 @@ func (c *Client) ChunkHashes(ctx context.Context, id ChunkID, offset, length uin
 		Offset:      proto.Uint32(offset),
 		Length:      proto.Uint32(length),
 	}
-	rows := make([]ReplicaHash, len(c.servers))
-	forEach(len(c.servers), len(c.servers), func(i int) {
-		row := ReplicaHash{Server: c.servers[i]}
+	rows := make([]ReplicaHash, len(servers))
+	forEach(len(servers), len(servers), func(i int) {
+		row := ReplicaHash{Server: servers[i]}
 		var hash string
 		st, err := c.onServer(ctx, row.Server, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, error) {
 			resp, err := svc.GetChunkHash(ctx, req)
@@ -102,10 +111,7 @@ func (c *Client) ChunkHashes(ctx context.Context, id ChunkID, offset, length uin
 		}
 		rows[i] = row
 	})
-	if err := ctx.Err(); err != nil {
-		return rows, fmt.Errorf("hash %s: %w", id, err)
-	}
-	return rows, nil
+	return rows
 }
 
 // HashCheck is the comparison of ChunkHashes rows.

@@ -12,6 +12,17 @@
 // ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (a
 // per-server fence that raft does not replicate).
 //
+// Admin calls: membership changes (AddPeer, RemovePeer, ChangePeers) and
+// integrity jobs (Scan) go to the copyset's leader; those services answer a
+// follower with FailedPrecondition rather than a redirect, which makes the
+// client find the leader again. Snapshots, configuration, ResetPeer and
+// DeleteBrokenCopyset go to the servers named. Reads of state (Config get and
+// dump, LoadFinished, the status fan-outs) make one attempt per server, so
+// that a dead server costs one attempt timeout; changes are retried while a
+// server is unreachable. ClassifyCopyset, PlanLeaderBalance and
+// CheckConsistency are what `cluster status`, `leader balance` and
+// `cluster check-consistency` are built on.
+//
 // Peers are named on the wire as "ip:port:0" (curve.common.Peer.address);
 // everything here also accepts "host:port" and normalises it.
 //

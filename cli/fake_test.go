@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/crc32"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -41,6 +42,23 @@ type fakeCluster struct {
 	reqs      map[string]*chunkserverpb.ChunkRequest // method -> last request served
 	created   map[CopysetID]map[int][]string         // copyset -> server -> peer ids
 	calls     map[int]map[string]int                 // server -> method -> count
+
+	// Per-copyset overrides and admin state (see admin_fake_test.go).
+	csLeaders map[CopysetID]int            // leader of one copyset, overriding leader
+	members   map[CopysetID][]int          // replicas of one copyset, overriding "all but notHosted"
+	states    map[int]uint32               // forced replica state per server (5 = broken)
+	csStates  map[CopysetID]map[int]uint32 // ... per copyset, first
+	csApplied map[CopysetID]map[int]int64  // applied index per copyset and server, first
+	commit    int64                        // every leader's commit index (default 10)
+	applied   map[int]int64                // applied index per server (default commit)
+	csHash    map[int]string               // copyset hash per server, overriding the computed one
+	noHash    bool                         // GetCopysetStatus ignores queryHash
+	loading   map[int]bool                 // ChunkServerStatus: copysets not loaded yet
+	config    map[int]map[string]string    // ConfigService per server
+	jobs      []*chunkserverpb.IntegrityJob
+	lastPool  uint32 // the pool of the last IntegrityService request
+	resets    map[int]*chunkserverpb.ResetPeerRequest2
+	refuse    map[string]codes.Code // method -> error code the leader answers with
 }
 
 type fakeSnap struct {
@@ -81,6 +99,18 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 		reqs:      map[string]*chunkserverpb.ChunkRequest{},
 		created:   map[CopysetID]map[int][]string{},
 		calls:     map[int]map[string]int{},
+		csLeaders: map[CopysetID]int{},
+		members:   map[CopysetID][]int{},
+		states:    map[int]uint32{},
+		csStates:  map[CopysetID]map[int]uint32{},
+		csApplied: map[CopysetID]map[int]int64{},
+		commit:    10,
+		applied:   map[int]int64{},
+		csHash:    map[int]string{},
+		loading:   map[int]bool{},
+		config:    map[int]map[string]string{},
+		resets:    map[int]*chunkserverpb.ResetPeerRequest2{},
+		refuse:    map[string]codes.Code{},
 	}
 	for i := range n {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -91,11 +121,15 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 		chunkserverpb.RegisterChunkServiceServer(s.gs, &fakeChunkService{s: s})
 		chunkserverpb.RegisterCliService2Server(s.gs, &fakeCliService{s: s})
 		chunkserverpb.RegisterCopysetServiceServer(s.gs, &fakeCopysetService{s: s})
+		chunkserverpb.RegisterChunkServerServiceServer(s.gs, &fakeChunkServerService{s: s})
+		chunkserverpb.RegisterConfigServiceServer(s.gs, &fakeConfigService{s: s})
+		chunkserverpb.RegisterIntegrityServiceServer(s.gs, &fakeIntegrityService{s: s})
 		go func() { _ = s.gs.Serve(lis) }()
 		t.Cleanup(s.gs.Stop)
 		c.servers = append(c.servers, s)
 		c.calls[i] = map[string]int{}
 		c.epochs[i] = map[uint64]uint64{}
+		c.config[i] = map[string]string{"log_level": "info", "max_inflight": "5000", "listen": s.addr(), "raft.trailing_logs": "10240"}
 	}
 	return c
 }
@@ -145,17 +179,34 @@ func (s *fakeServer) enter(ctx context.Context, method string) bool {
 	return stalled
 }
 
+// hosts reports whether server i has a replica of cs. Called with c.mu held.
+func (c *fakeCluster) hosts(i int, cs CopysetID) bool {
+	if m, ok := c.members[cs]; ok {
+		return slices.Contains(m, i)
+	}
+	return !c.notHosted[i]
+}
+
+// leaderOf is the index of the leader of cs, -1 for none. Called with c.mu
+// held.
+func (c *fakeCluster) leaderOf(cs CopysetID) int {
+	if l, ok := c.csLeaders[cs]; ok {
+		return l
+	}
+	return c.leader
+}
+
 // route decides where a chunk request goes: SUCCESS means "serve it here".
 // Called with c.mu held.
-func (s *fakeServer) route() (chunkserverpb.CHUNK_OP_STATUS, string) {
+func (s *fakeServer) route(cs CopysetID) (chunkserverpb.CHUNK_OP_STATUS, string) {
 	c := s.c
-	if c.notHosted[s.i] {
+	if !c.hosts(s.i, cs) {
 		return chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST, ""
 	}
-	if c.leader != s.i {
+	if leader := c.leaderOf(cs); leader != s.i {
 		hint := ""
-		if c.hints && c.leader >= 0 {
-			hint = c.servers[c.leader].id
+		if c.hints && leader >= 0 {
+			hint = c.servers[leader].id
 		}
 		return chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED, hint
 	}
@@ -205,7 +256,7 @@ func (f *fakeChunkService) WriteChunk(ctx context.Context, req *chunkserverpb.Ch
 	if f.s.fenced(req) {
 		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD, ""), nil
 	}
-	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+	if st, hint := f.s.route(chunkKey(req).CopysetID); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		return chunkReply(st, hint), nil
 	}
 	c.reqs["WriteChunk"] = req
@@ -242,7 +293,7 @@ func (f *fakeChunkService) ReadChunk(ctx context.Context, req *chunkserverpb.Chu
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+	if st, hint := f.s.route(chunkKey(req).CopysetID); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		return chunkReply(st, hint), nil
 	}
 	off, size := uint64(req.GetOffset()), uint64(req.GetSize())
@@ -272,7 +323,7 @@ func (f *fakeChunkService) DeleteChunk(ctx context.Context, req *chunkserverpb.C
 	if f.s.fenced(req) {
 		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD, ""), nil
 	}
-	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+	if st, hint := f.s.route(chunkKey(req).CopysetID); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		return chunkReply(st, hint), nil
 	}
 	c.reqs["DeleteChunk"] = req
@@ -292,12 +343,12 @@ func (f *fakeChunkService) GetChunkInfo(ctx context.Context, req *chunkserverpb.
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st, hint := f.s.route()
+	k := ChunkID{CopysetID: CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}, Chunk: req.GetChunkId()}
+	st, hint := f.s.route(k.CopysetID)
 	r := &chunkserverpb.GetChunkInfoResponse{Status: st.Enum()}
 	if hint != "" {
 		r.Redirect = proto.String(hint)
 	}
-	k := ChunkID{CopysetID: CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}, Chunk: req.GetChunkId()}
 	if _, ok := c.chunks[k]; ok && st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		r.ChunkSn = []uint64{c.sns[k]}
 		if snap, ok := c.snaps[k]; ok {
@@ -311,7 +362,7 @@ func (f *fakeChunkService) GetChunkInfo(ctx context.Context, req *chunkserverpb.
 // count, route, check op type, record. A non-nil reply is the answer.
 // Called with c.mu held.
 func (f *fakeChunkService) serve(method string, req *chunkserverpb.ChunkRequest, op chunkserverpb.CHUNK_OP_TYPE) *chunkserverpb.ChunkResponse {
-	if st, hint := f.s.route(); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+	if st, hint := f.s.route(chunkKey(req).CopysetID); st != chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		return chunkReply(st, hint)
 	}
 	f.s.c.reqs[method] = req
@@ -443,7 +494,7 @@ func (f *fakeChunkService) GetChunkHash(ctx context.Context, req *chunkserverpb.
 		}
 		return r, nil
 	}
-	if c.notHosted[f.s.i] {
+	if !c.hosts(f.s.i, CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}) {
 		return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST, "")
 	}
 	off, n := uint64(req.GetOffset()), uint64(req.GetLength())
@@ -493,10 +544,11 @@ func (f *fakeCliService) GetLeader(ctx context.Context, req *chunkserverpb.GetLe
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.notHosted[f.s.i] {
+	cs := CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}
+	if !c.hosts(f.s.i, cs) {
 		return nil, status.Error(codes.NotFound, "copyset not hosted here")
 	}
-	leader := c.leader
+	leader := c.leaderOf(cs)
 	if c.stale > 0 {
 		c.stale--
 		leader = c.staleTo
@@ -514,12 +566,20 @@ func (f *fakeCliService) TransferLeader(ctx context.Context, req *chunkserverpb.
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.leader != f.s.i || req.GetLeader().GetAddress() != f.s.id {
+	cs := CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}
+	if c.leaderOf(cs) != f.s.i || req.GetLeader().GetAddress() != f.s.id {
 		return nil, status.Error(codes.FailedPrecondition, "not leader")
 	}
+	if code, ok := c.refuse["TransferLeader"]; ok {
+		return nil, status.Error(code, "transfer refused")
+	}
 	for i, s := range c.servers {
-		if s.id == req.GetTransferee().GetAddress() {
-			c.leader = i
+		if s.id == req.GetTransferee().GetAddress() && c.hosts(i, cs) {
+			if _, ok := c.csLeaders[cs]; ok {
+				c.csLeaders[cs] = i
+			} else {
+				c.leader = i
+			}
 			return &chunkserverpb.TransferLeaderResponse2{}, nil
 		}
 	}
@@ -542,7 +602,7 @@ func (f *fakeCopysetService) CreateCopysetNode(ctx context.Context, req *chunkse
 	if c.created[cs] == nil {
 		c.created[cs] = map[int][]string{}
 	}
-	if _, ok := c.created[cs][f.s.i]; ok {
+	if _, ok := c.created[cs][f.s.i]; ok || slices.Contains(c.members[cs], f.s.i) {
 		return &chunkserverpb.CopysetResponse{Status: chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_EXIST.Enum()}, nil
 	}
 	c.created[cs][f.s.i] = req.GetPeerid()
@@ -556,28 +616,45 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 	c := f.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.notHosted[f.s.i] {
+	cs := CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()}
+	if !c.hosts(f.s.i, cs) {
 		return &chunkserverpb.CopysetStatusResponse{Status: chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_NOTEXIST.Enum()}, nil
 	}
 	if req.GetPeer().GetAddress() != f.s.id {
 		return &chunkserverpb.CopysetStatusResponse{Status: chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN.Enum()}, nil
+	}
+	applied, ok := c.csApplied[cs][f.s.i]
+	if !ok {
+		applied, ok = c.applied[f.s.i]
+	}
+	if !ok {
+		applied = c.commit
 	}
 	r := &chunkserverpb.CopysetStatusResponse{
 		Status:            chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS.Enum(),
 		State:             proto.Uint32(4), // braft follower
 		Peer:              &commonpb.Peer{Address: proto.String(f.s.id)},
 		Term:              proto.Int64(3),
-		CommittedIndex:    proto.Int64(10),
-		KnownAppliedIndex: proto.Int64(10),
+		CommittedIndex:    proto.Int64(c.commit),
+		KnownAppliedIndex: proto.Int64(applied),
 		FirstIndex:        proto.Int64(1),
-		LastIndex:         proto.Int64(10),
+		LastIndex:         proto.Int64(c.commit),
 		Epoch:             proto.Uint64(1),
 	}
-	if c.leader >= 0 {
-		r.Leader = &commonpb.Peer{Address: proto.String(c.servers[c.leader].id)}
+	leader := c.leaderOf(cs)
+	if leader >= 0 {
+		r.Leader = &commonpb.Peer{Address: proto.String(c.servers[leader].id)}
 	}
-	if c.leader == f.s.i {
+	if leader == f.s.i {
 		r.State = proto.Uint32(1) // braft leader
+	}
+	if st, ok := c.csStates[cs][f.s.i]; ok {
+		r.State = proto.Uint32(st)
+	} else if st, ok := c.states[f.s.i]; ok {
+		r.State = proto.Uint32(st)
+	}
+	if req.GetQueryHash() && !c.noHash {
+		r.Hash = proto.String(c.copysetHash(f.s.i, cs))
 	}
 	return r, nil
 }

@@ -81,3 +81,5 @@ func errText(err error) string {
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 func i64(v int64) string  { return strconv.FormatInt(v, 10) }
+
+func joinComma(s []string) string { return strings.Join(s, ", ") }

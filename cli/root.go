@@ -33,11 +33,14 @@ func NewRootCommand() *cobra.Command {
 	a := &app{}
 	root := &cobra.Command{
 		Use:   "chunkctl",
-		Short: "Administer a chunkraft cluster: copysets, leaders, chunks, epochs",
+		Short: "Administer a chunkraft cluster: copysets, peers, leaders, chunks, epochs, config, scans, health",
 		Long: `chunkctl talks to chunkraft chunkservers over gRPC.
 
-Servers are given as host:port (peer ids host:port:0 are accepted too). Copyset
-arguments of status/create/leader get accept ranges: 7, 1-16, 1,3,8-10.
+Servers are given as host:port (peer ids host:port:0 are accepted too). Most
+--copyset flags accept ranges: 7, 1-16, 1,3,8-10; cluster-wide commands
+(cluster, server, copyset list, leader balance) default to --pool 1 --copyset 1-16,
+the copysets scripts/cluster.sh creates. List every chunkserver in --servers
+for them: a server left out is a server not looked at.
 Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -55,7 +58,9 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "deadline of each operation, retries included")
 	pf.DurationVar(&a.attemptTimeout, "attempt-timeout", DefaultAttemptTimeout, "deadline of each single RPC attempt")
 
-	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a), newEpochCommand(a))
+	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a), newEpochCommand(a),
+		newPeerCommand(a), newSnapshotCommand(a), newConfigCommand(a), newScanCommand(a),
+		newServerCommand(a), newClusterCommand(a))
 	return root
 }
 
@@ -99,6 +104,20 @@ func addCopysetFlags(cmd *cobra.Command, f *copysetFlags, ranges bool) {
 	}
 	_ = cmd.MarkFlagRequired("pool")
 	_ = cmd.MarkFlagRequired("copyset")
+}
+
+// Defaults of the copyset range of cluster-wide commands: what
+// scripts/cluster.sh creates.
+const (
+	DefaultPool     = 1
+	DefaultCopysets = "1-16"
+)
+
+// addCopysetRangeFlags adds optional --pool (default DefaultPool) and a
+// --copyset range (default DefaultCopysets).
+func addCopysetRangeFlags(cmd *cobra.Command, f *copysetFlags) {
+	cmd.Flags().Uint32Var(&f.pool, "pool", DefaultPool, "logical pool id")
+	cmd.Flags().StringVar(&f.copysets, "copyset", DefaultCopysets, "copysets to look at: id or list/range (7, 1-16, 1,3,8-10)")
 }
 
 // list returns the copysets named by a range --copyset.

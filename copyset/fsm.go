@@ -20,6 +20,8 @@ type Kind uint8
 const (
 	// KindChunk is the chunk store (chunkserver/datastore ops).
 	KindChunk Kind = 1
+	// KindIntegrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops (chunkserver/integrity.go).
+	KindIntegrity Kind = 2
 )
 
 // opVersion is the version of the op header layout.

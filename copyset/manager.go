@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -33,6 +34,9 @@ type ManagerOptions struct {
 	// SharedLog, when set, holds every copyset's raft log and term/vote
 	// (raft.log_store: shared); nil keeps one raft-boltdb file per copyset.
 	SharedLog *sharedlog.Log
+	// Trash configures the purge of replicas that left this server
+	// (Dir/trash, trash.go).
+	Trash TrashOptions
 }
 
 // Manager owns every copyset replica of a chunkserver.
@@ -43,6 +47,18 @@ type Manager struct {
 	mu     sync.RWMutex
 	nodes  map[GroupID]*Node
 	closed bool
+
+	// lifeMu serialises replica lifecycle steps (load, create, join,
+	// reset, drop, delete); taken before mu.
+	lifeMu sync.Mutex
+	// The lifecycle goroutine (membership.go) drops removed replicas
+	// queued in drops and purges the trash; stopLoop ends it.
+	trash    TrashOptions
+	dropMu   sync.Mutex
+	drops    []*Node
+	kick     chan struct{}
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
 }
 
 // NewManager returns a manager with no copysets open; call Load to reopen
@@ -54,7 +70,14 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.Dir, "copysets"), 0o755); err != nil {
 		return nil, fmt.Errorf("copyset manager: %w", err)
 	}
-	return &Manager{opts: opts, log: opts.Logger, nodes: make(map[GroupID]*Node)}, nil
+	m := &Manager{
+		opts: opts, log: opts.Logger, nodes: make(map[GroupID]*Node),
+		trash: opts.Trash.withDefaults(), kick: make(chan struct{}, 1), loopDone: make(chan struct{}),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopLoop = cancel
+	go m.runLifecycle(ctx)
+	return m, nil
 }
 
 func (m *Manager) groupDir(g GroupID) string {
@@ -81,20 +104,32 @@ func (m *Manager) Load(ctx context.Context) error {
 			m.log.Warn("ignoring unexpected entry in copysets dir", "name", e.Name())
 			continue
 		}
-		dir := m.groupDir(g)
-		if !m.hasRaftState(g, dir) {
-			m.log.Warn("removing copyset whose creation never finished", "group", g)
-			m.dropSharedLog(g)
-			if err := os.RemoveAll(dir); err != nil {
-				return fmt.Errorf("remove unfinished copyset %s: %w", g, err)
-			}
-			continue
-		}
-		if _, err := m.open(g, nil); err != nil {
+		if err := m.loadOne(g); err != nil {
 			return err
 		}
-		m.log.Info("copyset loaded", "pool", g.Pool(), "copyset", g.Copyset())
 	}
+	return nil
+}
+
+func (m *Manager) loadOne(g GroupID) error {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	dir := m.groupDir(g)
+	if !dirExists(dir) {
+		return nil // moved to the trash meanwhile
+	}
+	if !m.hasRaftState(g, dir) {
+		m.log.Warn("removing copyset whose creation never finished", "group", g)
+		m.dropSharedLog(g)
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove unfinished copyset %s: %w", g, err)
+		}
+		return nil
+	}
+	if _, err := m.open(g, nil); err != nil {
+		return err
+	}
+	m.log.Info("copyset loaded", "pool", g.Pool(), "copyset", g.Copyset())
 	return nil
 }
 
@@ -108,8 +143,12 @@ func (m *Manager) dropSharedLog(g GroupID) {
 	}
 }
 
-// hasRaftState reports whether copyset g has a raft log.
+// hasRaftState reports whether copyset g has a raft log or a snapshot (a
+// log may be empty after a snapshot install or a peer reset).
 func (m *Manager) hasRaftState(g GroupID, dir string) bool {
+	if hasSnapshot(dir) {
+		return true
+	}
 	if m.opts.SharedLog != nil {
 		gs, err := m.opts.SharedLog.Group(uint64(g))
 		if err != nil {
@@ -131,9 +170,26 @@ func (m *Manager) hasRaftState(g GroupID, dir string) bool {
 	return err != nil || last > 0
 }
 
+// hasSnapshot reports whether the copyset directory holds a snapshot.
+func hasSnapshot(dir string) bool {
+	entries, err := os.ReadDir(filepath.Join(dir, "raft", "snapshots"))
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
+			if _, err := os.Stat(filepath.Join(dir, "raft", "snapshots", e.Name(), "meta.json")); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Create makes a new replica of copyset g with the initial configuration
-// peers (which must include this server) and starts it. ErrExist if this
-// server already hosts g.
+// peers and starts it. ErrExist if this server already hosts g. When peers
+// do not include this server they are the copyset's current members and
+// the replica is created empty, to be added by its leader (Join).
 func (m *Manager) Create(ctx context.Context, g GroupID, peers []PeerID) (*Node, error) {
 	if len(peers) == 0 {
 		return nil, fmt.Errorf("create copyset %s: no peers", g)
@@ -146,16 +202,24 @@ func (m *Manager) Create(ctx context.Context, g GroupID, peers []PeerID) (*Node,
 		seen[p] = true
 	}
 	if !seen[m.opts.Local] {
-		return nil, fmt.Errorf("create copyset %s: peers %v do not include this server %s", g, peers, m.opts.Local)
+		return m.Join(ctx, g)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create copyset %s: %w", g, err)
 	}
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
 	return m.open(g, peers)
 }
 
 // open starts the node for g; with bootstrap peers it creates it.
 func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
+	return m.openMode(g, bootstrap, bootstrap != nil)
+}
+
+// openMode is open; fresh says g must be new (no directory yet), with or
+// without a bootstrap configuration.
+func (m *Manager) openMode(g GroupID, bootstrap []PeerID, fresh bool) (*Node, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -165,7 +229,7 @@ func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
 		return nil, fmt.Errorf("copyset %s: %w", g, ErrExist)
 	}
 	dir := m.groupDir(g)
-	if bootstrap != nil {
+	if fresh {
 		if _, err := os.Stat(dir); err == nil {
 			return nil, fmt.Errorf("copyset %s: %w (directory %s)", g, ErrExist, dir)
 		}
@@ -175,7 +239,7 @@ func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
 		return nil, fmt.Errorf("open copyset %s: %w", g, err)
 	}
 	fail := func(err error) (*Node, error) {
-		if bootstrap != nil {
+		if fresh {
 			os.RemoveAll(dir)
 			m.dropSharedLog(g)
 		}
@@ -195,7 +259,7 @@ func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
 			return machines, nil
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
-		bootstrap: bootstrap, shared: m.opts.SharedLog,
+		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved,
 	})
 	if err != nil {
 		trans.Close()
@@ -224,8 +288,13 @@ func (m *Manager) List() []*Node {
 	return out
 }
 
-// Close stops every replica. The manager cannot be used afterwards.
+// Close stops every replica and the lifecycle goroutine. The manager
+// cannot be used afterwards.
 func (m *Manager) Close() error {
+	m.stopLoop()
+	<-m.loopDone
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
 	m.mu.Lock()
 	m.closed = true
 	nodes := m.nodes

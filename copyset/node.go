@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +131,16 @@ type Node struct {
 	// shut down; stopDone once it is.
 	stopOnce sync.Once
 	stopDone chan struct{}
+
+	// Membership (membership.go): memberMu serialises configuration
+	// changes; wasMember is set once a configuration naming this server is
+	// known; onRemoved is told (from the FSM goroutine, must not block) when
+	// a committed configuration no longer names it; bg runs the leader's
+	// removal notices, waited for by Close.
+	memberMu  sync.Mutex
+	wasMember atomic.Bool
+	onRemoved func(*Node)
+	bg        background
 }
 
 // nodeConfig is everything openNode needs.
@@ -145,6 +154,7 @@ type nodeConfig struct {
 	log       *slog.Logger
 	bootstrap []PeerID       // initial configuration for a new copyset, nil to reopen
 	shared    *sharedlog.Log // the server's shared log store; nil = raft-boltdb per copyset
+	onRemoved func(*Node)    // see Node.onRemoved
 }
 
 // openNode starts the raft instance of a copyset in c.dir. With a
@@ -179,12 +189,7 @@ func openNode(c nodeConfig) (*Node, error) {
 		f.closeMachines()
 		return nil, err
 	}
-	var stores *logStores
-	if c.shared != nil {
-		stores, err = openSharedLogStore(c.shared, c.group, opts.LogCacheSize)
-	} else {
-		stores, err = openBoltLogStore(filepath.Join(c.dir, "raft"), opts.LogCacheSize)
-	}
+	stores, err := openLogStores(c.shared, c.group, c.dir, opts.LogCacheSize)
 	if err != nil {
 		return fail(err)
 	}
@@ -200,6 +205,10 @@ func openNode(c nodeConfig) (*Node, error) {
 	cfg.SnapshotThreshold = opts.SnapshotThreshold
 	cfg.SnapshotInterval = opts.SnapshotInterval
 	cfg.TrailingLogs = opts.TrailingLogs
+	// A leader that removes itself steps down and its replica is dropped
+	// by the manager (membership.go) rather than raft shutting down under
+	// the pending change.
+	cfg.ShutdownOnRemove = false
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:       "raft." + c.group.String(),
 		Level:      hclog.LevelFromString(opts.LogLevel),
@@ -231,7 +240,9 @@ func openNode(c nodeConfig) (*Node, error) {
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
 		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}),
+		onRemoved: c.onRemoved,
 	}
+	n.wasMember.Store(knownMember(c.local, latest, hasSnap, stores))
 	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
 	snaps.files = f.files
 	f.restore = func(man snapManifest) (map[Kind]StateMachine, error) {
@@ -245,9 +256,10 @@ func openNode(c nodeConfig) (*Node, error) {
 		if err := snaps.install(id); err != nil {
 			return nil, err
 		}
+		n.snapshotInstalled(id)
 		return c.machines()
 	}
-	r, err := raft.NewRaft(cfg, f, stores.log, stores.stable, snaps, c.trans)
+	r, err := raft.NewRaft(cfg, &configWatchFSM{fsm: f, n: n}, stores.log, stores.stable, snaps, c.trans)
 	if err != nil {
 		stores.close()
 		return fail(fmt.Errorf("start raft for copyset %s: %w", c.group, err))
@@ -511,6 +523,7 @@ func (n *Node) Close() error {
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, err)
 		}
+		n.bg.close()
 		if err := n.fsm.closeMachines(); err != nil {
 			errs = append(errs, err)
 		}

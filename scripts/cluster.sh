@@ -4,6 +4,7 @@
 #   scripts/cluster.sh up [N]         start N servers (default 3), create the copysets, wait for leaders
 #   scripts/cluster.sh down [--clean] stop the servers started here; --clean also deletes their data
 #   scripts/cluster.sh status         per-server process state and the leader table
+#   scripts/cluster.sh add-server     start one more server (the next index), hosting nothing yet
 #
 # Server i (0-based) listens on 127.0.0.1:$((BASE_PORT+i)) (gRPC) and
 # 127.0.0.1:$((METRICS_BASE_PORT+i)) (/metrics, /healthz), keeps its data in
@@ -33,7 +34,7 @@ die() {
 log() { echo "==> $*"; }
 
 usage() {
-    sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 grpc_addr() { echo "127.0.0.1:$((BASE_PORT + $1))"; }
@@ -339,6 +340,57 @@ cmd_status() {
     leader_table "${up[@]}"
 }
 
+# used_indices prints every server index that has a pid file, a data
+# directory or a log, ascending: a new server must not reuse another's data.
+used_indices() {
+    local f base
+    shopt -s nullglob
+    for f in "$CLUSTER_DIR"/cs*; do
+        base="${f##*/cs}"
+        base="${base%.pid}"
+        base="${base%.log}"
+        [[ "$base" =~ ^[0-9]+$ ]] && echo "$base"
+    done | sort -n -u
+    shopt -u nullglob
+}
+
+cmd_add_server() {
+    [[ $# -eq 0 ]] || die "add-server: no arguments expected, got '$*'"
+    command -v curl >/dev/null || die "curl is needed for health checks"
+    local i up=() used
+    for i in $(known_servers); do
+        if alive "$i"; then
+            up+=("$i")
+        fi
+    done
+    ((${#up[@]} > 0)) || die "add-server: no running cluster in $CLUSTER_DIR (start one with 'scripts/cluster.sh up')"
+    mapfile -t used < <(used_indices)
+    local next=$((used[-1] + 1))
+    build
+    start_server "$next"
+    wait_healthy "$next"
+    echo "cs$next healthy (pid $(server_pid "$next")); it hosts no copyset yet"
+
+    local ctl="$BIN/chunkctl" servers new old
+    if [[ "$PWD" == "$ROOT" ]]; then
+        ctl="bin/chunkctl"
+    fi
+    servers="$(join_addrs "${up[@]}" "$next")"
+    new="$(grpc_addr "$next")"
+    old="$(grpc_addr "${up[0]}")"
+    cat <<EOF
+
+To move a copyset onto it (here copyset 1 of pool $POOL, replacing $old):
+  export CHUNKCTL_SERVERS=$servers
+  $ctl peer add    --pool $POOL --copyset 1 --peer $new
+  $ctl cluster status --copyset 1        # until it is ok: the new replica has caught up
+  $ctl peer remove --pool $POOL --copyset 1 --peer $old
+  $ctl cluster check-consistency --copyset 1
+Which copysets each server holds: $ctl copyset list; spread the leaders: $ctl leader balance
+Recipes: README.md, "Operating a cluster".
+EOF
+}
+
 main() {
     local cmd="${1:-}"
     shift || true
@@ -346,6 +398,7 @@ main() {
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;
     status) cmd_status "$@" ;;
+    add-server) cmd_add_server "$@" ;;
     -h | --help | help) usage ;;
     "")
         usage >&2

@@ -24,7 +24,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("chunkserver", flag.ContinueOnError)
-	configPath := fs.String("config", "", "YAML config file (flags that are set override it)")
+	configPath := fs.String("config", "", "YAML config file; flags that are set override it (default: <data-dir>/chunkserver.yaml if present)")
 	listen := fs.String("listen", "", "gRPC listen address host:port (default 127.0.0.1:8200)")
 	advertise := fs.String("advertise", "", "address peers and clients use (default: --listen)")
 	metrics := fs.String("metrics-listen", "", "HTTP address for /metrics, /healthz, /debug/pprof (default 127.0.0.1:9200)")
@@ -33,12 +33,10 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg := chunkserver.DefaultConfig()
-	if *configPath != "" {
-		var err error
-		if cfg, err = chunkserver.LoadConfigFile(*configPath); err != nil {
-			return err
-		}
+	// defaults < config file (--config, else <data-dir>/chunkserver.yaml if present) < flags
+	cfg, cfgFile, err := chunkserver.LoadConfig(*configPath, *dataDir)
+	if err != nil {
+		return err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -57,7 +55,9 @@ func run(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	level, _ := chunkserver.ParseLogLevel(cfg.LogLevel)
+	l, _ := chunkserver.ParseLogLevel(cfg.LogLevel)
+	level := new(slog.LevelVar) // ConfigService log_level changes it at runtime
+	level.Set(l)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 
@@ -65,6 +65,8 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	srv.SetConfigFile(cfgFile)
+	srv.SetLogLevelVar(level)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return srv.Run(ctx)

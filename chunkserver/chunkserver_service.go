@@ -1,0 +1,312 @@
+package chunkserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
+	"github.com/klauspost/crc32"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+// chunkServerService implements curve.chunkserver.ChunkServerService.
+type chunkServerService struct {
+	pb.UnimplementedChunkServerServiceServer
+	rt *runtimeState
+}
+
+// ChunkServerStatus reports copysetLoadFin: true once every copyset found
+// on disk at startup is loaded and caught up with its leader (see
+// loadCheck); false before, and again while the server shuts down.
+// Copysets created after startup do not count (as upstream).
+func (s *chunkServerService) ChunkServerStatus(ctx context.Context, req *pb.ChunkServerStatusRequest) (*pb.ChunkServerStatusResponse, error) {
+	return &pb.ChunkServerStatusResponse{CopysetLoadFin: proto.Bool(s.rt.load.fin.Load())}, nil
+}
+
+// CopysetLoadFinished reports what ChunkServerStatus answers: whether every
+// copyset on disk at startup is loaded and caught up with its leader.
+func (s *Server) CopysetLoadFinished() bool { return s.rt.load.fin.Load() }
+
+// Load check defaults: a copyset whose leader cannot be found or asked in
+// loadRetries consecutive rounds, loadInterval apart, counts as loaded
+// (Curve's check_retrytimes), so a server whose peers are all down still
+// finishes loading.
+const (
+	loadRetries  = 5
+	loadInterval = 500 * time.Millisecond
+	probeTimeout = 2 * time.Second
+)
+
+// loadState is the server's copyset load check: started once the copysets
+// on disk are open, stopped on shutdown.
+type loadState struct {
+	margin uint64
+	fin    atomic.Bool
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startLoadCheck runs the load check in the background; when it finds
+// every copyset on disk caught up, copysetLoadFin turns true.
+func (rt *runtimeState) startLoadCheck() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	rt.load.mu.Lock()
+	rt.load.cancel, rt.load.done = cancel, done
+	rt.load.mu.Unlock()
+	c := &loadCheck{
+		local: rt.local, margin: rt.load.margin, retries: loadRetries, interval: loadInterval,
+		probe: probeLeader, log: rt.log.With("component", "load-check"),
+	}
+	var replicas []loadReplica
+	for _, n := range rt.copysets.List() {
+		replicas = append(replicas, n)
+	}
+	go func() {
+		defer close(done)
+		if c.run(ctx, replicas) {
+			rt.load.fin.Store(true)
+			c.log.Info("copysets caught up with their leaders", "count", len(replicas), "margin", c.margin)
+		}
+	}()
+}
+
+// stopLoadCheck stops the load check and clears copysetLoadFin.
+func (rt *runtimeState) stopLoadCheck() {
+	rt.load.mu.Lock()
+	cancel, done := rt.load.cancel, rt.load.done
+	rt.load.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	rt.load.fin.Store(false)
+}
+
+// loadReplica is what the load check needs of a local copyset replica
+// (*copyset.Node).
+type loadReplica interface {
+	Group() copyset.GroupID
+	Status() copyset.Status
+}
+
+// leaderProbe asks the leader of g for its committed index.
+type leaderProbe func(ctx context.Context, g copyset.GroupID, leader copyset.PeerID) (committed uint64, err error)
+
+// loadCheck decides when the copysets a server loaded at startup have
+// caught up, as Curve's CopysetNodeManager does with finishload_margin:
+// each round, every replica not yet caught up looks up its leader; when
+// this server leads the copyset it compares its own committed index,
+// otherwise it asks the leader (GetCopysetStatus over gRPC). A replica is
+// caught up once leader committed - local applied <= margin. A replica
+// without a known or reachable leader in retries consecutive rounds counts
+// as caught up (the check gives up, as upstream does), and so does a broken
+// replica (it will not catch up; DeleteBrokenCopyset is for it). Unlike
+// upstream, a replica that needs a snapshot install is waited for (its
+// applied index jumps once the install finishes).
+type loadCheck struct {
+	local    copyset.PeerID
+	margin   uint64
+	retries  int
+	interval time.Duration
+	probe    leaderProbe
+	log      *slog.Logger
+}
+
+// run checks the replicas every interval until all are caught up (true)
+// or ctx ends (false).
+func (c *loadCheck) run(ctx context.Context, replicas []loadReplica) bool {
+	fails := make([]int, len(replicas))
+	pending := make([]int, len(replicas))
+	for i := range pending {
+		pending[i] = i
+	}
+	for {
+		next := pending[:0]
+		for _, i := range pending {
+			if !c.caughtUp(ctx, replicas[i], &fails[i]) {
+				next = append(next, i)
+			}
+		}
+		pending = next
+		if len(pending) == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(c.interval):
+		}
+	}
+}
+
+// caughtUp runs one round of the check for r; fails counts the
+// consecutive rounds without an answer from a leader.
+func (c *loadCheck) caughtUp(ctx context.Context, r loadReplica, fails *int) bool {
+	st := r.Status()
+	g := r.Group()
+	if st.Broken != nil {
+		c.log.Warn("copyset replica is broken; not waiting for it", "pool", g.Pool(), "copyset", g.Copyset(), "err", st.Broken)
+		return true
+	}
+	var committed uint64
+	var err error
+	switch {
+	case st.Leader == "":
+		err = errors.New("no leader known")
+	case st.Leader == c.local:
+		committed = st.CommittedIndex
+	default:
+		committed, err = c.probe(ctx, g, st.Leader)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		*fails++
+		if *fails >= c.retries {
+			c.log.Warn("no leader answered; counting copyset as loaded", "pool", g.Pool(), "copyset", g.Copyset(),
+				"tries", *fails, "err", err)
+			return true
+		}
+		return false
+	}
+	*fails = 0
+	var lag uint64
+	if committed > st.AppliedIndex {
+		lag = committed - st.AppliedIndex
+	}
+	if lag <= c.margin {
+		return true
+	}
+	c.log.Debug("copyset catching up", "pool", g.Pool(), "copyset", g.Copyset(),
+		"leader_committed", committed, "applied", st.AppliedIndex, "margin", c.margin)
+	return false
+}
+
+// probeLeader asks leader for its status of copyset g and returns its
+// committed index.
+func probeLeader(ctx context.Context, g copyset.GroupID, leader copyset.PeerID) (uint64, error) {
+	conn, err := grpc.NewClient(leader.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	resp, err := pb.NewCopysetServiceClient(conn).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
+		LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),
+		Peer: &commonpb.Peer{Address: proto.String(string(leader))}, QueryHash: proto.Bool(false),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("copyset status from leader %s: %w", leader, err)
+	}
+	if resp.GetStatus() != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
+		return 0, fmt.Errorf("copyset status from leader %s: %v", leader, resp.GetStatus())
+	}
+	return uint64(resp.GetCommittedIndex()), nil
+}
+
+// Copyset data hash (GetCopysetStatus queryHash).
+
+var crc32cTable = crc32.MakeTable(crc32.Castagnoli)
+
+// hashAttempts bounds how often copysetHash retries while applies keep
+// changing the data under it.
+const hashAttempts = 50
+
+// copysetHash returns the copyset data hash of replica n (see
+// GetCopysetStatus) and the applied index it was taken at. The hash is
+// taken while no entry is being applied: if one was applied meanwhile the
+// hash is taken again, and after hashAttempts tries the copyset is reported
+// busy.
+func copysetHash(ctx context.Context, n *copyset.Node) (hash uint32, applied uint64, err error) {
+	for try := 0; try < hashAttempts; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			case <-time.After(time.Duration(min(try, 10)) * 5 * time.Millisecond):
+			}
+		}
+		before, err := n.ApplyState()
+		if err != nil {
+			return 0, 0, err
+		}
+		if !before.Idle {
+			continue
+		}
+		m, ok := n.StateMachine(copyset.KindChunk).(*chunkMachine)
+		if !ok {
+			return 0, 0, errors.New("copyset has no chunk store open")
+		}
+		h, herr := hashChunkData(m.store)
+		after, err := n.ApplyState()
+		if err != nil {
+			return 0, 0, err
+		}
+		if !after.Idle || after.Applied != before.Applied {
+			continue // data changed while it was read; an error may be from that too
+		}
+		if herr != nil {
+			return 0, 0, herr
+		}
+		return h, before.Applied, nil
+	}
+	return 0, 0, errors.New("copyset kept applying writes while it was hashed; retry when writes pause")
+}
+
+// hashChunkData computes the crc32c (Castagnoli) of store's data: the data
+// region of every chunk file in ascending chunk id, then the data region of
+// every chunk snapshot file (chunk_<id>_snap_<sn>) in ascending chunk id (a
+// chunk has at most one snapshot). A data region is the ChunkSize bytes
+// after the meta page: exactly the bytes GetChunkHash over the whole chunk
+// hashes, so meta pages (which may lag on disk) do not count. The files are
+// read raw, without checking the per-block checksums, so a replica whose
+// data was corrupted on disk hashes differently instead of failing.
+func hashChunkData(store *datastore.Store) (uint32, error) {
+	opts := store.Options()
+	fsys := opts.FS
+	if fsys == nil {
+		fsys = datastore.OSFS{}
+	}
+	buf := make([]byte, 1<<20)
+	var h uint32
+	for _, name := range store.Files() {
+		f, err := fsys.OpenFile(filepath.Join(opts.Dir, name), os.O_RDONLY, 0)
+		if err != nil {
+			return 0, fmt.Errorf("hash %s: %w", name, err)
+		}
+		for off := int64(0); off < int64(opts.ChunkSize); {
+			b := buf[:min(int64(len(buf)), int64(opts.ChunkSize)-off)]
+			n, err := f.ReadAt(b, int64(opts.PageSize)+off)
+			if err != nil && !errors.Is(err, io.EOF) {
+				f.Close()
+				return 0, fmt.Errorf("hash %s: %w", name, err)
+			}
+			clear(b[n:]) // a short file reads as zeros past its end
+			h = crc32.Update(h, crc32cTable, b)
+			off += int64(len(b))
+		}
+		f.Close()
+	}
+	return h, nil
+}
+
+func formatHash(h uint32) string { return strconv.FormatUint(uint64(h), 10) }

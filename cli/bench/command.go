@@ -1,0 +1,266 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/chunkraft/chunkraft/cli"
+)
+
+// Exit codes of chunkbench.
+const (
+	ExitOK       = 0 // the run completed and every operation succeeded
+	ExitFailed   = 1 // the run could not be made, or some operations failed
+	ExitMismatch = 2 // --verify found data that was not what was written
+)
+
+// ExitError carries chunkbench's exit code for a run that completed but
+// did not go well. Msg may be empty when the report already said it all.
+type ExitError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ExitError) Error() string { return e.Msg }
+
+// ExitCode maps the error returned by the command to the process exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var e *ExitError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ExitFailed
+}
+
+// flags holds chunkbench's command line.
+type flags struct {
+	rw             string
+	rwmixread      int
+	bs             string
+	iodepth        int
+	runtime        time.Duration
+	ops            int64
+	pool           uint32
+	copysets       string
+	span           string
+	servers        string
+	prefill        bool
+	verify         bool
+	sn             uint64
+	seed           uint64
+	output         string
+	timeout        time.Duration
+	attemptTimeout time.Duration
+}
+
+// config turns the flags into a Config.
+func (f *flags) config() (Config, error) {
+	mode, err := ParseMode(f.rw)
+	if err != nil {
+		return Config{}, fmt.Errorf("--rw: %w", err)
+	}
+	bs, err := cli.ParseSize(f.bs)
+	if err != nil {
+		return Config{}, fmt.Errorf("--bs: %w", err)
+	}
+	if bs < MinBS || bs > MaxBS || bs%SectorSize != 0 {
+		return Config{}, fmt.Errorf("--bs %s: want a multiple of 4 KiB from 4k to 4m", f.bs)
+	}
+	span, err := cli.ParseSize(f.span)
+	if err != nil {
+		return Config{}, fmt.Errorf("--span: %w", err)
+	}
+	if span == 0 {
+		return Config{}, errors.New("--span: must be > 0")
+	}
+	css, err := cli.ParseIDList(f.copysets)
+	if err != nil {
+		return Config{}, fmt.Errorf("--copysets: %w", err)
+	}
+	switch f.output {
+	case "text", "json":
+	default:
+		return Config{}, fmt.Errorf("-o %q: want text or json", f.output)
+	}
+	if f.runtime < 0 {
+		return Config{}, errors.New("--runtime: must be >= 0")
+	}
+	cfg := Config{
+		Mode:      mode,
+		RWMixRead: f.rwmixread,
+		BS:        uint32(bs),
+		IODepth:   f.iodepth,
+		Runtime:   f.runtime,
+		Ops:       f.ops,
+		Pool:      f.pool,
+		Copysets:  css,
+		Span:      span,
+		Sn:        f.sn,
+		Prefill:   f.prefill,
+		Verify:    f.verify,
+		Seed:      f.seed,
+	}
+	return cfg, cfg.Validate()
+}
+
+const longHelp = `chunkbench drives a running chunkraft cluster with chunk reads and writes
+and reports throughput and latency (an HDR histogram of every successful
+operation, in microseconds).
+
+Each copyset of --copysets gets --span bytes of chunk space (chunks 1, 2, ...
+of 16 MiB), cut into --bs blocks. Random workloads pick a random block per
+operation; sequential ones (write, read) give each of the --iodepth workers its
+own contiguous share and walk it in order. --iodepth is the number of requests
+in flight: that many workers, each with one outstanding request.
+
+Reads of chunks that were never written fail (CHUNK_NOTEXIST): --prefill
+writes the whole span first (1 MiB writes, or --bs if larger).
+
+--verify writes a self-describing pattern (run, pool, copyset, chunk, offset,
+sequence number and a CRC-32C in every 4 KiB sector) and checks every read
+against the writes this run made to the block: a block must hold the last
+acknowledged write, or one that overlapped it, is still in flight or failed.
+Use it with --prefill and randrw during failover drills.
+
+Failed operations are counted by kind (a final status name such as
+CHUNK_OP_STATUS_CHUNK_NOTEXIST, or the status the client kept getting until it
+gave up such as CHUNK_OP_STATUS_REDIRECTED or CHUNK_OP_STATUS_OVERLOAD;
+timeout; unavailable; canceled; other), and so are failed RPC attempts the
+client retried past. Nothing is hidden.
+
+Progress (ops/s, MB/s, p99 so far) goes to stderr once a second when stderr
+is a terminal. The report goes to stdout: text, or with -o json exactly
+  {"rw","bs","iodepth","runtime_s","ops","errors","iops","mb_per_s",
+   "lat_us":{"mean","p50","p99","p999","max"}}
+(ops = successful operations, bs in bytes, MB = 10^6 bytes); with -o json
+error and verification details go to stderr.
+
+Exit status: 0 the run completed without errors; 1 the run could not be made
+or some operations failed; 2 --verify found mismatches.`
+
+// NewCommand returns the chunkbench command. Errors are returned, not
+// printed; map them to an exit status with ExitCode.
+func NewCommand() *cobra.Command {
+	f := &flags{}
+	cmd := &cobra.Command{
+		Use:   "chunkbench [flags]",
+		Short: "Benchmark chunk I/O against a chunkraft cluster",
+		Long:  longHelp,
+		Example: `  chunkbench --rw randwrite --bs 4k --iodepth 64 --runtime 10s
+  chunkbench --rw randread --bs 4k --iodepth 64 --runtime 10s --prefill
+  chunkbench --rw write --bs 1m --iodepth 8 --runtime 10s -o json
+  chunkbench --rw randrw --rwmixread 70 --iodepth 64 --prefill --verify --runtime 60s`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd, f)
+		},
+	}
+	servers := os.Getenv(cli.EnvServers)
+	if strings.TrimSpace(servers) == "" {
+		servers = cli.DefaultServers
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.rw, "rw", string(RandWrite), "workload: randwrite, randread, write, read or randrw")
+	fl.IntVar(&f.rwmixread, "rwmixread", 70, "percentage of reads in randrw")
+	fl.StringVar(&f.bs, "bs", "4k", "block size of every operation: 4k..4m, a multiple of 4k")
+	fl.IntVar(&f.iodepth, "iodepth", 1, "requests in flight (workers, one outstanding request each)")
+	fl.DurationVar(&f.runtime, "runtime", 0, "how long to run (default 10s unless --ops is given)")
+	fl.Int64Var(&f.ops, "ops", 0, "operations to run (0: no limit); with --runtime, whichever ends first")
+	fl.Uint32Var(&f.pool, "pool", 1, "logical pool id")
+	fl.StringVar(&f.copysets, "copysets", "1-16", "copysets to spread over: 7, 1-16, 1,3,8-10")
+	fl.StringVar(&f.span, "span", "64m", "chunk space per copyset (chunks 1.. of 16 MiB), a multiple of 4k")
+	fl.StringVar(&f.servers, "servers", servers, "chunkservers, host:port,...; $"+cli.EnvServers+" sets the default")
+	fl.BoolVar(&f.prefill, "prefill", false, "write the whole span first (1 MiB writes) so reads hit written blocks")
+	fl.BoolVar(&f.verify, "verify", false, "write self-describing patterns and check every read")
+	fl.Uint64Var(&f.sn, "sn", 1, "sequence number writes are made under")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the random offsets (0: random)")
+	fl.StringVarP(&f.output, "output", "o", "text", "report format: text or json")
+	fl.DurationVar(&f.timeout, "timeout", cli.DefaultTimeout, "deadline of each operation, retries included")
+	fl.DurationVar(&f.attemptTimeout, "attempt-timeout", cli.DefaultAttemptTimeout, "deadline of each single RPC attempt")
+	return cmd
+}
+
+func run(cmd *cobra.Command, f *flags) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	servers, err := cli.ParsePeerList(f.servers)
+	if err != nil {
+		return fmt.Errorf("--servers: %w", err)
+	}
+	attempts := NewAttemptCounter()
+	client, err := cli.New(cli.Options{
+		Servers:        servers,
+		Timeout:        f.timeout,
+		AttemptTimeout: f.attemptTimeout,
+		DialOptions:    []grpc.DialOption{attempts.DialOption()},
+	})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	cfg.Log = stderr
+	if isTerminal(stderr) {
+		cfg.Progress = stderr
+	}
+	cfg.BeforeMeasure = attempts.Reset
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	res, err := Run(ctx, ClientIO(client), cfg)
+	if err != nil {
+		return err
+	}
+	res.Attempts = attempts.Counts()
+
+	if f.output == "json" {
+		if err := res.WriteJSON(stdout); err != nil {
+			return err
+		}
+		// Nothing is hidden: what the schema has no room for goes to stderr.
+		details := res.ErrorText()
+		if v := res.Verify; v != nil {
+			details += fmt.Sprintf("  verify     %d reads checked, %d of blocks not written by this run, %d mismatches\n", v.Checked, v.Unwritten, v.Mismatches)
+			details += v.DetailText()
+		}
+		if details != "" {
+			fmt.Fprint(stderr, details)
+		}
+	} else if err := res.WriteText(stdout, cfg); err != nil {
+		return err
+	}
+	if v := res.Verify; v != nil && v.Mismatches > 0 {
+		return &ExitError{Code: ExitMismatch, Msg: fmt.Sprintf("verify: %d mismatches", v.Mismatches)}
+	}
+	if ctx.Err() != nil {
+		return &ExitError{Code: ExitFailed, Msg: "interrupted"}
+	}
+	if res.Total.Errors > 0 {
+		return &ExitError{Code: ExitFailed, Msg: fmt.Sprintf("%d of %d operations failed", res.Total.Errors, res.Total.Errors+res.Total.Ops)}
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}

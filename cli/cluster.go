@@ -1,0 +1,337 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// consistencyParallelism bounds how many copysets check-consistency checks at
+// once.
+const consistencyParallelism = 4
+
+func newClusterCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Whole-cluster health and replica consistency",
+	}
+	cmd.AddCommand(newClusterStatusCommand(a), newClusterCheckCommand(a))
+	return cmd
+}
+
+type clusterCopysetJSON struct {
+	CopysetID
+	Health      string   `json:"health"`
+	Details     []string `json:"details,omitempty"`
+	Leader      string   `json:"leader"`
+	Peers       []string `json:"peers"`
+	Term        int64    `json:"term"`
+	Committed   int64    `json:"committedIndex"`
+	MinApplied  int64    `json:"minAppliedIndex"`
+	Epoch       uint64   `json:"epoch"`
+	Unreachable []string `json:"unreachable,omitempty"`
+}
+
+type clusterStatusJSON struct {
+	Copysets []clusterCopysetJSON `json:"copysets"`
+	Summary  string               `json:"summary"`
+	Counts   map[string]int       `json:"counts"`
+	Healthy  bool                 `json:"healthy"`
+}
+
+// healthOrder is the order of the summary line.
+var healthOrder = []string{HealthOK, HealthLagging, HealthUnderReplicated, HealthNoLeader, HealthBroken, HealthMissing}
+
+// healthSummary renders counts as "16 copysets: 15 ok, 1 lagging".
+func healthSummary(total int, counts map[string]int) string {
+	var parts []string
+	for _, h := range healthOrder {
+		if counts[h] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[h], h))
+		}
+	}
+	return fmt.Sprintf("%d copysets: %s", total, strings.Join(parts, ", "))
+}
+
+func newClusterStatusCommand(a *app) *cobra.Command {
+	var cf copysetFlags
+	var lag int64
+	var replicas int
+	cmd := &cobra.Command{
+		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3]",
+		Short: "One table of every copyset with its health; fails if any is unhealthy",
+		Long: `Asks every server in --servers for its replica of each copyset and prints one
+row per copyset: the leader, the peers known (replicas that answered, plus a
+leader they name that did not), the leader's term, commit index and epoch, the
+lowest applied index, and the health:
+
+  ok                everything below is fine
+  lagging           a replica's applied index is more than --lag behind the leader's commit index
+  under-replicated  fewer healthy replicas answer than --replicas or than the peers known
+  no-leader         no replica that answered is the leader
+  broken            a replica is in state ERROR (an I/O error stopped it)
+  missing           no replica answered at all
+
+The most severe problem names the health; DETAIL lists them all. A summary line
+follows. Exits non-zero unless every copyset is ok. List every chunkserver in
+--servers: GetCopysetStatus does not report the configuration, so a server
+left out looks like a missing replica.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			copysets, err := cf.list()
+			if err != nil {
+				return err
+			}
+			if replicas < 1 {
+				return errors.New("--replicas: must be at least 1")
+			}
+			if lag < 0 {
+				return errors.New("--lag: must not be negative")
+			}
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				all := make([][]ReplicaStatus, len(copysets))
+				forEach(len(copysets), statusParallelism, func(i int) {
+					all[i], _ = c.CopysetStatus(ctx, copysets[i])
+				})
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				opt := HealthOptions{Replicas: replicas, Lag: lag}
+				j := clusterStatusJSON{Copysets: make([]clusterCopysetJSON, len(copysets)), Counts: map[string]int{}}
+				rows := make([][]string, len(copysets))
+				for i, cs := range copysets {
+					h := ClassifyCopyset(cs, all[i], opt)
+					j.Counts[h.Health]++
+					peers := h.Peers
+					if peers == nil {
+						peers = []string{}
+					}
+					j.Copysets[i] = clusterCopysetJSON{CopysetID: cs, Health: h.Health, Details: h.Details, Leader: h.Leader,
+						Peers: peers, Term: h.Term, Committed: h.Committed, MinApplied: h.MinApplied, Epoch: h.Epoch,
+						Unreachable: h.Unreachable}
+					rows[i] = []string{u64(uint64(cs.Copyset)), h.Leader, strings.Join(h.Peers, ","), i64(h.Term),
+						i64(h.Committed), i64(h.MinApplied), u64(h.Epoch), h.Health, strings.Join(h.Details, "; ")}
+					if h.Answering == 0 {
+						for k := 3; k <= 6; k++ {
+							rows[i][k] = ""
+						}
+					}
+				}
+				j.Healthy = j.Counts[HealthOK] == len(copysets)
+				j.Summary = healthSummary(len(copysets), j.Counts)
+				if down := unreachableServers(all); len(down) > 0 {
+					j.Summary += "; could not ask " + joinComma(down)
+				}
+				p := a.printer(cmd)
+				header := []string{"COPYSET", "LEADER", "PEERS", "TERM", "COMMITTED", "APPLIED", "EPOCH", "HEALTH", "DETAIL"}
+				if err := p.print(j, header, rows); err != nil {
+					return err
+				}
+				if !p.isJSON() {
+					fmt.Fprintln(p.w, j.Summary)
+				}
+				if !j.Healthy {
+					var parts []string
+					for _, h := range healthOrder[1:] {
+						if n := j.Counts[h]; n > 0 {
+							parts = append(parts, fmt.Sprintf("%d %s", n, h))
+						}
+					}
+					return fmt.Errorf("cluster unhealthy: %d of %d copysets of pool %d not ok (%s)",
+						len(copysets)-j.Counts[HealthOK], len(copysets), cf.pool, strings.Join(parts, ", "))
+				}
+				return nil
+			})
+		},
+	}
+	addCopysetRangeFlags(cmd, &cf)
+	cmd.Flags().Int64Var(&lag, "lag", 100, "log entries a replica's applied index may trail the leader's commit index")
+	cmd.Flags().IntVar(&replicas, "replicas", 3, "replicas every copyset should have")
+	return cmd
+}
+
+// unreachableServers are the servers that failed any status row, sorted.
+func unreachableServers(all [][]ReplicaStatus) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, rows := range all {
+		for _, r := range rows {
+			if r.Err != nil && !seen[r.Server] {
+				seen[r.Server] = true
+				out = append(out, r.Server)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+type consistencyJSON struct {
+	CopysetID
+	Result     string          `json:"result"` // consistent, INCONSISTENT, not-converged, error
+	Replicas   []string        `json:"replicas"`
+	Applied    int64           `json:"appliedIndex"`
+	Hashes     string          `json:"hashes"` // equal, differ, not-reported, ""
+	Mismatches []mismatchJSON  `json:"mismatches,omitempty"`
+	Problems   []string        `json:"problems,omitempty"`
+	Note       string          `json:"note,omitempty"`
+	Chunks     *chunkRangeJSON `json:"chunksCompared,omitempty"`
+}
+
+type mismatchJSON struct {
+	Chunk   uint64   `json:"chunk"`
+	Hash    string   `json:"majorityHash,omitempty"`
+	Servers []string `json:"servers"`
+}
+
+type chunkRangeJSON struct {
+	Count int    `json:"count"`
+	IDs   string `json:"ids"`
+}
+
+// Results of check-consistency per copyset.
+const (
+	resultConsistent   = "consistent"
+	resultInconsistent = "INCONSISTENT"
+	resultNotConverged = "not-converged"
+	resultError        = "error"
+)
+
+func consistencyResult(r ConsistencyReport) string {
+	switch {
+	case r.Consistent():
+		return resultConsistent
+	case len(r.Mismatches) > 0, r.Converged && r.HashReported && !r.HashesEqual:
+		return resultInconsistent
+	case len(r.Replicas) > 0 && !r.Converged:
+		return resultNotConverged
+	}
+	return resultError
+}
+
+func newClusterCheckCommand(a *app) *cobra.Command {
+	var cf copysetFlags
+	var chunks string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "check-consistency [--pool 1] [--copyset 1-16] [--chunks 1-64] [--wait 10s]",
+		Short: "Compare the replicas of every copyset; fails on any difference",
+		Long: `For each copyset: waits (up to --wait) until every replica that answers has
+applied the same log index, then compares the hash of each replica's copyset
+data (GetCopysetStatus queryHash). When those differ, or the replicas report
+none, it compares GetChunkHash of each chunk in --chunks across the replicas
+to name the chunks that differ (there is no RPC that lists a copyset's chunks,
+so give the ids in use). Prints one row per copyset and a summary line; exits
+non-zero on any mismatch, on replicas that did not converge and on servers
+that could not be asked. Run it while clients are not writing. A mismatching
+range can be rewritten from the leader's copy with scan repair.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			copysets, err := cf.list()
+			if err != nil {
+				return err
+			}
+			ids, err := ParseIDList(chunks)
+			if err != nil {
+				return fmt.Errorf("--chunks: %w", err)
+			}
+			chunkIDs := make([]uint64, len(ids))
+			for i, id := range ids {
+				chunkIDs[i] = uint64(id)
+			}
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				reports := make([]ConsistencyReport, len(copysets))
+				forEach(len(copysets), consistencyParallelism, func(i int) {
+					reports[i] = c.CheckConsistency(ctx, copysets[i], chunkIDs, wait)
+				})
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return printConsistency(a.printer(cmd), cf.pool, reports)
+			})
+		},
+	}
+	addCopysetRangeFlags(cmd, &cf)
+	cmd.Flags().StringVar(&chunks, "chunks", "1-64", "chunk ids to compare when copyset hashes differ or are not reported")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for replicas to reach the same applied index")
+	return cmd
+}
+
+func printConsistency(p *printer, pool uint32, reports []ConsistencyReport) error {
+	js := make([]consistencyJSON, len(reports))
+	rows := make([][]string, len(reports))
+	counts := map[string]int{}
+	var firstBad *ConsistencyReport
+	for i, r := range reports {
+		res := consistencyResult(r)
+		counts[res]++
+		if res != resultConsistent && firstBad == nil {
+			firstBad = &reports[i]
+		}
+		j := consistencyJSON{CopysetID: r.Copyset, Result: res, Replicas: []string{}, Applied: r.Applied, Problems: r.Problems, Note: r.Note}
+		for _, rep := range r.Replicas {
+			j.Replicas = append(j.Replicas, replicaName(rep))
+		}
+		slices.Sort(j.Replicas)
+		switch {
+		case !r.Converged:
+		case !r.HashReported:
+			j.Hashes = "not-reported"
+		case r.HashesEqual:
+			j.Hashes = "equal"
+		default:
+			j.Hashes = "differ"
+		}
+		if len(r.Chunks) > 0 {
+			j.Chunks = &chunkRangeJSON{Count: len(r.Chunks), IDs: formatChunkList(r.Chunks)}
+		}
+		for _, m := range r.Mismatches {
+			j.Mismatches = append(j.Mismatches, mismatchJSON(m))
+		}
+		js[i] = j
+		detail := strings.Join(r.Problems, "; ")
+		if detail == "" {
+			detail = r.Note
+		}
+		applied := ""
+		if r.Converged {
+			applied = i64(r.Applied)
+		}
+		rows[i] = []string{u64(uint64(r.Copyset.Copyset)), strconv.Itoa(len(r.Replicas)), applied, j.Hashes, res, detail}
+	}
+	header := []string{"COPYSET", "REPLICAS", "APPLIED", "HASHES", "RESULT", "DETAIL"}
+	var parts, bad []string
+	for _, res := range []string{resultConsistent, resultInconsistent, resultNotConverged, resultError} {
+		if counts[res] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[res], res))
+			if res != resultConsistent {
+				bad = append(bad, fmt.Sprintf("%d %s", counts[res], res))
+			}
+		}
+	}
+	summary := fmt.Sprintf("%d copysets: %s", len(reports), strings.Join(parts, ", "))
+	if p.isJSON() {
+		if err := writeJSON(p.w, struct {
+			Copysets []consistencyJSON `json:"copysets"`
+			Summary  string            `json:"summary"`
+		}{js, summary}); err != nil {
+			return err
+		}
+	} else {
+		if err := writeTable(p.w, header, rows); err != nil {
+			return err
+		}
+		fmt.Fprintln(p.w, summary)
+	}
+	if firstBad != nil {
+		return fmt.Errorf("replicas not consistent: %d of %d copysets of pool %d (%s); first: %s: %s", len(reports)-counts[resultConsistent],
+			len(reports), pool, strings.Join(bad, ", "), firstBad.Copyset, strings.Join(firstBad.Problems, "; "))
+	}
+	return nil
+}
