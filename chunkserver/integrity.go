@@ -281,11 +281,10 @@ type integrityMachine struct {
 	st integrityState
 
 	// file state, used from the apply goroutine (Apply, Sync) and Close.
-	fileMu   sync.Mutex
-	f        *os.File
-	size     int64
-	dirty    bool
-	lastLine int
+	fileMu sync.Mutex
+	f      *os.File
+	size   int64
+	dirty  bool
 }
 
 var _ copyset.StateMachine = (*integrityMachine)(nil)
@@ -527,7 +526,6 @@ func (m *integrityMachine) appendLine(line []byte) error {
 	m.fileMu.Lock()
 	defer m.fileMu.Unlock()
 	line = append(line, '\n')
-	m.lastLine = len(line)
 	if m.size > compactMinBytes && m.size > 8*int64(len(line)) {
 		return m.compactLocked(line)
 	}
