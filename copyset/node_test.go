@@ -206,11 +206,12 @@ func waitCaughtUp(t *testing.T, g GroupID, leader *Node, s *testServer) {
 	t.Fatalf("replica on %s did not catch up", s.addr)
 }
 
-func equalDirs(t *testing.T, a, b string) {
+// sameDirs reports how two replicas' data dirs differ, or nil.
+func sameDirs(t *testing.T, a, b string) error {
 	t.Helper()
 	ca, cb := dirContents(t, a), dirContents(t, b)
 	if len(ca) != len(cb) {
-		t.Fatalf("%d files vs %d files", len(ca), len(cb))
+		return fmt.Errorf("%d files vs %d files", len(ca), len(cb))
 	}
 	var names []string
 	for k := range ca {
@@ -219,8 +220,26 @@ func equalDirs(t *testing.T, a, b string) {
 	sort.Strings(names)
 	for _, k := range names {
 		if ca[k] != cb[k] {
-			t.Fatalf("file %s differs: %q vs %q", k, ca[k], cb[k])
+			return fmt.Errorf("file %s differs: %q vs %q", k, ca[k], cb[k])
 		}
+	}
+	return nil
+}
+
+// eventually polls cond for up to 10 s (applies trail the applied index
+// raft reports by a few entries).
+func eventually(t *testing.T, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -272,7 +291,9 @@ func TestSnapshotInstallCatchUp(t *testing.T) {
 	}
 	servers[victim] = startTestServer(t, vs.addr, vs.dir, fastRaft())
 	waitCaughtUp(t, g, leader, servers[victim])
-	equalDirs(t, filepath.Join(leader.Dir(), "data"), filepath.Join(servers[victim].mgr.Get(g).Dir(), "data"))
+	eventually(t, func() error {
+		return sameDirs(t, filepath.Join(leader.Dir(), "data"), filepath.Join(servers[victim].mgr.Get(g).Dir(), "data"))
+	})
 
 	// The restarted replica installed a received snapshot.
 	recs, err := servers[victim].mgr.Get(g).snaps.records()
@@ -336,12 +357,15 @@ func TestRestartAfterTruncation(t *testing.T) {
 	want["k0"] = "final"
 	for _, s := range servers {
 		waitCaughtUp(t, g, leader, s)
-		got := dirContents(t, filepath.Join(s.mgr.Get(g).Dir(), "data"))
-		for k, v := range want {
-			if got[k] != v {
-				t.Fatalf("%s: file %s = %q, want %q", s.addr, k, got[k], v)
+		eventually(t, func() error {
+			got := dirContents(t, filepath.Join(s.mgr.Get(g).Dir(), "data"))
+			for k, v := range want {
+				if got[k] != v {
+					return fmt.Errorf("%s: file %s = %q, want %q", s.addr, k, got[k], v)
+				}
 			}
-		}
+			return nil
+		})
 	}
 }
 
