@@ -1,0 +1,526 @@
+#!/usr/bin/env bash
+# The standard chunkraft benchmark: a fresh local 3-node cluster, the chunkbench
+# matrix against it, the disk's own ceiling measured with fio on the same
+# filesystem, all written as Markdown to docs/benchmarks.md.
+#
+#   scripts/bench.sh
+#
+# Matrix (each run BENCH_RUNTIME long, default 10s; pool 1, copysets 1-16,
+# 64 MiB of chunk space per copyset, laid out once before the first run):
+#   4 KiB randwrite, iodepth 1 and 64       1 MiB sequential write, iodepth 8
+#   4 KiB randread,  iodepth 1 and 64       4 KiB randrw 70/30, iodepth 64
+# fio: 4 KiB write+fdatasync serially (appending, and overwriting), 4 KiB
+# direct random writes at depth 64, 1 MiB direct sequential writes at depth 8.
+# When `etcd` and etcd's `benchmark` tool are on PATH, a 3-member etcd on
+# loopback is measured too (4 KiB puts and linearizable gets, 64 in flight);
+# otherwise the document says it was skipped. Also recorded: the servers' CPU
+# when idle, and per run the cores used by the servers, by chunkbench and by
+# everything else on the machine.
+#
+# Environment:
+#   BENCH_RUNTIME      duration of every chunkbench and fio run (default 10s)
+#   BENCH_OUT          the Markdown file to write (default <repo>/docs/benchmarks.md)
+#   BENCH_DIR          where the cluster and fio files live (default: mktemp -d;
+#                      the measured filesystem is the one holding it)
+#   BASE_PORT          first gRPC port of the cluster (default 8400)
+#   METRICS_BASE_PORT  first metrics port (default 9400)
+#   BENCH_PROFILE      1 (default): one extra 4 KiB randwrite run at iodepth 64
+#                      while a CPU profile of cs0 is taken; its top entries go
+#                      into the document. 0 skips it.
+#   BENCH_FIO          1 (default): run fio (installed with apt-get when missing
+#                      and running as root). 0 skips it.
+#   BENCH_COMMIT       the commit to record (default: git rev-parse --short HEAD,
+#                      marked when the tree has uncommitted changes)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUNTIME="${BENCH_RUNTIME:-10s}"
+OUT="${BENCH_OUT:-$ROOT/docs/benchmarks.md}"
+export BASE_PORT="${BASE_PORT:-8400}"
+export METRICS_BASE_PORT="${METRICS_BASE_PORT:-9400}"
+PROFILE="${BENCH_PROFILE:-1}"
+RUN_FIO="${BENCH_FIO:-1}"
+BENCH="$ROOT/bin/chunkbench"
+
+die() {
+    echo "bench.sh: $*" >&2
+    exit 1
+}
+log() { echo "==> $*" >&2; }
+
+# seconds converts a Go-style duration (10s, 1m, 90s, 1m30s) to whole seconds.
+seconds() {
+    local d="$1" total=0 n unit
+    [[ "$d" =~ ^[0-9]+$ ]] && d="${d}s"
+    while [[ -n "$d" ]]; do
+        [[ "$d" =~ ^([0-9]+)(h|m|s)(.*)$ ]] || die "BENCH_RUNTIME=$RUNTIME: want e.g. 10s, 1m or 1m30s"
+        n="${BASH_REMATCH[1]}" unit="${BASH_REMATCH[2]}" d="${BASH_REMATCH[3]}"
+        case "$unit" in
+        h) total=$((total + n * 3600)) ;;
+        m) total=$((total + n * 60)) ;;
+        s) total=$((total + n)) ;;
+        esac
+    done
+    ((total > 0)) || die "BENCH_RUNTIME=$RUNTIME: must be at least 1s"
+    echo "$total"
+}
+RUNTIME_S="$(seconds "$RUNTIME")"
+
+if [[ -n "${BENCH_DIR:-}" ]]; then
+    WORK="$BENCH_DIR"
+    mkdir -p "$WORK"
+    OWN_WORK=0
+else
+    WORK="$(mktemp -d "${TMPDIR:-/tmp}/chunkbench.XXXXXX")"
+    OWN_WORK=1
+fi
+WORK="$(cd "$WORK" && pwd)"
+export CLUSTER_DIR="$WORK/cluster"
+RESULTS="$WORK/results"
+mkdir -p "$RESULTS"
+
+SERVERS="127.0.0.1:$BASE_PORT,127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2))"
+ETCD_PIDS=()
+
+cleanup() {
+    local rc=$?
+    local pid
+    for pid in "${ETCD_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
+    rm -rf "$WORK/fio" "$WORK/etcd"
+    if ((OWN_WORK)); then
+        rm -rf "$WORK"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# json_field FILE NAME prints a numeric field of a chunkbench -o json report.
+json_field() {
+    sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1" | head -n 1
+}
+
+# fmt_num rounds a number to an integer with thousands separators.
+fmt_num() { LC_ALL=C awk -v x="$1" 'BEGIN { if (x == "") { print "-"; exit } s = sprintf("%.0f", x); out = ""; while (length(s) > 3) { out = "," substr(s, length(s) - 2) out; s = substr(s, 1, length(s) - 3) } print s out }'; }
+# fmt_ms renders microseconds as milliseconds with 2 decimals.
+fmt_ms() { LC_ALL=C awk -v x="$1" 'BEGIN { if (x == "") print "-"; else printf "%.2f", x / 1000 }'; }
+fmt_1() { LC_ALL=C awk -v x="$1" 'BEGIN { if (x == "") print "-"; else printf "%.1f", x }'; }
+
+# ---------------------------------------------------------------------------
+# chunkbench matrix
+
+# Each entry: id | label | target | chunkbench arguments. Before them the
+# whole span is laid out once (see layout), so every run, writes included,
+# works on chunks that exist and reads hit written blocks.
+MATRIX=(
+    "rw4k1|4 KiB randwrite|p50 <= 1.5 ms|--rw randwrite --bs 4k --iodepth 1"
+    "rw4k64|4 KiB randwrite|>= 10,000 IOPS, p99 <= 20 ms|--rw randwrite --bs 4k --iodepth 64"
+    "sw1m8|1 MiB sequential write|>= 150 MB/s|--rw write --bs 1m --iodepth 8"
+    "rr4k1|4 KiB randread||--rw randread --bs 4k --iodepth 1"
+    "rr4k64|4 KiB randread|>= 20,000 IOPS|--rw randread --bs 4k --iodepth 64"
+    "rrw4k64|4 KiB randrw 70/30|-|--rw randrw --rwmixread 70 --bs 4k --iodepth 64"
+)
+COMMON="--servers $SERVERS --pool 1 --copysets 1-16 --span 64m --runtime $RUNTIME -o json"
+
+# met ID prints whether the run meets its target from the issue.
+met() {
+    local f="$RESULTS/$1.json" iops p50 p99 mbs
+    [[ -s "$f" ]] || {
+        echo "no result"
+        return
+    }
+    iops="$(json_field "$f" iops)" p50="$(json_field "$f" p50)" p99="$(json_field "$f" p99)" mbs="$(json_field "$f" mb_per_s)"
+    case "$1" in
+    rw4k1) awk -v a="$p50" 'BEGIN { print (a <= 1500 ? "yes" : "no") }' ;;
+    rw4k64) awk -v a="$iops" -v b="$p99" 'BEGIN { print (a >= 10000 && b <= 20000 ? "yes" : "no") }' ;;
+    sw1m8) awk -v a="$mbs" 'BEGIN { print (a >= 150 ? "yes" : "no") }' ;;
+    rr4k64) awk -v a="$iops" 'BEGIN { print (a >= 20000 ? "yes" : "no") }' ;;
+    *) echo "-" ;;
+    esac
+}
+
+# CPU accounting around each run, in clock ticks / seconds: the whole
+# machine's busy time (/proc/stat), the chunkservers' (/proc/PID/stat) and
+# chunkbench's (bash's children times), so that "other" is what the rest of
+# the machine used meanwhile.
+CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+server_ticks() {
+    local t=0 f pid
+    for f in "$CLUSTER_DIR"/cs*.pid; do
+        [[ -s "$f" ]] || continue
+        pid="$(<"$f")"
+        if [[ -r "/proc/$pid/stat" ]]; then
+            t=$((t + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+        fi
+    done
+    echo "$t"
+}
+# children_secs prints the CPU seconds of this shell's finished children. The
+# `times` builtin must run in this shell, not in a $(...) subshell.
+children_secs() {
+    times >"$WORK/times"
+    sed -n 2p "$WORK/times" | LC_ALL=C awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%.3f", n }'
+}
+now_secs() { date +%s.%N; }
+
+# layout writes the whole span once (chunkbench's prefill, then one read).
+LAYOUT_ARGS="--rw read --bs 1m --iodepth 1 --ops 1 --prefill"
+layout() {
+    log "laying out the span: chunkbench $LAYOUT_ARGS"
+    # shellcheck disable=SC2086
+    "$BENCH" $COMMON $LAYOUT_ARGS >"$RESULTS/layout.json" 2>"$RESULTS/layout.err" ||
+        die "layout failed: $(tail -n 5 "$RESULTS/layout.err")"
+}
+
+run_matrix() {
+    local entry id label target args rc b0 s0 c0 t0 b1 s1 c1 t1
+    for entry in "${MATRIX[@]}"; do
+        IFS='|' read -r id label target args <<<"$entry"
+        log "chunkbench $args"
+        rc=0
+        children_secs >"$WORK/c0"
+        b0="$(busy_ticks)" s0="$(server_ticks)" c0="$(<"$WORK/c0")" t0="$(now_secs)"
+        # shellcheck disable=SC2086 # the argument strings are meant to split
+        "$BENCH" $COMMON $args >"$RESULTS/$id.json" 2>"$RESULTS/$id.err" || rc=$?
+        b1="$(busy_ticks)" s1="$(server_ticks)" t1="$(now_secs)"
+        children_secs >"$WORK/c1"
+        c1="$(<"$WORK/c1")"
+        # servers, chunkbench, others: cores used on average over the run
+        # (the prefill of a run is included).
+        LC_ALL=C awk -v b="$((b1 - b0))" -v s="$((s1 - s0))" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" \
+            'BEGIN { w = t1 - t0; srv = s / hz / w; cli = (c1 - c0) / w; oth = b / hz / w - srv - cli; if (oth < 0) oth = 0; printf "%.2f %.2f %.2f\n", srv, cli, oth }' \
+            >"$RESULTS/$id.cpu"
+        echo "$rc" >"$RESULTS/$id.rc"
+        if [[ -s "$RESULTS/$id.json" ]]; then
+            cat "$RESULTS/$id.json" >&2
+        fi
+        if ((rc != 0)); then
+            echo "chunkbench exited $rc:" >&2
+            tail -n 20 "$RESULTS/$id.err" >&2 || true
+        fi
+    done
+}
+
+# measure_idle records the chunkservers' CPU while nothing talks to them.
+measure_idle() {
+    local s0 s1 t0 t1
+    sleep 2
+    s0="$(server_ticks)" t0="$(now_secs)"
+    sleep "$RUNTIME_S"
+    s1="$(server_ticks)" t1="$(now_secs)"
+    LC_ALL=C awk -v s="$((s1 - s0))" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" \
+        'BEGIN { printf "%.1f\n", 100 * s / hz / (t1 - t0) / 3 }' >"$RESULTS/idle.cpu"
+}
+
+run_profile() {
+    [[ "$PROFILE" == 1 ]] || return 0
+    command -v go >/dev/null || {
+        echo "go not installed: no profile" >"$RESULTS/profile.txt"
+        return 0
+    }
+    local secs=$((RUNTIME_S > 4 ? RUNTIME_S - 3 : 1))
+    log "profiling cs0 for ${secs}s during a 4 KiB randwrite at iodepth 64"
+    # shellcheck disable=SC2086
+    "$BENCH" $COMMON --rw randwrite --bs 4k --iodepth 64 >"$RESULTS/profile-run.json" 2>/dev/null &
+    local bench_pid=$!
+    sleep 2
+    curl -fsS -m $((secs + 30)) -o "$WORK/cs0.cpu.pprof" \
+        "http://127.0.0.1:$METRICS_BASE_PORT/debug/pprof/profile?seconds=$secs" || true
+    wait "$bench_pid" || true
+    if [[ -s "$WORK/cs0.cpu.pprof" ]]; then
+        (cd "$ROOT" && go tool pprof -top -cum -nodecount=15 bin/chunkserver "$WORK/cs0.cpu.pprof" 2>/dev/null) |
+            sed -n '/flat%/,$p' >"$RESULTS/profile.txt" || true
+        (cd "$ROOT" && go tool pprof -top -cum -nodecount=15 bin/chunkserver "$WORK/cs0.cpu.pprof" 2>/dev/null) |
+            grep -E '^(Duration|Showing nodes)' >"$RESULTS/profile.head" || true
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# fio
+
+FIO_JOBS=(
+    "sync4k_append|4 KiB write + fdatasync, serial, appending to a new file|--rw=write --bs=4k --size=4g --fallocate=none --ioengine=psync --iodepth=1 --fdatasync=1"
+    "sync4k_over|4 KiB write + fdatasync, serial, overwriting a 64 MiB file|--rw=write --bs=4k --size=64m --ioengine=psync --iodepth=1 --fdatasync=1"
+    "rand4k64|4 KiB O_DIRECT random write, depth 64 (libaio)|--rw=randwrite --bs=4k --size=1g --direct=1 --ioengine=libaio --iodepth=64"
+    "seq1m8|1 MiB O_DIRECT sequential write, depth 8 (libaio)|--rw=write --bs=1m --size=2g --direct=1 --ioengine=libaio --iodepth=8"
+)
+
+ensure_fio() {
+    command -v fio >/dev/null && return 0
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+        log "installing fio (apt-get install -y fio)"
+        (apt-get install -y fio >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get install -y fio >/dev/null 2>&1; }) || true
+    fi
+    command -v fio >/dev/null
+}
+
+run_fio() {
+    [[ "$RUN_FIO" == 1 ]] || return 0
+    if ! ensure_fio; then
+        echo "fio is not installed (apt-get install -y fio)" >"$RESULTS/fio.skipped"
+        return 0
+    fi
+    mkdir -p "$WORK/fio"
+    local entry id label args
+    for entry in "${FIO_JOBS[@]}"; do
+        IFS='|' read -r id label args <<<"$entry"
+        rm -f "$WORK/fio/"*
+        log "fio $args"
+        # shellcheck disable=SC2086
+        fio --name="$id" --directory="$WORK/fio" $args --runtime="$RUNTIME_S" --time_based \
+            --output-format=terse --terse-version=3 >"$RESULTS/fio-$id.terse" 2>"$RESULTS/fio-$id.err" || true
+    done
+    rm -rf "$WORK/fio"
+}
+
+# fio_field ID N prints field N of a terse v3 line (48 write KiB/s, 49 write
+# IOPS, 65 write clat p50 us, 71 write clat p99 us).
+fio_field() {
+    local f="$RESULTS/fio-$1.terse"
+    [[ -s "$f" ]] || return 0
+    cut -d';' -f"$2" "$f" | head -n 1 | sed 's/.*=//'
+}
+
+# ---------------------------------------------------------------------------
+# etcd (only when its server and benchmark tool are installed)
+
+ETCD_NOTE=""
+run_etcd() {
+    if ! command -v etcd >/dev/null || ! command -v benchmark >/dev/null; then
+        ETCD_NOTE="Skipped: \`etcd\` and etcd's \`benchmark\` tool (go.etcd.io/etcd/v3/tools/benchmark) are not both on PATH on this machine. Debian's etcd-server/etcd-client packages ship \`etcd\` and \`etcdctl\` but not \`benchmark\`."
+        return 0
+    fi
+    local i peers="" eps="" base=$((BASE_PORT + 100))
+    for i in 0 1 2; do
+        peers="${peers:+$peers,}e$i=http://127.0.0.1:$((base + 10 + i))"
+        eps="${eps:+$eps,}http://127.0.0.1:$((base + i))"
+    done
+    mkdir -p "$WORK/etcd"
+    for i in 0 1 2; do
+        etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
+            --listen-client-urls "http://127.0.0.1:$((base + i))" --advertise-client-urls "http://127.0.0.1:$((base + i))" \
+            --listen-peer-urls "http://127.0.0.1:$((base + 10 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 10 + i))" \
+            --initial-cluster "$peers" --initial-cluster-state new >"$WORK/etcd/e$i.log" 2>&1 &
+        ETCD_PIDS+=($!)
+    done
+    local n
+    for n in $(seq 1 60); do
+        benchmark --endpoints="$eps" --clients=1 --conns=1 put --total=1 >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    # benchmark takes a request count, not a duration: aim at the runtime.
+    local total=$((RUNTIME_S * 2000))
+    log "etcd: benchmark put / range"
+    benchmark --endpoints="$eps" --conns=8 --clients=64 put --key-size=8 --val-size=4096 --sequential-keys --key-space-size=100000 \
+        --total="$total" >"$RESULTS/etcd-put.txt" 2>&1 || true
+    benchmark --endpoints="$eps" --conns=8 --clients=64 range k --consistency=l --total=$((RUNTIME_S * 4000)) \
+        >"$RESULTS/etcd-range.txt" 2>&1 || true
+    for n in "${ETCD_PIDS[@]}"; do
+        kill "$n" 2>/dev/null || true
+    done
+    wait "${ETCD_PIDS[@]}" 2>/dev/null || true
+    ETCD_PIDS=()
+}
+
+# etcd_stat FILE prints "req/s|p99 ms" from benchmark's summary.
+etcd_stat() {
+    local f="$1" rps p99
+    [[ -s "$f" ]] || {
+        echo "-|-"
+        return
+    }
+    rps="$(sed -n 's/.*Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p' "$f" | head -n 1)"
+    p99="$(sed -n 's/.*99% in \([0-9.]*\) secs.*/\1/p' "$f" | head -n 1)"
+    echo "$(fmt_num "$rps")|$(LC_ALL=C awk -v x="$p99" 'BEGIN { if (x == "") print "-"; else printf "%.1f", x * 1000 }')"
+}
+
+# ---------------------------------------------------------------------------
+# the document
+
+write_doc() {
+    local commit dirty="" fs now kernel cpu
+    if commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"; then
+        if [[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+            dirty=" (with uncommitted changes)"
+        fi
+    else
+        commit="${BENCH_COMMIT:-unknown}"
+    fi
+    [[ -z "${BENCH_COMMIT:-}" ]] || commit="${BENCH_COMMIT}"
+    fs="$(df -PT "$WORK" 2>/dev/null | awk 'NR == 2 { print $2 " on " $1 " (mounted at " $7 ")" }')"
+    now="$(date -u '+%Y-%m-%d %H:%M UTC')"
+    kernel="$(uname -sr)"
+    cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)"
+
+    {
+        echo "# chunkraft benchmarks"
+        echo
+        echo "Generated by \`scripts/bench.sh\` — do not edit by hand; rerun it."
+        echo
+        echo "| | |"
+        echo "|---|---|"
+        echo "| date | $now |"
+        echo "| commit | \`$commit\`$dirty |"
+        echo "| cores (\`nproc\`) | $(nproc) |"
+        echo "| CPU | ${cpu:-unknown} |"
+        echo "| memory | $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo 2>/dev/null) |"
+        echo "| kernel | $kernel |"
+        echo "| filesystem measured | $fs |"
+        echo "| load average before the cluster started / at the end | $LOAD_START / $(cut -d' ' -f1-3 /proc/loadavg) |"
+        echo "| runtime of each run | $RUNTIME |"
+        echo
+        echo "## chunkbench"
+        echo
+        echo "Three chunkservers on 127.0.0.1 (one process each, all on the filesystem above), pool 1 with"
+        echo "copysets 1-16, three replicas each; 64 MiB of chunk space per copyset. \`ops\` are"
+        echo "successful operations; latencies in milliseconds from chunkbench's HDR histogram; MB = 10^6 bytes."
+        echo "Targets are those of issue 4. \"CPU\" is the cores used on average during the run"
+        echo "by the three chunkservers / chunkbench / everything else on the machine (which includes"
+        echo "the kernel's writeback and journal threads working for the servers)."
+        echo
+        echo "| workload | iodepth | IOPS | MB/s | mean | p50 | p99 | p99.9 | max | ops | errors | exit | CPU srv/bench/other | target | met |"
+        echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        local entry id label target args f depth
+        for entry in "${MATRIX[@]}"; do
+            IFS='|' read -r id label target args <<<"$entry"
+            f="$RESULTS/$id.json"
+            depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
+            if [[ -s "$f" ]]; then
+                echo "| $label | $depth | $(fmt_num "$(json_field "$f" iops)") | $(fmt_1 "$(json_field "$f" mb_per_s)") | $(fmt_ms "$(json_field "$f" mean)") | $(fmt_ms "$(json_field "$f" p50)") | $(fmt_ms "$(json_field "$f" p99)") | $(fmt_ms "$(json_field "$f" p999)") | $(fmt_ms "$(json_field "$f" max)") | $(fmt_num "$(json_field "$f" ops)") | $(fmt_num "$(json_field "$f" errors)") | $(cat "$RESULTS/$id.rc") | $(tr ' ' '/' <"$RESULTS/$id.cpu") | ${target:--} | $(met "$id") |"
+            else
+                echo "| $label | $depth | - | - | - | - | - | - | - | - | - | $(cat "$RESULTS/$id.rc" 2>/dev/null || echo -) | - | ${target:--} | no result |"
+            fi
+        done
+        echo
+        local any=0
+        for entry in "${MATRIX[@]}"; do
+            IFS='|' read -r id label target args <<<"$entry"
+            if [[ -s "$RESULTS/$id.err" ]] && grep -qv '^prefill' "$RESULTS/$id.err"; then
+                if ((any == 0)); then
+                    echo "Errors and failed RPC attempts, by kind (chunkbench's stderr):"
+                    echo
+                    any=1
+                fi
+                echo "- $label, iodepth $(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args"):"
+                echo '  ```'
+                grep -v '^prefill' "$RESULTS/$id.err" | sed 's/^/  /'
+                echo '  ```'
+            fi
+        done
+        local busy
+        busy="$(cat "$RESULTS"/*.cpu 2>/dev/null | LC_ALL=C awk '$3 > 0.5 { b = 1 } END { print b + 0 }')"
+        if [[ "$busy" == 1 ]]; then
+            echo "**Note:** the machine was not idle: everything else used more than half a core during some"
+            echo "runs (last figure of the CPU column), competing with the cluster for the cores and the disk;"
+            echo "those numbers are lower than an idle machine would give."
+            echo
+        fi
+        if [[ -s "$RESULTS/idle.cpu" ]]; then
+            echo "Idle (16 copysets per server, nothing running): $(cat "$RESULTS/idle.cpu")% of one core per chunkserver on average."
+            echo
+        fi
+        if grep -q '^prefill: wrote' "$RESULTS/layout.err" 2>/dev/null; then
+            echo "Before the runs the whole span was laid out once (\`chunkbench $LAYOUT_ARGS\`): $(grep '^prefill: wrote' "$RESULTS/layout.err" | sed 's/^prefill: //')."
+            echo
+        fi
+
+        echo "## Disk ceiling (fio, same filesystem)"
+        echo
+        if [[ -s "$RESULTS/fio.skipped" ]]; then
+            echo "Skipped: $(cat "$RESULTS/fio.skipped")."
+        elif [[ "$RUN_FIO" != 1 ]]; then
+            echo "Skipped (BENCH_FIO=0)."
+        else
+            echo "| job | IOPS | MB/s | p50 (ms) | p99 (ms) |"
+            echo "|---|---:|---:|---:|---:|"
+            local fid flabel fargs kib p50 p99
+            for entry in "${FIO_JOBS[@]}"; do
+                IFS='|' read -r fid flabel fargs <<<"$entry"
+                kib="$(fio_field "$fid" 48)"
+                p50="$(fmt_ms "$(fio_field "$fid" 65)")" p99="$(fmt_ms "$(fio_field "$fid" 71)")"
+                if [[ "$fargs" == *fdatasync* ]]; then
+                    p50="-" p99="-" # fio's terse latencies are of the write alone, not of the sync
+                fi
+                echo "| $flabel | $(fmt_num "$(fio_field "$fid" 49)") | $(LC_ALL=C awk -v k="$kib" 'BEGIN { if (k == "") print "-"; else printf "%.1f", k * 1024 / 1e6 }') | $p50 | $p99 |"
+            done
+            echo
+            echo "For the fdatasync jobs IOPS counts write+fdatasync pairs done one after the other, so 1/IOPS is the time of one pair."
+        fi
+        echo
+
+        echo "## etcd"
+        echo
+        if [[ -n "$ETCD_NOTE" ]]; then
+            echo "$ETCD_NOTE"
+        else
+            echo "3-member etcd on 127.0.0.1 (\`etcd\` $(etcd --version 2>/dev/null | head -n 1 | awk '{ print $NF }')), 64 clients over 8 connections."
+            echo
+            echo "| workload | req/s | p99 (ms) |"
+            echo "|---|---:|---:|"
+            echo "| 4 KiB put | $(etcd_stat "$RESULTS/etcd-put.txt") |"
+            echo "| linearizable get | $(etcd_stat "$RESULTS/etcd-range.txt") |"
+        fi
+        echo
+
+        if [[ -s "$RESULTS/profile.txt" ]]; then
+            echo "## Where the time goes: CPU profile of cs0 during 4 KiB randwrite, iodepth 64"
+            echo
+            echo "An extra run, not in the table above. Top 15 by cumulative time:"
+            echo
+            echo '```'
+            cat "$RESULTS/profile.head" 2>/dev/null || true
+            cat "$RESULTS/profile.txt"
+            echo '```'
+            echo
+        fi
+
+        echo "## Commands"
+        echo
+        echo '```sh'
+        echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT scripts/cluster.sh up"
+        echo "bin/chunkbench $COMMON $LAYOUT_ARGS"
+        for entry in "${MATRIX[@]}"; do
+            IFS='|' read -r id label target args <<<"$entry"
+            echo "bin/chunkbench $COMMON $args"
+        done
+        if [[ "$PROFILE" == 1 ]]; then
+            echo "# profile: during another randwrite --iodepth 64 run"
+            echo "curl -o cs0.cpu.pprof 'http://127.0.0.1:$METRICS_BASE_PORT/debug/pprof/profile?seconds=$((RUNTIME_S > 4 ? RUNTIME_S - 3 : 1))'"
+            echo "go tool pprof -top -cum -nodecount=15 bin/chunkserver cs0.cpu.pprof"
+        fi
+        echo "scripts/cluster.sh down --clean"
+        if [[ "$RUN_FIO" == 1 && ! -s "$RESULTS/fio.skipped" ]]; then
+            for entry in "${FIO_JOBS[@]}"; do
+                IFS='|' read -r fid flabel fargs <<<"$entry"
+                echo "fio --name=$fid --directory=<dir on the same filesystem> $fargs --runtime=$RUNTIME_S --time_based"
+            done
+        fi
+        echo '```'
+    } >"$OUT.tmp"
+    mv "$OUT.tmp" "$OUT"
+}
+
+# ---------------------------------------------------------------------------
+
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+mkdir -p "$(dirname "$OUT")"
+log "cluster in $CLUSTER_DIR (ports $BASE_PORT.., $METRICS_BASE_PORT..)"
+"$ROOT/scripts/cluster.sh" up >"$RESULTS/cluster-up.log" 2>&1 || {
+    cat "$RESULTS/cluster-up.log" >&2
+    die "cluster did not come up"
+}
+[[ -x "$BENCH" ]] || die "$BENCH is missing (make build)"
+log "measuring idle CPU for ${RUNTIME_S}s"
+measure_idle
+layout
+run_matrix
+run_profile
+"$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
+run_fio
+run_etcd
+write_doc
+log "wrote $OUT"
