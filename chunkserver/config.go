@@ -106,7 +106,7 @@ func DefaultConfig() Config {
 			CommitTimeout:      50 * time.Millisecond,
 			MaxAppendEntries:   64,
 			LogLevel:           "warn",
-			LogStore:           "boltdb",
+			LogStore:           "shared",
 			LogShards:          4,
 			SnapshotThreshold:  8192,
 			SnapshotInterval:   120 * time.Second,

@@ -12,7 +12,9 @@
 # Only processes named by those pid files are ever signalled.
 #
 # Environment: CLUSTER_DIR (default <repo>/.cluster), BASE_PORT (8200),
-# METRICS_BASE_PORT (9200). Keep the ports the same between up, status and down.
+# METRICS_BASE_PORT (9200), CHUNKSERVER_CONFIG (a YAML config file passed to every
+# server with --config; flags above still win). Keep the ports the same between up,
+# status and down.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -134,6 +136,7 @@ start_server() {
         --listen "$(grpc_addr "$i")" \
         --metrics-listen "$(metrics_addr "$i")" \
         --data-dir "$(data_dir "$i")" \
+        ${CHUNKSERVER_CONFIG:+--config "$CHUNKSERVER_CONFIG"} \
         </dev/null >>"$logf" 2>&1 &
     log "started cs$i: grpc $(grpc_addr "$i"), metrics $(metrics_addr "$i"), log $logf"
 }
