@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/location"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/grpc"
@@ -17,17 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// maxLocationLen bounds a clone location (Curve's location_limit).
-const maxLocationLen = 3000
-
-// cloneLocation is a parsed clone source. Forms (Curve's, with <file>
-// naming a chunk of this cluster):
-//
-//	<pool>/<copyset>/<chunkId>:<offset>@cs  clone block X reads source chunk bytes offset+X
-//	<object>@s3                             clone block X reads object bytes X
-//
-// The parser splits at the last '@' and, for cs, at the last ':'. Source
-// bytes past the end of the source chunk or object read as zeros.
+// cloneLocation is a parsed clone source (internal/location), with the
+// source copyset as a group id. Source bytes past the end of the source
+// chunk or object read as zeros.
 type cloneLocation struct {
 	s3     bool
 	object string
@@ -37,44 +28,14 @@ type cloneLocation struct {
 }
 
 func parseLocation(s string) (cloneLocation, error) {
-	var loc cloneLocation
-	if s == "" || len(s) > maxLocationLen {
-		return loc, fmt.Errorf("location: length %d not in 1..%d", len(s), maxLocationLen)
+	l, err := location.Parse(s)
+	if err != nil {
+		return cloneLocation{}, err
 	}
-	at := strings.LastIndexByte(s, '@')
-	if at < 0 {
-		return loc, fmt.Errorf("location %q: no @cs or @s3 suffix", s)
+	if l.Kind == location.S3 {
+		return cloneLocation{s3: true, object: l.Object}, nil
 	}
-	body, kind := s[:at], s[at+1:]
-	switch kind {
-	case "s3":
-		if err := objstore.ValidateName(body); err != nil {
-			return loc, fmt.Errorf("location %q: %w", s, err)
-		}
-		return cloneLocation{s3: true, object: body}, nil
-	case "cs":
-	default:
-		return loc, fmt.Errorf("location %q: unknown kind %q (want cs or s3)", s, kind)
-	}
-	colon := strings.LastIndexByte(body, ':')
-	if colon < 0 {
-		return loc, fmt.Errorf("location %q: want <pool>/<copyset>/<chunkId>:<offset>@cs", s)
-	}
-	off, err := strconv.ParseUint(body[colon+1:], 10, 64)
-	if err != nil || off%4096 != 0 || off >= 16<<20 {
-		return loc, fmt.Errorf("location %q: offset must be a 4 KiB multiple below 16 MiB", s)
-	}
-	parts := strings.Split(body[:colon], "/")
-	if len(parts) != 3 {
-		return loc, fmt.Errorf("location %q: want <pool>/<copyset>/<chunkId>:<offset>@cs", s)
-	}
-	pool, err1 := strconv.ParseUint(parts[0], 10, 32)
-	cs, err2 := strconv.ParseUint(parts[1], 10, 32)
-	chunk, err3 := strconv.ParseUint(parts[2], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return loc, fmt.Errorf("location %q: %w", s, err)
-	}
-	return cloneLocation{group: copyset.NewGroupID(uint32(pool), uint32(cs)), chunk: chunk, offset: off}, nil
+	return cloneLocation{group: copyset.NewGroupID(l.Pool, l.Copyset), chunk: l.Chunk, offset: l.Offset}, nil
 }
 
 // cloneSource reads the source bytes of clone chunks: objects from the

@@ -33,10 +33,10 @@ func TestParseCloneLocation(t *testing.T) {
 		{in: "1/3/9:16777216@cs", bad: "below 16 MiB"},
 		{in: "x/3/9:0@cs", bad: "must be numbers"},
 		{in: "1/4294967296/9:0@cs", bad: "must be numbers"},
-		{in: "@s3", bad: "empty object name"},
+		{in: "@s3", bad: "invalid object name: empty"},
 		{in: "../etc@s3", bad: `".." element`},
 		{in: "a//b@s3", bad: "empty element"},
-		{in: "/a@s3", bad: "starts or ends with '/'"},
+		{in: "/a@s3", bad: "starts with '/'"},
 		{in: "a\n@s3", bad: "control character"},
 		{in: strings.Repeat("a", 3001) + "@s3", bad: "max 3000"},
 	} {
