@@ -47,8 +47,9 @@ type Proc struct {
 	DataDir     string
 	LogPath     string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
 }
 
 // NewProc picks free ports for a server with its data under dir.
@@ -121,6 +122,11 @@ func (p *Proc) Kill(sig syscall.Signal) error {
 	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("signal %s: %w", p.Addr, err)
 	}
+	if p.paused {
+		// A stopped process only acts on SIGTERM once continued.
+		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.paused = false
+	}
 	select {
 	case <-p.done:
 	case <-time.After(20 * time.Second):
@@ -130,6 +136,40 @@ func (p *Proc) Kill(sig syscall.Signal) error {
 	}
 	p.cmd = nil
 	return nil
+}
+
+// Pause stops the process with SIGSTOP: it keeps its sockets and state but
+// answers nothing until Resume.
+func (p *Proc) Pause() error {
+	if p.cmd == nil {
+		return errors.New("pause: not running")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pause %s: %w", p.Addr, err)
+	}
+	p.paused = true
+	return nil
+}
+
+// Resume continues a paused process with SIGCONT.
+func (p *Proc) Resume() error {
+	if p.cmd == nil {
+		return errors.New("resume: not running")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume %s: %w", p.Addr, err)
+	}
+	p.paused = false
+	return nil
+}
+
+// Restart crashes the process (kill -9, if it is running) and starts it
+// again with the same flags on the same data dir, waiting until healthy.
+func (p *Proc) Restart(ctx context.Context) error {
+	if err := p.Kill(syscall.SIGKILL); err != nil {
+		return err
+	}
+	return p.Start(ctx)
 }
 
 // LogTail returns the last lines of the server log.
