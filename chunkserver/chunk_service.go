@@ -27,6 +27,11 @@ type chunkService struct {
 	log      *slog.Logger
 }
 
+// errCloneSource marks a failure to read a clone chunk's source (an
+// unreachable chunkserver, a missing object store): FAILURE_UNKNOWN, not
+// DISK_FAIL, since this replica's disk is fine.
+var errCloneSource = errors.New("clone source")
+
 func status(s pb.CHUNK_OP_STATUS) *pb.CHUNK_OP_STATUS { return &s }
 
 // chunkResponse builds a response with status s.
@@ -204,6 +209,9 @@ func (s *chunkService) read(ctx context.Context, op string, req *pb.ChunkRequest
 // unexpected ones (a checksum failure names chunk and block).
 func (s *chunkService) storeFailed(req *pb.ChunkRequest, err error) *pb.ChunkResponse {
 	st := storeStatus(err)
+	if errors.Is(err, errCloneSource) {
+		st = pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN // the source failed, not this disk
+	}
 	if st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST {
 		s.log.Error("chunk read failed", "op", req.GetOpType(), "pool", req.GetLogicPoolId(),
 			"copyset", req.GetCopysetId(), "chunk", req.GetChunkId(), "status", st, "err", err)
@@ -228,18 +236,21 @@ func (s *chunkService) validWrite(req *pb.ChunkRequest) error {
 // WriteChunk writes req.data at req.offset of the chunk, creating it; a
 // newer sn first preserves the chunk's old data in a COW snapshot.
 func (s *chunkService) WriteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum() // the RPC names the op, not the request's field
 	return s.mutate(ctx, "write", req, req.GetData(), func() error { return s.validWrite(req) }, nil), nil
 }
 
 // DeleteChunk removes the chunk and its snapshot (a missing chunk is
 // success).
 func (s *chunkService) DeleteChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum()
 	return s.mutate(ctx, "delete", req, nil, nil, nil), nil
 }
 
 // DeleteChunkSnapshotOrCorrectSn deletes the chunk's snapshot or records a
 // corrected sn (Curve's rules); correctedSn is required.
 func (s *chunkService) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP.Enum()
 	return s.mutate(ctx, "delete_snapshot", req, nil, func() error {
 		if req.CorrectedSn == nil {
 			return errors.New("correctedSn is required")
@@ -251,6 +262,7 @@ func (s *chunkService) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, req *
 // CreateCloneChunk creates a clone chunk whose unwritten blocks read from
 // location (a chunk of this cluster, @cs, or an object, @s3).
 func (s *chunkService) CreateCloneChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
+	req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum()
 	return s.mutate(ctx, "create_clone", req, nil, func() error { return s.validClone(req) }, nil), nil
 }
 
@@ -331,7 +343,7 @@ func (s *chunkService) readMerged(ctx context.Context, n *copyset.Node, chunk ui
 		for _, r := range unwritten {
 			lo := r.Off - off
 			if err := s.sources.fetch(ctx, loc, buf[lo:lo+r.Len], r.Off); err != nil {
-				return 0, err
+				return 0, fmt.Errorf("%w: %w", errCloneSource, err)
 			}
 			blocks += int(r.Len / s.layout.BlockSize)
 		}
