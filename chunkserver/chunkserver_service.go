@@ -19,7 +19,6 @@ import (
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -72,7 +71,7 @@ func (rt *runtimeState) startLoadCheck() {
 	rt.load.mu.Unlock()
 	c := &loadCheck{
 		local: rt.local, margin: rt.load.margin, retries: loadRetries, interval: loadInterval,
-		probe: probeLeader, log: rt.log.With("component", "load-check"),
+		probe: rt.probeLeader, log: rt.log.With("component", "load-check"),
 	}
 	var replicas []loadReplica
 	for _, n := range rt.copysets.List() {
@@ -202,8 +201,8 @@ func (c *loadCheck) caughtUp(ctx context.Context, r loadReplica, fails *int) boo
 
 // probeLeader asks leader for its status of copyset g and returns its
 // committed index.
-func probeLeader(ctx context.Context, g copyset.GroupID, leader copyset.PeerID) (uint64, error) {
-	conn, err := grpc.NewClient(leader.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (rt *runtimeState) probeLeader(ctx context.Context, g copyset.GroupID, leader copyset.PeerID) (uint64, error) {
+	conn, err := grpc.NewClient(leader.Addr(), rt.peerDial)
 	if err != nil {
 		return 0, err
 	}

@@ -48,6 +48,8 @@ type cliService2 struct {
 	// loadFinished its ChunkServerStatus.copysetLoadFin.
 	hosts        func(ctx context.Context, addr string, g copyset.GroupID) (bool, error)
 	loadFinished func(ctx context.Context, addr string) (bool, error)
+	// dial holds the transport credentials of the probes (tls.go); nil = plaintext.
+	dial grpc.DialOption
 }
 
 func (s *cliService2) node(pool, cs uint32) (*copyset.Node, error) {
@@ -213,7 +215,7 @@ func (s *cliService2) checkJoinable(ctx context.Context, n *copyset.Node, adds [
 		}
 		hosts := s.hosts
 		if hosts == nil {
-			hosts = probeHosts
+			hosts = s.probeHosts
 		}
 		ok, err := hosts(ctx, p.Addr(), n.Group())
 		if err != nil {
@@ -234,8 +236,11 @@ const probeTimeoutCli = 3 * time.Second
 
 // probePeer runs call on a fresh connection to the chunkserver at addr,
 // within probeTimeoutCli.
-func probePeer(ctx context.Context, addr string, call func(context.Context, *grpc.ClientConn) error) error {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func probePeer(ctx context.Context, dial grpc.DialOption, addr string, call func(context.Context, *grpc.ClientConn) error) error {
+	if dial == nil {
+		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	cc, err := grpc.NewClient(addr, dial)
 	if err != nil {
 		return err
 	}
@@ -247,9 +252,9 @@ func probePeer(ctx context.Context, addr string, call func(context.Context, *grp
 
 // probeHosts asks the server at addr (GetCopysetStatus) whether it has a
 // replica of g.
-func probeHosts(ctx context.Context, addr string, g copyset.GroupID) (bool, error) {
+func (s *cliService2) probeHosts(ctx context.Context, addr string, g copyset.GroupID) (bool, error) {
 	var hosts bool
-	err := probePeer(ctx, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := probePeer(ctx, s.dial, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
 		resp, err := pb.NewCopysetServiceClient(cc).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
 			LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),
 			Peer: &commonpb.Peer{Address: proto.String(addr + ":0")}, QueryHash: proto.Bool(false),
@@ -262,9 +267,9 @@ func probeHosts(ctx context.Context, addr string, g copyset.GroupID) (bool, erro
 
 // probeLoadFinished asks the server at addr for ChunkServerStatus. A server
 // without that RPC (Unimplemented) counts as loaded.
-func probeLoadFinished(ctx context.Context, addr string) (bool, error) {
+func (s *cliService2) probeLoadFinished(ctx context.Context, addr string) (bool, error) {
 	var fin bool
-	err := probePeer(ctx, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := probePeer(ctx, s.dial, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
 		resp, err := pb.NewChunkServerServiceClient(cc).ChunkServerStatus(ctx, &pb.ChunkServerStatusRequest{})
 		if grpcstatus.Code(err) == codes.Unimplemented {
 			fin, err = true, nil
@@ -327,7 +332,7 @@ func (s *cliService2) transferLeader(ctx context.Context, pool, cs uint32, leade
 	if to != s.copysets.Local() {
 		loaded := s.loadFinished
 		if loaded == nil {
-			loaded = probeLoadFinished
+			loaded = s.probeLoadFinished
 		}
 		fin, err := loaded(ctx, to.Addr())
 		if err != nil {

@@ -48,6 +48,7 @@ type cloneSource struct {
 	seeds    []string // servers asked for leaders of copysets not hosted here
 	local    func(ctx context.Context, n *copyset.Node, chunk uint64, p []byte, off uint32) error
 	maxMsg   int
+	creds    grpc.DialOption // transport credentials for other servers (tls.go)
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -133,7 +134,11 @@ func (c *cloneSource) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := c.creds
+	if creds == nil {
+		creds = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	cc, err := grpc.NewClient(addr, creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.maxMsg)))
 	if err != nil {
 		return nil, fmt.Errorf("dial clone source %s: %w", addr, err)

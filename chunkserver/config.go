@@ -62,6 +62,15 @@ type Config struct {
 	// copysetLoadFin once every copyset on disk is within it.
 	CopysetLoadMargin uint64 `yaml:"copyset_load_margin"`
 
+	// MaxConcurrentStreams bounds the concurrent gRPC streams (calls) on one
+	// client connection; more wait for a free one instead of piling up in
+	// the server. Raft pipelines take one stream per copyset and peer on the
+	// connection between two servers, so keep it above the copysets a server
+	// leads. 0 = gRPC's default (unbounded).
+	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// TLS, when set, turns on mutual TLS for every gRPC connection (tls.go).
+	TLS TLSConfig `yaml:"tls"`
+
 	Raft RaftConfig `yaml:"raft"`
 }
 
@@ -112,6 +121,7 @@ func DefaultConfig() Config {
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,
 		},
+		MaxConcurrentStreams: 1024,
 	}
 }
 
@@ -202,6 +212,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflight < 0 {
 		return fmt.Errorf("config: max_inflight %d must not be negative", c.MaxInflight)
+	}
+	if err := c.TLS.validate(); err != nil {
+		return fmt.Errorf("config: tls: %w", err)
 	}
 	if c.Raft.LeaderLeaseTimeout > c.Raft.HeartbeatTimeout {
 		return fmt.Errorf("config: raft.leader_lease_timeout %v exceeds raft.heartbeat_timeout %v",

@@ -66,6 +66,7 @@ type runtimeState struct {
 	admit    *admission
 	copysets *copyset.Manager
 	local    copyset.PeerID
+	peerDial grpc.DialOption // credentials for probes of other servers (tls.go)
 
 	mu    sync.Mutex // serializes Set; guards cfg, path, level and keys
 	cfg   Config
@@ -84,7 +85,7 @@ func (s *Server) registerConfigServices() {
 		level.Set(l)
 	}
 	rt := &runtimeState{
-		log: s.log, admit: s.admit, copysets: s.copysets, local: s.local,
+		log: s.log, admit: s.admit, copysets: s.copysets, local: s.local, peerDial: s.tls.peerDial(),
 		cfg: s.cfg, path: filepath.Join(s.cfg.DataDir, ConfigFileName), level: level,
 		keys: map[string]runtimeKey{},
 	}

@@ -62,7 +62,6 @@ import (
 	"github.com/klauspost/crc32"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -807,7 +806,7 @@ func (in *integrity) conn(addr string) (*grpc.ClientConn, error) {
 	if c := in.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, in.srv.tls.peerDial())
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -52,6 +51,7 @@ type Server struct {
 	ready    atomic.Bool
 	scans    *integrity    // IntegrityService, ScanService, scan worker (integrity*.go, scan.go)
 	rt       *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
+	tls      *serverTLS    // nil: plaintext (tls.go)
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
@@ -65,6 +65,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 type seams struct {
 	raftLog io.Writer
 	fs      datastore.FS
+	// raftDial is appended to the raft transport's dial options (a fault
+	// layer's interceptors in tests).
+	raftDial []grpc.DialOption
 }
 
 func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
@@ -76,6 +79,9 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		return nil, fmt.Errorf("advertise address: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, local: local}
+	if s.tls, err = loadTLS(cfg.TLS); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -89,12 +95,12 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}
 	s.trans = copyset.NewTransportManager(raft.ServerAddress(local.Addr()), copyset.TransportOptions{
 		Logger: log.With("component", "transport"),
-		DialOptions: []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		DialOptions: append([]grpc.DialOption{
+			s.tls.peerDial(),
 			grpc.WithDefaultCallOptions(
 				grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize),
 				grpc.MaxCallSendMsgSize(cfg.MaxMessageSize)),
-		},
+		}, hooks.raftDial...),
 	})
 	if cfg.Raft.LogStore == "shared" {
 		s.shared, err = sharedlog.Open(sharedlog.Options{
@@ -154,10 +160,11 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats})
 
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
-	)
+		grpc.MaxConcurrentStreams(maxStreams(cfg.MaxConcurrentStreams)),
+	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{
 		copysets: s.copysets, layout: ds, epochs: epochs, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
@@ -165,7 +172,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	pb.RegisterChunkServiceServer(s.grpc, chunks)
 	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log})
-	cli := &cliService2{copysets: s.copysets, ready: &s.ready}
+	cli := &cliService2{copysets: s.copysets, ready: &s.ready, dial: s.tls.peerDial()}
 	pb.RegisterCliService2Server(s.grpc, cli)
 	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})
 	registerUnimplemented(s.grpc)
@@ -207,7 +214,7 @@ func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error
 	if err != nil {
 		return fmt.Errorf("object store: %w", err)
 	}
-	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers, maxMsg: cfg.MaxMessageSize}
+	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers, maxMsg: cfg.MaxMessageSize, creds: s.tls.peerDial()}
 	return nil
 }
 

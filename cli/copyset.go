@@ -68,7 +68,11 @@ not used: the peers are contacted directly.`,
 			if err != nil {
 				return fmt.Errorf("--peers: %w", err)
 			}
-			c, err := New(Options{Servers: peerList, Timeout: a.timeout, AttemptTimeout: a.attemptTimeout})
+			dial, err := a.tls.DialOptions()
+			if err != nil {
+				return err
+			}
+			c, err := New(Options{Servers: peerList, Timeout: a.timeout, AttemptTimeout: a.attemptTimeout, DialOptions: dial})
 			if err != nil {
 				return err
 			}

@@ -25,6 +25,7 @@ type app struct {
 	output         string
 	timeout        time.Duration
 	attemptTimeout time.Duration
+	tls            TLSFlags
 }
 
 // NewRootCommand returns the chunkctl command tree. Errors are returned, not
@@ -57,6 +58,7 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table or json")
 	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "deadline of each operation, retries included")
 	pf.DurationVar(&a.attemptTimeout, "attempt-timeout", DefaultAttemptTimeout, "deadline of each single RPC attempt")
+	AddTLSFlags(pf, &a.tls)
 
 	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a), newEpochCommand(a),
 		newPeerCommand(a), newSnapshotCommand(a), newConfigCommand(a), newScanCommand(a),
@@ -70,7 +72,11 @@ func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *Cli
 	if err != nil {
 		return fmt.Errorf("--servers: %w", err)
 	}
-	c, err := New(Options{Servers: servers, Timeout: a.timeout, AttemptTimeout: a.attemptTimeout})
+	dial, err := a.tls.DialOptions()
+	if err != nil {
+		return err
+	}
+	c, err := New(Options{Servers: servers, Timeout: a.timeout, AttemptTimeout: a.attemptTimeout, DialOptions: dial})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local chunkraft cluster on 127.0.0.1: N chunkservers, pool 1, copysets 1-16.
 #
-#   scripts/cluster.sh up [N]         start N servers (default 3), create the copysets, wait for leaders
+#   scripts/cluster.sh up [--tls] [N] start N servers (default 3), create the copysets, wait for leaders;
+#                                     --tls: mutual TLS with a throwaway CA in $CLUSTER_DIR/tls
 #   scripts/cluster.sh down [--clean] stop the servers started here; --clean also deletes their data
 #   scripts/cluster.sh status         per-server process state and the leader table
 #   scripts/cluster.sh add-server     start one more server (the next index), hosting nothing yet
@@ -15,6 +16,12 @@
 # METRICS_BASE_PORT (9200), CHUNKSERVER_CONFIG (a YAML config file passed to every
 # server with --config; flags above still win). Keep the ports the same between up,
 # status and down.
+#
+# With --tls (remembered: a cluster dir holding tls/ca.crt stays TLS) openssl makes
+# $CLUSTER_DIR/tls/: ca.crt, cs<i>.crt/.key per server (OU=admin, SAN 127.0.0.1),
+# admin.crt/.key (OU=admin) and user.crt/.key (no admin role); server i then runs
+# with --config $CLUSTER_DIR/cs<i>.yaml (CHUNKSERVER_CONFIG's content plus a tls:
+# section). The script's own chunkctl calls use the admin certificate.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +43,7 @@ die() {
 log() { echo "==> $*"; }
 
 usage() {
-    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 grpc_addr() { echo "127.0.0.1:$((BASE_PORT + $1))"; }
@@ -44,6 +51,93 @@ metrics_addr() { echo "127.0.0.1:$((METRICS_BASE_PORT + $1))"; }
 pid_file() { echo "$CLUSTER_DIR/cs$1.pid"; }
 log_file() { echo "$CLUSTER_DIR/cs$1.log"; }
 data_dir() { echo "$CLUSTER_DIR/cs$1"; }
+
+tls_dir() { echo "$CLUSTER_DIR/tls"; }
+tls_on() { [[ -s "$(tls_dir)/ca.crt" ]]; }
+
+# ctl runs chunkctl, with the admin certificate when the cluster uses TLS.
+ctl() {
+    if tls_on; then
+        local d
+        d="$(tls_dir)"
+        "$BIN/chunkctl" --tls-ca "$d/ca.crt" --tls-cert "$d/admin.crt" --tls-key "$d/admin.key" "$@"
+    else
+        "$BIN/chunkctl" "$@"
+    fi
+}
+
+# tls_issue name subject [server] signs $(tls_dir)/name.crt/.key with the CA;
+# server certificates also get the 127.0.0.1/localhost SANs and serverAuth.
+tls_issue() {
+    local d name="$1" subj="$2" ext
+    d="$(tls_dir)"
+    [[ -s "$d/$name.crt" ]] && return 0
+    ext="$d/$name.ext"
+    {
+        echo "basicConstraints=critical,CA:FALSE"
+        echo "keyUsage=critical,digitalSignature"
+        if [[ "${3:-}" == server ]]; then
+            echo "extendedKeyUsage=serverAuth,clientAuth"
+            echo "subjectAltName=IP:127.0.0.1,DNS:localhost"
+        else
+            echo "extendedKeyUsage=clientAuth"
+        fi
+    } >"$ext"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$d/$name.key" -out "$d/$name.csr" -subj "$subj" 2>/dev/null ||
+        die "openssl: cannot make the key of $name"
+    openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+        -days 30 -extfile "$ext" -out "$d/$name.crt" 2>/dev/null ||
+        die "openssl: cannot sign the certificate of $name"
+    rm -f "$d/$name.csr" "$ext"
+    chmod 600 "$d/$name.key"
+}
+
+# tls_init makes the throwaway CA and the client certificates, once.
+tls_init() {
+    command -v openssl >/dev/null || die "--tls needs openssl"
+    local d
+    d="$(tls_dir)"
+    mkdir -p "$d"
+    if [[ ! -s "$d/ca.crt" ]]; then
+        log "making a throwaway CA and certificates in $d"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+            -keyout "$d/ca.key" -out "$d/ca.crt.tmp" -subj "/CN=chunkraft local cluster CA" 2>/dev/null ||
+            die "openssl: cannot make the CA"
+        chmod 600 "$d/ca.key"
+        mv "$d/ca.crt.tmp" "$d/ca.crt"
+    fi
+    tls_issue admin "/OU=admin/CN=chunkctl admin"
+    tls_issue user "/OU=users/CN=chunkctl user"
+}
+
+# server_config i prints the --config file of server i: with TLS its own
+# file (CHUNKSERVER_CONFIG's content plus the tls section), made once; else
+# CHUNKSERVER_CONFIG (maybe empty).
+server_config() {
+    local i="$1"
+    if ! tls_on; then
+        echo "${CHUNKSERVER_CONFIG:-}"
+        return 0
+    fi
+    local d f
+    d="$(tls_dir)"
+    f="$CLUSTER_DIR/cs$i.yaml"
+    if [[ ! -s "$f" ]]; then
+        tls_issue "cs$i" "/OU=admin/CN=chunkserver $i" server
+        {
+            if [[ -n "${CHUNKSERVER_CONFIG:-}" ]]; then
+                cat "$CHUNKSERVER_CONFIG"
+                echo
+            fi
+            echo "tls:"
+            echo "  ca_file: $d/ca.crt"
+            echo "  cert_file: $d/cs$i.crt"
+            echo "  key_file: $d/cs$i.key"
+        } >"$f"
+    fi
+    echo "$f"
+}
 
 # now prints the time in whole seconds.
 now() { date +%s; }
@@ -118,10 +212,11 @@ build() {
 
 # start i launches server i in the background, detached from this shell.
 start_server() {
-    local i="$1" pidf logf
+    local i="$1" pidf logf cfg
     pidf="$(pid_file "$i")"
     logf="$(log_file "$i")"
     mkdir -p "$(data_dir "$i")"
+    cfg="$(server_config "$i")"
     rm -f "$pidf"
     echo "=== $(date '+%Y-%m-%d %H:%M:%S') cluster.sh starting cs$i" >>"$logf"
     local detach=()
@@ -136,7 +231,7 @@ start_server() {
         --listen "$(grpc_addr "$i")" \
         --metrics-listen "$(metrics_addr "$i")" \
         --data-dir "$(data_dir "$i")" \
-        ${CHUNKSERVER_CONFIG:+--config "$CHUNKSERVER_CONFIG"} \
+        ${cfg:+--config "$cfg"} \
         </dev/null >>"$logf" 2>&1 &
     log "started cs$i: grpc $(grpc_addr "$i"), metrics $(metrics_addr "$i"), log $logf"
 }
@@ -169,7 +264,7 @@ wait_healthy() {
 
 # leader_table prints the leader of every copyset, asking servers i....
 leader_table() {
-    "$BIN/chunkctl" --servers "$(join_addrs "$@")" --timeout 5s leader get --pool "$POOL" --copyset "$COPYSETS"
+    ctl --servers "$(join_addrs "$@")" --timeout 5s leader get --pool "$POOL" --copyset "$COPYSETS"
 }
 
 # wait_leaders waits until every copyset has a leader, asking servers i....
@@ -178,7 +273,7 @@ wait_leaders() {
     deadline=$(($(now) + LEADER_TIMEOUT))
     log "waiting for leaders of pool $POOL copysets $COPYSETS"
     while :; do
-        if out="$("$BIN/chunkctl" --servers "$(join_addrs "$@")" --timeout 3s \
+        if out="$(ctl --servers "$(join_addrs "$@")" --timeout 3s \
             leader get --pool "$POOL" --copyset "$COPYSETS" 2>&1)"; then
             return 0
         fi
@@ -210,12 +305,29 @@ EOF
     if [[ -x "$BIN/chunkbench" ]]; then
         echo "  ${ctl%chunkctl}chunkbench --help    # chunk I/O benchmark"
     fi
+    if tls_on; then
+        local d
+        d="$(tls_dir)"
+        cat <<EOF
+TLS is on: chunkctl needs a certificate. As admin (peer, snapshot, config set, ...):
+  export CHUNKCTL_TLS_CA=$d/ca.crt CHUNKCTL_TLS_CERT=$d/admin.crt CHUNKCTL_TLS_KEY=$d/admin.key
+As a data-only user (chunk read/write, status; admin commands get PermissionDenied):
+  export CHUNKCTL_TLS_CA=$d/ca.crt CHUNKCTL_TLS_CERT=$d/user.crt CHUNKCTL_TLS_KEY=$d/user.key
+EOF
+    fi
     cat <<EOF
 Logs: $CLUSTER_DIR/cs<i>.log   Stop: scripts/cluster.sh down [--clean]   State: scripts/cluster.sh status
 EOF
 }
 
 cmd_up() {
+    if [[ "${1:-}" == --tls ]]; then
+        shift
+        mkdir -p "$CLUSTER_DIR"
+        tls_init
+    elif tls_on; then
+        log "$CLUSTER_DIR was set up with --tls: TLS stays on"
+    fi
     local n="${1:-3}"
     if ! [[ "$n" =~ ^[0-9]+$ ]] || ((n < 1)); then
         die "up: N must be a positive number, got '$n'"
@@ -248,7 +360,7 @@ cmd_up() {
     mapfile -t first < <(indices 0 $((n < 3 ? n - 1 : 2)))
     peers="$(join_addrs "${first[@]}")"
     log "creating pool $POOL copysets $COPYSETS on $peers"
-    "$BIN/chunkctl" --servers "$peers" copyset create --pool "$POOL" --copyset "$COPYSETS" --peers "$peers" >/dev/null ||
+    ctl --servers "$peers" copyset create --pool "$POOL" --copyset "$COPYSETS" --peers "$peers" >/dev/null ||
         die "copyset create failed (logs: $CLUSTER_DIR/cs*.log)"
 
     local all
@@ -305,7 +417,7 @@ cmd_down() {
     if ((clean)); then
         # Only what this script creates; never the whole directory blindly.
         shopt -s nullglob
-        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log
+        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log "$CLUSTER_DIR"/tls
         shopt -u nullglob
         rmdir "$CLUSTER_DIR" 2>/dev/null || true
         echo "cluster stopped; data removed"

@@ -11,7 +11,6 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	"github.com/chunkraft/chunkraft/cli"
 )
@@ -63,6 +62,7 @@ type flags struct {
 	output         string
 	timeout        time.Duration
 	attemptTimeout time.Duration
+	tls            cli.TLSFlags
 }
 
 // config turns the flags into a Config.
@@ -191,6 +191,7 @@ func NewCommand() *cobra.Command {
 	fl.StringVarP(&f.output, "output", "o", "text", "report format: text or json")
 	fl.DurationVar(&f.timeout, "timeout", cli.DefaultTimeout, "deadline of each operation, retries included")
 	fl.DurationVar(&f.attemptTimeout, "attempt-timeout", cli.DefaultAttemptTimeout, "deadline of each single RPC attempt")
+	cli.AddTLSFlags(fl, &f.tls)
 	return cmd
 }
 
@@ -204,11 +205,15 @@ func run(cmd *cobra.Command, f *flags) error {
 		return fmt.Errorf("--servers: %w", err)
 	}
 	attempts := NewAttemptCounter()
+	dial, err := f.tls.DialOptions()
+	if err != nil {
+		return err
+	}
 	client, err := cli.New(cli.Options{
 		Servers:        servers,
 		Timeout:        f.timeout,
 		AttemptTimeout: f.attemptTimeout,
-		DialOptions:    []grpc.DialOption{attempts.DialOption()},
+		DialOptions:    append(dial, attempts.DialOption()),
 	})
 	if err != nil {
 		return err
