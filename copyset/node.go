@@ -130,6 +130,7 @@ type Node struct {
 	// stopping is closed when a broken replica's raft instance is being
 	// shut down; stopDone once it is.
 	stopOnce sync.Once
+	stopping chan struct{} // closed when the raft instance starts shutting down
 	stopDone chan struct{}
 
 	// Membership (membership.go): memberMu serialises configuration
@@ -200,7 +201,11 @@ func openNode(c nodeConfig) (*Node, error) {
 	cfg.LeaderLeaseTimeout = opts.LeaderLeaseTimeout
 	cfg.CommitTimeout = opts.CommitTimeout
 	cfg.MaxAppendEntries = opts.MaxAppendEntries
-	cfg.BatchApplyCh = true
+	// BatchApplyCh stays off: with a buffered apply channel a future still
+	// in the buffer when raft shuts down is never answered, and its
+	// proposer would wait forever. The leader loop batches concurrent
+	// proposals (up to MaxAppendEntries) either way.
+	cfg.BatchApplyCh = false
 	cfg.NoSnapshotRestoreOnStart = true
 	cfg.SnapshotThreshold = opts.SnapshotThreshold
 	cfg.SnapshotInterval = opts.SnapshotInterval
@@ -239,7 +244,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	}
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
-		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}),
+		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
 		onRemoved: c.onRemoved,
 	}
 	n.wasMember.Store(knownMember(c.local, latest, hasSnap, stores))
@@ -273,6 +278,7 @@ func openNode(c nodeConfig) (*Node, error) {
 // for it.
 func (n *Node) stopRaft() {
 	n.stopOnce.Do(func() {
+		close(n.stopping)
 		go func() {
 			defer close(n.stopDone)
 			if err := n.raft.Shutdown().Error(); err != nil {
@@ -280,6 +286,28 @@ func (n *Node) stopRaft() {
 			}
 		}()
 	})
+}
+
+// await waits for a raft future, but returns early when ctx ends or the
+// raft instance shuts down: a future queued just before a shutdown may
+// never be answered (the waiting goroutine then ends with the process).
+// An early return leaves the operation's outcome unknown to the caller.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.stopping:
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Second):
+			return raft.ErrRaftShutdown
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("copyset %s: %w", n.group, ctx.Err())
+	}
 }
 
 // Broken returns the apply error that stopped this replica, or nil.
@@ -342,7 +370,7 @@ func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
 		return 0, nil, n.notLeader()
 	}
 	fut := n.raft.Apply(op, n.applyTimeout(ctx))
-	if err := fut.Error(); err != nil {
+	if err := n.await(ctx, fut); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 			errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 			return 0, nil, n.notLeader()
@@ -390,7 +418,7 @@ func (n *Node) ensureLeaderReady(ctx context.Context) error {
 	if n.readyTerm.Load() == term {
 		return nil
 	}
-	if err := n.raft.Barrier(n.applyTimeout(ctx)).Error(); err != nil {
+	if err := n.await(ctx, n.raft.Barrier(n.applyTimeout(ctx))); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return n.notLeader()
 		}
@@ -447,7 +475,7 @@ func (b *readBatcher) verify(ctx context.Context, n *Node) (uint64, error) {
 		b.pending = nil // later arrivals form the next round
 		b.mu.Unlock()
 		r.ci = n.raft.CommitIndex()
-		if err := n.raft.VerifyLeader().Error(); err != nil {
+		if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 				r.err = n.notLeader()
 			} else {
