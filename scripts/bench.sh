@@ -205,6 +205,25 @@ run_matrix() {
     done
 }
 
+# wait_pool waits (up to 5 min) until every server's chunk file pool is
+# formatted, as an operator would before putting load on a new server: the
+# background formatting otherwise competes with the measured runs.
+wait_pool() {
+    local i ready target deadline=$((SECONDS + 300))
+    log "waiting for the chunk file pools to be formatted"
+    for i in 0 1 2; do
+        while :; do
+            ready=$(curl -fsS -m 2 "http://127.0.0.1:$((METRICS_BASE_PORT + i))/metrics" 2>/dev/null |
+                awk '$1 == "chunkraft_chunkfilepool_ready" { print $2 }')
+            target=$(curl -fsS -m 2 "http://127.0.0.1:$((METRICS_BASE_PORT + i))/metrics" 2>/dev/null |
+                awk '$1 == "chunkraft_chunkfilepool_target" { print $2 }')
+            [[ -n "$ready" && -n "$target" && "$ready" == "$target" ]] && break
+            ((SECONDS < deadline)) || { log "pool of server $i not ready ($ready/$target); measuring anyway"; break; }
+            sleep 1
+        done
+    done
+}
+
 # measure_idle records the chunkservers' CPU while nothing talks to them.
 measure_idle() {
     local s0 s1 t0 t1
@@ -514,6 +533,7 @@ log "cluster in $CLUSTER_DIR (ports $BASE_PORT.., $METRICS_BASE_PORT..)"
     die "cluster did not come up"
 }
 [[ -x "$BENCH" ]] || die "$BENCH is missing (make build)"
+wait_pool
 log "measuring idle CPU for ${RUNTIME_S}s"
 measure_idle
 layout
