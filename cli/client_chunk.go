@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"google.golang.org/grpc"
 	"math"
 
 	"google.golang.org/protobuf/proto"
@@ -67,13 +68,19 @@ func (c *Client) writeChunk(ctx context.Context, id ChunkID, offset uint32, data
 // (a linearizable read). Reading a chunk that does not exist fails with
 // CHUNK_OP_STATUS_CHUNK_NOTEXIST.
 func (c *Client) ReadChunk(ctx context.Context, id ChunkID, offset, size uint32) ([]byte, error) {
-	op := "read " + id.String()
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_READ, id)
+	return c.readData(ctx, "read "+id.String(), id, req, offset, size, chunkserverpb.ChunkServiceClient.ReadChunk)
+}
+
+// readData sends a read-type request for [offset, offset+size) with call on
+// the leader and checks the reply carries exactly size bytes.
+func (c *Client) readData(ctx context.Context, op string, id ChunkID, req *chunkserverpb.ChunkRequest, offset, size uint32,
+	call func(chunkserverpb.ChunkServiceClient, context.Context, *chunkserverpb.ChunkRequest, ...grpc.CallOption) (*chunkserverpb.ChunkResponse, error)) ([]byte, error) {
 	req.Offset = proto.Uint32(offset)
 	req.Size = proto.Uint32(size)
 	var data []byte
 	err := c.onLeader(ctx, op, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
-		resp, err := svc.ReadChunk(ctx, req)
+		resp, err := call(svc, ctx, req)
 		data = resp.GetData()
 		return resp.GetStatus(), resp.GetRedirect(), err
 	})
@@ -134,24 +141,10 @@ func (c *Client) GetChunkInfo(ctx context.Context, id ChunkID) ([]uint64, error)
 // COW snapshot kept when a write with a newer sn arrived) from the copyset's
 // leader.
 func (c *Client) ReadChunkSnapshot(ctx context.Context, id ChunkID, sn uint64, offset, size uint32) ([]byte, error) {
-	op := fmt.Sprintf("read snapshot sn %d of %s", sn, id)
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_READ_SNAP, id)
 	req.Sn = proto.Uint64(sn)
-	req.Offset = proto.Uint32(offset)
-	req.Size = proto.Uint32(size)
-	var data []byte
-	err := c.onLeader(ctx, op, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
-		resp, err := svc.ReadChunkSnapshot(ctx, req)
-		data = resp.GetData()
-		return resp.GetStatus(), resp.GetRedirect(), err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if uint64(len(data)) != uint64(size) {
-		return nil, fmt.Errorf("%s: server returned %d bytes, asked for %d", op, len(data), size)
-	}
-	return data, nil
+	op := fmt.Sprintf("read snapshot sn %d of %s", sn, id)
+	return c.readData(ctx, op, id, req, offset, size, chunkserverpb.ChunkServiceClient.ReadChunkSnapshot)
 }
 
 // DeleteChunkSnapshotOrCorrectSn deletes a chunk's COW snapshot or, when it
