@@ -3,9 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
-	"google.golang.org/grpc"
 	"math"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
