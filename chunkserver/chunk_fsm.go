@@ -32,19 +32,22 @@ type chunkResult struct {
 }
 
 // encodeChunkOp builds the replicated op for req carrying data.
+// The request is marshalled without its data field (set aside for the
+// call, so the payload is copied once, into the op) and req is left as it
+// was.
 func encodeChunkOp(req *pb.ChunkRequest, data []byte) ([]byte, error) {
-	head := proto.Clone(req).(*pb.ChunkRequest)
-	head.Data = nil
-	hb, err := proto.Marshal(head)
+	saved := req.Data
+	req.Data = nil
+	size := proto.Size(req)
+	op := make([]byte, copyset.OpHeaderLen+4, copyset.OpHeaderLen+4+size+len(data))
+	op, err := proto.MarshalOptions{}.MarshalAppend(op, req)
+	req.Data = saved
 	if err != nil {
 		return nil, fmt.Errorf("encode chunk op: %w", err)
 	}
-	op := make([]byte, copyset.OpHeaderLen+4+len(hb)+len(data))
 	copyset.PutOpHeader(op, copyset.KindChunk)
-	binary.BigEndian.PutUint32(op[copyset.OpHeaderLen:], uint32(len(hb)))
-	n := copy(op[copyset.OpHeaderLen+4:], hb)
-	copy(op[copyset.OpHeaderLen+4+n:], data)
-	return op, nil
+	binary.BigEndian.PutUint32(op[copyset.OpHeaderLen:], uint32(len(op)-copyset.OpHeaderLen-4))
+	return append(op, data...), nil
 }
 
 // decodeChunkOp is the inverse of encodeChunkOp on the payload (without the
