@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 
@@ -482,46 +483,5 @@ func persistConfigKey(path string, cfg *Config, key string) error {
 	if err := check.overlay(bytes.NewReader(buf.Bytes()), path); err != nil {
 		return fmt.Errorf("updated config file would not load: %w", err)
 	}
-	return writeFileAtomic(path, buf.Bytes(), perm)
-}
-
-// writeFileAtomic replaces path with data: a temp file in the same
-// directory is written and fsynced, renamed over path, and the directory
-// is fsynced, so a crash leaves the old or the new file, never a mix.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write config file: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, perm)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("write config file %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir of config file: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir of config file: %w", err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, buf.Bytes(), perm)
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/chunkraft/chunkraft/internal/atomicfile"
 )
 
 // errEpochTooOld is returned by epochMap.update for a lower epoch.
@@ -93,29 +95,8 @@ func (e *epochMap) persist() error {
 	if err != nil {
 		return err
 	}
-	tmp := e.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := atomicfile.WriteFile(e.path, b, 0o644); err != nil {
 		return fmt.Errorf("persist epochs: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("persist epochs: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("persist epochs: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("persist epochs: %w", err)
-	}
-	if err := os.Rename(tmp, e.path); err != nil {
-		return fmt.Errorf("persist epochs: %w", err)
-	}
-	d, err := os.Open(filepath.Dir(e.path))
-	if err != nil {
-		return fmt.Errorf("persist epochs: %w", err)
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }

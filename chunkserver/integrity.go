@@ -53,6 +53,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
 )
@@ -547,49 +548,15 @@ func (m *integrityMachine) appendLine(line []byte) error {
 
 // compactLocked replaces the file with line alone, durably.
 func (m *integrityMachine) compactLocked(line []byte) error {
-	tmp := m.path() + ".tmp"
-	if err := integrityWriteFile(tmp, line); err != nil {
-		return fmt.Errorf("integrity state: compact: %w", err)
-	}
 	if m.f != nil {
 		m.f.Close()
 		m.f = nil
 	}
-	if err := os.Rename(tmp, m.path()); err != nil {
-		return fmt.Errorf("integrity state: compact: %w", err)
-	}
-	if err := integritySyncDir(m.dir); err != nil {
+	if err := atomicfile.WriteFile(m.path(), line, 0o644); err != nil {
 		return fmt.Errorf("integrity state: compact: %w", err)
 	}
 	m.size, m.dirty = int64(len(line)), false
 	return nil
-}
-
-// integrityWriteFile writes b to path and fsyncs it.
-func integrityWriteFile(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// integritySyncDir fsyncs a directory.
-func integritySyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Sync implements copyset.StateMachine: fsync the state file.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/chunkraft/chunkraft/internal/atomicfile"
 )
 
 // Raft snapshots of a copyset copy no data locally (Curve's model).
@@ -242,43 +244,8 @@ func syncDirTree(root string) error {
 		if err != nil || !d.IsDir() {
 			return err
 		}
-		return syncDir(p)
+		return atomicfile.SyncDir(p)
 	})
-}
-
-func syncDir(p string) error {
-	d, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", p, err)
-	}
-	return nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 // Close implements raft.SnapshotSink: the snapshot becomes durable and, if
@@ -301,7 +268,7 @@ func (k *snapSink) Close() error {
 			return
 		}
 		final := filepath.Join(k.store.dir, k.id)
-		if err = writeFileSync(filepath.Join(k.tmp, "meta.json"), b); err != nil {
+		if err = atomicfile.WriteFile(filepath.Join(k.tmp, "meta.json"), b, 0o644); err != nil {
 			os.RemoveAll(k.tmp)
 			return
 		}
@@ -309,7 +276,7 @@ func (k *snapSink) Close() error {
 			os.RemoveAll(k.tmp)
 			return
 		}
-		if err = syncDir(k.store.dir); err != nil {
+		if err = atomicfile.SyncDir(k.store.dir); err != nil {
 			return
 		}
 		if k.rec.Received {
@@ -586,7 +553,7 @@ func (s *snapshotStore) install(id string) error {
 		if err := os.Rename(staged, s.dataDir); err != nil {
 			return fmt.Errorf("install snapshot %s: %w", id, err)
 		}
-		if err := syncDir(filepath.Dir(s.dataDir)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(s.dataDir)); err != nil {
 			return err
 		}
 	}
@@ -595,7 +562,7 @@ func (s *snapshotStore) install(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(s.dir, id, "meta.json"), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, id, "meta.json"), b, 0o644); err != nil {
 		return fmt.Errorf("install snapshot %s: %w", id, err)
 	}
 	if err := os.RemoveAll(old); err != nil {

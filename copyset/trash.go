@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/atomicfile"
 )
 
 // The trash: a replica that leaves this server (removed from its copyset,
@@ -59,7 +61,7 @@ func (m *Manager) moveToTrash(g GroupID) (string, error) {
 	if err := os.Rename(src, dst); err != nil {
 		return "", fmt.Errorf("move copyset %s to trash: %w", g, err)
 	}
-	err := errors.Join(syncDir(trash), syncDir(filepath.Dir(src)))
+	err := errors.Join(atomicfile.SyncDir(trash), atomicfile.SyncDir(filepath.Dir(src)))
 	if err != nil {
 		return dst, fmt.Errorf("move copyset %s to trash: %w", g, err)
 	}
