@@ -490,7 +490,12 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 // TestCliRequestValidation runs the same bad requests through both wire
 // adapters (CliService v1 and CliService2) and expects the same codes.
 func TestCliRequestValidation(t *testing.T) {
-	c := startTestCluster(t, 3)
+	// Slow elections: the table below needs the leader it starts with (a
+	// loaded CI machine flaps the harness's 300 ms elections).
+	c := startTestCluster(t, 3, func(cfg *Config) {
+		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 2*time.Second, 2*time.Second
+		cfg.Raft.LeaderLeaseTimeout = time.Second
+	})
 	ctx := context.Background()
 	l := c.leader(t)
 	f := (l + 1) % 3
