@@ -327,9 +327,16 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 	c.start(f, nil)
 	chunks := []uint64{1, 2, 3, 7}
 	c.waitSame(t, chunks)
+	// The install record is written when the swap finishes, which may be
+	// just after the data is visible: poll for it.
 	snapInstalled := false
-	for _, r := range mustRecords(t, c, f) {
-		snapInstalled = snapInstalled || r
+	for deadline := time.Now().Add(10 * time.Second); !snapInstalled && time.Now().Before(deadline); {
+		for _, r := range mustRecords(t, c, f) {
+			snapInstalled = snapInstalled || r
+		}
+		if !snapInstalled {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	if !snapInstalled {
 		t.Fatal("the stopped follower caught up without a snapshot install")

@@ -68,6 +68,12 @@ type Config struct {
 	// connection between two servers, so keep it above the copysets a server
 	// leads. 0 = gRPC's default (unbounded).
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// GCPercent is the Go garbage collector's target (what GOGC sets): how
+	// far the heap grows over the live heap before a collection. Every
+	// request allocates its buffers and messages, so a higher value trades
+	// memory for CPU; -1 turns the collector off. The GOGC environment
+	// variable, when set, wins. Default 400.
+	GCPercent int `yaml:"gc_percent"`
 	// TLS, when set, turns on mutual TLS for every gRPC connection (tls.go).
 	TLS TLSConfig `yaml:"tls"`
 
@@ -93,6 +99,13 @@ type RaftConfig struct {
 	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
 	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
 	TrailingLogs      uint64        `yaml:"trailing_logs"`
+	// ReadLease lets a leader serve linearizable reads without a quorum
+	// round while a quorum acknowledged its heartbeats within the last
+	// 3/4 heartbeat_timeout (copyset/lease.go); false asks a quorum
+	// (VerifyLeader) for every batch of reads. Relies on every server
+	// using the same heartbeat_timeout and on clocks advancing at about
+	// the same rate.
+	ReadLease bool `yaml:"read_lease"`
 }
 
 // DefaultConfig returns the configuration used when nothing is set.
@@ -120,8 +133,10 @@ func DefaultConfig() Config {
 			SnapshotThreshold:  8192,
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,
+			ReadLease:          true,
 		},
 		MaxConcurrentStreams: 1024,
+		GCPercent:            400,
 	}
 }
 
@@ -193,6 +208,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("config: data_dir is required")
+	}
+	if c.GCPercent == 0 || c.GCPercent < -1 {
+		return fmt.Errorf("config: gc_percent %d: want a positive percentage or -1 (collector off)", c.GCPercent)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("config: %w", err)

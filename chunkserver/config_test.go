@@ -50,6 +50,9 @@ func TestConfigValidate(t *testing.T) {
 		{"small messages", func(c *Config) { c.MaxMessageSize = 1 << 20 }, "max_message_size"},
 		{"lease over heartbeat", func(c *Config) { c.Raft.LeaderLeaseTimeout = 2 * time.Second }, "leader_lease_timeout"},
 		{"election under heartbeat", func(c *Config) { c.Raft.ElectionTimeout = time.Millisecond }, "election_timeout"},
+		{"gc percent zero", func(c *Config) { c.GCPercent = 0 }, "gc_percent"},
+		{"gc percent below -1", func(c *Config) { c.GCPercent = -2 }, "gc_percent"},
+		{"gc off", func(c *Config) { c.GCPercent = -1 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -147,6 +147,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
+			NoReadLease:        !cfg.Raft.ReadLease,
 			LogOutput:          hooks.raftLog,
 		},
 		Logger: log,

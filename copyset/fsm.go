@@ -144,17 +144,16 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 		switch l.Type {
 		case raft.LogCommand:
-			res := f.applyCommand(l)
-			if fe, ok := res.(*FatalError); ok {
+			res, fe := f.applyCommand(l)
+			out[i] = res
+			if fe != nil {
 				f.broken.Store(fe)
 				f.log.Error("copyset replica stops: apply failed", "index", l.Index, "err", fe.Err)
 				if f.onBroken != nil {
 					f.onBroken(l.Index, fe)
 				}
-				out[i] = fe
 				continue
 			}
-			out[i] = res
 		case raft.LogConfiguration:
 			f.epoch.Add(1)
 		}
@@ -166,18 +165,50 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	return out
 }
 
-func (f *fsm) applyCommand(l *raft.Log) any {
-	kind, payload, err := DecodeOp(l.Data)
+// applyCommand applies a command entry: one op, or every op of a batch
+// envelope (propose.go) in order. A FatalError stops the batch; its later
+// ops are answered ErrBroken and the error is returned as fatal.
+func (f *fsm) applyCommand(l *raft.Log) (any, *FatalError) {
+	if len(l.Data) > 0 && l.Data[0] == opBatchVersion {
+		ops, err := decodeBatch(l.Data)
+		if err != nil {
+			f.log.Error("undecodable op batch in raft log", "index", l.Index, "err", err)
+			return fmt.Errorf("apply index %d: %w", l.Index, err), nil
+		}
+		results := make(batchResult, len(ops))
+		for j, op := range ops {
+			res := f.applyOp(l.Index, op)
+			if fe, ok := res.(*FatalError); ok {
+				results[j] = fe
+				for k := j + 1; k < len(ops); k++ {
+					results[k] = ErrBroken
+				}
+				return results, fe
+			}
+			results[j] = res
+		}
+		return results, nil
+	}
+	res := f.applyOp(l.Index, l.Data)
+	if fe, ok := res.(*FatalError); ok {
+		return fe, fe
+	}
+	return res, nil
+}
+
+// applyOp dispatches one op to its state machine.
+func (f *fsm) applyOp(index uint64, op []byte) any {
+	kind, payload, err := DecodeOp(op)
 	if err != nil {
-		f.log.Error("undecodable op in raft log", "index", l.Index, "err", err)
-		return fmt.Errorf("apply index %d: %w", l.Index, err)
+		f.log.Error("undecodable op in raft log", "index", index, "err", err)
+		return fmt.Errorf("apply index %d: %w", index, err)
 	}
 	m := f.machine(kind)
 	if m == nil {
-		f.log.Error("op for unregistered state machine", "index", l.Index, "kind", kind)
-		return fmt.Errorf("apply index %d kind %d: %w", l.Index, kind, ErrUnknownKind)
+		f.log.Error("op for unregistered state machine", "index", index, "kind", kind)
+		return fmt.Errorf("apply index %d kind %d: %w", index, kind, ErrUnknownKind)
 	}
-	return m.Apply(l.Index, payload)
+	return m.Apply(index, payload)
 }
 
 func (f *fsm) advance(index uint64) { f.setApplied(index, false) }

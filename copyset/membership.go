@@ -266,12 +266,16 @@ func (n *Node) waitConfChange(ctx context.Context, op string, fut raft.IndexFutu
 }
 
 func (n *Node) addVoter(ctx context.Context, p PeerID) error {
+	n.lease.changing.Add(1)
+	defer n.lease.changing.Add(-1)
 	fut := n.raft.AddVoter(raft.ServerID(p), raft.ServerAddress(p.Addr()), 0, n.applyTimeout(ctx))
 	_, err := n.waitConfChange(ctx, "add peer "+string(p), fut)
 	return err
 }
 
 func (n *Node) removeServer(ctx context.Context, p PeerID) error {
+	n.lease.changing.Add(1)
+	defer n.lease.changing.Add(-1)
 	fut := n.raft.RemoveServer(raft.ServerID(p), 0, n.applyTimeout(ctx))
 	idx, err := n.waitConfChange(ctx, "remove peer "+string(p), fut)
 	if err != nil {

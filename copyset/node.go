@@ -36,6 +36,9 @@ type RaftOptions struct {
 	TrailingLogs uint64
 	// LogOutput receives hashicorp/raft's JSON logs (default os.Stderr).
 	LogOutput io.Writer
+	// NoReadLease makes every batch of reads verify leadership with a
+	// quorum round instead of using the leader's read lease (lease.go).
+	NoReadLease bool
 }
 
 func (o *RaftOptions) withDefaults() RaftOptions {
@@ -123,6 +126,8 @@ type Node struct {
 	readyTerm atomic.Uint64
 	readyMu   sync.Mutex
 	reads     readBatcher
+	props     proposer // batches proposals into raft entries (propose.go)
+	lease     lease    // read lease of this leader (lease.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -264,12 +269,18 @@ func openNode(c nodeConfig) (*Node, error) {
 		n.snapshotInstalled(id)
 		return c.machines()
 	}
-	r, err := raft.NewRaft(cfg, &configWatchFSM{fsm: f, n: n}, stores.log, stores.stable, snaps, c.trans)
+	trans := &leaseTransport{GroupTransport: c.trans, n: n}
+	if c.bootstrap == nil {
+		// A brand-new group has no leader whose lease a vote could break.
+		c.trans.holdVotes(opts.HeartbeatTimeout)
+	}
+	r, err := raft.NewRaft(cfg, &configWatchFSM{fsm: f, n: n}, stores.log, stores.stable, snaps, trans)
 	if err != nil {
 		stores.close()
 		return fail(fmt.Errorf("start raft for copyset %s: %w", c.group, err))
 	}
 	n.raft = r
+	n.props.start(n)
 	return n, nil
 }
 
@@ -364,27 +375,45 @@ func (n *Node) applyTimeout(ctx context.Context) time.Duration {
 // Propose replicates op (built with PutOpHeader) through raft and returns
 // its log index and the state machine's apply result once a majority has
 // it in their fsynced logs and this leader has applied it. On a follower it
-// returns a *NotLeaderError without proposing anything.
+// returns a *NotLeaderError without proposing anything. Concurrent
+// proposals of batchable kinds may share one log entry and so one index
+// (propose.go).
 func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
 	if n.raft.State() != raft.Leader {
 		return 0, nil, n.notLeader()
 	}
-	fut := n.raft.Apply(op, n.applyTimeout(ctx))
-	if err := n.await(ctx, fut); err != nil {
+	ch, err := n.props.submit(ctx, op)
+	var r proposalResult
+	if err == nil {
+		select {
+		case r = <-ch:
+		case <-n.stopping:
+			select {
+			case r = <-ch:
+			case <-time.After(time.Second):
+				r.err = raft.ErrRaftShutdown
+			}
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("copyset %s: %w", n.group, ctx.Err())
+		}
+		err = r.err
+	}
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 			errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 			return 0, nil, n.notLeader()
 		}
 		return 0, nil, fmt.Errorf("propose to copyset %s: %w", n.group, err)
 	}
-	return fut.Index(), fut.Response(), nil
+	return r.index, r.res, nil
 }
 
 // ReadBarrier makes a linearizable read possible: on return without error
 // every write acknowledged before the call is applied on this replica and
 // this replica was the leader at some instant after the call began. It
-// returns the applied index the read will observe. Concurrent callers share
-// one leadership verification.
+// returns the applied index the read will observe. A leader holding its
+// read lease (lease.go) skips the quorum round; otherwise concurrent callers
+// share one leadership verification.
 func (n *Node) ReadBarrier(ctx context.Context) (uint64, error) {
 	if n.raft.State() != raft.Leader {
 		return 0, n.notLeader()
@@ -392,9 +421,14 @@ func (n *Node) ReadBarrier(ctx context.Context) (uint64, error) {
 	if err := n.ensureLeaderReady(ctx); err != nil {
 		return 0, err
 	}
-	ci, err := n.reads.verify(ctx, n)
-	if err != nil {
-		return 0, err
+	var ci uint64
+	if n.leaseRead() {
+		ci = n.raft.CommitIndex()
+	} else {
+		var err error
+		if ci, err = n.reads.verify(ctx, n); err != nil {
+			return 0, err
+		}
 	}
 	target, err := n.lastFSMIndex(ci)
 	if err != nil {
@@ -548,6 +582,7 @@ func (n *Node) Close() error {
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("shutdown raft of copyset %s: %w", n.group, err))
 		}
+		n.props.stop()
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, err)
 		}

@@ -246,24 +246,38 @@ func eventually(t *testing.T, cond func() error) {
 // TestSnapshotInstallCatchUp: a replica stopped while more than the trailing
 // logs are written catches up through InstallSnapshot (the leader's log no
 // longer has what it needs) and ends with identical files.
-func TestSnapshotInstallCatchUp(t *testing.T) {
-	root := t.TempDir()
+// startGroup starts three test servers under root with fastRaft and
+// creates copyset g on all of them. The caller stops the servers (stopAll).
+func startGroup(t *testing.T, root string, g GroupID) []*testServer {
+	t.Helper()
 	var servers []*testServer
 	for i := range 3 {
 		servers = append(servers, startTestServer(t, "127.0.0.1:0", filepath.Join(root, fmt.Sprint(i)), fastRaft()))
 	}
-	defer func() {
-		for _, s := range servers {
-			s.stop()
-		}
-	}()
-	g := NewGroupID(1, 1)
 	peers := []PeerID{servers[0].peer(), servers[1].peer(), servers[2].peer()}
 	for _, s := range servers {
 		if _, err := s.mgr.Create(context.Background(), g, peers); err != nil {
+			stopAll(servers)
 			t.Fatal(err)
 		}
 	}
+	return servers
+}
+
+// stopAll stops every server that is not nil.
+func stopAll(servers []*testServer) {
+	for _, s := range servers {
+		if s != nil {
+			s.stop()
+		}
+	}
+}
+
+func TestSnapshotInstallCatchUp(t *testing.T) {
+	root := t.TempDir()
+	g := NewGroupID(1, 1)
+	servers := startGroup(t, root, g)
+	defer stopAll(servers)
 	for i := range 20 {
 		propose(t, g, servers, fileOp(fmt.Sprintf("f%d", i%7), fmt.Sprintf("v%d", i)))
 	}

@@ -246,6 +246,9 @@ type GroupTransport struct {
 	// consumeCh carries inbound RPCs to raft; never nil, never closed.
 	consumeCh   chan raft.RPC
 	heartbeatFn atomic.Pointer[func(raft.RPC)]
+	// votesAfter (unix nanoseconds) is when this group starts answering
+	// vote requests (see holdVotes).
+	votesAfter atomic.Int64
 
 	// ctx is cancelled by Close: it aborts this group's outbound calls and
 	// pipelines and releases inbound handlers waiting on raft.
@@ -265,6 +268,14 @@ var (
 
 // Group returns the raft group id.
 func (g *GroupTransport) Group() uint64 { return g.group }
+
+// holdVotes makes the group refuse inbound vote and pre-vote requests for
+// d from now, as a follower that kept hearing from its leader would: a
+// replica that restarted has forgotten its leader and must not help elect
+// another one while the old leader may still hold a read lease (lease.go).
+func (g *GroupTransport) holdVotes(d time.Duration) {
+	g.votesAfter.Store(time.Now().Add(d).UnixNano())
+}
 
 // Consumer implements raft.Transport.
 func (g *GroupTransport) Consumer() <-chan raft.RPC { return g.consumeCh }

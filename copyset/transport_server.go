@@ -40,6 +40,14 @@ func (s *transportServer) streamEnded(kind string, group uint64, err error) erro
 	return err
 }
 
+// votesHeld returns an Unavailable status while holdVotes is in effect.
+func (g *GroupTransport) votesHeld() error {
+	if time.Now().UnixNano() < g.votesAfter.Load() {
+		return status.Errorf(codes.Unavailable, "raft group %d on %s does not vote yet (restarted)", g.group, g.m.local)
+	}
+	return nil
+}
+
 func (g *GroupTransport) closedStatus() error {
 	return status.Errorf(codes.Unavailable, "raft group %d closed on %s", g.group, g.m.local)
 }
@@ -101,6 +109,9 @@ func (s *transportServer) RequestVote(ctx context.Context, req *raftpb.RequestVo
 	if err != nil {
 		return nil, err
 	}
+	if err := g.votesHeld(); err != nil {
+		return nil, err
+	}
 	resp, err := g.dispatch(ctx, requestVoteRequestFromProto(req), nil, false)
 	if err != nil {
 		return nil, err
@@ -115,6 +126,9 @@ func (s *transportServer) RequestVote(ctx context.Context, req *raftpb.RequestVo
 func (s *transportServer) RequestPreVote(ctx context.Context, req *raftpb.RequestPreVoteRequest) (*raftpb.RequestPreVoteResponse, error) {
 	g, err := s.group(req.Group)
 	if err != nil {
+		return nil, err
+	}
+	if err := g.votesHeld(); err != nil {
 		return nil, err
 	}
 	resp, err := g.dispatch(ctx, requestPreVoteRequestFromProto(req), nil, false)

@@ -11,9 +11,11 @@
 #   4 KiB randread,  iodepth 1 and 64       4 KiB randrw 70/30, iodepth 64
 # fio: 4 KiB write+fdatasync serially (appending, and overwriting), 4 KiB
 # direct random writes at depth 64, 1 MiB direct sequential writes at depth 8.
-# When `etcd` and etcd's `benchmark` tool are on PATH, a 3-member etcd on
-# loopback is measured too (4 KiB puts and linearizable gets, 64 in flight);
-# otherwise the document says it was skipped. Also recorded: the servers' CPU
+# etcd, for comparison in the same run: a 3-member etcd on loopback (data on
+# the same filesystem) driven by chunkbench's etcd target (--etcd-endpoints):
+# 4 KiB puts and linearizable 4 KiB gets, iodepth 64 (etcd-server is installed
+# with apt-get when missing and running as root; otherwise the document says
+# why it was skipped). Also recorded: the servers' CPU
 # when idle, and per run the cores used by the servers, by chunkbench and by
 # everything else on the machine.
 #
@@ -29,6 +31,8 @@
 #                      into the document. 0 skips it.
 #   BENCH_FIO          1 (default): run fio (installed with apt-get when missing
 #                      and running as root). 0 skips it.
+#   BENCH_ETCD         1 (default): measure etcd (etcd-server installed with
+#                      apt-get when missing and running as root). 0 skips it.
 #   BENCH_COMMIT       the commit to record (default: git rev-parse --short HEAD,
 #                      marked when the tree has uncommitted changes)
 set -euo pipefail
@@ -176,32 +180,39 @@ layout() {
         die "layout failed: $(tail -n 5 "$RESULTS/layout.err")"
 }
 
+# measured_run ID TICKS ARGS... runs chunkbench ARGS into $RESULTS/ID.json
+# (.err, .rc) and writes to $RESULTS/ID.cpu the cores used on average over
+# the run (its prefill included) by the servers (whose CPU ticks the
+# function TICKS prints), by chunkbench and by everything else.
+measured_run() {
+    local id="$1" ticks="$2" rc=0 b0 s0 c0 t0 b1 s1 c1 t1
+    shift 2
+    children_secs >"$WORK/c0"
+    b0="$(busy_ticks)" s0="$("$ticks")" c0="$(<"$WORK/c0")" t0="$(now_secs)"
+    "$BENCH" "$@" >"$RESULTS/$id.json" 2>"$RESULTS/$id.err" || rc=$?
+    b1="$(busy_ticks)" s1="$("$ticks")" t1="$(now_secs)"
+    children_secs >"$WORK/c1"
+    c1="$(<"$WORK/c1")"
+    LC_ALL=C awk -v b="$((b1 - b0))" -v s="$((s1 - s0))" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" \
+        'BEGIN { w = t1 - t0; srv = s / hz / w; cli = (c1 - c0) / w; oth = b / hz / w - srv - cli; if (oth < 0) oth = 0; printf "%.2f %.2f %.2f\n", srv, cli, oth }' \
+        >"$RESULTS/$id.cpu"
+    echo "$rc" >"$RESULTS/$id.rc"
+    if [[ -s "$RESULTS/$id.json" ]]; then
+        cat "$RESULTS/$id.json" >&2
+    fi
+    if ((rc != 0)); then
+        echo "chunkbench exited $rc:" >&2
+        tail -n 20 "$RESULTS/$id.err" >&2 || true
+    fi
+}
+
 run_matrix() {
-    local entry id label target args rc b0 s0 c0 t0 b1 s1 c1 t1
+    local entry id label target args
     for entry in "${MATRIX[@]}"; do
         IFS='|' read -r id label target args <<<"$entry"
         log "chunkbench $args"
-        rc=0
-        children_secs >"$WORK/c0"
-        b0="$(busy_ticks)" s0="$(server_ticks)" c0="$(<"$WORK/c0")" t0="$(now_secs)"
         # shellcheck disable=SC2086 # the argument strings are meant to split
-        "$BENCH" $COMMON $args >"$RESULTS/$id.json" 2>"$RESULTS/$id.err" || rc=$?
-        b1="$(busy_ticks)" s1="$(server_ticks)" t1="$(now_secs)"
-        children_secs >"$WORK/c1"
-        c1="$(<"$WORK/c1")"
-        # servers, chunkbench, others: cores used on average over the run
-        # (the prefill of a run is included).
-        LC_ALL=C awk -v b="$((b1 - b0))" -v s="$((s1 - s0))" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" \
-            'BEGIN { w = t1 - t0; srv = s / hz / w; cli = (c1 - c0) / w; oth = b / hz / w - srv - cli; if (oth < 0) oth = 0; printf "%.2f %.2f %.2f\n", srv, cli, oth }' \
-            >"$RESULTS/$id.cpu"
-        echo "$rc" >"$RESULTS/$id.rc"
-        if [[ -s "$RESULTS/$id.json" ]]; then
-            cat "$RESULTS/$id.json" >&2
-        fi
-        if ((rc != 0)); then
-            echo "chunkbench exited $rc:" >&2
-            tail -n 20 "$RESULTS/$id.err" >&2 || true
-        fi
+        measured_run "$id" server_ticks $COMMON $args
     done
 }
 
@@ -305,56 +316,203 @@ fio_field() {
 }
 
 # ---------------------------------------------------------------------------
-# etcd (only when its server and benchmark tool are installed)
+# etcd: a 3-member cluster on loopback, driven by chunkbench's etcd target
 
+RUN_ETCD="${BENCH_ETCD:-1}"
 ETCD_NOTE=""
-run_etcd() {
-    if ! command -v etcd >/dev/null || ! command -v benchmark >/dev/null; then
-        ETCD_NOTE="Skipped: \`etcd\` and etcd's \`benchmark\` tool (go.etcd.io/etcd/v3/tools/benchmark) are not both on PATH on this machine. Debian's etcd-server/etcd-client packages ship \`etcd\` and \`etcdctl\` but not \`benchmark\`."
-        return 0
+ETCD_VERSION=""
+ETCD_BASE=$((BASE_PORT + 100)) # client ports ETCD_BASE+0..2, peer ports ETCD_BASE+10..12
+ETCD_EPS="127.0.0.1:$ETCD_BASE,127.0.0.1:$((ETCD_BASE + 1)),127.0.0.1:$((ETCD_BASE + 2))"
+# One key per 4 KiB block: 16 "copysets" x 4 MiB = 16,384 keys (64 MiB of
+# values, all in memory on every member), chunkbench/0000000000.. .
+ETCD_COMMON="--etcd-endpoints $ETCD_EPS --copysets 1-16 --span 4m --runtime $RUNTIME -o json"
+# Each entry: id | label | chunkbench arguments (after ETCD_COMMON).
+ETCD_RUNS=(
+    "etcd_put|4 KiB put (randwrite)|--rw randwrite --bs 4k --iodepth 64"
+    "etcd_get|4 KiB linearizable get (randread)|--rw randread --bs 4k --iodepth 64 --prefill"
+)
+ETCD_FLAGS="--initial-cluster-token chunkbench --initial-cluster-state new"
+
+ensure_etcd() {
+    command -v etcd >/dev/null && return 0
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+        log "installing etcd (apt-get install -y etcd-server)"
+        (DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server >"$RESULTS/etcd-apt.log" 2>&1 ||
+            { apt-get update >>"$RESULTS/etcd-apt.log" 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server >>"$RESULTS/etcd-apt.log" 2>&1; }) || true
+        command -v etcd >/dev/null && return 0
+        ETCD_NOTE="Skipped: \`etcd\` is not installed and \`apt-get install -y etcd-server\` failed: $(tail -n 1 "$RESULTS/etcd-apt.log" 2>/dev/null)"
+        return 1
     fi
-    local i peers="" eps="" base=$((BASE_PORT + 100))
-    for i in 0 1 2; do
-        peers="${peers:+$peers,}e$i=http://127.0.0.1:$((base + 10 + i))"
-        eps="${eps:+$eps,}http://127.0.0.1:$((base + i))"
+    ETCD_NOTE="Skipped: \`etcd\` is not installed, and this run could not install it (needs root and apt-get: \`apt-get install -y etcd-server\`)."
+    return 1
+}
+
+etcd_ticks() {
+    local t=0 pid
+    for pid in "${ETCD_PIDS[@]}"; do
+        if [[ -r "/proc/$pid/stat" ]]; then
+            t=$((t + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+        fi
     done
-    mkdir -p "$WORK/etcd"
-    for i in 0 1 2; do
-        etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
-            --listen-client-urls "http://127.0.0.1:$((base + i))" --advertise-client-urls "http://127.0.0.1:$((base + i))" \
-            --listen-peer-urls "http://127.0.0.1:$((base + 10 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 10 + i))" \
-            --initial-cluster "$peers" --initial-cluster-state new >"$WORK/etcd/e$i.log" 2>&1 &
-        ETCD_PIDS+=($!)
+    echo "$t"
+}
+
+# stop_etcd stops the members: SIGTERM, then SIGKILL after 30s (a leader
+# whose peers are gone tries to hand its leadership over before it exits).
+stop_etcd() {
+    local pid n alive
+    for pid in "${ETCD_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
     done
-    local n
     for n in $(seq 1 60); do
-        benchmark --endpoints="$eps" --clients=1 --conns=1 put --total=1 >/dev/null 2>&1 && break
+        alive=0
+        for pid in "${ETCD_PIDS[@]}"; do
+            if kill -0 "$pid" 2>/dev/null; then alive=1; fi
+        done
+        ((alive)) || break
         sleep 0.5
     done
-    # benchmark takes a request count, not a duration: aim at the runtime.
-    local total=$((RUNTIME_S * 2000))
-    log "etcd: benchmark put / range"
-    benchmark --endpoints="$eps" --conns=8 --clients=64 put --key-size=8 --val-size=4096 --sequential-keys --key-space-size=100000 \
-        --total="$total" >"$RESULTS/etcd-put.txt" 2>&1 || true
-    benchmark --endpoints="$eps" --conns=8 --clients=64 range k --consistency=l --total=$((RUNTIME_S * 4000)) \
-        >"$RESULTS/etcd-range.txt" 2>&1 || true
-    for n in "${ETCD_PIDS[@]}"; do
-        kill "$n" 2>/dev/null || true
+    for pid in "${ETCD_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
     done
     wait "${ETCD_PIDS[@]}" 2>/dev/null || true
     ETCD_PIDS=()
 }
 
-# etcd_stat FILE prints "req/s|p99 ms" from benchmark's summary.
-etcd_stat() {
-    local f="$1" rps p99
-    [[ -s "$f" ]] || {
-        echo "-|-"
-        return
-    }
-    rps="$(sed -n 's/.*Requests\/sec:[[:space:]]*\([0-9.]*\).*/\1/p' "$f" | head -n 1)"
-    p99="$(sed -n 's/.*99% in \([0-9.]*\) secs.*/\1/p' "$f" | head -n 1)"
-    echo "$(fmt_num "$rps")|$(LC_ALL=C awk -v x="$p99" 'BEGIN { if (x == "") print "-"; else printf "%.1f", x * 1000 }')"
+run_etcd() {
+    if [[ "$RUN_ETCD" != 1 ]]; then
+        ETCD_NOTE="Skipped (BENCH_ETCD=0)."
+        return 0
+    fi
+    ensure_etcd || return 0
+    local i peers=""
+    for i in 0 1 2; do
+        peers="${peers:+$peers,}e$i=http://127.0.0.1:$((ETCD_BASE + 10 + i))"
+    done
+    rm -rf "$WORK/etcd"
+    mkdir -p "$WORK/etcd"
+    log "etcd: 3 members on 127.0.0.1:$ETCD_BASE.. (data in $WORK/etcd)"
+    for i in 0 1 2; do
+        # shellcheck disable=SC2086
+        etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
+            --listen-client-urls "http://127.0.0.1:$((ETCD_BASE + i))" --advertise-client-urls "http://127.0.0.1:$((ETCD_BASE + i))" \
+            --listen-peer-urls "http://127.0.0.1:$((ETCD_BASE + 10 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_BASE + 10 + i))" \
+            --initial-cluster "$peers" $ETCD_FLAGS >"$RESULTS/etcd-e$i.log" 2>&1 &
+        ETCD_PIDS+=($!)
+    done
+    # Up when a Put through chunkbench's etcd target succeeds (up to 60s).
+    local n up=0
+    for n in $(seq 1 120); do
+        if "$BENCH" --etcd-endpoints "$ETCD_EPS" --rw randwrite --copysets 1 --span 4k --ops 1 --timeout 2s -o json \
+            >"$RESULTS/etcd-probe.json" 2>"$RESULTS/etcd-probe.err"; then
+            up=1
+            break
+        fi
+        sleep 0.5
+    done
+    if ((up == 0)); then
+        ETCD_NOTE="Skipped: the 3-member etcd did not accept a Put within 60s. Last attempt: $(tail -n 1 "$RESULTS/etcd-probe.err" 2>/dev/null); member e0's log ends with: $(tail -n 1 "$RESULTS/etcd-e0.log" 2>/dev/null)"
+        stop_etcd
+        rm -rf "$WORK/etcd"
+        return 0
+    fi
+    ETCD_VERSION="$(etcd --version 2>/dev/null | head -n 1 | awk '{ print $NF }')"
+    local entry id label args
+    for entry in "${ETCD_RUNS[@]}"; do
+        IFS='|' read -r id label args <<<"$entry"
+        log "chunkbench $ETCD_COMMON $args"
+        # shellcheck disable=SC2086 # the argument strings are meant to split
+        measured_run "$id" etcd_ticks $ETCD_COMMON $args
+    done
+    stop_etcd
+    rm -rf "$WORK/etcd"
+}
+
+# iops_of FILE prints the IOPS of a chunkbench -o json report, nothing if there is none.
+iops_of() { if [[ -s "$1" ]]; then json_field "$1" iops; fi; }
+
+# ratio A B prints A/B with one decimal and an x ("6.2x"), "no ratio" when
+# either is missing or B is 0.
+ratio() { LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "no ratio"; else printf "%.1fx", a / b }'; }
+
+# write_etcd_section writes the etcd part of the document to stdout.
+write_etcd_section() {
+    echo "## etcd"
+    echo
+    if [[ -n "$ETCD_NOTE" ]]; then
+        echo "$ETCD_NOTE"
+        echo
+        return 0
+    fi
+    echo "A 3-member etcd $ETCD_VERSION (Debian's etcd-server, default settings) on 127.0.0.1, its data on the"
+    echo "filesystem above, measured once the chunkraft cluster was stopped, by chunkbench's etcd target: one key per"
+    echo "4 KiB block (16,384 keys, \`chunkbench/0000000000\`..), a write is a Put of the block, a read a"
+    echo "linearizable Range of one key (serializable=false); 64 requests in flight, round robin over 2"
+    echo "gRPC connections to each member (followers forward to the leader). Same histogram, same columns"
+    echo "as the chunkbench table; \"CPU\" is the three etcd members / chunkbench / everything else."
+    echo
+    echo "| workload | iodepth | IOPS | MB/s | mean | p50 | p99 | p99.9 | max | ops | errors | exit | CPU etcd/bench/other |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    local entry id label args f depth
+    for entry in "${ETCD_RUNS[@]}"; do
+        IFS='|' read -r id label args <<<"$entry"
+        f="$RESULTS/$id.json"
+        depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
+        if [[ -s "$f" ]]; then
+            echo "| $label | $depth | $(fmt_num "$(json_field "$f" iops)") | $(fmt_1 "$(json_field "$f" mb_per_s)") | $(fmt_ms "$(json_field "$f" mean)") | $(fmt_ms "$(json_field "$f" p50)") | $(fmt_ms "$(json_field "$f" p99)") | $(fmt_ms "$(json_field "$f" p999)") | $(fmt_ms "$(json_field "$f" max)") | $(fmt_num "$(json_field "$f" ops)") | $(fmt_num "$(json_field "$f" errors)") | $(cat "$RESULTS/$id.rc") | $(tr ' ' '/' <"$RESULTS/$id.cpu") |"
+        else
+            echo "| $label | $depth | - | - | - | - | - | - | - | - | - | $(cat "$RESULTS/$id.rc" 2>/dev/null || echo -) | - |"
+        fi
+    done
+    echo
+    local cr et r met
+    cr="$(iops_of "$RESULTS/rw4k64.json")" et="$(iops_of "$RESULTS/etcd_put.json")"
+    r="$(ratio "$cr" "$et")"
+    met="$(LC_ALL=C awk -v r="$r" 'BEGIN { if (r == "no ratio") print "no result"; else print (r + 0 >= 5 ? "met" : "not met") }')"
+    echo "**chunkraft vs etcd, writes:** chunkraft's 4 KiB randwrite at iodepth 64 did $(fmt_num "$cr") IOPS, etcd's 4 KiB puts $(fmt_num "$et") per second: **$r** (target >= 5x: $met)."
+    echo
+    cr="$(iops_of "$RESULTS/rr4k64.json")" et="$(iops_of "$RESULTS/etcd_get.json")"
+    echo "**chunkraft vs etcd, reads:** chunkraft's 4 KiB randread at iodepth 64 did $(fmt_num "$cr") IOPS, etcd's linearizable 4 KiB gets $(fmt_num "$et") per second: **$(ratio "$cr" "$et")**."
+    echo
+    local any=0
+    for entry in "${ETCD_RUNS[@]}"; do
+        IFS='|' read -r id label args <<<"$entry"
+        if [[ -s "$RESULTS/$id.err" ]] && grep -qv '^prefill' "$RESULTS/$id.err"; then
+            if ((any == 0)); then
+                echo "Errors by kind (chunkbench's stderr):"
+                echo
+                any=1
+            fi
+            echo "- $label:"
+            echo '  ```'
+            grep -v '^prefill' "$RESULTS/$id.err" | sed 's/^/  /'
+            echo '  ```'
+        fi
+    done
+    if ((any)); then
+        echo
+    fi
+    if grep -q '^prefill: wrote' "$RESULTS/etcd_get.err" 2>/dev/null; then
+        echo "Before the get run every key was put once (\`--prefill\`): $(grep '^prefill: wrote' "$RESULTS/etcd_get.err" | sed 's/^prefill: //')."
+        echo
+    fi
+    echo "Commands:"
+    echo
+    echo '```sh'
+    local i peers=""
+    for i in 0 1 2; do
+        peers="${peers:+$peers,}e$i=http://127.0.0.1:$((ETCD_BASE + 10 + i))"
+    done
+    for i in 0 1 2; do
+        echo "etcd --name e$i --data-dir <dir>/e$i --listen-client-urls http://127.0.0.1:$((ETCD_BASE + i)) --advertise-client-urls http://127.0.0.1:$((ETCD_BASE + i)) --listen-peer-urls http://127.0.0.1:$((ETCD_BASE + 10 + i)) --initial-advertise-peer-urls http://127.0.0.1:$((ETCD_BASE + 10 + i)) --initial-cluster $peers $ETCD_FLAGS &"
+    done
+    echo "bin/chunkbench --etcd-endpoints $ETCD_EPS --rw randwrite --copysets 1 --span 4k --ops 1 --timeout 2s -o json   # repeated until it succeeds"
+    for entry in "${ETCD_RUNS[@]}"; do
+        IFS='|' read -r id label args <<<"$entry"
+        echo "bin/chunkbench $ETCD_COMMON $args"
+    done
+    echo '```'
+    echo
 }
 
 # ---------------------------------------------------------------------------
@@ -471,19 +629,7 @@ write_doc() {
         fi
         echo
 
-        echo "## etcd"
-        echo
-        if [[ -n "$ETCD_NOTE" ]]; then
-            echo "$ETCD_NOTE"
-        else
-            echo "3-member etcd on 127.0.0.1 (\`etcd\` $(etcd --version 2>/dev/null | head -n 1 | awk '{ print $NF }')), 64 clients over 8 connections."
-            echo
-            echo "| workload | req/s | p99 (ms) |"
-            echo "|---|---:|---:|"
-            echo "| 4 KiB put | $(etcd_stat "$RESULTS/etcd-put.txt") |"
-            echo "| linearizable get | $(etcd_stat "$RESULTS/etcd-range.txt") |"
-        fi
-        echo
+        write_etcd_section
 
         if [[ -s "$RESULTS/profile.txt" ]]; then
             echo "## Where the time goes: CPU profile of cs0 during 4 KiB randwrite, iodepth 64"

@@ -55,6 +55,8 @@ type flags struct {
 	copysets       string
 	span           string
 	servers        string
+	etcdEndpoints  string
+	etcdConns      int
 	prefill        bool
 	verify         bool
 	sn             uint64
@@ -96,6 +98,9 @@ func (f *flags) config() (Config, error) {
 	}
 	if f.runtime < 0 {
 		return Config{}, errors.New("--runtime: must be >= 0")
+	}
+	if f.etcdEndpoints != "" && f.etcdConns < 1 {
+		return Config{}, fmt.Errorf("--etcd-conns %d: want at least 1", f.etcdConns)
 	}
 	cfg := Config{
 		Mode:      mode,
@@ -147,6 +152,19 @@ is a terminal. The report goes to stdout: text, or with -o json exactly
 (ops = successful operations, bs in bytes, MB = 10^6 bytes); with -o json
 error and verification details go to stderr.
 
+With --etcd-endpoints the target is an etcd cluster instead (etcd's v3 gRPC
+KV service), to compare with chunkraft in the same run: every block is one
+key, chunkbench/ and the block number zero-padded to 10 digits (block g of
+copyset-major order, as above: --copysets and --span only size the key
+space); writes (randwrite, write) Put the block's --bs bytes, reads (randread,
+read) are linearizable Ranges of one key (serializable=false), randrw mixes
+them. Requests go round robin over --etcd-conns connections to each endpoint
+(members that do not lead forward to the leader); they are not retried, each
+bounded by --timeout. --prefill Puts every key first, --verify works the same
+way, the report is the same. Reads of keys nobody wrote fail
+("etcd: key not found"); etcd's errors count by their message
+("etcdserver: request timed out", ...).
+
 Exit status: 0 the run completed without errors; 1 the run could not be made
 or some operations failed; 2 --verify found mismatches.`
 
@@ -161,7 +179,8 @@ func NewCommand() *cobra.Command {
 		Example: `  chunkbench --rw randwrite --bs 4k --iodepth 64 --runtime 10s
   chunkbench --rw randread --bs 4k --iodepth 64 --runtime 10s --prefill
   chunkbench --rw write --bs 1m --iodepth 8 --runtime 10s -o json
-  chunkbench --rw randrw --rwmixread 70 --iodepth 64 --prefill --verify --runtime 60s`,
+  chunkbench --rw randrw --rwmixread 70 --iodepth 64 --prefill --verify --runtime 60s
+  chunkbench --etcd-endpoints 127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379 --rw randwrite --iodepth 64 --copysets 1-4 --span 4m`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -184,6 +203,8 @@ func NewCommand() *cobra.Command {
 	fl.StringVar(&f.copysets, "copysets", "1-16", "copysets to spread over: 7, 1-16, 1,3,8-10")
 	fl.StringVar(&f.span, "span", "64m", "chunk space per copyset (chunks 1.. of 16 MiB), a multiple of 4k")
 	fl.StringVar(&f.servers, "servers", servers, "chunkservers, host:port,...; $"+cli.EnvServers+" sets the default")
+	fl.StringVar(&f.etcdEndpoints, "etcd-endpoints", "", "benchmark an etcd cluster instead: its client endpoints, host:port,... (one key per block)")
+	fl.IntVar(&f.etcdConns, "etcd-conns", DefaultEtcdConns, "with --etcd-endpoints: gRPC connections per endpoint")
 	fl.BoolVar(&f.prefill, "prefill", false, "write the whole span first (1 MiB writes) so reads hit written blocks")
 	fl.BoolVar(&f.verify, "verify", false, "write self-describing patterns and check every read")
 	fl.Uint64Var(&f.sn, "sn", 1, "sequence number writes are made under")
@@ -200,41 +221,64 @@ func run(cmd *cobra.Command, f *flags) error {
 	if err != nil {
 		return err
 	}
-	servers, err := cli.ParsePeerList(f.servers)
-	if err != nil {
-		return fmt.Errorf("--servers: %w", err)
-	}
-	attempts := NewAttemptCounter()
 	dial, err := f.tls.DialOptions()
 	if err != nil {
 		return err
 	}
-	client, err := cli.New(cli.Options{
-		Servers:        servers,
-		Timeout:        f.timeout,
-		AttemptTimeout: f.attemptTimeout,
-		DialOptions:    append(dial, attempts.DialOption()),
-	})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	var (
+		dev      IO
+		attempts *AttemptCounter // chunkservers only: etcd requests are not retried
+	)
+	if f.etcdEndpoints != "" {
+		eps, _, err := ParseEtcdEndpoints(f.etcdEndpoints)
+		if err != nil {
+			return fmt.Errorf("--etcd-endpoints: %w", err)
+		}
+		e, err := NewEtcdIO(cfg, EtcdOptions{Endpoints: eps, ConnsPerEndpoint: f.etcdConns, Timeout: f.timeout, DialOptions: dial})
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		dev = e
+		if f.output != "json" {
+			fmt.Fprintf(stdout, "etcd %s  %d connections  %s\n", strings.Join(eps, ","), e.Conns(), e.Keyspace())
+		}
+	} else {
+		servers, err := cli.ParsePeerList(f.servers)
+		if err != nil {
+			return fmt.Errorf("--servers: %w", err)
+		}
+		attempts = NewAttemptCounter()
+		client, err := cli.New(cli.Options{
+			Servers:        servers,
+			Timeout:        f.timeout,
+			AttemptTimeout: f.attemptTimeout,
+			DialOptions:    append(dial, attempts.DialOption()),
+		})
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		dev = ClientIO(client)
+		cfg.BeforeMeasure = attempts.Reset
+	}
+
 	cfg.Log = stderr
 	if isTerminal(stderr) {
 		cfg.Progress = stderr
 	}
-	cfg.BeforeMeasure = attempts.Reset
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	res, err := Run(ctx, ClientIO(client), cfg)
+	res, err := Run(ctx, dev, cfg)
 	if err != nil {
 		return err
 	}
-	res.Attempts = attempts.Counts()
+	if attempts != nil {
+		res.Attempts = attempts.Counts()
+	}
 
 	if f.output == "json" {
 		if err := res.WriteJSON(stdout); err != nil {

@@ -42,4 +42,12 @@
 // stale, torn, misplaced, corrupted or zeroed block) is a [Mismatch]. Blocks
 // this run never wrote are only checked for consistency: zeros, foreign data,
 // or a well-formed pattern naming this very block are accepted.
+//
+// # The etcd target
+//
+// [EtcdIO] runs the same workloads against an etcd cluster, to compare the
+// two in one run: block g of the layout is the key [EtcdKey](g), a block
+// write is a Put of its BS bytes and a block read a linearizable Range of
+// the key, round robin over connections to every member. Prefill, Verify,
+// the histogram and the reports work unchanged.
 package bench

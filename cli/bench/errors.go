@@ -36,9 +36,18 @@ var statusName = regexp.MustCompile(`\bCHUNK_OP_STATUS_[A-Z_]+\b`)
 //   - "timeout" for deadlines, "unavailable" for servers that cannot be
 //     reached or have no leader, "canceled" for canceled calls;
 //   - "grpc:<Code>" for any other gRPC status code, "other" for the rest.
+//
+// Errors of the etcd target ([EtcdError]) are named by the etcd server's
+// message when there is one ("etcdserver: request timed out",
+// "etcdserver: leader changed", ...), or "etcd: key not found" for reads of
+// keys nobody wrote, else by the generic kinds.
 func Classify(err error) string {
 	if err == nil {
 		return ""
+	}
+	var ee *EtcdError
+	if errors.As(err, &ee) {
+		return ee.kind()
 	}
 	var se *cli.ChunkStatusError
 	if errors.As(err, &se) {

@@ -105,6 +105,9 @@ func (r *Result) errorText() string {
 		if r.ErrorKinds["CHUNK_OP_STATUS_CHUNK_NOTEXIST"] > 0 && r.Prefill == nil {
 			b.WriteString("    (reads of chunks nobody wrote: run with --prefill)\n")
 		}
+		if r.ErrorKinds[KindEtcdKeyNotFound] > 0 && r.Prefill == nil {
+			b.WriteString("    (reads of keys nobody wrote: run with --prefill)\n")
+		}
 	}
 	if len(r.Attempts) > 0 {
 		b.WriteString("  failed RPC attempts by kind (retried by the client, or final):\n")

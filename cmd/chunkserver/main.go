@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/chunkraft/chunkraft/chunkserver"
@@ -54,6 +55,9 @@ func run(args []string) error {
 	})
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
 	}
 	l, _ := chunkserver.ParseLogLevel(cfg.LogLevel)
 	level := new(slog.LevelVar) // ConfigService log_level changes it at runtime

@@ -1,0 +1,290 @@
+package copyset
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Proposal batching.
+//
+// Every raft log entry costs the same fixed work whatever it carries: a
+// future and a hand-off to raft's leader loop, a record in the log store, an
+// entry in the AppendEntries of each follower, a record in each follower's
+// log, one FSM dispatch per replica and an answer to the proposer. Under
+// concurrent load a copyset therefore packs the proposals that arrive while
+// the previous entry is being handed to raft into one entry, a batch
+// envelope, and answers each proposer with its own op's result. The raft
+// leader loop is busy while it stores a dispatch (the log fsync), which is
+// exactly when proposals queue up: the batch grows with the load and is a
+// single op when there is none.
+//
+// Envelope layout (a raft LogCommand's data):
+//
+//	byte 0     opBatchVersion
+//	uvarint    number of ops (>= 1)
+//	per op:    uvarint length, then the op itself (its own op header first)
+//
+// Every op of an envelope is applied at the envelope's log index, so only
+// kinds whose machines do not use the index to recognise replays may be
+// batched (batchable). An envelope is applied op by op, in order, exactly as
+// the same ops in consecutive entries would be, so replay stays idempotent.
+
+// opBatchVersion is the first byte of a batch envelope. It shares the
+// position of an op's header version and must differ from opVersion.
+const opBatchVersion = 2
+
+// Limits of one envelope. A single op larger than maxBatchBytes is proposed
+// alone.
+const (
+	maxBatchOps   = 256
+	maxBatchBytes = 1 << 20
+)
+
+// batchable reports whether op may share a log entry (and so a log index)
+// with other ops. The chunk machine never looks at the index; the integrity
+// machine recognises replayed jobs by it, so its ops go alone.
+func batchable(op []byte) bool {
+	return len(op) >= OpHeaderLen && op[0] == opVersion && Kind(op[1]) == KindChunk
+}
+
+// encodeBatch packs ops (at least two) into one envelope.
+func encodeBatch(ops [][]byte) []byte {
+	size := 1 + binary.MaxVarintLen64
+	for _, op := range ops {
+		size += binary.MaxVarintLen64 + len(op)
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, opBatchVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(ops)))
+	for _, op := range ops {
+		buf = binary.AppendUvarint(buf, uint64(len(op)))
+		buf = append(buf, op...)
+	}
+	return buf
+}
+
+// decodeBatch splits an envelope into its ops; they alias data.
+func decodeBatch(data []byte) ([][]byte, error) {
+	if len(data) < 1 || data[0] != opBatchVersion {
+		return nil, errors.New("decode batch: not a batch envelope")
+	}
+	rest := data[1:]
+	n, k := binary.Uvarint(rest)
+	if k <= 0 || n == 0 || n > uint64(len(rest)) {
+		return nil, fmt.Errorf("decode batch: bad op count")
+	}
+	rest = rest[k:]
+	ops := make([][]byte, 0, n)
+	for i := uint64(0); i < n; i++ {
+		l, k := binary.Uvarint(rest)
+		if k <= 0 || l > uint64(len(rest)-k) {
+			return nil, fmt.Errorf("decode batch: op %d of %d: bad length", i, n)
+		}
+		ops = append(ops, rest[k:k+int(l)])
+		rest = rest[k+int(l):]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("decode batch: %d trailing bytes", len(rest))
+	}
+	return ops, nil
+}
+
+// batchResult is the FSM's result for an envelope: one result per op.
+type batchResult []any
+
+// proposal is one caller of Propose waiting for its op.
+type proposal struct {
+	ctx  context.Context
+	op   []byte
+	done chan proposalResult // buffered: the answer never blocks
+}
+
+type proposalResult struct {
+	index uint64
+	res   any
+	err   error
+}
+
+// inflightBatch is an entry handed to raft whose future is not answered yet.
+type inflightBatch struct {
+	fut   raft.ApplyFuture
+	props []*proposal
+}
+
+// proposer queues a node's proposals and hands them to raft in batches. It
+// owns two goroutines, started by start and stopped by stop: the batcher,
+// which drains the queue into raft.Apply, and the waiter, which answers the
+// proposers of each entry in log order when its future completes.
+type proposer struct {
+	n *Node
+
+	mu     sync.Mutex
+	queue  []*proposal
+	spare  []*proposal
+	closed bool
+	wake   chan struct{} // capacity 1
+
+	inflight chan inflightBatch
+	quit     chan struct{}
+	batcher  chan struct{} // closed when the batcher has exited
+	waiter   chan struct{} // closed when the waiter has exited
+}
+
+func (p *proposer) start(n *Node) {
+	p.n = n
+	p.wake = make(chan struct{}, 1)
+	p.inflight = make(chan inflightBatch, 64)
+	p.quit = make(chan struct{})
+	p.batcher = make(chan struct{})
+	p.waiter = make(chan struct{})
+	go p.runBatcher()
+	go p.runWaiter()
+}
+
+// submit queues op and returns the channel its outcome arrives on.
+func (p *proposer) submit(ctx context.Context, op []byte) (chan proposalResult, error) {
+	pr := &proposal{ctx: ctx, op: op, done: make(chan proposalResult, 1)}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, raft.ErrRaftShutdown
+	}
+	p.queue = append(p.queue, pr)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return pr.done, nil
+}
+
+// stop ends both goroutines. Queued proposals are answered with
+// ErrRaftShutdown; the waiter is given until the raft instance has shut
+// down plus a grace period, since raft may leave a future that was queued
+// just before its shutdown unanswered.
+func (p *proposer) stop() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	close(p.quit)
+	<-p.batcher
+	select {
+	case <-p.waiter:
+	case <-time.After(2 * time.Second):
+		p.n.log.Warn("proposal waiter did not finish: a raft future was left unanswered")
+	}
+}
+
+func (p *proposer) runBatcher() {
+	defer close(p.batcher)
+	defer close(p.inflight)
+	for {
+		select {
+		case <-p.wake:
+		case <-p.quit:
+			p.mu.Lock()
+			rest := p.queue
+			p.queue = nil
+			p.mu.Unlock()
+			for _, pr := range rest {
+				pr.done <- proposalResult{err: raft.ErrRaftShutdown}
+			}
+			return
+		}
+		p.mu.Lock()
+		reqs := p.queue
+		p.queue, p.spare = p.spare[:0], nil
+		p.mu.Unlock()
+		for rest := reqs; len(rest) > 0; {
+			rest = rest[p.dispatch(rest):]
+		}
+		// Double buffering: submitters fill the other slice meanwhile.
+		clear(reqs)
+		p.spare = reqs[:0]
+	}
+}
+
+// dispatch hands one entry built from a prefix of reqs to raft and returns
+// how many proposals it took. Proposals whose context has ended are
+// answered and skipped; nothing of theirs is proposed.
+func (p *proposer) dispatch(reqs []*proposal) int {
+	var (
+		props   []*proposal
+		ops     [][]byte
+		size    int
+		timeout = p.n.opts.ApplyTimeout
+		taken   int
+	)
+	for _, pr := range reqs {
+		if len(props) > 0 && (!batchable(pr.op) || !batchable(props[0].op) ||
+			len(props) >= maxBatchOps || size+len(pr.op) > maxBatchBytes) {
+			break
+		}
+		taken++
+		if err := pr.ctx.Err(); err != nil {
+			pr.done <- proposalResult{err: fmt.Errorf("copyset %s: %w", p.n.group, err)}
+			continue
+		}
+		props = append(props, pr)
+		ops = append(ops, pr.op)
+		size += len(pr.op)
+		if t := p.n.applyTimeout(pr.ctx); t < timeout {
+			timeout = t
+		}
+	}
+	if len(props) == 0 {
+		return taken
+	}
+	data := ops[0]
+	if len(ops) > 1 {
+		data = encodeBatch(ops)
+	}
+	fut := p.n.raft.Apply(data, timeout)
+	select {
+	case p.inflight <- inflightBatch{fut: fut, props: props}:
+	case <-p.quit:
+		// The waiter may be gone; answer here. The entry's outcome is
+		// unknown to its proposers, as with any proposal cut short.
+		for _, pr := range props {
+			pr.done <- proposalResult{err: raft.ErrRaftShutdown}
+		}
+	}
+	return taken
+}
+
+func (p *proposer) runWaiter() {
+	defer close(p.waiter)
+	for b := range p.inflight {
+		err := b.fut.Error()
+		if err != nil {
+			for _, pr := range b.props {
+				pr.done <- proposalResult{err: err}
+			}
+			continue
+		}
+		index, res := b.fut.Index(), b.fut.Response()
+		if len(b.props) == 1 {
+			b.props[0].done <- proposalResult{index: index, res: res}
+			continue
+		}
+		results, ok := res.(batchResult)
+		for i, pr := range b.props {
+			r := proposalResult{index: index}
+			switch {
+			case ok && i < len(results):
+				r.res = results[i]
+			case !ok:
+				// The whole envelope failed to apply (undecodable,
+				// broken replica): every op shares the outcome.
+				r.res = res
+			}
+			pr.done <- r
+		}
+	}
+}

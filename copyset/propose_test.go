@@ -1,0 +1,124 @@
+package copyset
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+func chunkOp(payload string) []byte {
+	op := make([]byte, OpHeaderLen, OpHeaderLen+len(payload))
+	PutOpHeader(op, KindChunk)
+	return append(op, payload...)
+}
+
+func TestBatchEnvelopeRoundTrip(t *testing.T) {
+	ops := [][]byte{chunkOp("a"), chunkOp(""), chunkOp(string(bytes.Repeat([]byte{7}, 300)))}
+	got, err := decodeBatch(encodeBatch(ops))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ops) {
+		t.Fatalf("%d ops, want %d", len(got), len(ops))
+	}
+	for i := range ops {
+		if !bytes.Equal(got[i], ops[i]) {
+			t.Fatalf("op %d = %x, want %x", i, got[i], ops[i])
+		}
+	}
+	good := encodeBatch(ops)
+	for name, data := range map[string][]byte{
+		"empty":          {},
+		"single op":      chunkOp("x"),
+		"zero ops":       {opBatchVersion, 0},
+		"count too big":  {opBatchVersion, 5, 1, 0},
+		"length too big": {opBatchVersion, 1, 9, 0},
+		"truncated":      good[:len(good)-1],
+		"trailing bytes": append(append([]byte{}, good...), 0),
+	} {
+		if _, err := decodeBatch(data); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+func TestBatchable(t *testing.T) {
+	other := make([]byte, OpHeaderLen)
+	PutOpHeader(other, KindIntegrity)
+	for _, tc := range []struct {
+		op   []byte
+		want bool
+	}{{chunkOp("x"), true}, {other, false}, {nil, false}, {[]byte{opBatchVersion, byte(KindChunk)}, false}} {
+		if got := batchable(tc.op); got != tc.want {
+			t.Errorf("batchable(%x) = %v, want %v", tc.op, got, tc.want)
+		}
+	}
+}
+
+// recordMachine records what it applies; ops whose payload is "fail" are
+// fatal.
+type recordMachine struct{ applied []string }
+
+func (m *recordMachine) Apply(index uint64, payload []byte) any {
+	if string(payload) == "fail" {
+		return &FatalError{Err: errors.New("disk on fire")}
+	}
+	m.applied = append(m.applied, fmt.Sprintf("%d:%s", index, payload))
+	return "ok " + string(payload)
+}
+func (m *recordMachine) Sync() error              { return nil }
+func (m *recordMachine) Files() ([]string, error) { return nil, nil }
+func (m *recordMachine) Close() error             { return nil }
+
+func TestFSMAppliesEnvelope(t *testing.T) {
+	m := &recordMachine{}
+	f := newFSM(map[Kind]StateMachine{KindChunk: m}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var broken *FatalError
+	f.onBroken = func(_ uint64, fe *FatalError) { broken = fe }
+	out := f.ApplyBatch([]*raft.Log{
+		{Index: 1, Type: raft.LogCommand, Data: chunkOp("single")},
+		{Index: 2, Type: raft.LogCommand, Data: encodeBatch([][]byte{chunkOp("x"), chunkOp("y")})},
+	})
+	if out[0] != "ok single" {
+		t.Fatalf("single op result %v", out[0])
+	}
+	res, ok := out[1].(batchResult)
+	if !ok || len(res) != 2 || res[0] != "ok x" || res[1] != "ok y" {
+		t.Fatalf("envelope result %#v", out[1])
+	}
+	if want := []string{"1:single", "2:x", "2:y"}; fmt.Sprint(m.applied) != fmt.Sprint(want) {
+		t.Fatalf("applied %v, want %v", m.applied, want)
+	}
+	if f.applied.Load() != 2 {
+		t.Fatalf("applied index %d", f.applied.Load())
+	}
+
+	// A fatal op in the middle: the ops before it are applied, it and the
+	// rest are answered with errors, the replica stops, the index stays.
+	out = f.ApplyBatch([]*raft.Log{
+		{Index: 3, Type: raft.LogCommand, Data: encodeBatch([][]byte{chunkOp("z"), chunkOp("fail"), chunkOp("w")})},
+		{Index: 4, Type: raft.LogCommand, Data: chunkOp("after")},
+	})
+	res, ok = out[0].(batchResult)
+	if !ok || len(res) != 3 || res[0] != "ok z" {
+		t.Fatalf("envelope result %#v", out[0])
+	}
+	var fe *FatalError
+	if !errors.As(res[1].(error), &fe) || res[2] != ErrBroken || out[1] != ErrBroken {
+		t.Fatalf("results after the fatal op: %#v, %#v", res[1:], out[1])
+	}
+	if broken == nil || f.broken.Load() == nil {
+		t.Fatal("replica not marked broken")
+	}
+	if f.applied.Load() != 2 {
+		t.Fatalf("applied index moved to %d past the failed entry", f.applied.Load())
+	}
+	if want := []string{"1:single", "2:x", "2:y", "3:z"}; fmt.Sprint(m.applied) != fmt.Sprint(want) {
+		t.Fatalf("applied %v, want %v", m.applied, want)
+	}
+}
