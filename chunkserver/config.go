@@ -129,7 +129,7 @@ func DefaultConfig() Config {
 			MaxAppendEntries:   64,
 			LogLevel:           "warn",
 			LogStore:           "shared",
-			LogShards:          4,
+			LogShards:          2,
 			SnapshotThreshold:  8192,
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,

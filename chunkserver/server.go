@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,11 +161,15 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats})
+	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
 		grpc.MaxConcurrentStreams(maxStreams(cfg.MaxConcurrentStreams)),
+		// Calls run on long-lived workers (more start when all are busy):
+		// no goroutine creation and stack growth per request.
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{

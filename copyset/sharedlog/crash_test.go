@@ -1,6 +1,7 @@
 package sharedlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -104,8 +106,8 @@ func deleteReq(g *GroupStore, min, max uint64) *request {
 		rec: encodeDelete(g.ID(), min, max), done: make(chan error, 1)}
 }
 
-// writeCrashImage lays out a log directory holding one shard whose only
-// segment has content seg.
+// writeCrashImage lays out a copy of the log directory src in dst, with the
+// content of segment segName of shard 0 replaced by seg.
 func writeCrashImage(t testing.TB, src, dst string, segName string, seg []byte) {
 	t.Helper()
 	if err := os.RemoveAll(dst); err != nil {
@@ -117,15 +119,76 @@ func writeCrashImage(t testing.TB, src, dst string, segName string, seg []byte) 
 	}
 }
 
+// Kinds of active segment the crash test runs on.
+const (
+	growingSegment  = "growing"  // a new log's first segment: every commit extends the file
+	zeroedSegment   = "zeroed"   // a preallocated spare: zeros after the valid data
+	recycledSegment = "recycled" // a recycled spare: its previous life's records after the valid data
+)
+
+const fillerGroup = 99 // a group outside the crash test's model
+
+// prepareActive makes the active segment of l (one shard) a preallocated one
+// of the given kind by writing (and then deleting) entries of fillerGroup.
+func prepareActive(t *testing.T, l *Log, kind string) {
+	t.Helper()
+	s := l.shards[0]
+	g := group(t, l, fillerGroup)
+	idx := uint64(1)
+	fill := func(until func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !until(); idx++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: timed out preparing the active segment: %+v", kind, l.Stats())
+			}
+			mustStore(t, g, entries(fillerGroup, idx, idx, 1))
+		}
+	}
+	// Leave the growing first segment for a zero-filled spare.
+	fill(func() bool { return onSpare(l) })
+	if kind == recycledSegment {
+		// Fill a few segments, free them all, wait until one is the spare,
+		// and roll into it.
+		first := l.Stats().Shards[0].ActiveSegment
+		fill(func() bool { return l.Stats().Shards[0].ActiveSegment >= first+3 })
+		mustDelete(t, g, 1, idx)
+		fill(func() bool { st := l.Stats().Shards[0]; return st.Recycled > 0 && st.SpareReady })
+		active := l.Stats().Shards[0].ActiveSegment
+		fill(func() bool { return l.Stats().Shards[0].ActiveSegment > active })
+	}
+	mustDelete(t, g, 1, idx)
+	seg := s.segment(l.Stats().Shards[0].ActiveSegment)
+	if !seg.prealloc || seg.fileSize.Load() != s.segSize {
+		t.Fatalf("%s: active segment is not preallocated (%d of %d bytes)", kind, seg.fileSize.Load(), s.segSize)
+	}
+}
+
 // TestCrashDuringGroupCommit writes acknowledged batches, then one group
 // commit of several records from several groups, and simulates a crash at
-// every byte of that last write (the file cut there) and a corrupted byte at
-// every position of it. Recovery must yield the acknowledged state plus a
-// prefix of the last batch's records, with every stored entry intact.
+// every byte of that last write (the write cut there: the bytes after it
+// are what the file held before) and a corrupted byte at every position of
+// it. Recovery must yield the acknowledged state plus a prefix of the last
+// batch's records, with every stored entry intact, and appends after the
+// recovered end must never bring back a later record of the torn batch. It
+// runs on the three kinds of active segment: growing (the file is cut),
+// zero-filled and recycled (the rest of the file is zeros, or records of
+// the file's previous life).
 func TestCrashDuringGroupCommit(t *testing.T) {
+	for _, kind := range []string{growingSegment, zeroedSegment, recycledSegment} {
+		t.Run(kind, func(t *testing.T) { testCrashDuringGroupCommit(t, kind) })
+	}
+}
+
+func testCrashDuringGroupCommit(t *testing.T, kind string) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir, Shards: 1, NoSync: true}
+	if kind != growingSegment {
+		opts.SegmentSize = 64 << 10
+	}
 	l := openLog(t, opts)
+	if kind != growingSegment {
+		prepareActive(t, l, kind)
+	}
 	groups := []uint64{1, 2, 3, 4}
 	m := newModel()
 	for _, g := range groups {
@@ -158,7 +221,16 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 		{entriesReq(t, g(4), entries(4, 4, 8, 3)), func(m *model) { m.store(4, entries(4, 4, 8, 3)) }},
 		{entriesReq(t, g(1), entries(1, 10, 10, 2)), func(m *model) { m.store(1, entries(1, 10, 10, 2)) }},
 	}
-	before := s.active.size.Load()
+	seg := s.active
+	before := seg.size.Load()
+	// What the file holds where the last batch will go.
+	prior := make([]byte, seg.fileSize.Load())
+	if _, err := seg.f.ReadAt(prior, 0); err != nil {
+		t.Fatal(err)
+	}
+	if kind == recycledSegment && !slices.ContainsFunc(prior[before:], func(b byte) bool { return b != 0 }) {
+		t.Fatal("recycled segment has no stale data after its valid records")
+	}
 	batches := s.batches.Load()
 	var reqs []*request
 	for _, st := range steps {
@@ -170,9 +242,13 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 	if got := s.batches.Load() - batches; got != 1 {
 		t.Fatalf("last batch took %d group commits, want 1", got)
 	}
+	if s.active != seg {
+		t.Fatal("the last batch went to another segment")
+	}
+	starts := make([]int64, len(reqs))
 	ends := make([]int64, len(reqs))
 	for i, r := range reqs {
-		ends[i] = r.off + int64(len(r.rec))
+		starts[i], ends[i] = r.off, r.off+int64(len(r.rec))
 	}
 	final := m.clone()
 	for _, st := range steps {
@@ -184,16 +260,28 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 	}
 
 	files := segFiles(t, dir, 0)
-	if len(files) != 1 {
+	if kind == growingSegment && len(files) != 1 {
 		t.Fatalf("segments: %v", files)
 	}
-	name := filepath.Base(files[0])
-	full, err := os.ReadFile(files[0])
+	name := filepath.Base(files[len(files)-1])
+	if name != filepath.Base(seg.path) {
+		t.Fatalf("last segment file %s, active was %s", name, seg.path)
+	}
+	full, err := os.ReadFile(files[len(files)-1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if int64(len(full)) != ends[len(ends)-1] {
-		t.Fatalf("segment is %d bytes, last record ends at %d", len(full), ends[len(ends)-1])
+	// The write covered [before, written): the records, and for a
+	// preallocated segment zeros up to the next page boundary.
+	written := ends[len(ends)-1]
+	switch {
+	case kind == growingSegment && int64(len(full)) != written:
+		t.Fatalf("segment is %d bytes, last record ends at %d", len(full), written)
+	case kind != growingSegment:
+		if int64(len(full)) != opts.SegmentSize {
+			t.Fatalf("preallocated segment is %d bytes, want %d", len(full), opts.SegmentSize)
+		}
+		written = min((written+pageSize-1)/pageSize*pageSize, int64(len(full)))
 	}
 	// expect returns the model after the first k records of the last batch.
 	expect := func(k int) *model {
@@ -203,18 +291,24 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 		}
 		return e
 	}
-	complete := func(limit int64) int { // records wholly below limit
+	// intact returns how many leading records of the last batch img holds
+	// exactly as written.
+	intact := func(img []byte) int {
 		k := 0
-		for k < len(ends) && ends[k] <= limit {
+		for k < len(ends) && ends[k] <= int64(len(img)) && bytes.Equal(img[starts[k]:ends[k]], full[starts[k]:ends[k]]) {
 			k++
 		}
 		return k
 	}
 	work := filepath.Join(t.TempDir(), "img")
-	check := func(desc string, img []byte, k int, extra bool) {
+	reopen := Options{Dir: work, SegmentSize: opts.SegmentSize, NoSync: true}
+	checks := 0
+	check := func(desc string, img []byte, extra bool) {
 		t.Helper()
+		checks++
+		k := intact(img)
 		writeCrashImage(t, dir, work, name, img)
-		l := openLog(t, Options{Dir: work, NoSync: true})
+		l := openLog(t, reopen)
 		defer func() { l.Close() }()
 		exp := expect(k)
 		exp.verify(t, l, groups, 12)
@@ -222,32 +316,66 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 		if k > 0 {
 			wantSize = ends[k-1]
 		}
-		if fi, err := os.Stat(filepath.Join(work, "shard-000", name)); err != nil || fi.Size() != wantSize {
-			t.Fatalf("%s: segment not truncated to %d: %v %v", desc, wantSize, fi.Size(), err)
+		if got := l.shards[0].segment(seg.id).size.Load(); got != wantSize {
+			t.Fatalf("%s: recovered %d bytes of the segment, want %d", desc, got, wantSize)
+		}
+		fi, err := os.Stat(filepath.Join(work, "shard-000", name))
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case kind == growingSegment && fi.Size() != wantSize:
+			t.Fatalf("%s: segment not truncated to %d: %d", desc, wantSize, fi.Size())
+		case kind != growingSegment && fi.Size() != int64(len(img)):
+			t.Fatalf("%s: preallocated segment changed size from %d to %d", desc, len(img), fi.Size())
 		}
 		if extra {
-			// The recovered log accepts appends after the cut point and keeps them.
+			// The recovered log accepts appends after the cut point and
+			// keeps them, and no record of the torn batch that the file
+			// still holds after them comes back.
 			gs := group(t, l, 3)
 			last, _ := gs.LastIndex()
 			more := entries(3, last+1, last+2, 9)
 			mustStore(t, gs, more)
 			exp.store(3, more)
 			l.Close()
-			l = openLog(t, Options{Dir: work, NoSync: true})
+			l = openLog(t, reopen)
 			exp.verify(t, l, groups, 14)
 		}
 	}
-	for cut := before; cut < int64(len(full)); cut++ {
-		check(fmt.Sprintf("cut at %d", cut), full[:cut], complete(cut), cut%97 == 0)
+	// The write reached the disk up to cut (for a growing segment the file
+	// ends there; otherwise the old content follows).
+	// Past the records (the page's zero padding) sample every 256 bytes.
+	stride := func(cut int64) int64 {
+		if cut >= ends[len(ends)-1] {
+			return 256
+		}
+		return 1
 	}
-	for p := before; p < int64(len(full)); p++ {
+	for cut := before; cut < written; cut += stride(cut) {
+		img := append(slices.Clone(full[:cut]), prior[min(cut, int64(len(prior))):]...)
+		check(fmt.Sprintf("cut at %d", cut), img, cut%97 == 0 || kind != growingSegment && cut%7 == 0)
+	}
+	// A corrupted byte in the last batch.
+	for p := before; p < ends[len(ends)-1]; p++ {
 		img := slices.Clone(full)
 		img[p] ^= 0x5a
-		check(fmt.Sprintf("flip at %d", p), img, complete(p), p%101 == 0)
+		check(fmt.Sprintf("flip at %d", p), img, p%101 == 0 || kind != growingSegment && p%11 == 0)
 	}
-	// Trailing zeros (a file extended but never written) are a torn record.
-	check("zero tail", append(slices.Clone(full), make([]byte, 100)...), len(steps), true)
-	t.Logf("checked %d cut points and %d flipped bytes over a %d-record batch", int64(len(full))-before, int64(len(full))-before, len(steps))
+	if kind == growingSegment {
+		// Trailing zeros (a file extended but never written) end the log.
+		check("zero tail", append(slices.Clone(full), make([]byte, 100)...), true)
+	} else {
+		// The write reached the disk only from cut on (pages persisted out
+		// of order): the later records of the batch are intact after a
+		// broken one, and must stay dead after appends at the recovered end.
+		for cut := before + 1; cut < written; cut += stride(cut) {
+			img := slices.Clone(full)
+			copy(img[before:cut], prior[before:cut])
+			check(fmt.Sprintf("lost up to %d", cut), img, slices.Contains(starts, cut) || cut%13 == 0)
+		}
+		check("as written", full, true)
+	}
+	t.Logf("%s: %d crash images over a %d-record batch of %d bytes", kind, checks, len(steps), ends[len(ends)-1]-before)
 }
 
 // TestCorruptionInOlderSegment checks that a bad record in a non-last
@@ -308,7 +436,7 @@ func TestCrashDuringRoll(t *testing.T) {
 	l.Close()
 	files := segFiles(t, dir, 0)
 	last, _ := parseSegName(filepath.Base(files[len(files)-1]))
-	for _, partial := range [][]byte{nil, segMagic[:], appendSegHeader(nil, 0, last+1)[:segHeaderSize-1]} {
+	for _, partial := range [][]byte{nil, segMagic[:], appendSegHeader(nil, 0, last+1, segHeader{salt: 1})[:segHeaderSize-1]} {
 		p := filepath.Join(dir, "shard-000", segName(last+1))
 		if err := os.WriteFile(p, partial, 0o644); err != nil {
 			t.Fatal(err)

@@ -33,6 +33,7 @@ func TestSegmentGC(t *testing.T) {
 	}
 	st := l.Stats()
 	segsBefore := []int{len(segFiles(t, dir, 0)), len(segFiles(t, dir, 1))}
+	oldest1 := segFiles(t, dir, 1)[0]
 	if segsBefore[0] < 5 || segsBefore[1] < 5 || st.Segments != segsBefore[0]+segsBefore[1] {
 		t.Fatalf("segments per shard %v, stats %d", segsBefore, st.Segments)
 	}
@@ -52,8 +53,10 @@ func TestSegmentGC(t *testing.T) {
 	if got := segCount(t, dir, 0, func(n int) bool { return n < segsBefore[0]-2 }); got >= segsBefore[0]-2 {
 		t.Fatalf("shard 0: %d segments after truncation, had %d", got, segsBefore[0])
 	}
-	if got := len(segFiles(t, dir, 1)); got != segsBefore[1] {
-		t.Fatalf("shard 1: %d segments, want %d (pinned by group 3)", got, segsBefore[1])
+	// Nothing of shard 1 was collected (its delete records may have started
+	// a segment, as the move from a growing segment to a ready spare does).
+	if got := segFiles(t, dir, 1); len(got) < segsBefore[1] || got[0] != oldest1 {
+		t.Fatalf("shard 1: %d segments from %s, want >= %d from %s (pinned by group 3)", len(got), got[0], segsBefore[1], oldest1)
 	}
 	if p := st.Shards[1].PinningGroups; !slices.Equal(p, []uint64{3}) {
 		t.Fatalf("shard 1 pinning groups %v, want [3]", p)

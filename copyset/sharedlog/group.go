@@ -98,6 +98,10 @@ func (g *GroupStore) GetLog(index uint64, out *raft.Log) error {
 		return fmt.Errorf("sharedlog: group %d index %d: %w", g.st.id, index, err)
 	}
 	if err := decodeEntry(buf, out); err != nil || out.Index != index {
+		if g.s.segment(l.seg) != seg {
+			// Collected (and possibly recycled) while we read.
+			return raft.ErrLogNotFound
+		}
 		return fmt.Errorf("sharedlog: group %d index %d: corrupt entry in segment %d at %d", g.st.id, index, l.seg, l.off)
 	}
 	return nil

@@ -135,7 +135,15 @@ func TestConcurrentRaftPattern(t *testing.T) {
 				continue
 			}
 			var got raft.Log
-			if err := g0.GetLog(lst, &got); err != nil || got.Index != lst {
+			err := g0.GetLog(lst, &got)
+			if errors.Is(err, raft.ErrLogNotFound) {
+				// Compacted since it was the last one, if this goroutine
+				// was descheduled long enough.
+				if first, _ := g0.FirstIndex(); first > lst {
+					continue
+				}
+			}
+			if err != nil || got.Index != lst {
 				errc <- errors.Join(errors.New("GetLog of last entry"), err)
 				return
 			}

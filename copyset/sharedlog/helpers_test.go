@@ -130,7 +130,8 @@ func segFiles(t testing.TB, dir string, shard int) []string {
 	return m
 }
 
-// copyDir copies the regular files of a log directory tree (no LOCK).
+// copyDir copies the regular files of a log directory tree (no LOCK). The
+// log may be open: files that disappear meanwhile are skipped.
 func copyDir(t testing.TB, src, dst string) {
 	t.Helper()
 	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
@@ -146,6 +147,9 @@ func copyDir(t testing.TB, src, dst string) {
 			return nil
 		}
 		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // a spare renamed by an open log's preparer
+		}
 		if err != nil {
 			return err
 		}
@@ -169,4 +173,34 @@ func segCount(t testing.TB, dir string, shard int, want func(int) bool) int {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// steady reports whether every shard of l that was written to appends to a
+// preallocated segment and none is preparing a spare (benchmarks start
+// timing then).
+func steady(l *Log) bool {
+	written := false
+	for _, s := range l.shards {
+		if s.records.Load() == 0 {
+			continue
+		}
+		written = true
+		s.prepMu.Lock()
+		busy := s.want && s.ready == nil
+		s.prepMu.Unlock()
+		if busy || !s.segment(s.activeID()).prealloc {
+			return false
+		}
+	}
+	return written
+}
+
+// onSpare reports whether shard 0 of l appends to a preallocated segment and
+// is not preparing a spare.
+func onSpare(l *Log) bool {
+	s := l.shards[0]
+	s.prepMu.Lock()
+	busy := s.want && s.ready == nil
+	s.prepMu.Unlock()
+	return !busy && s.segment(s.activeID()).prealloc
 }

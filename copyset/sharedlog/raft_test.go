@@ -14,10 +14,13 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// listFSM records the commands applied to it.
+// listFSM records the commands applied to it. A command already applied is
+// ignored: a command that failed with raft.ErrLeadershipLost may still have
+// committed, and the test retries it.
 type listFSM struct {
 	mu      sync.Mutex
 	applied []string
+	seen    map[string]bool
 }
 
 func (f *listFSM) Apply(l *raft.Log) any {
@@ -26,7 +29,13 @@ func (f *listFSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.applied = append(f.applied, string(l.Data))
+	if f.seen == nil {
+		f.seen = make(map[string]bool)
+	}
+	if c := string(l.Data); !f.seen[c] {
+		f.seen[c] = true
+		f.applied = append(f.applied, c)
+	}
 	return len(f.applied)
 }
 
@@ -44,6 +53,10 @@ func (f *listFSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.applied = v
+	f.seen = make(map[string]bool, len(v))
+	for _, c := range v {
+		f.seen[c] = true
+	}
 	f.mu.Unlock()
 	return nil
 }

@@ -13,16 +13,28 @@ import (
 // Record framing (little endian):
 //
 //	[0:4)   uint32 payload length n
-//	[4:8)   uint32 crc32c (Castagnoli) over bytes [0:4) and [8:17+n)
-//	[8]     record type
-//	[9:17)  uint64 group id
-//	[17:17+n) payload
+//	[4:8)   uint32 crc32c (Castagnoli) over bytes [0:4) and [12:21+n)
+//	[8:12)  uint32 link: crc32c of (link of the previous record in the
+//	        segment, or the segment's salt for its first record; this
+//	        record's crc), both as 4 bytes little endian
+//	[12]    record type
+//	[13:21) uint64 group id
+//	[21:21+n) payload
 //
 // The crc covers the length, type, group and payload, so a torn or
 // overwritten record is detected and recovery stops at the end of the valid
-// prefix.
+// prefix. The crc is computed by the caller, the link by the shard writer
+// when it places the record. The link chains every record to the segment
+// incarnation (the salt, random per activation of a segment file) and to all
+// records before it: a record left in a recycled file by its previous life,
+// or one of a torn batch that lies beyond a record rewritten after a crash,
+// does not continue the chain and ends the scan, so segment files can be
+// preallocated and reused without truncating their tails.
 const (
-	recHeaderSize = 17
+	recHeaderSize = 21
+	recLinkOff    = 8
+	recTypeOff    = 12
+	recGroupOff   = 13
 	// maxRecordPayload bounds a single record (one StoreLogs call).
 	maxRecordPayload = 1 << 30
 )
@@ -43,20 +55,37 @@ var errCorrupt = errors.New("sharedlog: corrupt record")
 // beginRecord appends a header placeholder for a record of type t.
 func beginRecord(buf []byte, t recType, group uint64) []byte {
 	var h [recHeaderSize]byte
-	h[8] = byte(t)
-	binary.LittleEndian.PutUint64(h[9:17], group)
+	h[recTypeOff] = byte(t)
+	binary.LittleEndian.PutUint64(h[recGroupOff:recHeaderSize], group)
 	return append(buf, h[:]...)
 }
 
 // finishRecord fills length and crc of the record rec (which starts with its
-// header and ends with its payload).
+// header and ends with its payload). The link is filled by setLink.
 func finishRecord(rec []byte) {
 	binary.LittleEndian.PutUint32(rec[0:4], uint32(len(rec)-recHeaderSize))
-	binary.LittleEndian.PutUint32(rec[4:8], recordCRC(rec[0:4], rec[8:]))
+	binary.LittleEndian.PutUint32(rec[4:8], recordCRC(rec[0:4], rec[recTypeOff:]))
 }
 
 func recordCRC(length, rest []byte) uint32 {
 	return crc32.Update(crc32.Update(0, castagnoli, length), castagnoli, rest)
+}
+
+// linkCRC is the link of a record whose crc is crc and whose predecessor's
+// link (or segment salt) is prev.
+func linkCRC(prev, crc uint32) uint32 {
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[0:4], prev)
+	binary.LittleEndian.PutUint32(b[4:8], crc)
+	return crc32.Update(0, castagnoli, b[:])
+}
+
+// setLink chains the finished record at the start of rec to prev and returns
+// its link.
+func setLink(rec []byte, prev uint32) uint32 {
+	l := linkCRC(prev, binary.LittleEndian.Uint32(rec[4:8]))
+	binary.LittleEndian.PutUint32(rec[recLinkOff:recLinkOff+4], l)
+	return l
 }
 
 // entryRef locates one encoded raft.Log inside a record: off is relative to
@@ -225,7 +254,7 @@ func encodeDrop(group uint64) []byte {
 // decodeOp parses a record whose crc was verified. hdr is the record header,
 // payload its payload. Entry offsets are relative to the record start.
 func decodeOp(hdr, payload []byte) (op, error) {
-	o := op{kind: recType(hdr[8]), group: binary.LittleEndian.Uint64(hdr[9:17])}
+	o := op{kind: recType(hdr[recTypeOff]), group: binary.LittleEndian.Uint64(hdr[recGroupOff:recHeaderSize])}
 	switch o.kind {
 	case recEntries:
 		count, n := binary.Uvarint(payload)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,8 +66,9 @@ type request struct {
 	done chan error
 }
 
-// shard is one independent WAL: a directory of segments, a commit queue and
-// the writer goroutine that drains it.
+// shard is one independent WAL: a directory of segments, a commit queue, the
+// writer goroutine that drains it and the preparer goroutine that keeps a
+// spare segment file ready (spare.go).
 type shard struct {
 	id      int
 	dir     string
@@ -84,10 +86,12 @@ type shard struct {
 
 	// Owned by the writer goroutine (by Open before it starts).
 	active     *segment
-	activeBase int64 // size of the active segment before its first request record
+	activeBase int64  // size of the active segment before its first request record
+	link       uint32 // link of the active segment's last record (its salt if none)
+	requested  bool   // a spare was requested since the active segment started
 	buf        []byte
 	batch      []*request
-	spare      []*request
+	free       []*request // the queue's other buffer
 
 	qmu    sync.Mutex // guards queue, closed, err
 	queue  []*request
@@ -96,11 +100,24 @@ type shard struct {
 	wake   chan struct{}
 	done   chan struct{}
 
+	// Spare segment preparation (spare.go). prepMu guards ready, want,
+	// dead and prepStop.
+	prepMu    sync.Mutex
+	prepCond  *sync.Cond
+	ready     *spareFile // at most one spare per shard
+	want      bool       // the writer asked for a spare
+	dead      []*segment // collected segments to recycle or remove, oldest first
+	prepStop  bool
+	prepDone  chan struct{}
+	spareSeq  uint64      // number of the next spare file; the preparer's once it runs
+	haveSpare atomic.Bool // ready != nil
+
 	batches, records, bytes, fsyncs atomic.Uint64
+	recycled, prepared, spareMisses atomic.Uint64
 }
 
 func newShard(id int, dir string, opts *Options) *shard {
-	return &shard{
+	s := &shard{
 		id:       id,
 		dir:      dir,
 		segSize:  opts.SegmentSize,
@@ -111,7 +128,10 @@ func newShard(id int, dir string, opts *Options) *shard {
 		segs:     make(map[uint32]*segment),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		prepDone: make(chan struct{}),
 	}
+	s.prepCond = sync.NewCond(&s.prepMu)
+	return s
 }
 
 // state returns the live state of group, creating it.
@@ -185,9 +205,9 @@ func (s *shard) run() {
 		s.qmu.Lock()
 		reqs := s.queue
 		if len(reqs) > 0 {
-			// Double buffering: the enqueuers fill the spare slice while
+			// Double buffering: the enqueuers fill the other slice while
 			// this one is processed.
-			s.queue, s.spare = s.spare[:0], nil
+			s.queue, s.free = s.free[:0], nil
 		}
 		closed := s.closed
 		s.qmu.Unlock()
@@ -200,7 +220,14 @@ func (s *shard) run() {
 		}
 		s.process(reqs)
 		clear(reqs)
-		s.spare = reqs[:0]
+		s.free = reqs[:0]
+		// The waiters just woken are only runnable (a channel send does
+		// not hand them the processor): let them run before draining the
+		// queue, so that those with another record submit it into the next
+		// group commit rather than just after it started. Otherwise, on a
+		// busy machine, the cheaper the fdatasync the smaller the batches,
+		// and every fdatasync costs CPU.
+		runtime.Gosched()
 	}
 }
 
@@ -210,6 +237,15 @@ func (s *shard) process(reqs []*request) {
 	s.qmu.Lock()
 	err := s.err
 	s.qmu.Unlock()
+	if err == nil && !s.active.prealloc && s.haveSpare.Load() {
+		// Every commit to the active segment grows its file (the first
+		// segment of a new log, or one started while no spare was ready),
+		// so each fdatasync also commits metadata: switch to the
+		// preallocated spare now.
+		if err = s.roll(); err != nil {
+			s.poison(err)
+		}
+	}
 	if err != nil {
 		for _, r := range reqs {
 			r.done <- err
@@ -254,7 +290,9 @@ func (s *shard) process(reqs []*request) {
 			continue
 		}
 		r.off = size + int64(len(buf))
+		start := len(buf)
 		buf = append(buf, r.rec...)
+		s.link = setLink(buf[start:], s.link)
 		batch = append(batch, r)
 		switch r.kind {
 		case recDrop:
@@ -282,12 +320,15 @@ func (s *shard) process(reqs []*request) {
 	}
 }
 
-// commit appends buf (the records of batch) to the active segment, makes it
-// durable, applies the records to the in-memory state and wakes the waiters.
+// commit writes buf (the records of batch, already chained) at the end of
+// the active segment's valid data, makes it durable, applies the records to
+// the in-memory state and wakes the waiters. In a preallocated segment the
+// write lands in blocks that are already allocated and written, so the
+// fdatasync flushes data only: no inode or extent change for the journal.
 func (s *shard) commit(buf []byte, batch []*request) error {
 	seg := s.active
 	size := seg.size.Load()
-	if _, err := seg.f.WriteAt(buf, size); err != nil {
+	if _, err := seg.f.WriteAt(padToPage(buf, size, seg.fileSize.Load()), size); err != nil {
 		s.poison(err)
 		return err
 	}
@@ -298,7 +339,11 @@ func (s *shard) commit(buf []byte, batch []*request) error {
 		}
 		s.fsyncs.Add(1)
 	}
-	seg.size.Store(size + int64(len(buf)))
+	end := size + int64(len(buf))
+	seg.size.Store(end)
+	if end > seg.fileSize.Load() {
+		seg.fileSize.Store(end)
+	}
 	s.batches.Add(1)
 	s.records.Add(uint64(len(batch)))
 	s.bytes.Add(uint64(len(buf)))
@@ -308,7 +353,51 @@ func (s *shard) commit(buf []byte, batch []*request) error {
 	for _, r := range batch {
 		r.done <- nil
 	}
+	if !s.requested && end >= s.prepAt(seg) {
+		s.requested = true
+		s.requestSpare()
+	}
 	return nil
+}
+
+// prepAt is the fill of the active segment at which the writer asks for the
+// next spare. Until then a segment freed by garbage collection becomes the
+// spare (recycled, no zero-fill); segments die about as often as they are
+// started, so the later the request the more rolls recycle. A preallocated
+// segment asks at three quarters: zero-filling a segment sequentially takes
+// far less time than filling a quarter of one with small records, and a late
+// spare costs little (the roll starts a growing segment, and the writer
+// moves to the spare once it is ready). A growing segment (a new log's
+// first, or one started without a spare) asks after 1 MiB, or a quarter: it
+// should be left soon, but an idle log or a test should not pay for a spare.
+func (s *shard) prepAt(seg *segment) int64 {
+	if seg.prealloc {
+		return s.segSize - s.segSize/4
+	}
+	return max(1, min(s.segSize/4, 1<<20))
+}
+
+// pageSize is the page cache's unit.
+var pageSize = int64(os.Getpagesize())
+
+var zeroPage = make([]byte, pageSize)
+
+// padToPage returns buf, to be written at off in a file of length fileSize,
+// extended with zeros to the next page boundary if that is inside the file.
+// Overwriting part of a page that is not in the page cache (a preallocated
+// or recycled segment's pages, written long ago or with O_DIRECT) makes the
+// kernel read it from disk first, synchronously, in the write call; covering
+// the rest of the page avoids that read. It costs no extra I/O (writeback
+// writes whole pages anyway) and the zeros lie beyond the end of the valid
+// records, where recovery expects zeros or garbage. The next write starts in
+// the last page, which is now cached. buf's spare capacity may be used.
+func padToPage(buf []byte, off, fileSize int64) []byte {
+	end := off + int64(len(buf))
+	pad := -end & (pageSize - 1)
+	if pad == 0 || end+pad > fileSize {
+		return buf
+	}
+	return append(buf, zeroPage[:pad]...)
 }
 
 func (s *shard) applyLive(r *request, seg uint32) {
@@ -337,17 +426,48 @@ func (s *shard) poison(err error) {
 	s.qmu.Unlock()
 }
 
-// roll starts a new segment. It writes the segment header followed by a
-// checkpoint of every group's stable-store keys, so that older segments are
-// never needed for them, fsyncs it and the directory, then collects garbage.
+// roll starts the next segment, normally in the spare the preparer has
+// ready, else (the preparer is behind, or failed) in a new file that grows
+// as it is written. Either way the segment starts with its header, which
+// records where the previous segment's records end, and a checkpoint of
+// every group's stable-store keys so that older segments are never needed
+// for them; both are durable before any record is written after them.
+// Then it collects garbage.
 func (s *shard) roll() error {
-	id := s.active.id + 1
-	path := filepath.Join(s.dir, segName(id))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	prev := s.active
+	id := prev.id + 1
+	h := segHeader{prevEnd: prev.size.Load()}
+	var (
+		seg  *segment
+		link uint32
+		err  error
+	)
+	if sp := s.takeSpare(); sp != nil {
+		seg, link, err = s.activateSpare(sp, id, h)
+		s.requested = false
+	} else {
+		s.spareMisses.Add(1)
+		s.logger.Warn("sharedlog: no spare segment ready at roll, starting a growing segment", "segment", id)
+		seg, link, err = s.createSegment(id, h, !s.noSync)
+		s.requested = true
+		s.requestSpare()
+	}
 	if err != nil {
 		return err
 	}
-	buf := appendSegHeader(make([]byte, 0, 4096), s.id, id)
+	s.addSegment(seg)
+	s.active = seg
+	s.activeBase = seg.size.Load()
+	s.link = link
+	s.gc()
+	return nil
+}
+
+// segmentStart returns the first bytes of segment id: its header and the
+// checkpoint, chained from h.salt, and the link of the last record.
+func (s *shard) segmentStart(id uint32, h segHeader) ([]byte, uint32) {
+	buf := appendSegHeader(make([]byte, 0, 4096), s.id, id, h)
+	link := h.salt
 	for _, st := range s.allStates() {
 		st.mu.RLock()
 		keys := make([]string, 0, len(st.kv))
@@ -356,33 +476,82 @@ func (s *shard) roll() error {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
+			start := len(buf)
 			buf = encodeSet(buf, st.id, k, st.kv[k])
+			link = setLink(buf[start:], link)
 		}
 		st.mu.RUnlock()
 	}
-	if _, err := f.WriteAt(buf, 0); err != nil {
-		f.Close()
-		return err
+	return buf, link
+}
+
+// activateSpare turns spare sp into segment id: it writes the segment's
+// start over the beginning of the file (a new salt, so nothing from the
+// file's previous life continues the chain), makes it durable, then renames
+// the file to the segment's name and syncs the directory. Until that rename
+// is durable the file is still a spare to recovery, whatever it holds.
+func (s *shard) activateSpare(sp *spareFile, id uint32, h segHeader) (*segment, uint32, error) {
+	h.salt = newSalt(sp.oldSalt)
+	buf, link := s.segmentStart(id, h)
+	fail := func(err error) (*segment, uint32, error) {
+		sp.f.Close()
+		return nil, 0, err
+	}
+	if _, err := sp.f.WriteAt(padToPage(buf, 0, sp.size), 0); err != nil {
+		return fail(err)
 	}
 	if !s.noSync {
+		if err := fdatasync(sp.f); err != nil {
+			return fail(err)
+		}
+		s.fsyncs.Add(1)
+	}
+	path := filepath.Join(s.dir, segName(id))
+	if err := os.Rename(sp.path, path); err != nil {
+		return fail(err)
+	}
+	if !s.noSync {
+		if err := syncDir(s.dir); err != nil {
+			return fail(err)
+		}
+	}
+	s.bytes.Add(uint64(len(buf)))
+	seg := &segment{id: id, path: path, f: sp.f, salt: h.salt, prealloc: true}
+	seg.size.Store(int64(len(buf)))
+	seg.fileSize.Store(max(sp.size, int64(len(buf))))
+	return seg, link, nil
+}
+
+// createSegment creates segment id as a new file holding only its start
+// (it grows as records are appended).
+func (s *shard) createSegment(id uint32, h segHeader, sync bool) (*segment, uint32, error) {
+	path := filepath.Join(s.dir, segName(id))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	h.salt = newSalt(0)
+	buf, link := s.segmentStart(id, h)
+	if _, err := f.WriteAt(buf, 0); err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if sync {
 		if err := fdatasync(f); err != nil {
 			f.Close()
-			return err
+			return nil, 0, err
 		}
 		if err := syncDir(s.dir); err != nil {
 			f.Close()
-			return err
+			return nil, 0, err
 		}
 		s.fsyncs.Add(1)
 	}
 	s.bytes.Add(uint64(len(buf)))
-	seg := &segment{id: id, path: path, f: f}
+	seg := &segment{id: id, path: path, f: f, salt: h.salt}
 	seg.size.Store(int64(len(buf)))
-	s.addSegment(seg)
-	s.active = seg
-	s.activeBase = int64(len(buf))
-	s.gc()
-	return nil
+	seg.fileSize.Store(int64(len(buf)))
+	return seg, link, nil
 }
 
 // allStates returns every state that may still hold data: live groups and
@@ -438,11 +607,14 @@ func (s *shard) activeID() uint32 {
 	return s.segIDs[len(s.segIDs)-1]
 }
 
-// gc deletes, oldest first, the segments that no group has a live entry in.
-// Runs on the writer goroutine (or during Open), so no record is written
-// concurrently. Deleting only a prefix keeps the WAL a contiguous suffix,
-// which recovery relies on: replaying from any segment at or before the
-// oldest live one rebuilds the same state (see index).
+// gc retires, oldest first, the segments that no group has a live entry in:
+// they leave the segment table, their files are closed (a concurrent GetLog
+// then fails with os.ErrClosed and reports the entry missing) and the
+// preparer recycles one as the spare or removes them. Runs on the writer
+// goroutine (or during Open), so no record is written concurrently.
+// Retiring only a prefix keeps the WAL a contiguous suffix, which recovery
+// relies on: replaying from any segment at or before the oldest live one
+// rebuilds the same state (see index).
 func (s *shard) gc() {
 	min, _ := s.oldestLive()
 	var dead []*segment
@@ -454,18 +626,17 @@ func (s *shard) gc() {
 		s.segIDs = s.segIDs[1:]
 	}
 	s.segMu.Unlock()
+	if len(dead) == 0 {
+		return
+	}
 	for _, seg := range dead {
 		seg.f.Close()
-		if err := os.Remove(seg.path); err != nil {
-			s.logger.Warn("sharedlog: removing segment", "segment", seg.id, "err", err)
-		} else {
-			s.logger.Debug("sharedlog: removed segment", "segment", seg.id)
-		}
 	}
+	s.retire(dead)
 }
 
-// close stops the writer after it has committed everything queued, then
-// closes the segment files.
+// close stops the writer after it has committed everything queued, then the
+// preparer, and closes the files.
 func (s *shard) close() error {
 	s.qmu.Lock()
 	s.closed = true
@@ -475,6 +646,7 @@ func (s *shard) close() error {
 	default:
 	}
 	<-s.done
+	s.stopPreparer()
 	var first error
 	s.segMu.Lock()
 	for _, id := range s.segIDs {
@@ -483,6 +655,9 @@ func (s *shard) close() error {
 		}
 	}
 	s.segMu.Unlock()
+	if sp := s.takeSpare(); sp != nil {
+		sp.f.Close()
+	}
 	return first
 }
 
@@ -491,12 +666,23 @@ func (s *shard) close() error {
 
 // recover rebuilds the shard from its segments. Rules:
 //   - segment ids must be contiguous; files before the last gap are
-//     leftovers of a garbage collection whose unlinks were not yet durable
-//     and are deleted;
+//     leftovers of a garbage collection whose unlinks (or renames to a
+//     spare) were not yet durable and are deleted;
 //   - a segment with a bad header ends the shard: it and every later segment
-//     are deleted;
-//   - a record that is short (torn) or fails its crc ends the shard: its
-//     segment is truncated there and every later segment is deleted.
+//     are deleted (a segment file gets its name only once its header is
+//     durable, so this is damage, or a crash of the old create path);
+//   - a segment is valid up to where the next segment's header says it
+//     ends (prevEnd); a record before that point that is short, fails its
+//     crc or its link, or does not decode ends the shard there: every later
+//     segment is deleted;
+//   - in the last segment the first such record is the end of the log: the
+//     rest of the file is zeros (preallocated), records from the file's
+//     previous life (a recycled spare: another salt, so they do not
+//     continue the chain) or a torn batch, and is left as it is, except
+//     that a file that was not preallocated is truncated there.
+//
+// It also removes unfinished spares (*.spare.tmp, a crash during
+// zero-filling) and keeps at most one ready spare.
 func (s *shard) recover(nshards int) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return err
@@ -505,11 +691,31 @@ func (s *shard) recover(nshards int) error {
 	if err != nil {
 		return err
 	}
+	dirty := false
 	var ids []uint32
+	var spares []uint64
 	for _, de := range des {
-		if id, ok := parseSegName(de.Name()); ok && de.Type().IsRegular() {
-			ids = append(ids, id)
+		if !de.Type().IsRegular() {
+			continue
 		}
+		if id, ok := parseSegName(de.Name()); ok {
+			ids = append(ids, id)
+			continue
+		}
+		seq, tmp, ok := parseSpareName(de.Name())
+		if !ok {
+			continue
+		}
+		s.spareSeq = max(s.spareSeq, seq+1)
+		if tmp {
+			s.logger.Info("sharedlog: removing a spare segment whose preparation did not finish", "file", de.Name())
+			if err := os.Remove(filepath.Join(s.dir, de.Name())); err != nil {
+				return err
+			}
+			dirty = true
+			continue
+		}
+		spares = append(spares, seq)
 	}
 	slices.Sort(ids)
 	var maxSeen uint32
@@ -522,7 +728,6 @@ func (s *shard) recover(nshards int) error {
 			start = k
 		}
 	}
-	dirty := false
 	for _, id := range ids[:start] {
 		s.logger.Info("sharedlog: removing stale segment before a gap", "segment", id)
 		if err := os.Remove(filepath.Join(s.dir, segName(id))); err != nil {
@@ -532,38 +737,95 @@ func (s *shard) recover(nshards int) error {
 	}
 	ids = ids[start:]
 
+	// Open the segments and read their headers.
+	var segs []*segment
+	var hdrs []segHeader
+	// On error the files not yet in the segment table are closed here, the
+	// others by Open (closeFiles).
+	closeAll := func() {
+		for _, seg := range segs {
+			if s.segment(seg.id) != seg {
+				seg.f.Close()
+			}
+		}
+	}
 	for k, id := range ids {
-		seg, clean, err := s.scan(id, nshards)
+		seg, h, err := s.openSegment(id)
 		if err != nil {
+			closeAll()
 			return err
 		}
-		if seg == nil || !clean {
-			if seg != nil {
-				s.addSegment(seg)
-				end := seg.size.Load()
-				if err := seg.f.Truncate(end); err != nil {
-					return err
-				}
-				if err := fdatasync(seg.f); err != nil {
-					return err
-				}
-			}
-			later := ids[k+1:]
-			if seg == nil {
-				later = ids[k:]
-			}
-			if len(later) > 0 || seg == nil {
-				s.logger.Error("sharedlog: discarding segments after a corrupt or torn record", "segment", id, "discarded", later)
-			}
+		if seg == nil {
+			later := ids[k:]
+			s.logger.Error("sharedlog: segment has a bad header, discarding it and every later segment", "segment", id, "discarded", later)
 			for _, lid := range later {
 				if err := os.Remove(filepath.Join(s.dir, segName(lid))); err != nil {
+					closeAll()
 					return err
 				}
 			}
 			dirty = true
 			break
 		}
+		segs = append(segs, seg)
+		hdrs = append(hdrs, h)
+	}
+
+	// Replay them.
+	for k := 0; k < len(segs); k++ {
+		seg := segs[k]
+		next := k+1 < len(segs)
+		limit := seg.fileSize.Load()
+		if next && hdrs[k+1].prevEnd > 0 {
+			limit = hdrs[k+1].prevEnd
+		}
+		end, link, why, err := s.scan(seg, limit, nshards)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		seg.size.Store(end)
 		s.addSegment(seg)
+		if next && (end == limit || hdrs[k+1].prevEnd == 0) {
+			continue
+		}
+		if next {
+			var discarded []uint32
+			for _, o := range segs[k+1:] {
+				discarded = append(discarded, o.id)
+				o.f.Close()
+				if err := os.Remove(o.path); err != nil {
+					segs = segs[:k+1]
+					closeAll()
+					return err
+				}
+			}
+			s.logger.Error("sharedlog: corrupt record before the end of a full segment, discarding every later segment",
+				"segment", seg.id, "offset", end, "end", limit, "reason", why, "discarded", discarded)
+			segs = segs[:k+1]
+			dirty = true
+		}
+		// seg is the last segment: appends continue at end.
+		s.link = link
+		if end < seg.fileSize.Load() {
+			if why == whyZeros {
+				s.logger.Debug("sharedlog: end of log", "segment", seg.id, "offset", end)
+			} else {
+				s.logger.Info("sharedlog: end of log before the end of the last segment (a torn write, or records of a recycled file's previous life)",
+					"segment", seg.id, "offset", end, "reason", why)
+			}
+			if !seg.prealloc {
+				if err := seg.f.Truncate(end); err != nil {
+					closeAll()
+					return err
+				}
+				if err := fdatasync(seg.f); err != nil {
+					closeAll()
+					return err
+				}
+				seg.fileSize.Store(end)
+			}
+		}
 	}
 	// Groups left without entries or keys need no state.
 	for id, st := range s.groups {
@@ -572,24 +834,34 @@ func (s *shard) recover(nshards int) error {
 		}
 	}
 	if len(s.segIDs) == 0 {
-		id := maxSeen + 1
-		path := filepath.Join(s.dir, segName(id))
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		seg, link, err := s.createSegment(maxSeen+1, segHeader{}, true)
 		if err != nil {
 			return err
 		}
-		hdr := appendSegHeader(nil, s.id, id)
-		if _, err := f.WriteAt(hdr, 0); err != nil {
-			f.Close()
-			return err
-		}
-		if err := fdatasync(f); err != nil {
-			f.Close()
-			return err
-		}
-		seg := &segment{id: id, path: path, f: f}
-		seg.size.Store(int64(len(hdr)))
 		s.addSegment(seg)
+		s.link = link
+		dirty = true
+	}
+
+	// Keep one ready spare (the newest of the right size and fully
+	// allocated); remove the others.
+	slices.Sort(spares)
+	for i := len(spares) - 1; i >= 0; i-- {
+		path := filepath.Join(s.dir, spareName(spares[i]))
+		if s.ready == nil {
+			sp, err := s.openSpare(path)
+			if err != nil {
+				return err
+			}
+			if sp != nil {
+				s.ready = sp
+				s.haveSpare.Store(true)
+				continue
+			}
+		}
+		if err := os.Remove(path); err != nil {
+			return err
+		}
 		dirty = true
 	}
 	if dirty {
@@ -603,56 +875,81 @@ func (s *shard) recover(nshards int) error {
 	return nil
 }
 
-// scan opens segment id and applies its valid records. It returns a nil
-// segment if the header is bad; clean is false if the scan stopped at a torn
-// or corrupt record, whose offset is then the segment's size.
-func (s *shard) scan(id uint32, nshards int) (seg *segment, clean bool, err error) {
+// openSegment opens segment id and checks its header. It returns a nil
+// segment (and closes the file) if the header is bad.
+func (s *shard) openSegment(id uint32) (*segment, segHeader, error) {
 	path := filepath.Join(s.dir, segName(id))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, false, err
+		return nil, segHeader{}, err
 	}
-	r := bufio.NewReaderSize(f, 1<<20)
-	var hdr [segHeaderSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil || checkSegHeader(hdr[:], s.id, id) != nil {
-		if err == nil {
-			err = checkSegHeader(hdr[:], s.id, id)
-		}
-		if !errors.Is(err, errBadSegHeader) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-			f.Close()
-			return nil, false, fmt.Errorf("sharedlog: %s: %w", path, err)
-		}
-		s.logger.Error("sharedlog: segment has a bad header", "segment", id, "err", err)
+	var b [segHeaderSize]byte
+	n, err := f.ReadAt(b[:], 0)
+	if err != nil && err != io.EOF {
 		f.Close()
-		return nil, false, nil
+		return nil, segHeader{}, err
+	}
+	h, err := parseSegHeader(b[:n], s.id, id)
+	if err != nil {
+		f.Close()
+		if errors.Is(err, errBadSegHeader) {
+			return nil, segHeader{}, nil
+		}
+		return nil, segHeader{}, fmt.Errorf("sharedlog: %s: %w", path, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, false, err
+		return nil, segHeader{}, err
 	}
-	fileSize := fi.Size()
-	seg = &segment{id: id, path: path, f: f}
+	seg := &segment{id: id, path: path, f: f, salt: h.salt, prealloc: fi.Size() >= s.segSize}
+	seg.fileSize.Store(fi.Size())
+	return seg, h, nil
+}
+
+// Why scan stopped before its limit, for logs. whyZeros is the normal end
+// of a preallocated segment.
+const (
+	whyZeros   = "zeros"
+	whyTornHdr = "short record header"
+	whyLink    = "record does not continue the segment's chain"
+	whyLength  = "record length beyond the segment's end"
+	whyTorn    = "short record"
+	whyCRC     = "record crc mismatch"
+	whyDecode  = "undecodable record"
+)
+
+// scan applies the valid records of seg, which lie before limit. It
+// returns where they end, the link of the last one (the salt if none) and,
+// if that is before limit, why.
+func (s *shard) scan(seg *segment, limit int64, nshards int) (end int64, link uint32, why string, err error) {
+	limit = max(limit, segHeaderSize)
+	r := bufio.NewReaderSize(io.NewSectionReader(seg.f, segHeaderSize, limit-segHeaderSize), 1<<20)
 	off := int64(segHeaderSize)
+	link = seg.salt
 	var payload []byte
 	var rh [recHeaderSize]byte
 	for {
-		seg.size.Store(off)
+		if off == limit {
+			return off, link, "", nil
+		}
 		if _, err := io.ReadFull(r, rh[:]); err != nil {
-			if err == io.EOF {
-				return seg, true, nil
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return off, link, whyTornHdr, nil
 			}
-			if err == io.ErrUnexpectedEOF {
-				s.logger.Warn("sharedlog: torn record header at end of segment", "segment", id, "offset", off)
-				return seg, false, nil
-			}
-			f.Close()
-			return nil, false, err
+			return 0, 0, "", err
+		}
+		if rh == [recHeaderSize]byte{} {
+			return off, link, whyZeros, nil
+		}
+		crc := binary.LittleEndian.Uint32(rh[4:8])
+		next := binary.LittleEndian.Uint32(rh[recLinkOff : recLinkOff+4])
+		if next != linkCRC(link, crc) {
+			return off, link, whyLink, nil
 		}
 		n := binary.LittleEndian.Uint32(rh[0:4])
-		if n > maxRecordPayload || off+recHeaderSize+int64(n) > fileSize {
-			s.logger.Warn("sharedlog: torn record or corrupt record length", "segment", id, "offset", off, "length", n)
-			return seg, false, nil
+		if n > maxRecordPayload || off+recHeaderSize+int64(n) > limit {
+			return off, link, whyLength, nil
 		}
 		if cap(payload) < int(n) {
 			payload = make([]byte, n)
@@ -660,32 +957,27 @@ func (s *shard) scan(id uint32, nshards int) (seg *segment, clean bool, err erro
 		payload = payload[:n]
 		if _, err := io.ReadFull(r, payload); err != nil {
 			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				s.logger.Warn("sharedlog: torn record at end of segment", "segment", id, "offset", off)
-				return seg, false, nil
+				return off, link, whyTorn, nil
 			}
-			f.Close()
-			return nil, false, err
+			return 0, 0, "", err
 		}
-		crc := crc32.Update(recordCRC(rh[0:4], rh[8:]), castagnoli, payload)
-		if crc != binary.LittleEndian.Uint32(rh[4:8]) {
-			s.logger.Warn("sharedlog: record crc mismatch", "segment", id, "offset", off)
-			return seg, false, nil
+		if crc32.Update(recordCRC(rh[0:4], rh[recTypeOff:]), castagnoli, payload) != crc {
+			return off, link, whyCRC, nil
 		}
 		o, err := decodeOp(rh[:], payload)
 		if err != nil {
-			s.logger.Warn("sharedlog: undecodable record", "segment", id, "offset", off)
-			return seg, false, nil
+			return off, link, whyDecode, nil
 		}
 		if int(o.group%uint64(nshards)) != s.id {
-			f.Close()
-			return nil, false, fmt.Errorf("sharedlog: %s: record of group %d does not belong to shard %d of %d", path, o.group, s.id, nshards)
+			return 0, 0, "", fmt.Errorf("sharedlog: %s: record of group %d does not belong to shard %d of %d", seg.path, o.group, s.id, nshards)
 		}
 		st := s.groups[o.group]
 		if st == nil {
 			st = &groupState{id: o.group}
 			s.groups[o.group] = st
 		}
-		st.apply(&o, id, off)
+		st.apply(&o, seg.id, off)
+		link = next
 		off += recHeaderSize + int64(n)
 	}
 }

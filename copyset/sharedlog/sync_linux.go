@@ -5,6 +5,7 @@ package sharedlog
 import (
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // fdatasync flushes f's data (and the metadata needed to read it back, such
@@ -49,4 +50,22 @@ func lockFile(f *os.File) error {
 		return &os.PathError{Op: "flock", Path: f.Name(), Err: serr}
 	}
 	return nil
+}
+
+// directIO is the open flag for writes that bypass the page cache.
+const directIO = syscall.O_DIRECT
+
+// alignedZeros returns n zero bytes at a 4096-byte aligned address, as
+// O_DIRECT writes need.
+func alignedZeros(n int) []byte {
+	b := make([]byte, n+4096)
+	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
+	return b[off : off+n : off+n]
+}
+
+// fullyAllocated reports whether the file has disk blocks for all of its
+// length (it is not sparse).
+func fullyAllocated(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Blocks*512 >= fi.Size()
 }
