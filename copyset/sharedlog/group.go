@@ -123,7 +123,9 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	if err != nil {
 		return err
 	}
-	return g.submit(&request{op: op{kind: recEntries, group: g.st.id, ents: refs}, rec: rec})
+	err = g.submit(&request{op: op{kind: recEntries, group: g.st.id, ents: refs}, rec: rec})
+	putRecBuf(rec) // answered: the shard no longer reads it
+	return err
 }
 
 // DeleteRange implements raft.LogStore: it durably removes [min, max].

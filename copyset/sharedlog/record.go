@@ -214,7 +214,7 @@ func encodeEntries(group uint64, logs []*raft.Log) ([]byte, []entryRef, error) {
 	if size-recHeaderSize > maxRecordPayload {
 		return nil, nil, fmt.Errorf("sharedlog: batch of %d bytes exceeds the %d byte record limit", size, maxRecordPayload)
 	}
-	rec := make([]byte, 0, size)
+	rec := getRecBuf(size)
 	rec = beginRecord(rec, recEntries, group)
 	rec = binary.AppendUvarint(rec, uint64(len(logs)))
 	refs := make([]entryRef, len(logs))
