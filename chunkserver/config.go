@@ -125,7 +125,7 @@ func DefaultConfig() Config {
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
 			LeaderLeaseTimeout: 500 * time.Millisecond,
-			CommitTimeout:      50 * time.Millisecond,
+			CommitTimeout:      200 * time.Millisecond,
 			MaxAppendEntries:   64,
 			LogLevel:           "warn",
 			LogStore:           "shared",

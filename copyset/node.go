@@ -21,7 +21,7 @@ type RaftOptions struct {
 	HeartbeatTimeout   time.Duration // follower election trigger (default 1s)
 	ElectionTimeout    time.Duration // candidate timeout (default 1s)
 	LeaderLeaseTimeout time.Duration // leader steps down without quorum contact (default 500ms)
-	CommitTimeout      time.Duration // idle AppendEntries cadence (default 50ms)
+	CommitTimeout      time.Duration // idle AppendEntries cadence: how soon followers learn the commit index when no new entries flow (default 200ms)
 	MaxAppendEntries   int           // entries per AppendEntries and group commit (default 64)
 	LogCacheSize       int           // recent entries kept in memory (default 512)
 	ApplyTimeout       time.Duration // proposal timeout when ctx has no deadline (default 10s)
@@ -51,7 +51,7 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	def(&r.HeartbeatTimeout, time.Second)
 	def(&r.ElectionTimeout, time.Second)
 	def(&r.LeaderLeaseTimeout, 500*time.Millisecond)
-	def(&r.CommitTimeout, 50*time.Millisecond)
+	def(&r.CommitTimeout, 200*time.Millisecond)
 	def(&r.ApplyTimeout, 10*time.Second)
 	if r.MaxAppendEntries == 0 {
 		r.MaxAppendEntries = 64

@@ -1,6 +1,7 @@
 package copyset
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,14 @@ import (
 
 // Raft transport: every copyset's hashicorp/raft instance gets its own
 // GroupTransport; all of them share one TransportManager per server process,
-// which owns the gRPC RaftTransport service (inbound) and one ClientConn per
-// peer address (outbound). Each request carries the group id, which is how
-// the server side routes it to the right group's Consumer channel.
+// which owns the gRPC RaftTransport service (inbound) and two ClientConns per
+// peer address (outbound: bulk traffic, and small calls such as heartbeats
+// and votes). Each request carries the group id, which is how the server
+// side routes it to the right group's Consumer channel. Heartbeats of all
+// groups to a peer travel in batches on one stream (heartbeatBatcher), and
+// pipelines hold back repeats of idle AppendEntries (appendPipeline): at
+// hundreds of groups per server, one gRPC message per heartbeat and per
+// idle commit-index refresh was most of an idle server's CPU.
 
 // Transport defaults.
 const (
@@ -31,15 +37,22 @@ const (
 	DefaultTransportSnapshotTimeout  = 5 * time.Minute
 	DefaultMaxPipelineInFlight       = 4
 	DefaultSnapshotChunkSize         = 1 << 20
+	DefaultHeartbeatBatchWindow      = 50 * time.Millisecond
+	DefaultIdleAppendHold            = 5 * time.Second
+	DefaultHeartbeatBatchMax         = 1024
 )
+
+// transportClientWindow is the HTTP/2 receive window of outbound raft
+// connections.
+const transportClientWindow = 1 << 20
 
 // TransportOptions configures a TransportManager. Zero values select defaults.
 type TransportOptions struct {
 	// DialOptions are used for every peer connection. Nil means plaintext
 	// (insecure credentials). They are applied after the transport's own
 	// connect parameters (reconnect backoff capped at 2 s instead of gRPC's
-	// 120 s, so a restarted peer is reached again quickly), which they may
-	// override.
+	// 120 s, so a restarted peer is reached again quickly) and receive
+	// windows (static, see transportClientWindow), which they may override.
 	DialOptions []grpc.DialOption
 	// Logger receives transport diagnostics; nil means slog.Default().
 	Logger *slog.Logger
@@ -59,18 +72,44 @@ type TransportOptions struct {
 	MaxPipelineInFlight int
 	// SnapshotChunkSize is the data size of one InstallSnapshot message.
 	SnapshotChunkSize int
+	// HeartbeatBatchWindow is the least time between two heartbeat batches
+	// to one peer server: a heartbeat that finds the last batch older goes
+	// out at once, one that finds it younger waits for the window to end
+	// and goes out with every heartbeat queued meanwhile. The wait adds to
+	// raft's heartbeat period (HeartbeatTimeout/10 to /5) and to a
+	// VerifyLeader round, so keep it well below raft's LeaderLeaseTimeout.
+	// Negative: no wait (heartbeats queued while a batch is being sent
+	// still share the next one).
+	HeartbeatBatchWindow time.Duration
+	// HeartbeatBatchMax caps the heartbeats of one batch.
+	HeartbeatBatchMax int
+	// NoHeartbeatBatching sends every heartbeat as its own AppendEntries
+	// call (what a peer without the Heartbeats stream gets anyway).
+	NoHeartbeatBatching bool
+	// IdleAppendHold bounds how long a pipeline holds back repeats of an
+	// idle AppendEntries (see appendPipeline). Negative: every request is
+	// sent.
+	IdleAppendHold time.Duration
 }
 
 func (o TransportOptions) withDefaults() TransportOptions {
-	dial := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff: backoff.Config{
-			BaseDelay:  100 * time.Millisecond,
-			Multiplier: 1.6,
-			Jitter:     0.2,
-			MaxDelay:   2 * time.Second,
-		},
-		MinConnectTimeout: 5 * time.Second,
-	})}
+	dial := []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   2 * time.Second,
+			},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		// Static receive windows: the client side of a raft connection
+		// only receives small responses, and a static window turns off
+		// gRPC's BDP estimation, which otherwise answers nearly every
+		// message of an idle connection with a PING (and its ACK).
+		grpc.WithInitialWindowSize(transportClientWindow),
+		grpc.WithInitialConnWindowSize(transportClientWindow),
+	}
 	if o.DialOptions == nil {
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
@@ -92,6 +131,15 @@ func (o TransportOptions) withDefaults() TransportOptions {
 	}
 	if o.SnapshotChunkSize <= 0 {
 		o.SnapshotChunkSize = DefaultSnapshotChunkSize
+	}
+	if o.HeartbeatBatchWindow == 0 {
+		o.HeartbeatBatchWindow = DefaultHeartbeatBatchWindow
+	}
+	if o.HeartbeatBatchMax <= 0 {
+		o.HeartbeatBatchMax = DefaultHeartbeatBatchMax
+	}
+	if o.IdleAppendHold == 0 {
+		o.IdleAppendHold = DefaultIdleAppendHold
 	}
 	return o
 }
@@ -119,9 +167,17 @@ type TransportManager struct {
 	conns  map[raft.ServerAddress]*transportPeerConn
 }
 
+// transportPeerConn holds two connections to one peer server: cc carries
+// the bulk traffic (AppendEntries with entries, pipelines, snapshots); light
+// carries the small, latency-sensitive calls (heartbeats, votes, TimeoutNow)
+// so that they never queue behind megabytes of payload in a TCP send buffer
+// or an HTTP/2 flow-control window.
 type transportPeerConn struct {
 	cc     *grpc.ClientConn
 	client raftpb.RaftTransportClient
+	light  *grpc.ClientConn
+	lightC raftpb.RaftTransportClient
+	hb     *heartbeatBatcher // created by the first heartbeat to the peer
 }
 
 // NewTransportManager returns a manager whose groups report local as their
@@ -210,8 +266,13 @@ func (m *TransportManager) Close() error {
 	m.connMu.Unlock()
 	var errs []error
 	for addr, pc := range conns {
-		if err := pc.cc.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("closing connection to %s: %w", addr, err))
+		if pc.hb != nil {
+			<-pc.hb.done // m.ctx is cancelled: it fails its calls and exits
+		}
+		for _, cc := range []*grpc.ClientConn{pc.cc, pc.light} {
+			if err := cc.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("closing connection to %s: %w", addr, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -221,21 +282,66 @@ func (m *TransportManager) Close() error {
 // no I/O, so creating it under the lock is cheap; the connection is
 // established by the first RPC.
 func (m *TransportManager) client(target raft.ServerAddress) (raftpb.RaftTransportClient, error) {
+	pc, err := m.peer(target)
+	if err != nil {
+		return nil, err
+	}
+	return pc.client, nil
+}
+
+// lightClient returns the client on target's connection for small calls.
+func (m *TransportManager) lightClient(target raft.ServerAddress) (raftpb.RaftTransportClient, error) {
+	pc, err := m.peer(target)
+	if err != nil {
+		return nil, err
+	}
+	return pc.lightC, nil
+}
+
+// peer returns the (lazily created) connections to target.
+func (m *TransportManager) peer(target raft.ServerAddress) (*transportPeerConn, error) {
 	m.connMu.Lock()
 	defer m.connMu.Unlock()
+	return m.peerLocked(target)
+}
+
+func (m *TransportManager) peerLocked(target raft.ServerAddress) (*transportPeerConn, error) {
 	if m.conns == nil {
 		return nil, raft.ErrTransportShutdown
 	}
 	if pc, ok := m.conns[target]; ok {
-		return pc.client, nil
+		return pc, nil
 	}
 	cc, err := grpc.NewClient(string(target), m.opts.DialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("raft transport: connecting to %s: %w", target, err)
 	}
-	pc := &transportPeerConn{cc: cc, client: raftpb.NewRaftTransportClient(cc)}
+	light, err := grpc.NewClient(string(target), m.opts.DialOptions...)
+	if err != nil {
+		_ = cc.Close()
+		return nil, fmt.Errorf("raft transport: connecting to %s: %w", target, err)
+	}
+	pc := &transportPeerConn{
+		cc: cc, client: raftpb.NewRaftTransportClient(cc),
+		light: light, lightC: raftpb.NewRaftTransportClient(light),
+	}
 	m.conns[target] = pc
-	return pc.client, nil
+	return pc, nil
+}
+
+// heartbeats returns the heartbeat batcher of target, starting it on first
+// use.
+func (m *TransportManager) heartbeats(target raft.ServerAddress) (*heartbeatBatcher, error) {
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	pc, err := m.peerLocked(target)
+	if err != nil {
+		return nil, err
+	}
+	if pc.hb == nil {
+		pc.hb = newHeartbeatBatcher(m, target, pc.lightC)
+	}
+	return pc.hb, nil
 }
 
 // GroupTransport is the raft.Transport of one copyset's raft group.
@@ -258,6 +364,28 @@ type GroupTransport struct {
 	mu        sync.Mutex
 	closed    bool
 	pipelines sync.WaitGroup // receive goroutines of open pipelines
+
+	// peers holds per-peer state (raft.ServerAddress -> *groupPeer).
+	peers sync.Map
+}
+
+// groupPeer is what a group's transport knows about one of its peers.
+type groupPeer struct {
+	// following is the term of the group's last heartbeat to the peer if
+	// the peer answered it with a success in that term (it is up and
+	// follows this leader), else 0. Pipelines hold back idle repeats of
+	// that term only.
+	following atomic.Uint64
+	// hb is the manager's heartbeat batcher for the peer, once looked up.
+	hb atomic.Pointer[heartbeatBatcher]
+}
+
+func (g *GroupTransport) peer(target raft.ServerAddress) *groupPeer {
+	if p, ok := g.peers.Load(target); ok {
+		return p.(*groupPeer)
+	}
+	p, _ := g.peers.LoadOrStore(target, &groupPeer{})
+	return p.(*groupPeer)
 }
 
 var (
@@ -336,6 +464,14 @@ func (g *GroupTransport) client(target raft.ServerAddress) (raftpb.RaftTransport
 	return g.m.client(target)
 }
 
+// lightClient is client for the connection of small calls.
+func (g *GroupTransport) lightClient(target raft.ServerAddress) (raftpb.RaftTransportClient, error) {
+	if g.isClosed() {
+		return nil, raft.ErrTransportShutdown
+	}
+	return g.m.lightClient(target)
+}
+
 // outErr maps an outbound failure: anything after Close is
 // ErrTransportShutdown, the rest is annotated with the call.
 func (g *GroupTransport) outErr(op string, target raft.ServerAddress, err error) error {
@@ -345,15 +481,47 @@ func (g *GroupTransport) outErr(op string, target raft.ServerAddress, err error)
 	return fmt.Errorf("raft transport: %s to %s (group %d): %w", op, target, g.group, err)
 }
 
-// AppendEntries implements raft.Transport. Heartbeats use HeartbeatTimeout.
+// AppendEntries implements raft.Transport. Heartbeats go in batches over
+// the peer's Heartbeats stream (see heartbeatBatcher), or, without it, as
+// single calls bounded by HeartbeatTimeout on the connection for small calls.
 func (g *GroupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	c, err := g.client(target)
-	if err != nil {
+	heartbeat := isRaftHeartbeat(args)
+	if heartbeat {
+		err := g.heartbeat(target, args, resp)
+		var term uint64 // the term in which the peer follows us, if it does
+		if err == nil && resp.Success && resp.Term == args.Term {
+			term = args.Term
+		}
+		if p := g.peer(target); p.following.Load() != term {
+			p.following.Store(term)
+		}
 		return err
 	}
+	return g.appendEntries(target, args, resp, false)
+}
+
+func (g *GroupTransport) heartbeat(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if !g.m.opts.NoHeartbeatBatching {
+		if sent, err := g.batchedHeartbeat(target, args, resp); sent {
+			return err
+		}
+	}
+	return g.appendEntries(target, args, resp, true)
+}
+
+// appendEntries sends one AppendEntries call.
+func (g *GroupTransport) appendEntries(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, heartbeat bool) error {
+	var c raftpb.RaftTransportClient
+	var err error
 	timeout := g.m.opts.RPCTimeout
-	if isRaftHeartbeat(args) {
+	if heartbeat {
 		timeout = g.m.opts.HeartbeatTimeout
+		c, err = g.lightClient(target)
+	} else {
+		c, err = g.client(target)
+	}
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
@@ -370,7 +538,7 @@ func (g *GroupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 
 // RequestVote implements raft.Transport.
 func (g *GroupTransport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	c, err := g.client(target)
+	c, err := g.lightClient(target)
 	if err != nil {
 		return err
 	}
@@ -386,7 +554,7 @@ func (g *GroupTransport) RequestVote(_ raft.ServerID, target raft.ServerAddress,
 
 // RequestPreVote implements raft.WithPreVote.
 func (g *GroupTransport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	c, err := g.client(target)
+	c, err := g.lightClient(target)
 	if err != nil {
 		return err
 	}
@@ -402,7 +570,7 @@ func (g *GroupTransport) RequestPreVote(_ raft.ServerID, target raft.ServerAddre
 
 // TimeoutNow implements raft.Transport.
 func (g *GroupTransport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	c, err := g.client(target)
+	c, err := g.lightClient(target)
 	if err != nil {
 		return err
 	}
@@ -508,6 +676,27 @@ func (g *GroupTransport) AppendEntriesPipeline(_ raft.ServerID, target raft.Serv
 // the future on doneCh. A stream error fails the future being awaited and all
 // queued ones (delivered, with a zero response so raft aborts the pipeline),
 // and every later AppendEntries returns the error.
+//
+// Idle repeats: with nothing to replicate, raft's replicate goroutine sends
+// an AppendEntries without entries every CommitTimeout to CommitTimeout*2
+// (50-100 ms by default), to let the follower learn the commit index. Once
+// one went out, its repeats (same term, previous entry and commit index)
+// tell the follower nothing new, yet at hundreds of groups per server they
+// were a large part of its idle CPU. So a request identical to the last one
+// sent, without entries, is held back instead of sent while the group's
+// last heartbeat to the peer succeeded in its term (the peer is up and
+// follows this leader): its future rides on the next request sent, is
+// answered with that request's response and is delivered just before it,
+// as if the held request had been delayed on the network and processed by
+// the follower right before the next one (it has no entries, so it changes
+// nothing there). A repeat that finds the oldest held one older than
+// IdleAppendHold is sent, carrying those held, so raft still gets an answer
+// to each request within about IdleAppendHold plus CommitTimeout*2. Once a
+// heartbeat fails or meets a newer term, repeats go out again at raft's
+// pace, so raft learns of a newer term or a broken stream as soon as
+// without holding. Heartbeats, which keep followers from campaigning and
+// the leader informed of its quorum (and of its contact with each peer,
+// which raft otherwise also takes from pipeline answers), are never held.
 type appendPipeline struct {
 	g       *GroupTransport
 	target  raft.ServerAddress
@@ -523,6 +712,15 @@ type appendPipeline struct {
 	sem    chan struct{}          // in-flight slots
 	queue  chan *appendFuture     // sent, awaiting a response, in order
 	doneCh chan raft.AppendFuture // completed futures for raft
+
+	// Idle repeats (see the type's comment). last is used by AppendEntries
+	// only; held is shared with the receive goroutine's failure path.
+	hold      time.Duration
+	peer      *groupPeer
+	last      appendKey // of the last request sent
+	heldMu    sync.Mutex
+	held      []*appendFuture // repeats of last, not sent, oldest first
+	heldSince time.Time
 
 	failOnce sync.Once
 	failCh   chan struct{} // closed on stream failure; err is set before
@@ -545,6 +743,8 @@ func newAppendPipeline(g *GroupTransport, c raftpb.RaftTransportClient, target r
 		sem:          make(chan struct{}, inflight),
 		queue:        make(chan *appendFuture, inflight),
 		doneCh:       make(chan raft.AppendFuture, inflight),
+		hold:         g.m.opts.IdleAppendHold,
+		peer:         g.peer(target),
 		failCh:       make(chan struct{}),
 		recvDone:     make(chan struct{}),
 	}
@@ -607,8 +807,16 @@ func (p *appendPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *ra
 		return nil, p.closedErr()
 	default:
 	}
+	if f, held, err := p.holdRepeat(args, resp); held || err != nil {
+		<-p.sem // not sent: no slot
+		return f, err
+	}
 	f := &appendFuture{start: time.Now(), args: args, resp: resp, done: make(chan struct{})}
 	req := appendEntriesRequestToProto(p.g.group, args)
+	p.heldMu.Lock()
+	f.riders, p.held = p.held, nil
+	p.heldMu.Unlock()
+	p.last = appendKeyOf(args)
 	p.queue <- f // never blocks: the queue has a place for every slot
 	if err := p.stream.Send(req); err != nil {
 		// The stream is broken; the receiver learns why from Recv and
@@ -621,6 +829,61 @@ func (p *appendPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *ra
 		}
 	}
 	return f, nil
+}
+
+// holdRepeat holds args back when it repeats the last request sent (see
+// the type's comment); held reports whether it did, with f its future.
+func (p *appendPipeline) holdRepeat(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (f *appendFuture, held bool, err error) {
+	if p.hold < 0 || !p.last.idleRepeat(args) || p.peer.following.Load() != args.Term {
+		return nil, false, nil
+	}
+	now := time.Now()
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	select {
+	case <-p.failCh: // the receive goroutine may have delivered held ones already
+		return nil, false, p.err
+	default:
+	}
+	if len(p.held) > 0 && now.Sub(p.heldSince) >= p.hold {
+		return nil, false, nil // send it, with the held ones riding
+	}
+	if len(p.held) == 0 {
+		p.heldSince = now
+	}
+	f = &appendFuture{start: now, args: args, resp: resp, done: make(chan struct{})}
+	p.held = append(p.held, f)
+	return f, true, nil
+}
+
+// appendKey is what idleRepeat compares of a sent request (it does not keep
+// the request's entries alive).
+type appendKey struct {
+	valid                        bool
+	entries                      bool
+	term, prev, prevTerm, commit uint64
+	version                      raft.ProtocolVersion
+	id, addr, leader             []byte
+}
+
+func appendKeyOf(r *raft.AppendEntriesRequest) appendKey {
+	return appendKey{
+		valid: true, entries: len(r.Entries) > 0,
+		term: r.Term, prev: r.PrevLogEntry, prevTerm: r.PrevLogTerm, commit: r.LeaderCommitIndex,
+		//lint:ignore SA1019 raft still sends the deprecated Leader field; a repeat must carry the same.
+		version: r.ProtocolVersion, id: r.ID, addr: r.Addr, leader: r.Leader,
+	}
+}
+
+// idleRepeat reports whether r carries nothing a follower that processed
+// the request of k did not learn from it: neither has entries, and term,
+// leader, previous entry and commit index are the same.
+func (k *appendKey) idleRepeat(r *raft.AppendEntriesRequest) bool {
+	return k.valid && !k.entries && len(r.Entries) == 0 &&
+		k.term == r.Term && k.prev == r.PrevLogEntry && k.prevTerm == r.PrevLogTerm &&
+		k.commit == r.LeaderCommitIndex && k.version == r.ProtocolVersion &&
+		//lint:ignore SA1019 raft still sends the deprecated Leader field; a repeat must carry the same.
+		bytes.Equal(k.id, r.ID) && bytes.Equal(k.addr, r.Addr) && bytes.Equal(k.leader, r.Leader)
 }
 
 // Consumer implements raft.AppendPipeline.
@@ -674,14 +937,25 @@ func (p *appendPipeline) receive() {
 			}
 			p.fail(err)
 			for f != nil {
-				f.complete(err)
-				if !p.deliver(f) {
+				if !p.deliverWithRiders(f, err) {
 					return
 				}
 				select {
 				case f = <-p.queue:
 				default:
 					f = nil
+				}
+			}
+			// Held repeats come after everything sent; failCh is closed,
+			// so no more are held.
+			p.heldMu.Lock()
+			held := p.held
+			p.held = nil
+			p.heldMu.Unlock()
+			for _, h := range held {
+				h.complete(err)
+				if !p.deliver(h) {
+					return
 				}
 			}
 			return
@@ -692,20 +966,35 @@ func (p *appendPipeline) receive() {
 			ferr = errors.New(msg.Error)
 		}
 		<-p.sem
-		f.complete(ferr)
-		if !p.deliver(f) {
+		if !p.deliverWithRiders(f, ferr) {
 			return
 		}
 	}
 }
 
+// deliverWithRiders completes and delivers the held repeats riding on f,
+// answered with f's response, then f itself.
+func (p *appendPipeline) deliverWithRiders(f *appendFuture, err error) bool {
+	for _, r := range f.riders {
+		*r.resp = *f.resp
+		r.start = f.start // it went out with f
+		r.complete(err)
+		if !p.deliver(r) {
+			return false
+		}
+	}
+	f.complete(err)
+	return p.deliver(f)
+}
+
 // appendFuture implements raft.AppendFuture.
 type appendFuture struct {
-	start time.Time
-	args  *raft.AppendEntriesRequest
-	resp  *raft.AppendEntriesResponse
-	err   error
-	done  chan struct{}
+	start  time.Time
+	args   *raft.AppendEntriesRequest
+	resp   *raft.AppendEntriesResponse
+	err    error
+	done   chan struct{}
+	riders []*appendFuture // held repeats answered with this response
 }
 
 func (f *appendFuture) complete(err error) {

@@ -3,6 +3,7 @@ package copyset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -102,6 +103,67 @@ func (s *transportServer) AppendEntries(ctx context.Context, req *raftpb.AppendE
 		return nil, err
 	}
 	return appendEntriesResponseToProto(resp), nil
+}
+
+// Heartbeats serves one peer server's heartbeat stream (see
+// heartbeatBatcher): each batch is answered by one message, in order, and
+// each heartbeat in it is handed to its group's heartbeat handler, which
+// raft runs synchronously and which does not wait for the raft goroutine.
+// A heartbeat that cannot be handed to raft (unknown or closed group, raft
+// not running yet or shutting down) is answered with a status code.
+func (s *transportServer) Heartbeats(stream grpc.BidiStreamingServer[raftpb.HeartbeatBatch, raftpb.HeartbeatBatchResponse]) error {
+	// respCh is reused while raft answers synchronously, as it does.
+	var respCh chan raft.RPCResponse
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return s.streamEnded("Heartbeats", 0, err)
+		}
+		out := &raftpb.HeartbeatBatchResponse{Responses: make([]*raftpb.AppendEntriesResponse, len(in.Requests))}
+		for i, req := range in.Requests {
+			if respCh == nil {
+				respCh = make(chan raft.RPCResponse, 1)
+			}
+			var answered bool
+			out.Responses[i], answered = s.heartbeat(req, respCh)
+			if !answered {
+				respCh = nil // raft may still answer on it
+			}
+		}
+		if err := stream.Send(out); err != nil {
+			return s.streamEnded("Heartbeats", 0, err)
+		}
+	}
+}
+
+// heartbeat hands one batched heartbeat to its group's heartbeat handler.
+// answered is false when raft took the RPC but left respCh empty.
+func (s *transportServer) heartbeat(req *raftpb.AppendEntriesRequest, respCh chan raft.RPCResponse) (resp *raftpb.AppendEntriesResponse, answered bool) {
+	refuse := func(code codes.Code, format string, args ...any) *raftpb.AppendEntriesResponse {
+		return &raftpb.AppendEntriesResponse{StatusCode: uint32(code), Error: fmt.Sprintf(format, args...)}
+	}
+	g := s.m.lookup(req.Group)
+	if g == nil || g.isClosed() {
+		return refuse(codes.NotFound, "raft group %d not found on %s", req.Group, s.m.local), true
+	}
+	cmd := appendEntriesRequestFromProto(req)
+	if !isRaftHeartbeat(cmd) {
+		return refuse(codes.InvalidArgument, "raft group %d: a batched AppendEntries that is not a heartbeat", req.Group), true
+	}
+	fn := g.heartbeatFn.Load()
+	if fn == nil {
+		return refuse(codes.Unavailable, "raft group %d on %s is not running yet", req.Group, s.m.local), true
+	}
+	(*fn)(raft.RPC{Command: cmd, RespChan: respCh})
+	select {
+	case r := <-respCh:
+		return appendEntriesResponseToProto(r), true
+	default:
+		return refuse(codes.Unavailable, "raft group %d on %s did not answer a heartbeat (shutting down)", req.Group, s.m.local), false
+	}
 }
 
 func (s *transportServer) RequestVote(ctx context.Context, req *raftpb.RequestVoteRequest) (*raftpb.RequestVoteResponse, error) {

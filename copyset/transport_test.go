@@ -400,9 +400,14 @@ func TestTransportClosedGroup(t *testing.T) {
 }
 
 func TestTransportHeartbeatFastPath(t *testing.T) {
+	t.Run("batched", func(t *testing.T) { testTransportHeartbeatFastPath(t, TransportOptions{}) })
+	t.Run("single", func(t *testing.T) { testTransportHeartbeatFastPath(t, TransportOptions{NoHeartbeatBatching: true}) })
+}
+
+func testTransportHeartbeatFastPath(t *testing.T, opts TransportOptions) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	a := trStartNode(t, TransportOptions{})
-	b := trStartNode(t, TransportOptions{})
+	a := trStartNode(t, opts)
+	b := trStartNode(t, opts)
 	ga := trTransport(t, a, 9)
 	gb := trTransport(t, b, 9)
 
@@ -461,20 +466,26 @@ func TestTransportHeartbeatFastPath(t *testing.T) {
 		t.Errorf("entry after the wire: %+v", e)
 	}
 
-	// Without a handler, heartbeats go to the consumer.
+	// Without a handler (raft not running yet), a single heartbeat goes to
+	// the consumer; a batched one is refused at once.
 	gb.SetHeartbeatHandler(nil)
-	if err := ga.AppendEntries("b", b.addr, hb, &resp); err != nil {
-		t.Fatal(err)
-	}
-	if heartbeats.Load() != 1 || resp.LastLog != 7 {
-		t.Errorf("heartbeat without handler: handler=%d resp=%+v", heartbeats.Load(), resp)
+	err := ga.AppendEntries("b", b.addr, hb, &resp)
+	if opts.NoHeartbeatBatching {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if heartbeats.Load() != 1 || resp.LastLog != 7 {
+			t.Errorf("heartbeat without handler: handler=%d resp=%+v", heartbeats.Load(), resp)
+		}
+	} else if status.Code(err) != codes.Unavailable || consumed.Load() != int32(len(notHB))+1 {
+		t.Errorf("batched heartbeat without handler: got %v, consumer=%d", err, consumed.Load())
 	}
 
 	// A raft-level error travels with the response.
 	gb.SetHeartbeatHandler(func(rpc raft.RPC) {
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 9}, errors.New("boom"))
 	})
-	err := ga.AppendEntries("b", b.addr, hb, &resp)
+	err = ga.AppendEntries("b", b.addr, hb, &resp)
 	if err == nil || err.Error() != "boom" || resp.Term != 9 {
 		t.Errorf("raft error: got %v, resp %+v", err, resp)
 	}

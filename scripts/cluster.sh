@@ -13,7 +13,8 @@
 # Only processes named by those pid files are ever signalled.
 #
 # Environment: CLUSTER_DIR (default <repo>/.cluster), BASE_PORT (8200),
-# METRICS_BASE_PORT (9200), CHUNKSERVER_CONFIG (a YAML config file passed to every
+# METRICS_BASE_PORT (9200), COPYSETS (the pool 1 copysets up creates and status
+# shows, default 1-16), CHUNKSERVER_CONFIG (a YAML config file passed to every
 # server with --config; flags above still win). Keep the ports the same between up,
 # status and down.
 #
@@ -31,7 +32,7 @@ BIN="$ROOT/bin"
 BASE_PORT="${BASE_PORT:-8200}"
 METRICS_BASE_PORT="${METRICS_BASE_PORT:-9200}"
 POOL=1
-COPYSETS=1-16
+COPYSETS="${COPYSETS:-1-16}"
 HEALTH_TIMEOUT=30 # seconds for each server to answer /healthz
 LEADER_TIMEOUT=45 # seconds for every copyset to have a leader
 

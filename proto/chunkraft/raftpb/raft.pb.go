@@ -279,9 +279,14 @@ type AppendEntriesResponse struct {
 	LastLog        uint64                 `protobuf:"varint,3,opt,name=last_log,json=lastLog,proto3" json:"last_log,omitempty"`
 	Success        bool                   `protobuf:"varint,4,opt,name=success,proto3" json:"success,omitempty"`
 	NoRetryBackoff bool                   `protobuf:"varint,5,opt,name=no_retry_backoff,json=noRetryBackoff,proto3" json:"no_retry_backoff,omitempty"`
-	// Set instead of the fields above when the server could not handle the
-	// request (unknown group, group closed); the client returns it as an error.
-	Error         string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	// The error raft answered with (sent next to the fields above), or, when
+	// status_code is set, why the request was not handed to raft. The client
+	// returns it as an error.
+	Error string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	// Set (a google.rpc code, e.g. NOT_FOUND for an unknown group) only in a
+	// HeartbeatBatchResponse, for a heartbeat the server could not hand to
+	// raft; the unary and pipelined calls fail with a gRPC status instead.
+	StatusCode    uint32 `protobuf:"varint,16,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +363,105 @@ func (x *AppendEntriesResponse) GetError() string {
 	return ""
 }
 
+func (x *AppendEntriesResponse) GetStatusCode() uint32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+// HeartbeatBatch carries heartbeats (AppendEntries with only a term and a
+// leader) of any number of groups from one server to another.
+type HeartbeatBatch struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Requests      []*AppendEntriesRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatBatch) Reset() {
+	*x = HeartbeatBatch{}
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatBatch) ProtoMessage() {}
+
+func (x *HeartbeatBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatBatch.ProtoReflect.Descriptor instead.
+func (*HeartbeatBatch) Descriptor() ([]byte, []int) {
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeartbeatBatch) GetRequests() []*AppendEntriesRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// HeartbeatBatchResponse answers one HeartbeatBatch: responses[i] answers
+// requests[i].
+type HeartbeatBatchResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Responses     []*AppendEntriesResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatBatchResponse) Reset() {
+	*x = HeartbeatBatchResponse{}
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatBatchResponse) ProtoMessage() {}
+
+func (x *HeartbeatBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatBatchResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatBatchResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HeartbeatBatchResponse) GetResponses() []*AppendEntriesResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 type RequestVoteRequest struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Group              uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -373,7 +477,7 @@ type RequestVoteRequest struct {
 
 func (x *RequestVoteRequest) Reset() {
 	*x = RequestVoteRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[4]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +489,7 @@ func (x *RequestVoteRequest) String() string {
 func (*RequestVoteRequest) ProtoMessage() {}
 
 func (x *RequestVoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[4]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +502,7 @@ func (x *RequestVoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestVoteRequest.ProtoReflect.Descriptor instead.
 func (*RequestVoteRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{4}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RequestVoteRequest) GetGroup() uint64 {
@@ -462,7 +566,7 @@ type RequestVoteResponse struct {
 
 func (x *RequestVoteResponse) Reset() {
 	*x = RequestVoteResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[5]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +578,7 @@ func (x *RequestVoteResponse) String() string {
 func (*RequestVoteResponse) ProtoMessage() {}
 
 func (x *RequestVoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[5]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +591,7 @@ func (x *RequestVoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestVoteResponse.ProtoReflect.Descriptor instead.
 func (*RequestVoteResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{5}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RequestVoteResponse) GetHeader() *RPCHeader {
@@ -531,7 +635,7 @@ type RequestPreVoteRequest struct {
 
 func (x *RequestPreVoteRequest) Reset() {
 	*x = RequestPreVoteRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +647,7 @@ func (x *RequestPreVoteRequest) String() string {
 func (*RequestPreVoteRequest) ProtoMessage() {}
 
 func (x *RequestPreVoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +660,7 @@ func (x *RequestPreVoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPreVoteRequest.ProtoReflect.Descriptor instead.
 func (*RequestPreVoteRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RequestPreVoteRequest) GetGroup() uint64 {
@@ -605,7 +709,7 @@ type RequestPreVoteResponse struct {
 
 func (x *RequestPreVoteResponse) Reset() {
 	*x = RequestPreVoteResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +721,7 @@ func (x *RequestPreVoteResponse) String() string {
 func (*RequestPreVoteResponse) ProtoMessage() {}
 
 func (x *RequestPreVoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +734,7 @@ func (x *RequestPreVoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPreVoteResponse.ProtoReflect.Descriptor instead.
 func (*RequestPreVoteResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RequestPreVoteResponse) GetHeader() *RPCHeader {
@@ -664,7 +768,7 @@ type TimeoutNowRequest struct {
 
 func (x *TimeoutNowRequest) Reset() {
 	*x = TimeoutNowRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +780,7 @@ func (x *TimeoutNowRequest) String() string {
 func (*TimeoutNowRequest) ProtoMessage() {}
 
 func (x *TimeoutNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +793,7 @@ func (x *TimeoutNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeoutNowRequest.ProtoReflect.Descriptor instead.
 func (*TimeoutNowRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TimeoutNowRequest) GetGroup() uint64 {
@@ -715,7 +819,7 @@ type TimeoutNowResponse struct {
 
 func (x *TimeoutNowResponse) Reset() {
 	*x = TimeoutNowResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +831,7 @@ func (x *TimeoutNowResponse) String() string {
 func (*TimeoutNowResponse) ProtoMessage() {}
 
 func (x *TimeoutNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +844,7 @@ func (x *TimeoutNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeoutNowResponse.ProtoReflect.Descriptor instead.
 func (*TimeoutNowResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TimeoutNowResponse) GetHeader() *RPCHeader {
@@ -769,7 +873,7 @@ type InstallSnapshotRequest struct {
 
 func (x *InstallSnapshotRequest) Reset() {
 	*x = InstallSnapshotRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +885,7 @@ func (x *InstallSnapshotRequest) String() string {
 func (*InstallSnapshotRequest) ProtoMessage() {}
 
 func (x *InstallSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +898,7 @@ func (x *InstallSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InstallSnapshotRequest) GetGroup() uint64 {
@@ -886,7 +990,7 @@ type InstallSnapshotChunk struct {
 
 func (x *InstallSnapshotChunk) Reset() {
 	*x = InstallSnapshotChunk{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1002,7 @@ func (x *InstallSnapshotChunk) String() string {
 func (*InstallSnapshotChunk) ProtoMessage() {}
 
 func (x *InstallSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1015,7 @@ func (x *InstallSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InstallSnapshotChunk) GetRequest() *InstallSnapshotRequest {
@@ -939,7 +1043,7 @@ type InstallSnapshotResponse struct {
 
 func (x *InstallSnapshotResponse) Reset() {
 	*x = InstallSnapshotResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1055,7 @@ func (x *InstallSnapshotResponse) String() string {
 func (*InstallSnapshotResponse) ProtoMessage() {}
 
 func (x *InstallSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1068,7 @@ func (x *InstallSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InstallSnapshotResponse) GetHeader() *RPCHeader {
@@ -1015,14 +1119,20 @@ const file_chunkraft_raftpb_raft_proto_rawDesc = "" +
 	"\x0eprev_log_entry\x18\x05 \x01(\x04R\fprevLogEntry\x12\"\n" +
 	"\rprev_log_term\x18\x06 \x01(\x04R\vprevLogTerm\x12-\n" +
 	"\aentries\x18\a \x03(\v2\x13.chunkraft.raft.LogR\aentries\x12.\n" +
-	"\x13leader_commit_index\x18\b \x01(\x04R\x11leaderCommitIndex\"\xd3\x01\n" +
+	"\x13leader_commit_index\x18\b \x01(\x04R\x11leaderCommitIndex\"\xf4\x01\n" +
 	"\x15AppendEntriesResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.chunkraft.raft.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x19\n" +
 	"\blast_log\x18\x03 \x01(\x04R\alastLog\x12\x18\n" +
 	"\asuccess\x18\x04 \x01(\bR\asuccess\x12(\n" +
 	"\x10no_retry_backoff\x18\x05 \x01(\bR\x0enoRetryBackoff\x12\x14\n" +
-	"\x05error\x18\x0f \x01(\tR\x05error\"\x8a\x02\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error\x12\x1f\n" +
+	"\vstatus_code\x18\x10 \x01(\rR\n" +
+	"statusCode\"R\n" +
+	"\x0eHeartbeatBatch\x12@\n" +
+	"\brequests\x18\x01 \x03(\v2$.chunkraft.raft.AppendEntriesRequestR\brequests\"]\n" +
+	"\x16HeartbeatBatchResponse\x12C\n" +
+	"\tresponses\x18\x01 \x03(\v2%.chunkraft.raft.AppendEntriesResponseR\tresponses\"\x8a\x02\n" +
 	"\x12RequestVoteRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x121\n" +
 	"\x06header\x18\x02 \x01(\v2\x19.chunkraft.raft.RPCHeaderR\x06header\x12\x12\n" +
@@ -1070,10 +1180,12 @@ const file_chunkraft_raftpb_raft_proto_rawDesc = "" +
 	"\x17InstallSnapshotResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.chunkraft.raft.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess2\xc9\x04\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess2\xa3\x05\n" +
 	"\rRaftTransport\x12\\\n" +
 	"\rAppendEntries\x12$.chunkraft.raft.AppendEntriesRequest\x1a%.chunkraft.raft.AppendEntriesResponse\x12h\n" +
-	"\x15AppendEntriesPipeline\x12$.chunkraft.raft.AppendEntriesRequest\x1a%.chunkraft.raft.AppendEntriesResponse(\x010\x01\x12V\n" +
+	"\x15AppendEntriesPipeline\x12$.chunkraft.raft.AppendEntriesRequest\x1a%.chunkraft.raft.AppendEntriesResponse(\x010\x01\x12X\n" +
+	"\n" +
+	"Heartbeats\x12\x1e.chunkraft.raft.HeartbeatBatch\x1a&.chunkraft.raft.HeartbeatBatchResponse(\x010\x01\x12V\n" +
 	"\vRequestVote\x12\".chunkraft.raft.RequestVoteRequest\x1a#.chunkraft.raft.RequestVoteResponse\x12_\n" +
 	"\x0eRequestPreVote\x12%.chunkraft.raft.RequestPreVoteRequest\x1a&.chunkraft.raft.RequestPreVoteResponse\x12S\n" +
 	"\n" +
@@ -1092,52 +1204,58 @@ func file_chunkraft_raftpb_raft_proto_rawDescGZIP() []byte {
 	return file_chunkraft_raftpb_raft_proto_rawDescData
 }
 
-var file_chunkraft_raftpb_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_chunkraft_raftpb_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_chunkraft_raftpb_raft_proto_goTypes = []any{
 	(*RPCHeader)(nil),               // 0: chunkraft.raft.RPCHeader
 	(*Log)(nil),                     // 1: chunkraft.raft.Log
 	(*AppendEntriesRequest)(nil),    // 2: chunkraft.raft.AppendEntriesRequest
 	(*AppendEntriesResponse)(nil),   // 3: chunkraft.raft.AppendEntriesResponse
-	(*RequestVoteRequest)(nil),      // 4: chunkraft.raft.RequestVoteRequest
-	(*RequestVoteResponse)(nil),     // 5: chunkraft.raft.RequestVoteResponse
-	(*RequestPreVoteRequest)(nil),   // 6: chunkraft.raft.RequestPreVoteRequest
-	(*RequestPreVoteResponse)(nil),  // 7: chunkraft.raft.RequestPreVoteResponse
-	(*TimeoutNowRequest)(nil),       // 8: chunkraft.raft.TimeoutNowRequest
-	(*TimeoutNowResponse)(nil),      // 9: chunkraft.raft.TimeoutNowResponse
-	(*InstallSnapshotRequest)(nil),  // 10: chunkraft.raft.InstallSnapshotRequest
-	(*InstallSnapshotChunk)(nil),    // 11: chunkraft.raft.InstallSnapshotChunk
-	(*InstallSnapshotResponse)(nil), // 12: chunkraft.raft.InstallSnapshotResponse
+	(*HeartbeatBatch)(nil),          // 4: chunkraft.raft.HeartbeatBatch
+	(*HeartbeatBatchResponse)(nil),  // 5: chunkraft.raft.HeartbeatBatchResponse
+	(*RequestVoteRequest)(nil),      // 6: chunkraft.raft.RequestVoteRequest
+	(*RequestVoteResponse)(nil),     // 7: chunkraft.raft.RequestVoteResponse
+	(*RequestPreVoteRequest)(nil),   // 8: chunkraft.raft.RequestPreVoteRequest
+	(*RequestPreVoteResponse)(nil),  // 9: chunkraft.raft.RequestPreVoteResponse
+	(*TimeoutNowRequest)(nil),       // 10: chunkraft.raft.TimeoutNowRequest
+	(*TimeoutNowResponse)(nil),      // 11: chunkraft.raft.TimeoutNowResponse
+	(*InstallSnapshotRequest)(nil),  // 12: chunkraft.raft.InstallSnapshotRequest
+	(*InstallSnapshotChunk)(nil),    // 13: chunkraft.raft.InstallSnapshotChunk
+	(*InstallSnapshotResponse)(nil), // 14: chunkraft.raft.InstallSnapshotResponse
 }
 var file_chunkraft_raftpb_raft_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.raft.AppendEntriesRequest.header:type_name -> chunkraft.raft.RPCHeader
 	1,  // 1: chunkraft.raft.AppendEntriesRequest.entries:type_name -> chunkraft.raft.Log
 	0,  // 2: chunkraft.raft.AppendEntriesResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 3: chunkraft.raft.RequestVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 4: chunkraft.raft.RequestVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 5: chunkraft.raft.RequestPreVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 6: chunkraft.raft.RequestPreVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 7: chunkraft.raft.TimeoutNowRequest.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 8: chunkraft.raft.TimeoutNowResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 9: chunkraft.raft.InstallSnapshotRequest.header:type_name -> chunkraft.raft.RPCHeader
-	10, // 10: chunkraft.raft.InstallSnapshotChunk.request:type_name -> chunkraft.raft.InstallSnapshotRequest
-	0,  // 11: chunkraft.raft.InstallSnapshotResponse.header:type_name -> chunkraft.raft.RPCHeader
-	2,  // 12: chunkraft.raft.RaftTransport.AppendEntries:input_type -> chunkraft.raft.AppendEntriesRequest
-	2,  // 13: chunkraft.raft.RaftTransport.AppendEntriesPipeline:input_type -> chunkraft.raft.AppendEntriesRequest
-	4,  // 14: chunkraft.raft.RaftTransport.RequestVote:input_type -> chunkraft.raft.RequestVoteRequest
-	6,  // 15: chunkraft.raft.RaftTransport.RequestPreVote:input_type -> chunkraft.raft.RequestPreVoteRequest
-	8,  // 16: chunkraft.raft.RaftTransport.TimeoutNow:input_type -> chunkraft.raft.TimeoutNowRequest
-	11, // 17: chunkraft.raft.RaftTransport.InstallSnapshot:input_type -> chunkraft.raft.InstallSnapshotChunk
-	3,  // 18: chunkraft.raft.RaftTransport.AppendEntries:output_type -> chunkraft.raft.AppendEntriesResponse
-	3,  // 19: chunkraft.raft.RaftTransport.AppendEntriesPipeline:output_type -> chunkraft.raft.AppendEntriesResponse
-	5,  // 20: chunkraft.raft.RaftTransport.RequestVote:output_type -> chunkraft.raft.RequestVoteResponse
-	7,  // 21: chunkraft.raft.RaftTransport.RequestPreVote:output_type -> chunkraft.raft.RequestPreVoteResponse
-	9,  // 22: chunkraft.raft.RaftTransport.TimeoutNow:output_type -> chunkraft.raft.TimeoutNowResponse
-	12, // 23: chunkraft.raft.RaftTransport.InstallSnapshot:output_type -> chunkraft.raft.InstallSnapshotResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2,  // 3: chunkraft.raft.HeartbeatBatch.requests:type_name -> chunkraft.raft.AppendEntriesRequest
+	3,  // 4: chunkraft.raft.HeartbeatBatchResponse.responses:type_name -> chunkraft.raft.AppendEntriesResponse
+	0,  // 5: chunkraft.raft.RequestVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 6: chunkraft.raft.RequestVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 7: chunkraft.raft.RequestPreVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 8: chunkraft.raft.RequestPreVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 9: chunkraft.raft.TimeoutNowRequest.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 10: chunkraft.raft.TimeoutNowResponse.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 11: chunkraft.raft.InstallSnapshotRequest.header:type_name -> chunkraft.raft.RPCHeader
+	12, // 12: chunkraft.raft.InstallSnapshotChunk.request:type_name -> chunkraft.raft.InstallSnapshotRequest
+	0,  // 13: chunkraft.raft.InstallSnapshotResponse.header:type_name -> chunkraft.raft.RPCHeader
+	2,  // 14: chunkraft.raft.RaftTransport.AppendEntries:input_type -> chunkraft.raft.AppendEntriesRequest
+	2,  // 15: chunkraft.raft.RaftTransport.AppendEntriesPipeline:input_type -> chunkraft.raft.AppendEntriesRequest
+	4,  // 16: chunkraft.raft.RaftTransport.Heartbeats:input_type -> chunkraft.raft.HeartbeatBatch
+	6,  // 17: chunkraft.raft.RaftTransport.RequestVote:input_type -> chunkraft.raft.RequestVoteRequest
+	8,  // 18: chunkraft.raft.RaftTransport.RequestPreVote:input_type -> chunkraft.raft.RequestPreVoteRequest
+	10, // 19: chunkraft.raft.RaftTransport.TimeoutNow:input_type -> chunkraft.raft.TimeoutNowRequest
+	13, // 20: chunkraft.raft.RaftTransport.InstallSnapshot:input_type -> chunkraft.raft.InstallSnapshotChunk
+	3,  // 21: chunkraft.raft.RaftTransport.AppendEntries:output_type -> chunkraft.raft.AppendEntriesResponse
+	3,  // 22: chunkraft.raft.RaftTransport.AppendEntriesPipeline:output_type -> chunkraft.raft.AppendEntriesResponse
+	5,  // 23: chunkraft.raft.RaftTransport.Heartbeats:output_type -> chunkraft.raft.HeartbeatBatchResponse
+	7,  // 24: chunkraft.raft.RaftTransport.RequestVote:output_type -> chunkraft.raft.RequestVoteResponse
+	9,  // 25: chunkraft.raft.RaftTransport.RequestPreVote:output_type -> chunkraft.raft.RequestPreVoteResponse
+	11, // 26: chunkraft.raft.RaftTransport.TimeoutNow:output_type -> chunkraft.raft.TimeoutNowResponse
+	14, // 27: chunkraft.raft.RaftTransport.InstallSnapshot:output_type -> chunkraft.raft.InstallSnapshotResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_raftpb_raft_proto_init() }
@@ -1151,7 +1269,7 @@ func file_chunkraft_raftpb_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_raftpb_raft_proto_rawDesc), len(file_chunkraft_raftpb_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RaftTransport_AppendEntries_FullMethodName         = "/chunkraft.raft.RaftTransport/AppendEntries"
 	RaftTransport_AppendEntriesPipeline_FullMethodName = "/chunkraft.raft.RaftTransport/AppendEntriesPipeline"
+	RaftTransport_Heartbeats_FullMethodName            = "/chunkraft.raft.RaftTransport/Heartbeats"
 	RaftTransport_RequestVote_FullMethodName           = "/chunkraft.raft.RaftTransport/RequestVote"
 	RaftTransport_RequestPreVote_FullMethodName        = "/chunkraft.raft.RaftTransport/RequestPreVote"
 	RaftTransport_TimeoutNow_FullMethodName            = "/chunkraft.raft.RaftTransport/TimeoutNow"
@@ -40,6 +41,10 @@ type RaftTransportClient interface {
 	AppendEntries(ctx context.Context, in *AppendEntriesRequest, opts ...grpc.CallOption) (*AppendEntriesResponse, error)
 	// One stream per (group, peer) pipeline; responses come back in order.
 	AppendEntriesPipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse], error)
+	// One long-lived stream per pair of servers carries the heartbeats of all
+	// groups in batches; each HeartbeatBatch is answered by one
+	// HeartbeatBatchResponse, in order.
+	Heartbeats(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatBatch, HeartbeatBatchResponse], error)
 	RequestVote(ctx context.Context, in *RequestVoteRequest, opts ...grpc.CallOption) (*RequestVoteResponse, error)
 	RequestPreVote(ctx context.Context, in *RequestPreVoteRequest, opts ...grpc.CallOption) (*RequestPreVoteResponse, error)
 	TimeoutNow(ctx context.Context, in *TimeoutNowRequest, opts ...grpc.CallOption) (*TimeoutNowResponse, error)
@@ -77,6 +82,19 @@ func (c *raftTransportClient) AppendEntriesPipeline(ctx context.Context, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftTransport_AppendEntriesPipelineClient = grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse]
 
+func (c *raftTransportClient) Heartbeats(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatBatch, HeartbeatBatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[1], RaftTransport_Heartbeats_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[HeartbeatBatch, HeartbeatBatchResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftTransport_HeartbeatsClient = grpc.BidiStreamingClient[HeartbeatBatch, HeartbeatBatchResponse]
+
 func (c *raftTransportClient) RequestVote(ctx context.Context, in *RequestVoteRequest, opts ...grpc.CallOption) (*RequestVoteResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RequestVoteResponse)
@@ -109,7 +127,7 @@ func (c *raftTransportClient) TimeoutNow(ctx context.Context, in *TimeoutNowRequ
 
 func (c *raftTransportClient) InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallSnapshotChunk, InstallSnapshotResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[1], RaftTransport_InstallSnapshot_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[2], RaftTransport_InstallSnapshot_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +145,10 @@ type RaftTransportServer interface {
 	AppendEntries(context.Context, *AppendEntriesRequest) (*AppendEntriesResponse, error)
 	// One stream per (group, peer) pipeline; responses come back in order.
 	AppendEntriesPipeline(grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]) error
+	// One long-lived stream per pair of servers carries the heartbeats of all
+	// groups in batches; each HeartbeatBatch is answered by one
+	// HeartbeatBatchResponse, in order.
+	Heartbeats(grpc.BidiStreamingServer[HeartbeatBatch, HeartbeatBatchResponse]) error
 	RequestVote(context.Context, *RequestVoteRequest) (*RequestVoteResponse, error)
 	RequestPreVote(context.Context, *RequestPreVoteRequest) (*RequestPreVoteResponse, error)
 	TimeoutNow(context.Context, *TimeoutNowRequest) (*TimeoutNowResponse, error)
@@ -146,6 +168,9 @@ func (UnimplementedRaftTransportServer) AppendEntries(context.Context, *AppendEn
 }
 func (UnimplementedRaftTransportServer) AppendEntriesPipeline(grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]) error {
 	return status.Error(codes.Unimplemented, "method AppendEntriesPipeline not implemented")
+}
+func (UnimplementedRaftTransportServer) Heartbeats(grpc.BidiStreamingServer[HeartbeatBatch, HeartbeatBatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Heartbeats not implemented")
 }
 func (UnimplementedRaftTransportServer) RequestVote(context.Context, *RequestVoteRequest) (*RequestVoteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequestVote not implemented")
@@ -204,6 +229,13 @@ func _RaftTransport_AppendEntriesPipeline_Handler(srv interface{}, stream grpc.S
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftTransport_AppendEntriesPipelineServer = grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]
+
+func _RaftTransport_Heartbeats_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftTransportServer).Heartbeats(&grpc.GenericServerStream[HeartbeatBatch, HeartbeatBatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftTransport_HeartbeatsServer = grpc.BidiStreamingServer[HeartbeatBatch, HeartbeatBatchResponse]
 
 func _RaftTransport_RequestVote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RequestVoteRequest)
@@ -294,6 +326,12 @@ var RaftTransport_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "AppendEntriesPipeline",
 			Handler:       _RaftTransport_AppendEntriesPipeline_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Heartbeats",
+			Handler:       _RaftTransport_Heartbeats_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
