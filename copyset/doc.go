@@ -2,8 +2,12 @@
 // group needs on a chunkserver: group and peer identities (id.go), the node
 // that owns one raft instance (node.go), the manager of all groups of a
 // server (manager.go), the FSM that dispatches replicated operations to the
-// state machines registered on a copyset (fsm.go), the raft log store
-// (logstore.go) and the multiplexed gRPC raft transport (transport*.go).
+// state machines registered on a copyset (fsm.go), proposal batching
+// (propose.go: concurrent ops of kinds that never use the log index, today
+// KindChunk, share one raft entry), the leader's read lease (lease.go), the
+// raft log store (logstore.go) and the multiplexed gRPC raft transport
+// (transport*.go, heartbeats batched per peer server in
+// transport_heartbeat.go).
 //
 // The package replicates opaque operations: it knows nothing about chunks,
 // sync tasks or locks. It must not import chunkserver/, cli/, sync/, dm/ or
@@ -19,4 +23,7 @@
 //   - An operation is applied to state machines strictly in log order, once
 //     per replica lifetime, and re-applied after a crash from the last
 //     durable point: state machines must apply idempotently.
+//   - Reads are served by a leader that holds its lease or has just
+//     verified leadership with a quorum, after applying everything committed
+//     when the read arrived.
 package copyset
