@@ -306,18 +306,30 @@ func (n *Node) stopRaft() {
 func (n *Node) await(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
+	err, werr := awaitChan(n, ctx, done)
+	if werr != nil {
+		return werr
+	}
+	return err
+}
+
+// awaitChan waits for the value on ch, the answer to something handed to
+// raft, but returns early (with an error) when ctx ends or, after a grace
+// second, when the raft instance shuts down and the answer may never come.
+func awaitChan[T any](n *Node, ctx context.Context, ch <-chan T) (T, error) {
+	var zero T
 	select {
-	case err := <-done:
-		return err
+	case v := <-ch:
+		return v, nil
 	case <-n.stopping:
 		select {
-		case err := <-done:
-			return err
+		case v := <-ch:
+			return v, nil
 		case <-time.After(time.Second):
-			return raft.ErrRaftShutdown
+			return zero, raft.ErrRaftShutdown
 		}
 	case <-ctx.Done():
-		return fmt.Errorf("copyset %s: %w", n.group, ctx.Err())
+		return zero, fmt.Errorf("copyset %s: %w", n.group, ctx.Err())
 	}
 }
 
@@ -385,18 +397,12 @@ func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
 	ch, err := n.props.submit(ctx, op)
 	var r proposalResult
 	if err == nil {
-		select {
-		case r = <-ch:
-		case <-n.stopping:
-			select {
-			case r = <-ch:
-			case <-time.After(time.Second):
-				r.err = raft.ErrRaftShutdown
-			}
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("copyset %s: %w", n.group, ctx.Err())
+		if r, err = awaitChan(n, ctx, ch); err != nil && ctx.Err() != nil {
+			return 0, nil, err // cut short by the caller: the outcome is unknown
 		}
-		err = r.err
+		if err == nil {
+			err = r.err
+		}
 	}
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
