@@ -19,6 +19,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
@@ -30,7 +31,6 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -73,22 +73,6 @@ type seams struct {
 	raftDial []grpc.DialOption
 }
 
-// messageBuffers is the buffer pool of the server's gRPC calls and raft
-// connections: gRPC's default pool stops at 1 MiB buffers, so every 1 MiB
-// write (its message is a little larger) and every multi-entry
-// AppendEntries would otherwise get a fresh, zeroed buffer. Classes up to
-// 64 MiB cover a full AppendEntries of large writes (max_append_entries of
-// them).
-var messageBuffers = mustBufferPool(8, 12, 14, 15, 20, 21, 22, 23, 24, 25, 26)
-
-func mustBufferPool(exponents ...uint8) mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(exponents...)
-	if err != nil {
-		panic(fmt.Sprintf("message buffer pool: %v", err))
-	}
-	return p
-}
-
 func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -116,7 +100,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		Logger: log.With("component", "transport"),
 		DialOptions: append([]grpc.DialOption{
 			s.tls.peerDial(),
-			experimental.WithBufferPool(messageBuffers),
+			experimental.WithBufferPool(grpcbuf.Pool),
 			grpc.WithDefaultCallOptions(
 				grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize),
 				grpc.MaxCallSendMsgSize(cfg.MaxMessageSize)),
@@ -189,7 +173,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		// Calls run on long-lived workers (more start when all are busy):
 		// no goroutine creation and stack growth per request.
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
-		experimental.BufferPool(messageBuffers),
+		experimental.BufferPool(grpcbuf.Pool),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{

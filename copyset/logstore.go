@@ -11,6 +11,11 @@ import (
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 )
 
+// logCacheBytes bounds the entry data a copyset's log cache keeps: enough
+// for a full AppendEntries window of 1 MiB writes in flight; older entries
+// are read back from the log store when a lagging follower needs them.
+const logCacheBytes = 16 << 20
+
 // logStores is what a node needs from its raft log storage.
 type logStores struct {
 	log    raft.LogStore    // cached view handed to raft
@@ -32,7 +37,7 @@ func openBoltLogStore(dir string, cacheSize int) (*logStores, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open log store %s: %w", path, err)
 	}
-	cached, err := raft.NewLogCache(cacheSize, store)
+	cached, err := newLogCache(cacheSize, logCacheBytes, store)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("open log cache: %w", err)
@@ -48,7 +53,7 @@ func openSharedLogStore(shared *sharedlog.Log, group GroupID, cacheSize int) (*l
 	if err != nil {
 		return nil, fmt.Errorf("open shared log of copyset %s: %w", group, err)
 	}
-	cached, err := raft.NewLogCache(cacheSize, gs)
+	cached, err := newLogCache(cacheSize, logCacheBytes, gs)
 	if err != nil {
 		return nil, fmt.Errorf("open log cache: %w", err)
 	}

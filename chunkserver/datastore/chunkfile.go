@@ -177,10 +177,35 @@ type snapFile struct {
 	meta SnapMetaPage
 }
 
-// writeAt writes p at file offset off of f and marks dirty, even after a
-// failed (possibly partial) write.
+// maxWritePiece bounds one write(2) into a chunk, snapshot or pool file.
+// Linux (6.x; ext4 here) caches a buffered write in page-cache folios as
+// large as the write allows, up to 2 MiB, and a later 4 KiB overwrite of
+// part of a large folio costs several times one of a small folio (ext4
+// walks every block of the folio on each write). Random small overwrites
+// are the chunk store's common case and large client writes are common
+// too, so large writes go down in 64 KiB pieces. Measured on this machine
+// (cold page cache, 64 MiB file laid out by the given write size, then
+// random 4 KiB overwrites): 1 MiB writes leave 6.5 us of CPU per later
+// overwrite, 64 KiB writes 2.0 us, 4 KiB writes 1.8 us; the pieces cost a
+// 1 MiB overwrite ~20% more CPU than one call.
+const maxWritePiece = 64 << 10
+
+// writePieces writes p at file offset off of f in maxWritePiece pieces.
+func writePieces(f File, p []byte, off int64) error {
+	for len(p) > 0 {
+		n := min(len(p), maxWritePiece)
+		if _, err := f.WriteAt(p[:n], off); err != nil {
+			return err
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
+
+// writeAt writes p at file offset off of f (in pieces, see maxWritePiece)
+// and marks dirty, even after a failed (possibly partial) write.
 func writeAt(f File, dirty *atomic.Bool, p []byte, off int64) error {
-	_, err := f.WriteAt(p, off)
+	err := writePieces(f, p, off)
 	dirty.Store(true)
 	return err
 }

@@ -499,7 +499,7 @@ func (p *FilePool) zero(ctx context.Context, f File) error {
 			return err
 		}
 		n := min(int64(poolZeroBuf), p.g.fileSize-off)
-		if _, err := f.WriteAt(zeroBuf[:n], off); err != nil {
+		if err := writePieces(f, zeroBuf[:n], off); err != nil {
 			return err
 		}
 	}
