@@ -11,7 +11,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +71,9 @@ type seams struct {
 	// layer's interceptors in tests).
 	raftDial []grpc.DialOption
 }
+
+// streamWorkers is the number of gRPC stream workers (see newServer).
+const streamWorkers = 1024
 
 func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
@@ -170,9 +172,15 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
 		grpc.MaxSendMsgSize(cfg.MaxMessageSize),
 		grpc.MaxConcurrentStreams(maxStreams(cfg.MaxConcurrentStreams)),
-		// Calls run on long-lived workers (more start when all are busy):
-		// no goroutine creation and stack growth per request.
-		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		// Calls run on long-lived workers (a fresh goroutine when all are
+		// busy): no goroutine creation and stack growth per request. Raft
+		// streams (two AppendEntries pipelines per copyset, heartbeats)
+		// hold a worker for their lifetime, so the workers must outnumber
+		// them plus the requests in flight: with a few per core, every
+		// unary call started a goroutine and grew its stack (9% of the
+		// servers' CPU in a read benchmark). An idle worker is a parked
+		// goroutine.
+		grpc.NumStreamWorkers(streamWorkers),
 		experimental.BufferPool(grpcbuf.Pool),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}

@@ -7,7 +7,8 @@
 // KindChunk, share one raft entry), the leader's read lease (lease.go), the
 // raft log store (logstore.go) and the multiplexed gRPC raft transport
 // (transport*.go, heartbeats batched per peer server in
-// transport_heartbeat.go).
+// transport_heartbeat.go, AppendEntries payloads passed through gRPC without
+// copies by the codec in transport_wire.go).
 //
 // The package replicates opaque operations: it knows nothing about chunks,
 // sync tasks or locks. It must not import chunkserver/, cli/, sync/, dm/ or

@@ -12,12 +12,18 @@ import (
 
 // Conversions between hashicorp/raft's commands and the raftpb wire messages.
 //
-// Entry payloads (Log.Data, Log.Extensions) are never copied here: the proto
-// message aliases raft's slices on the way out (gRPC marshals them into its own
-// buffer inside SendMsg, and raft never mutates a log entry it handed to the
-// transport), and raft's Log aliases the proto's slices on the way in
-// (protobuf-go's Unmarshal copies bytes fields out of the receive buffer, so
-// they are owned by the message and safe to keep).
+// Entry payloads (Log.Data, Log.Extensions) are never copied here, nor by the
+// gRPC codec for AppendEntriesRequest (transport_wire.go). On the way out the
+// proto message aliases raft's slices and the codec hands the large ones to
+// gRPC by reference, which writes them to the connection after SendMsg has
+// returned: safe because raft never mutates a log entry it handed to the
+// transport. On the way in the codec sets the proto's payloads to alias the
+// received message, and raft's Log aliases the proto's slices: safe to keep
+// because that message buffer is never recycled (it is the codec's own
+// allocation, or a gRPC buffer whose reference the codec never frees; the GC
+// reclaims it once no entry points into it), and each payload's capacity
+// ends at its length, so an append reallocates instead of overwriting the
+// next field.
 
 func headerToProto(h raft.RPCHeader) *raftpb.RPCHeader {
 	return &raftpb.RPCHeader{

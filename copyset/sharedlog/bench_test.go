@@ -148,3 +148,26 @@ func BenchmarkShards(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEntrySize: 8 groups (goroutines) in parallel, each looping
+// StoreLogs of one entry of the given size, default shards, with and
+// without fdatasync. For large entries the figure of merit is appends/cpu-s:
+// what the write path costs per byte (memory copies) rather than what the
+// disk does. Entries are never deleted, so a run of b.N appends keeps
+// b.N*size bytes on disk: run the large sizes with a bounded -benchtime
+// (e.g. 300x).
+func BenchmarkEntrySize(b *testing.B) {
+	for _, size := range []int{64, 4 << 10, 1 << 20} {
+		for _, noSync := range []bool{false, true} {
+			b.Run(fmt.Sprintf("size=%d/nosync=%v", size, noSync), func(b *testing.B) {
+				l := openLog(b, Options{Dir: b.TempDir(), NoSync: noSync})
+				defer l.Close()
+				stores := make([]raft.LogStore, 8)
+				for g := range stores {
+					stores[g] = group(b, l, uint64(g))
+				}
+				runAppends(b, l, stores, size)
+			})
+		}
+	}
+}

@@ -4,8 +4,9 @@ import "github.com/chunkraft/chunkraft/internal/bufpool"
 
 // Record buffers are recycled: a fresh multi-megabyte
 // allocation costs page faults and zeroing on every append, several times
-// the copy itself. A record's buffer is free once its request is answered
-// (the shard copied it into its batch buffer and nothing else keeps it).
+// the copy that encodes the record. A record's buffer is free once its request is answered: until
+// then the shard's writer owns it (it sets the record's link in it and
+// writes it to the segment from there), after that nothing keeps it.
 
 const (
 	minPooledShift = 10 // 1 KiB: smaller records are cheap to allocate

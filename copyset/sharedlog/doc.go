@@ -6,9 +6,11 @@
 // fsync streams; this package instead appends the StoreLogs batches of all
 // groups to a few shared write-ahead logs and commits them together: a single
 // writer goroutine per shard drains everything queued, writes it with one
-// write and makes it durable with one fdatasync, then wakes every waiter
-// (group commit across copysets) and yields the processor, so that the
-// waiters queue their next records before it drains the queue again.
+// vectored write (pwritev of the records' own buffers, chained in place: a
+// record is encoded once and never copied into a batch buffer) and makes it
+// durable with one fdatasync, then wakes every waiter (group commit across
+// copysets) and yields the processor, so that the waiters queue their next
+// records before it drains the queue again.
 //
 // Layout: Open(Options) returns a *Log; Log.Group(id) returns a *GroupStore,
 // the per-copyset view that implements raft.LogStore and raft.StableStore.
@@ -91,7 +93,8 @@
 // or before the oldest live entry yields the same state, which is what
 // allows deleting old segments.
 //
-// This package must not import other chunkraft packages: it depends only on
-// the standard library, hashicorp/raft (for the interfaces and raft.Log) and
+// This package must not import other chunkraft packages except
+// internal/bufpool (standard library only): it depends on the standard
+// library, hashicorp/raft (for the interfaces and raft.Log) and
 // klauspost/crc32, so that it can be tested and benchmarked on its own.
 package sharedlog

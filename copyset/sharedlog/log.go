@@ -279,7 +279,7 @@ func (l *Log) Close() error {
 
 // Stats is a snapshot of the log's counters, for metrics.
 type Stats struct {
-	// Batches is the number of group commits (one write + one fdatasync).
+	// Batches is the number of group commits (one pwritev + one fdatasync).
 	Batches uint64
 	// Records is the number of records committed (one per StoreLogs,
 	// DeleteRange, Set/SetUint64 or DropGroup call).

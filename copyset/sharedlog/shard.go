@@ -60,7 +60,11 @@ func (st *groupState) apply(o *op, seg uint32, recOff int64) {
 // request is one record waiting in a shard's commit queue.
 type request struct {
 	op
-	st   *groupState
+	st *groupState
+	// rec is the encoded record. From submit until the request is answered
+	// the writer owns it: it sets the link in place and writes rec itself to
+	// the segment, so the submitter must neither change nor reuse it
+	// before then.
 	rec  []byte
 	off  int64 // where the writer placed rec in the active segment
 	done chan error
@@ -89,9 +93,10 @@ type shard struct {
 	activeBase int64  // size of the active segment before its first request record
 	link       uint32 // link of the active segment's last record (its salt if none)
 	requested  bool   // a spare was requested since the active segment started
-	buf        []byte
 	batch      []*request
-	free       []*request // the queue's other buffer
+	bufs       [][]byte    // commit's list of buffers to write
+	w          batchWriter // writes bufs without copying them (pwritev)
+	free       []*request  // the queue's other buffer
 
 	qmu    sync.Mutex // guards queue, closed, err
 	queue  []*request
@@ -232,7 +237,11 @@ func (s *shard) run() {
 }
 
 // process writes reqs as few group commits as possible: everything that
-// fits in the active segment goes out with one write and one fdatasync.
+// fits in the active segment goes out with one vectored write and one
+// fdatasync. Each record is chained (its link set) in its own buffer, r.rec:
+// the request owns it, and nothing else reads or writes it until the request
+// is answered, so the records are written from where they were encoded,
+// without being copied into a batch buffer.
 func (s *shard) process(reqs []*request) {
 	s.qmu.Lock()
 	err := s.err
@@ -252,8 +261,8 @@ func (s *shard) process(reqs []*request) {
 		}
 		return
 	}
-	buf := s.buf[:0]
 	batch := s.batch[:0]
+	var n int64 // bytes of the records in batch
 	gc := false
 	fail := func(err error, rest []*request) {
 		for _, r := range batch {
@@ -272,15 +281,15 @@ func (s *shard) process(reqs []*request) {
 			continue
 		}
 		size := s.active.size.Load()
-		if size+int64(len(buf))+int64(len(r.rec)) > s.segSize && (len(buf) > 0 || size > s.activeBase) {
+		if size+n+int64(len(r.rec)) > s.segSize && (len(batch) > 0 || size > s.activeBase) {
 			// r does not fit: commit what we have, start a new segment and
 			// retry r there.
-			if len(buf) > 0 {
-				if err := s.commit(buf, batch); err != nil {
+			if len(batch) > 0 {
+				if err := s.commit(batch, n); err != nil {
 					fail(err, reqs[i:])
 					return
 				}
-				buf, batch = buf[:0], batch[:0]
+				batch, n = batch[:0], 0
 			}
 			if err := s.roll(); err != nil {
 				s.poison(err)
@@ -289,10 +298,9 @@ func (s *shard) process(reqs []*request) {
 			}
 			continue
 		}
-		r.off = size + int64(len(buf))
-		start := len(buf)
-		buf = append(buf, r.rec...)
-		s.link = setLink(buf[start:], s.link)
+		r.off = size + n
+		s.link = setLink(r.rec, s.link)
+		n += int64(len(r.rec))
 		batch = append(batch, r)
 		switch r.kind {
 		case recDrop:
@@ -303,16 +311,12 @@ func (s *shard) process(reqs []*request) {
 		}
 		i++
 	}
-	if len(buf) > 0 {
-		if err := s.commit(buf, batch); err != nil {
+	if len(batch) > 0 {
+		if err := s.commit(batch, n); err != nil {
 			fail(err, nil)
 			return
 		}
 	}
-	if cap(buf) > 16<<20 {
-		buf = nil // do not pin a huge buffer after a burst
-	}
-	s.buf = buf[:0]
 	clear(batch)
 	s.batch = batch[:0]
 	if gc {
@@ -320,15 +324,30 @@ func (s *shard) process(reqs []*request) {
 	}
 }
 
-// commit writes buf (the records of batch, already chained) at the end of
-// the active segment's valid data, makes it durable, applies the records to
-// the in-memory state and wakes the waiters. In a preallocated segment the
-// write lands in blocks that are already allocated and written, so the
-// fdatasync flushes data only: no inode or extent change for the journal.
-func (s *shard) commit(buf []byte, batch []*request) error {
+// commit writes the records of batch (already chained, n bytes in all,
+// placed from the active segment's end of valid data on) at that end, makes
+// them durable, applies them to the in-memory state and wakes the waiters.
+// The write is one pwritev of the records' own buffers and the zeros that
+// pad it to a page (more than one call only for a batch of more than IOV_MAX
+// buffers, or after a short write): the same bytes at the same offsets as
+// writing their concatenation. In a preallocated segment the write lands in
+// blocks that are already allocated and written, so the fdatasync flushes
+// data only: no inode or extent change for the journal.
+func (s *shard) commit(batch []*request, n int64) error {
 	seg := s.active
 	size := seg.size.Load()
-	if _, err := seg.f.WriteAt(padToPage(buf, size, seg.fileSize.Load()), size); err != nil {
+	bufs := s.bufs[:0]
+	for _, r := range batch {
+		bufs = append(bufs, r.rec)
+	}
+	if pad := padLen(size, n, seg.fileSize.Load()); pad > 0 {
+		bufs = append(bufs, zeroPage[:pad])
+	}
+	err := s.w.writeAt(seg.f, bufs, size)
+	clear(bufs) // do not pin the records' buffers
+	s.bufs = bufs[:0]
+	if err != nil {
+		err = fmt.Errorf("sharedlog: writing %d records (%d bytes) at offset %d: %w", len(batch), n, size, err)
 		s.poison(err)
 		return err
 	}
@@ -339,14 +358,14 @@ func (s *shard) commit(buf []byte, batch []*request) error {
 		}
 		s.fsyncs.Add(1)
 	}
-	end := size + int64(len(buf))
+	end := size + n
 	seg.size.Store(end)
 	if end > seg.fileSize.Load() {
 		seg.fileSize.Store(end)
 	}
 	s.batches.Add(1)
 	s.records.Add(uint64(len(batch)))
-	s.bytes.Add(uint64(len(buf)))
+	s.bytes.Add(uint64(n))
 	for _, r := range batch {
 		s.applyLive(r, seg.id)
 	}
@@ -382,22 +401,28 @@ var pageSize = int64(os.Getpagesize())
 
 var zeroPage = make([]byte, pageSize)
 
-// padToPage returns buf, to be written at off in a file of length fileSize,
-// extended with zeros to the next page boundary if that is inside the file.
-// Overwriting part of a page that is not in the page cache (a preallocated
-// or recycled segment's pages, written long ago or with O_DIRECT) makes the
-// kernel read it from disk first, synchronously, in the write call; covering
-// the rest of the page avoids that read. It costs no extra I/O (writeback
-// writes whole pages anyway) and the zeros lie beyond the end of the valid
-// records, where recovery expects zeros or garbage. The next write starts in
-// the last page, which is now cached. buf's spare capacity may be used.
-func padToPage(buf []byte, off, fileSize int64) []byte {
-	end := off + int64(len(buf))
+// padLen returns how many zeros pad n bytes written at off in a file of
+// length fileSize to the next page boundary: none if that boundary is
+// beyond the end of the file. Overwriting part of a page that is not in the
+// page cache (a preallocated or recycled segment's pages, written long ago
+// or with O_DIRECT) makes the kernel read it from disk first, synchronously,
+// in the write call; covering the rest of the page avoids that read. It
+// costs no extra I/O (writeback writes whole pages anyway) and the zeros lie
+// beyond the end of the valid records, where recovery expects zeros or
+// garbage. The next write starts in the last page, which is now cached.
+func padLen(off, n, fileSize int64) int64 {
+	end := off + n
 	pad := -end & (pageSize - 1)
 	if pad == 0 || end+pad > fileSize {
-		return buf
+		return 0
 	}
-	return append(buf, zeroPage[:pad]...)
+	return pad
+}
+
+// padToPage returns buf, to be written at off in a file of length fileSize,
+// extended with padLen zeros. buf's spare capacity may be used.
+func padToPage(buf []byte, off, fileSize int64) []byte {
+	return append(buf, zeroPage[:padLen(off, int64(len(buf)), fileSize)]...)
 }
 
 func (s *shard) applyLive(r *request, seg uint32) {

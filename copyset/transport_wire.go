@@ -1,0 +1,642 @@
+package copyset
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+	protoenc "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
+)
+
+// A zero-copy gRPC codec for the raft transport's AppendEntriesRequest.
+//
+// gRPC's default proto codec copies every replicated entry twice on its way
+// through the transport: Marshal encodes the request (entry payloads
+// included) into one contiguous buffer, and Unmarshal's proto.Unmarshal
+// copies every bytes field out of the receive buffer. wireCodec replaces the
+// default codec process-wide under the same name, "proto" (the vtprotobuf
+// pattern), and special-cases only *raftpb.AppendEntriesRequest:
+//
+//   - Marshal hand-encodes the request into exactly the bytes proto.Marshal
+//     produces, as a mem.BufferSlice whose large entry payloads are the
+//     caller's slices themselves (no copy); only the framing between them is
+//     written into a small (pooled) buffer.
+//   - Unmarshal hand-parses the received message with entries' Data and
+//     Extensions aliasing it: in place when gRPC received it in one
+//     well-fitting buffer, else after copying it once into an exact-size
+//     allocation. Either buffer is never recycled (holdReceived): the
+//     entries keep it alive and the GC reclaims it.
+//
+// Every other message type, and every AppendEntriesRequest input the hand
+// parser does not fully understand (unknown fields, unexpected wire types,
+// malformed bytes), goes to the original codec, so the wire format and the
+// decoded values never differ from gRPC's default codec: peers running the
+// default codec, and every other gRPC service of the process, are
+// unaffected.
+
+// wireAliasMin is the smallest entry payload (Data or Extensions) Marshal
+// sends by reference; smaller ones are copied into the framing buffer, which
+// costs less than the extra iovec and buffer bookkeeping of a separate
+// segment.
+const wireAliasMin = 1 << 10
+
+func init() {
+	// This package imports grpc's encoding/proto, so its init (which
+	// registers the default codec) ran before this one.
+	orig := encoding.GetCodecV2(protoenc.Name)
+	if orig == nil {
+		panic("copyset: gRPC's default proto codec is not registered")
+	}
+	encoding.RegisterCodecV2(&wireCodec{orig: orig})
+}
+
+// wireCodec is the encoding.CodecV2 registered as "proto" by this package.
+// It is stateless apart from orig, the codec it replaced, and so safe for
+// concurrent use as gRPC requires.
+//
+// Invariant: for every message and every input, it produces the same bytes
+// and the same decoded values (proto.Equal) as orig; it differs only in
+// which memory the results share (see Marshal and Unmarshal).
+type wireCodec struct {
+	orig encoding.CodecV2
+}
+
+// Name implements encoding.CodecV2: the name of gRPC's default codec, which
+// wireCodec replaces.
+func (c *wireCodec) Name() string { return protoenc.Name }
+
+// Marshal implements encoding.CodecV2. For a *raftpb.AppendEntriesRequest
+// the returned BufferSlice aliases every entry's Data and Extensions of at
+// least wireAliasMin bytes instead of copying them.
+//
+// Aliasing is safe because raft never mutates a log entry after handing it
+// to the transport (entries come from the log cache or the log store and are
+// immutable; see transport_codec.go). gRPC's SendMsg returns before the
+// HTTP/2 writer has sent the payload: the transport holds the BufferSlice
+// (Ref'd) and reads it asynchronously, then Frees it. A mem.SliceBuffer's
+// Ref and Free are no-ops, so the aliased slices stay valid simply because
+// the BufferSlice references them (the GC keeps them alive) and nobody
+// writes to them. The framing segments are slices of one buffer (pooled if
+// large) that share its reference count: gRPC's Free of the last segment
+// returns it to the pool.
+func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*raftpb.AppendEntriesRequest); ok && m != nil && !appendEntriesHasUnknown(m) {
+		out, err := marshalAppendEntries(m, mem.DefaultBufferPool())
+		if err != nil {
+			return nil, fmt.Errorf("copyset: marshal AppendEntriesRequest: %w", err)
+		}
+		return out, nil
+	}
+	return c.orig.Marshal(v)
+}
+
+// Unmarshal implements encoding.CodecV2. For a *raftpb.AppendEntriesRequest
+// it sets entries' Data and Extensions to alias the received message (see
+// holdReceived) instead of copying them, each cap-limited so that an append
+// by a consumer reallocates instead of overwriting the next field. Header
+// and leader bytes are copied, since raft may keep them long after the
+// entries are gone.
+func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*raftpb.AppendEntriesRequest)
+	if !ok || m == nil {
+		return c.orig.Unmarshal(data, v)
+	}
+	b, ref := holdReceived(data)
+	aliased, ok := unmarshalAppendEntries(b, m)
+	if ok {
+		if ref != nil && !aliased {
+			ref.Free() // nothing points into it: let gRPC recycle it
+		}
+		return nil
+	}
+	// Not understood: decode the same bytes with the original (copying)
+	// codec. proto.Unmarshal resets m first, so once it returns nothing in
+	// m points into b.
+	err := c.orig.Unmarshal(data, v)
+	if ref != nil {
+		ref.Free()
+	}
+	if err != nil {
+		return fmt.Errorf("copyset: unmarshal AppendEntriesRequest: %w", err)
+	}
+	return nil
+}
+
+// wireWasteMax bounds, as a fraction of the message, the unused capacity of
+// a received buffer that holdReceived lets entries keep alive.
+const wireWasteMax = 4 // 1/4
+
+// holdReceived returns the received message as one slice whose bytes are
+// never overwritten, so that decoded entries may alias it for as long as
+// they live:
+//
+//   - A message that gRPC delivered in one buffer (it fitted in one HTTP/2
+//     frame) is used in place when that buffer is not much larger than the
+//     message: holdReceived takes a reference of its own, returned as ref,
+//     which the caller must never free while an entry aliases the bytes.
+//     gRPC frees only its own reference when Unmarshal returns, so a pooled
+//     buffer then never goes back to its pool and is never reused; the GC
+//     reclaims it once no entry points into it.
+//   - Otherwise (a message spanning frames, or one in a buffer that pool
+//     size rounding made much larger: a 4.1 KiB frame gets a 16 KiB one) the
+//     bytes are copied once into a new allocation of exactly the message's
+//     size, not zeroed first and owned by the GC alone (ref is nil). This
+//     is deliberately not data.MaterializeToBuffer(mem.DefaultBufferPool()):
+//     kept forever, a pooled buffer would never be reused, so each message
+//     would allocate a fresh zeroed buffer of the next power-of-two tier
+//     (1 MiB for anything between 32 KiB and 1 MiB) and entries would pin
+//     that whole capacity.
+//
+// Either way the one copy protobuf-go's Unmarshal makes of every bytes field
+// is gone: a message spanning frames is copied once instead of twice, a
+// message in one frame not at all or once.
+func holdReceived(data mem.BufferSlice) (b []byte, ref mem.Buffer) {
+	if len(data) == 1 {
+		d := data[0].ReadOnlyData()
+		if cap(d)-len(d) <= len(d)/wireWasteMax {
+			data[0].Ref()
+			return d, data[0]
+		}
+	}
+	var small [128][]byte // a 1 MiB entry spans 65 frames of 16 KiB
+	parts := small[:0]
+	for _, buf := range data {
+		parts = append(parts, buf.ReadOnlyData())
+	}
+	// bytes.Join allocates exactly the total length without zeroing it.
+	return bytes.Join(parts, nil), nil
+}
+
+// appendEntriesHasUnknown reports whether m or a message in it carries
+// unknown fields, which proto.Marshal would append and marshalAppendEntries
+// does not write.
+func appendEntriesHasUnknown(m *raftpb.AppendEntriesRequest) bool {
+	if len(m.ProtoReflect().GetUnknown()) != 0 {
+		return true
+	}
+	if m.Header != nil && len(m.Header.ProtoReflect().GetUnknown()) != 0 {
+		return true
+	}
+	for _, l := range m.Entries {
+		if l != nil && len(l.ProtoReflect().GetUnknown()) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Field numbers of chunkraft.raft messages (raft.proto).
+const (
+	hdrProtocolVersion protowire.Number = 1
+	hdrID              protowire.Number = 2
+	hdrAddr            protowire.Number = 3
+
+	logIndex      protowire.Number = 1
+	logTerm       protowire.Number = 2
+	logType       protowire.Number = 3
+	logData       protowire.Number = 4
+	logExtensions protowire.Number = 5
+	logAppendedAt protowire.Number = 6
+
+	aeGroup             protowire.Number = 1
+	aeHeader            protowire.Number = 2
+	aeTerm              protowire.Number = 3
+	aeLeader            protowire.Number = 4
+	aePrevLogEntry      protowire.Number = 5
+	aePrevLogTerm       protowire.Number = 6
+	aeEntries           protowire.Number = 7
+	aeLeaderCommitIndex protowire.Number = 8
+)
+
+// sizeVarintField is the encoded size of a proto3 varint field: 0 for the
+// zero value, which proto3 does not send.
+func sizeVarintField(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+// sizeBytesField is the encoded size of a proto3 bytes field of n bytes: 0
+// when empty, which proto3 does not send.
+func sizeBytesField(num protowire.Number, n int) int {
+	if n == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+// sizeMessageField is the encoded size of a present message field whose
+// body is n bytes (sent even when n is 0).
+func sizeMessageField(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+// headerBodySize is the encoded size of h's fields.
+func headerBodySize(h *raftpb.RPCHeader) int {
+	return sizeVarintField(hdrProtocolVersion, uint64(h.ProtocolVersion)) +
+		sizeBytesField(hdrID, len(h.Id)) +
+		sizeBytesField(hdrAddr, len(h.Addr))
+}
+
+// logBodySize is the encoded size of l's fields; a nil entry encodes as an
+// empty message, as in proto.Marshal.
+func logBodySize(l *raftpb.Log) int {
+	if l == nil {
+		return 0
+	}
+	return sizeVarintField(logIndex, l.Index) +
+		sizeVarintField(logTerm, l.Term) +
+		sizeVarintField(logType, uint64(l.Type)) +
+		sizeBytesField(logData, len(l.Data)) +
+		sizeBytesField(logExtensions, len(l.Extensions)) +
+		sizeVarintField(logAppendedAt, uint64(l.AppendedAt))
+}
+
+// aliasedLen is how many of b's bytes Marshal sends by reference.
+func aliasedLen(b []byte) int {
+	if len(b) >= wireAliasMin {
+		return len(b)
+	}
+	return 0
+}
+
+// errWireSize reports a disagreement between the size pass and the encoding
+// pass of marshalAppendEntries (a bug, never expected).
+var errWireSize = errors.New("encoded size differs from computed size")
+
+// wireWriter assembles a BufferSlice from framing bytes, written into one
+// buffer of exactly size bytes, interleaved with aliased payloads.
+//
+// Invariants: buf is root's bytes truncated to the bytes written so far and
+// is appended to in place (it never outgrows size when the size pass is
+// right; finish detects when it did); out holds one reference per element;
+// framing bytes before cut are in out.
+type wireWriter struct {
+	root mem.Buffer // owns the framing bytes; finish drops its reference
+	size int        // framing bytes, from the size pass
+	buf  []byte
+	cut  int
+	out  mem.BufferSlice
+	err  error
+}
+
+// init prepares w for size framing bytes and nAliased aliased payloads.
+// Framing of at most mem's pooling threshold is a plain allocation; larger
+// framing (many small entries) comes from pool.
+func (w *wireWriter) init(size, nAliased int, pool mem.BufferPool) {
+	*w = wireWriter{size: size, out: make(mem.BufferSlice, 0, 2*nAliased+1)}
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		w.root = mem.SliceBuffer(make([]byte, size))
+	} else {
+		w.root = mem.NewBuffer(pool.Get(size), pool)
+	}
+	w.buf = w.root.ReadOnlyData()[:0]
+}
+
+// varint writes a proto3 varint field (nothing for 0).
+func (w *wireWriter) varint(num protowire.Number, v uint64) {
+	if v == 0 {
+		return
+	}
+	w.buf = protowire.AppendTag(w.buf, num, protowire.VarintType)
+	w.buf = protowire.AppendVarint(w.buf, v)
+}
+
+// bytes writes a proto3 bytes field (nothing when empty) by copying b into
+// the framing.
+func (w *wireWriter) bytes(num protowire.Number, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	w.buf = protowire.AppendTag(w.buf, num, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(len(b)))
+	w.buf = append(w.buf, b...)
+}
+
+// payload writes an entry payload field (nothing when empty), referencing b
+// instead of copying it when aliasedLen(b) says so.
+func (w *wireWriter) payload(num protowire.Number, b []byte) {
+	if aliasedLen(b) == 0 {
+		w.bytes(num, b)
+		return
+	}
+	w.buf = protowire.AppendTag(w.buf, num, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(len(b)))
+	w.flush()
+	w.out = append(w.out, mem.SliceBuffer(b))
+}
+
+// message writes the tag and length of a message field whose body (n
+// bytes) the caller writes next.
+func (w *wireWriter) message(num protowire.Number, n int) {
+	w.buf = protowire.AppendTag(w.buf, num, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(n))
+}
+
+// flush appends the framing written since the last cut to out, as a slice
+// of root sharing its reference count.
+func (w *wireWriter) flush() {
+	if w.err != nil {
+		return
+	}
+	end := len(w.buf)
+	if end > w.size {
+		w.err = errWireSize
+		return
+	}
+	if end > w.cut {
+		w.out = append(w.out, w.root.Slice(w.cut, end))
+		w.cut = end
+	}
+}
+
+// finish flushes the rest of the framing, drops the writer's own reference
+// to root and returns the message; on error it frees everything.
+func (w *wireWriter) finish() (mem.BufferSlice, error) {
+	w.flush()
+	if w.err == nil && len(w.buf) != w.size {
+		w.err = errWireSize
+	}
+	w.root.Free()
+	if w.err != nil {
+		w.out.Free()
+		return nil, w.err
+	}
+	return w.out, nil
+}
+
+// marshalAppendEntries encodes m exactly as proto.Marshal does (fields in
+// field-number order, proto3 zero values omitted, a present Header sent
+// even when empty, a nil entry sent as an empty message); m must have no
+// unknown fields. Entries' Data and Extensions of at least wireAliasMin
+// bytes are referenced, not copied (see wireCodec.Marshal for why that is
+// safe); the header's and leader's bytes, small, are always copied.
+func marshalAppendEntries(m *raftpb.AppendEntriesRequest, pool mem.BufferPool) (mem.BufferSlice, error) {
+	// Size pass: the framing bytes and the number of aliased payloads.
+	hdrSize := 0
+	size := sizeVarintField(aeGroup, m.Group)
+	if m.Header != nil {
+		hdrSize = headerBodySize(m.Header)
+		size += sizeMessageField(aeHeader, hdrSize)
+	}
+	size += sizeVarintField(aeTerm, m.Term) +
+		sizeBytesField(aeLeader, len(m.Leader)) +
+		sizeVarintField(aePrevLogEntry, m.PrevLogEntry) +
+		sizeVarintField(aePrevLogTerm, m.PrevLogTerm)
+	nAliased := 0
+	for _, l := range m.Entries {
+		size += sizeMessageField(aeEntries, logBodySize(l))
+		if l == nil {
+			continue
+		}
+		for _, b := range [2][]byte{l.Data, l.Extensions} {
+			if n := aliasedLen(b); n > 0 {
+				size -= n
+				nAliased++
+			}
+		}
+	}
+	size += sizeVarintField(aeLeaderCommitIndex, m.LeaderCommitIndex)
+	if size == 0 {
+		return nil, nil // the empty message (an aliased field needs a tag)
+	}
+
+	// Encoding pass, in field-number order.
+	var w wireWriter
+	w.init(size, nAliased, pool)
+	w.varint(aeGroup, m.Group)
+	if h := m.Header; h != nil {
+		w.message(aeHeader, hdrSize)
+		w.varint(hdrProtocolVersion, uint64(h.ProtocolVersion))
+		w.bytes(hdrID, h.Id)
+		w.bytes(hdrAddr, h.Addr)
+	}
+	w.varint(aeTerm, m.Term)
+	w.bytes(aeLeader, m.Leader)
+	w.varint(aePrevLogEntry, m.PrevLogEntry)
+	w.varint(aePrevLogTerm, m.PrevLogTerm)
+	for _, l := range m.Entries {
+		w.message(aeEntries, logBodySize(l))
+		if l == nil {
+			continue
+		}
+		w.varint(logIndex, l.Index)
+		w.varint(logTerm, l.Term)
+		w.varint(logType, uint64(l.Type))
+		w.payload(logData, l.Data)
+		w.payload(logExtensions, l.Extensions)
+		w.varint(logAppendedAt, uint64(l.AppendedAt))
+	}
+	w.varint(aeLeaderCommitIndex, m.LeaderCommitIndex)
+	return w.finish()
+}
+
+// unmarshalAppendEntries parses b into m (reset first), with entries' Data
+// and Extensions aliasing b (cap-limited) and all other bytes fields copied.
+// It reports aliased when some entry points into b, and ok=false when b
+// holds anything but well-formed known fields with their declared wire
+// types: the caller then decodes b with proto.Unmarshal instead (m is left
+// in an unspecified state). For every b it accepts, m ends up proto.Equal to
+// what proto.Unmarshal produces: scalars and bytes fields take the last
+// occurrence, a repeated header merges into the first, every entries field
+// appends an entry, and an empty bytes field decodes as nil.
+func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest) (aliased, ok bool) {
+	m.Reset()
+	n, ok := countEntries(b)
+	if !ok {
+		return false, false
+	}
+	var backing []raftpb.Log
+	if n > 0 {
+		backing = make([]raftpb.Log, n)
+		m.Entries = make([]*raftpb.Log, 0, n)
+	}
+	for len(b) > 0 {
+		num, typ, tn := protowire.ConsumeTag(b)
+		if tn < 0 {
+			return false, false
+		}
+		b = b[tn:]
+		var vn int
+		switch typ {
+		case protowire.VarintType:
+			var v uint64
+			if v, vn = protowire.ConsumeVarint(b); vn < 0 {
+				return false, false
+			}
+			switch num {
+			case aeGroup:
+				m.Group = v
+			case aeTerm:
+				m.Term = v
+			case aePrevLogEntry:
+				m.PrevLogEntry = v
+			case aePrevLogTerm:
+				m.PrevLogTerm = v
+			case aeLeaderCommitIndex:
+				m.LeaderCommitIndex = v
+			default:
+				return false, false
+			}
+		case protowire.BytesType:
+			var v []byte
+			if v, vn = protowire.ConsumeBytes(b); vn < 0 {
+				return false, false
+			}
+			switch num {
+			case aeHeader:
+				if m.Header == nil {
+					m.Header = &raftpb.RPCHeader{}
+				}
+				if !unmarshalHeader(v, m.Header) {
+					return false, false
+				}
+			case aeLeader:
+				m.Leader = copyBytes(v)
+			case aeEntries:
+				l := &backing[len(m.Entries)]
+				a, ok := unmarshalLog(v, l)
+				if !ok {
+					return false, false
+				}
+				aliased = aliased || a
+				m.Entries = append(m.Entries, l)
+			default:
+				return false, false
+			}
+		default:
+			return false, false
+		}
+		b = b[vn:]
+	}
+	return aliased, true
+}
+
+// countEntries counts the entries fields of an AppendEntriesRequest
+// encoding, so that unmarshalAppendEntries allocates all entries at once.
+// ok is false when b is not a sequence of well-formed fields.
+func countEntries(b []byte) (n int, ok bool) {
+	for len(b) > 0 {
+		num, typ, tn := protowire.ConsumeTag(b)
+		if tn < 0 {
+			return 0, false
+		}
+		b = b[tn:]
+		vn := protowire.ConsumeFieldValue(num, typ, b)
+		if vn < 0 {
+			return 0, false
+		}
+		b = b[vn:]
+		if num == aeEntries && typ == protowire.BytesType {
+			n++
+		}
+	}
+	return n, true
+}
+
+// unmarshalHeader merges the RPCHeader encoded in b into h, copying its
+// bytes fields; ok as in unmarshalAppendEntries.
+func unmarshalHeader(b []byte, h *raftpb.RPCHeader) (ok bool) {
+	for len(b) > 0 {
+		num, typ, tn := protowire.ConsumeTag(b)
+		if tn < 0 {
+			return false
+		}
+		b = b[tn:]
+		var vn int
+		switch {
+		case num == hdrProtocolVersion && typ == protowire.VarintType:
+			var v uint64
+			if v, vn = protowire.ConsumeVarint(b); vn < 0 {
+				return false
+			}
+			h.ProtocolVersion = int64(v)
+		case (num == hdrID || num == hdrAddr) && typ == protowire.BytesType:
+			var v []byte
+			if v, vn = protowire.ConsumeBytes(b); vn < 0 {
+				return false
+			}
+			if num == hdrID {
+				h.Id = copyBytes(v)
+			} else {
+				h.Addr = copyBytes(v)
+			}
+		default:
+			return false
+		}
+		b = b[vn:]
+	}
+	return true
+}
+
+// unmarshalLog merges the Log encoded in b into l, with Data and Extensions
+// aliasing b; aliased and ok as in unmarshalAppendEntries.
+func unmarshalLog(b []byte, l *raftpb.Log) (aliased, ok bool) {
+	for len(b) > 0 {
+		num, typ, tn := protowire.ConsumeTag(b)
+		if tn < 0 {
+			return false, false
+		}
+		b = b[tn:]
+		var vn int
+		switch typ {
+		case protowire.VarintType:
+			var v uint64
+			if v, vn = protowire.ConsumeVarint(b); vn < 0 {
+				return false, false
+			}
+			switch num {
+			case logIndex:
+				l.Index = v
+			case logTerm:
+				l.Term = v
+			case logType:
+				l.Type = uint32(v)
+			case logAppendedAt:
+				l.AppendedAt = int64(v)
+			default:
+				return false, false
+			}
+		case protowire.BytesType:
+			var v []byte
+			if v, vn = protowire.ConsumeBytes(b); vn < 0 {
+				return false, false
+			}
+			v = aliasBytes(v)
+			switch num {
+			case logData:
+				l.Data = v
+			case logExtensions:
+				l.Extensions = v
+			default:
+				return false, false
+			}
+			aliased = aliased || v != nil
+		default:
+			return false, false
+		}
+		b = b[vn:]
+	}
+	return aliased, true
+}
+
+// aliasBytes returns v with its capacity cut to its length (so appending to
+// it never writes into the bytes that follow in the receive buffer), or nil
+// when empty, as proto.Unmarshal decodes an empty proto3 bytes field.
+func aliasBytes(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return v[:len(v):len(v)]
+}
+
+// copyBytes copies v as proto.Unmarshal does (nil when empty).
+func copyBytes(v []byte) []byte {
+	return append([]byte(nil), v...)
+}
