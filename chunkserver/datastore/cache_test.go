@@ -21,11 +21,12 @@ func openCached(t *testing.T) (*Store, *BlockCache) {
 	return openTestOpts(t, opts), c
 }
 
-// readTwice reads [blk, blk+n) of chunk id twice (filling, then hitting the
-// cache after ristretto applied the insert) and checks both against want.
-func readTwice(t *testing.T, s *Store, c *BlockCache, id uint64, blk, n uint32, want []byte) {
+// readThrice reads [blk, blk+n) of chunk id three times and checks each
+// against want: a block enters the cache on its second miss (the
+// doorkeeper) and, once ristretto applied the insert, the third read hits.
+func readThrice(t *testing.T, s *Store, c *BlockCache, id uint64, blk, n uint32, want []byte) {
 	t.Helper()
-	for i := range 2 {
+	for i := range 3 {
 		buf := make([]byte, n*testBlock)
 		if err := s.ReadChunk(id, buf, blk*testBlock); err != nil {
 			t.Fatalf("read %d: %v", i, err)
@@ -70,8 +71,8 @@ func TestCacheNoStaleReads(t *testing.T) {
 			s, c := openCached(t)
 			mustWrite(t, s, 1, 1, blocksData(1, 0, 4), 0)
 			mustWrite(t, s, 2, 1, blocksData(9, 0, 4), 0)
-			readTwice(t, s, c, 1, 0, 4, blocksData(1, 0, 4))
-			readTwice(t, s, c, 2, 0, 4, blocksData(9, 0, 4))
+			readThrice(t, s, c, 1, 0, 4, blocksData(1, 0, 4))
+			readThrice(t, s, c, 2, 0, 4, blocksData(9, 0, 4))
 			if st := s.Stats(); st.CacheHits < 8 {
 				t.Fatalf("no cache hits: %+v", st)
 			}
@@ -84,11 +85,11 @@ func TestCacheNoStaleReads(t *testing.T) {
 					want = append(want, make([]byte, testBlock)...)
 				}
 			}
-			readTwice(t, s, c, 1, 0, 4, want)
+			readThrice(t, s, c, 1, 0, 4, want)
 			for b := range uint32(4) { // block by block, mixing hits and misses
-				readTwice(t, s, c, 1, b, 1, want[b*testBlock:(b+1)*testBlock])
+				readThrice(t, s, c, 1, b, 1, want[b*testBlock:(b+1)*testBlock])
 			}
-			readTwice(t, s, c, 2, 0, 4, blocksData(9, 0, 4)) // untouched chunk
+			readThrice(t, s, c, 2, 0, 4, blocksData(9, 0, 4)) // untouched chunk
 		})
 	}
 }
@@ -109,7 +110,7 @@ func TestCachePasteOnCachedClone(t *testing.T) {
 	if err := s.PasteChunk(1, blocksData(2, 0, 2), 0); err != nil {
 		t.Fatal(err)
 	}
-	readTwice(t, s, c, 1, 0, 2, append(blockData(1, 0), blockData(2, 1)...))
+	readThrice(t, s, c, 1, 0, 2, append(blockData(1, 0), blockData(2, 1)...))
 }
 
 // TestCacheStoresShareCache: two stores with the same chunk ids do not see
@@ -130,7 +131,7 @@ func TestCacheStoresShareCache(t *testing.T) {
 	}
 	for range 2 {
 		for i, s := range stores {
-			readTwice(t, s, c, 1, 0, 1, blockData(byte(i+1), 0))
+			readThrice(t, s, c, 1, 0, 1, blockData(byte(i+1), 0))
 		}
 	}
 	// Swap store 0's directory content behind its back while closed, as a
@@ -147,7 +148,7 @@ func TestCacheStoresShareCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openTestOpts(t, opts)
-	readTwice(t, s, c, 1, 0, 1, blockData(7, 0))
+	readThrice(t, s, c, 1, 0, 1, blockData(7, 0))
 }
 
 // TestCacheConcurrentNoStale: readers never see a block version older than
@@ -207,7 +208,7 @@ func TestCacheConcurrentNoStale(t *testing.T) {
 func TestCacheClosedWhileInUse(t *testing.T) {
 	s, c := openCached(t)
 	mustWrite(t, s, 1, 1, blocksData(1, 0, 2), 0)
-	readTwice(t, s, c, 1, 0, 2, blocksData(1, 0, 2))
+	readThrice(t, s, c, 1, 0, 2, blocksData(1, 0, 2))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 200 {
@@ -225,5 +226,29 @@ func TestCacheClosedWhileInUse(t *testing.T) {
 	wg.Wait()
 	c.Close()
 	mustWrite(t, s, 1, 1, blocksData(9, 0, 2), 0)
-	readTwice(t, s, c, 1, 0, 2, blocksData(9, 0, 2))
+	readThrice(t, s, c, 1, 0, 2, blocksData(9, 0, 2))
+}
+
+// TestCacheDoorkeeper: a block read once is not inserted; read again it is,
+// and the next read hits.
+func TestCacheDoorkeeper(t *testing.T) {
+	s, c := openCached(t)
+	mustWrite(t, s, 1, 1, blocksData(1, 0, 1), 0)
+	read := func() {
+		t.Helper()
+		buf := make([]byte, testBlock)
+		if err := s.ReadChunk(1, buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		c.wait()
+	}
+	read()
+	read()
+	if st := s.Stats(); st.CacheHits != 0 || st.CacheMisses != 2 {
+		t.Fatalf("after two reads: %d hits, %d misses; want 0 and 2 (inserted on the second miss)", st.CacheHits, st.CacheMisses)
+	}
+	read()
+	if st := s.Stats(); st.CacheHits != 1 {
+		t.Fatalf("third read: %d hits, want 1", st.CacheHits)
+	}
 }
