@@ -48,11 +48,24 @@ func (g *geometry) crcEntry(b []byte) uint32 {
 // crcTableOff returns the file offset of the crc entry of block i.
 func (g *geometry) crcTableOff(i uint32) int64 { return g.crcOff + 4*int64(i) }
 
+// earlyWritebackMin is the smallest data write whose writeback starts right
+// away (startWriteback). Left to the kernel, the dirty chunk data of large
+// writes piles up to the dirty-page threshold (gigabytes here) and is then
+// flushed in a burst that the raft log's fdatasyncs queue behind: 1 MiB
+// write latency at p99 was several hundred milliseconds. Small writes are
+// left to the kernel, which merges them and absorbs overwrites.
+const earlyWritebackMin = 256 << 10
+
 // writeBlocks writes data (whole blocks) at block index lo of f, then the
-// blocks' crc entries, marking dirty after each write.
+// blocks' crc entries, marking dirty after each write. A large write's data
+// starts its writeback at once (earlyWritebackMin).
 func (g *geometry) writeBlocks(f File, dirty *atomic.Bool, lo uint32, data []byte) error {
-	if err := writeAt(f, dirty, data, g.dataOff+int64(lo)*int64(g.blockSize)); err != nil {
+	off := g.dataOff + int64(lo)*int64(g.blockSize)
+	if err := writeAt(f, dirty, data, off); err != nil {
 		return err
+	}
+	if len(data) >= earlyWritebackMin {
+		startWriteback(f, off, int64(len(data)))
 	}
 	n := uint32(len(data)) / g.blockSize
 	tbl := make([]byte, 4*n)
