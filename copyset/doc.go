@@ -5,7 +5,8 @@
 // state machines registered on a copyset (fsm.go), proposal batching
 // (propose.go: concurrent ops of kinds that never use the log index, today
 // KindChunk, share one raft entry), the leader's read lease (lease.go), the
-// raft log store (logstore.go) and the multiplexed gRPC raft transport
+// raft log store (logstore.go, fronted by a cache of recent entries bounded
+// in count and bytes, logcache.go) and the multiplexed gRPC raft transport
 // (transport*.go, heartbeats batched per peer server in
 // transport_heartbeat.go, AppendEntries payloads passed through gRPC without
 // copies by the codec in transport_wire.go).

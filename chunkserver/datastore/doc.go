@@ -33,6 +33,14 @@
 // Zero blocks have checksum entry 0, so unwritten blocks, new sparse files
 // and zeroed pool files need no initialisation.
 //
+// # Writes and the page cache
+//
+// Data goes through the page cache in 64 KiB pieces (maxWritePiece: small
+// folios keep later 4 KiB overwrites cheap), and a write of 256 KiB or more
+// starts its writeback at once (earlyWritebackMin, writeback_linux.go).
+// Neither changes durability: Sync (fsync) is what makes data durable, and
+// until then the raft log holds every applied write.
+//
 // # Sequence numbers, snapshots and clones
 //
 // Every chunk carries the sequence number (sn) of the volume's snapshot epoch
