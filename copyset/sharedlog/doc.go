@@ -6,11 +6,16 @@
 // fsync streams; this package instead appends the StoreLogs batches of all
 // groups to a few shared write-ahead logs and commits them together: a single
 // writer goroutine per shard drains everything queued, writes it with one
-// vectored write (pwritev of the records' own buffers, chained in place: a
-// record is encoded once and never copied into a batch buffer) and makes it
-// durable with one fdatasync, then wakes every waiter (group commit across
-// copysets) and yields the processor, so that the waiters queue their next
-// records before it drains the queue again.
+// write and makes it durable with one fdatasync, then wakes every waiter
+// (group commit across copysets) and yields the processor, so that the
+// waiters queue their next records before it drains the queue again.
+// Records are chained in place (a record is encoded once). On Linux, where
+// the filesystem takes O_DIRECT,
+// a commit to a preallocated segment copies them into one aligned buffer
+// and writes it with O_DIRECT, bypassing the page cache: the log is written
+// once and rarely read, and filling fresh page-cache pages costs the kernel
+// more than the copy (direct_linux.go). Otherwise the write is one pwritev
+// of the records' own buffers, never copied into a batch buffer.
 //
 // Layout: Open(Options) returns a *Log; Log.Group(id) returns a *GroupStore,
 // the per-copyset view that implements raft.LogStore and raft.StableStore.
@@ -40,7 +45,8 @@
 // changes the file's size or extents and its fdatasync is a pure data flush
 // (appending would make every fdatasync commit the inode through the
 // filesystem journal). Writes are padded with zeros to a page boundary so
-// that they never read a page from disk first. Each shard's preparer
+// that they never read a page from disk first (and, written with O_DIRECT,
+// end on a block boundary). Each shard's preparer
 // goroutine keeps the next segment ready as a spare: a segment freed by
 // garbage collection is renamed to the spare (recycled) instead of being
 // deleted, and only when none is freed in time is a new one zero-filled

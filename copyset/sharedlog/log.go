@@ -202,7 +202,7 @@ func loadMeta(dir string, want int) (int, error) {
 func (s *shard) closeFiles() {
 	s.segMu.Lock()
 	for _, seg := range s.segs {
-		seg.f.Close()
+		seg.close()
 	}
 	s.segMu.Unlock()
 	if sp := s.takeSpare(); sp != nil {

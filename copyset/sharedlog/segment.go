@@ -54,6 +54,26 @@ type segment struct {
 	// prealloc: the file was fully written to at least SegmentSize before
 	// it became active, so appending does not change its size or extents.
 	prealloc bool
+	// dio is the file opened for O_DIRECT group commits (direct_linux.go),
+	// opened at the first one; noDirect: they do not work here, write with
+	// f. Writer only.
+	dio      *os.File
+	noDirect bool
+}
+
+// close closes the segment's files.
+func (seg *segment) close() error {
+	seg.closeDirect()
+	return seg.f.Close()
+}
+
+// closeDirect closes the direct descriptor, if open: the segment is no
+// longer written (or close).
+func (seg *segment) closeDirect() {
+	if seg.dio != nil {
+		seg.dio.Close()
+		seg.dio = nil
+	}
 }
 
 // segHeader is the decoded variable part of a segment header.

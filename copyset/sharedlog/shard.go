@@ -94,9 +94,10 @@ type shard struct {
 	link       uint32 // link of the active segment's last record (its salt if none)
 	requested  bool   // a spare was requested since the active segment started
 	batch      []*request
-	bufs       [][]byte    // commit's list of buffers to write
-	w          batchWriter // writes bufs without copying them (pwritev)
-	free       []*request  // the queue's other buffer
+	bufs       [][]byte     // commit's list of buffers to write
+	w          batchWriter  // writes bufs without copying them (pwritev)
+	dw         directWriter // or copies them to write with O_DIRECT (Linux)
+	free       []*request   // the queue's other buffer
 
 	qmu    sync.Mutex // guards queue, closed, err
 	queue  []*request
@@ -237,11 +238,11 @@ func (s *shard) run() {
 }
 
 // process writes reqs as few group commits as possible: everything that
-// fits in the active segment goes out with one vectored write and one
-// fdatasync. Each record is chained (its link set) in its own buffer, r.rec:
-// the request owns it, and nothing else reads or writes it until the request
-// is answered, so the records are written from where they were encoded,
-// without being copied into a batch buffer.
+// fits in the active segment goes out with one write and one fdatasync.
+// Each record is chained (its link set) in its own buffer, r.rec: the
+// request owns it, and nothing else reads or writes it until the request is
+// answered, so the records are written from where they were encoded (or,
+// for an O_DIRECT write, copied once into the writer's aligned buffer).
 func (s *shard) process(reqs []*request) {
 	s.qmu.Lock()
 	err := s.err
@@ -327,12 +328,20 @@ func (s *shard) process(reqs []*request) {
 // commit writes the records of batch (already chained, n bytes in all,
 // placed from the active segment's end of valid data on) at that end, makes
 // them durable, applies them to the in-memory state and wakes the waiters.
-// The write is one pwritev of the records' own buffers and the zeros that
-// pad it to a page (more than one call only for a batch of more than IOV_MAX
-// buffers, or after a short write): the same bytes at the same offsets as
-// writing their concatenation. In a preallocated segment the write lands in
-// blocks that are already allocated and written, so the fdatasync flushes
-// data only: no inode or extent change for the journal.
+// The records and the zeros that pad them to a page are written as their
+// concatenation would be, the same bytes at the same offsets, in one of two
+// ways. To a preallocated segment, where the filesystem takes O_DIRECT
+// (Linux), they are copied into one aligned buffer after the start of their
+// first block (bytes already written, written again unchanged) and written
+// with one O_DIRECT pwrite (writeDirect, direct_linux.go); the page cache is
+// neither filled nor copied into. Otherwise, or if the direct write fails
+// with EINVAL or is short (then the segment stays on this path), it is one
+// pwritev of the records' own buffers and the padding (more than one call
+// only for a batch of more than IOV_MAX buffers, or after a short write).
+// The fdatasync follows either way: O_DIRECT flushes neither the device's
+// cache nor metadata. In a preallocated segment the write lands in blocks
+// that are already allocated and written, so the fdatasync flushes data
+// only: no inode or extent change for the journal.
 func (s *shard) commit(batch []*request, n int64) error {
 	seg := s.active
 	size := seg.size.Load()
@@ -340,10 +349,14 @@ func (s *shard) commit(batch []*request, n int64) error {
 	for _, r := range batch {
 		bufs = append(bufs, r.rec)
 	}
-	if pad := padLen(size, n, seg.fileSize.Load()); pad > 0 {
+	pad := padLen(size, n, seg.fileSize.Load())
+	if pad > 0 {
 		bufs = append(bufs, zeroPage[:pad])
 	}
-	err := s.w.writeAt(seg.f, bufs, size)
+	done, err := s.writeDirect(seg, bufs, size, n+pad, size+n)
+	if !done {
+		err = s.w.writeAt(seg.f, bufs, size)
+	}
 	clear(bufs) // do not pin the records' buffers
 	s.bufs = bufs[:0]
 	if err != nil {
@@ -409,7 +422,9 @@ var zeroPage = make([]byte, pageSize)
 // in the write call; covering the rest of the page avoids that read. It
 // costs no extra I/O (writeback writes whole pages anyway) and the zeros lie
 // beyond the end of the valid records, where recovery expects zeros or
-// garbage. The next write starts in the last page, which is now cached.
+// garbage. The next write starts in the last page, which is now cached
+// (a buffered write), or which the writer keeps a copy of (an O_DIRECT
+// write, which the padding also makes end on a block boundary).
 func padLen(off, n, fileSize int64) int64 {
 	end := off + n
 	pad := -end & (pageSize - 1)
@@ -481,6 +496,7 @@ func (s *shard) roll() error {
 		return err
 	}
 	s.addSegment(seg)
+	prev.closeDirect() // no longer written
 	s.active = seg
 	s.activeBase = seg.size.Load()
 	s.link = link
@@ -655,7 +671,7 @@ func (s *shard) gc() {
 		return
 	}
 	for _, seg := range dead {
-		seg.f.Close()
+		seg.close()
 	}
 	s.retire(dead)
 }
@@ -675,7 +691,7 @@ func (s *shard) close() error {
 	var first error
 	s.segMu.Lock()
 	for _, id := range s.segIDs {
-		if err := s.segs[id].f.Close(); err != nil && first == nil {
+		if err := s.segs[id].close(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -770,7 +786,7 @@ func (s *shard) recover(nshards int) error {
 	closeAll := func() {
 		for _, seg := range segs {
 			if s.segment(seg.id) != seg {
-				seg.f.Close()
+				seg.close()
 			}
 		}
 	}
@@ -818,7 +834,7 @@ func (s *shard) recover(nshards int) error {
 			var discarded []uint32
 			for _, o := range segs[k+1:] {
 				discarded = append(discarded, o.id)
-				o.f.Close()
+				o.close()
 				if err := os.Remove(o.path); err != nil {
 					segs = segs[:k+1]
 					closeAll()
