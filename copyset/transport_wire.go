@@ -1,7 +1,6 @@
 package copyset
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
 
@@ -29,7 +29,7 @@ import (
 //   - Unmarshal hand-parses the received message with entries' Data and
 //     Extensions aliasing it: in place when gRPC received it in one
 //     well-fitting buffer, else after copying it once into an exact-size
-//     allocation. Either buffer is never recycled (holdReceived): the
+//     allocation. Either buffer is never recycled (grpcbuf.Hold): the
 //     entries keep it alive and the GC reclaims it.
 //
 // Every other message type, and every AppendEntriesRequest input the hand
@@ -97,7 +97,7 @@ func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal implements encoding.CodecV2. For a *raftpb.AppendEntriesRequest
 // it sets entries' Data and Extensions to alias the received message (see
-// holdReceived) instead of copying them, each cap-limited so that an append
+// grpcbuf.Hold) instead of copying them, each cap-limited so that an append
 // by a consumer reallocates instead of overwriting the next field. Header
 // and leader bytes are copied, since raft may keep them long after the
 // entries are gone.
@@ -106,7 +106,7 @@ func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok || m == nil {
 		return c.orig.Unmarshal(data, v)
 	}
-	b, ref := holdReceived(data)
+	b, ref := grpcbuf.Hold(data)
 	aliased, ok := unmarshalAppendEntries(b, m)
 	if ok {
 		if ref != nil && !aliased {
@@ -125,51 +125,6 @@ func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return fmt.Errorf("copyset: unmarshal AppendEntriesRequest: %w", err)
 	}
 	return nil
-}
-
-// wireWasteMax bounds, as a fraction of the message, the unused capacity of
-// a received buffer that holdReceived lets entries keep alive.
-const wireWasteMax = 4 // 1/4
-
-// holdReceived returns the received message as one slice whose bytes are
-// never overwritten, so that decoded entries may alias it for as long as
-// they live:
-//
-//   - A message that gRPC delivered in one buffer (it fitted in one HTTP/2
-//     frame) is used in place when that buffer is not much larger than the
-//     message: holdReceived takes a reference of its own, returned as ref,
-//     which the caller must never free while an entry aliases the bytes.
-//     gRPC frees only its own reference when Unmarshal returns, so a pooled
-//     buffer then never goes back to its pool and is never reused; the GC
-//     reclaims it once no entry points into it.
-//   - Otherwise (a message spanning frames, or one in a buffer that pool
-//     size rounding made much larger: a 4.1 KiB frame gets a 16 KiB one) the
-//     bytes are copied once into a new allocation of exactly the message's
-//     size, not zeroed first and owned by the GC alone (ref is nil). This
-//     is deliberately not data.MaterializeToBuffer(mem.DefaultBufferPool()):
-//     kept forever, a pooled buffer would never be reused, so each message
-//     would allocate a fresh zeroed buffer of the next power-of-two tier
-//     (1 MiB for anything between 32 KiB and 1 MiB) and entries would pin
-//     that whole capacity.
-//
-// Either way the one copy protobuf-go's Unmarshal makes of every bytes field
-// is gone: a message spanning frames is copied once instead of twice, a
-// message in one frame not at all or once.
-func holdReceived(data mem.BufferSlice) (b []byte, ref mem.Buffer) {
-	if len(data) == 1 {
-		d := data[0].ReadOnlyData()
-		if cap(d)-len(d) <= len(d)/wireWasteMax {
-			data[0].Ref()
-			return d, data[0]
-		}
-	}
-	var small [128][]byte // a 1 MiB entry spans 65 frames of 16 KiB
-	parts := small[:0]
-	for _, buf := range data {
-		parts = append(parts, buf.ReadOnlyData())
-	}
-	// bytes.Join allocates exactly the total length without zeroing it.
-	return bytes.Join(parts, nil), nil
 }
 
 // appendEntriesHasUnknown reports whether m or a message in it carries

@@ -10,5 +10,8 @@
 // nothing.
 //
 // Binaries and packages that speak gRPC import it for the side effect
-// (chunkserver, cli). It imports only grpc and internal/bufpool.
+// (chunkserver, cli). Hold lets a codec decode bytes fields that alias the
+// received message instead of copying them (copyset's AppendEntries codec,
+// chunkserver's ChunkRequest codec). It imports only grpc and
+// internal/bufpool.
 package grpcbuf
