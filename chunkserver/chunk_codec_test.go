@@ -2,6 +2,7 @@ package chunkserver
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"testing"
 	"unsafe"
@@ -165,4 +166,20 @@ func mustMarshalF(m proto.Message) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// TestChunkCodecRegistered: the process's "proto" codec is chunkCodec,
+// stacked on another codec (copyset's AppendEntries codec), so both
+// zero-copy decoders are in effect in a chunkserver.
+func TestChunkCodecRegistered(t *testing.T) {
+	c, ok := encoding.GetCodecV2(protoenc.Name).(*chunkCodec)
+	if !ok {
+		t.Fatalf("gRPC proto codec is %T, want *chunkCodec", encoding.GetCodecV2(protoenc.Name))
+	}
+	if _, stacked := c.next.(*chunkCodec); stacked || c.next == nil {
+		t.Fatalf("chunkCodec's next codec is %T, want copyset's", c.next)
+	}
+	if got := fmt.Sprintf("%T", c.next); got != "*copyset.wireCodec" {
+		t.Fatalf("chunkCodec's next codec is %s, want *copyset.wireCodec", got)
+	}
 }
