@@ -412,173 +412,126 @@ func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest) (aliased, 
 		backing = make([]raftpb.Log, n)
 		m.Entries = make([]*raftpb.Log, 0, n)
 	}
-	for len(b) > 0 {
-		num, typ, tn := protowire.ConsumeTag(b)
-		if tn < 0 {
-			return false, false
-		}
-		b = b[tn:]
-		var vn int
-		switch typ {
-		case protowire.VarintType:
-			var v uint64
-			if v, vn = protowire.ConsumeVarint(b); vn < 0 {
-				return false, false
+	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool {
+		switch {
+		case typ == protowire.VarintType && num == aeGroup:
+			m.Group = v
+		case typ == protowire.VarintType && num == aeTerm:
+			m.Term = v
+		case typ == protowire.VarintType && num == aePrevLogEntry:
+			m.PrevLogEntry = v
+		case typ == protowire.VarintType && num == aePrevLogTerm:
+			m.PrevLogTerm = v
+		case typ == protowire.VarintType && num == aeLeaderCommitIndex:
+			m.LeaderCommitIndex = v
+		case typ == protowire.BytesType && num == aeHeader:
+			if m.Header == nil {
+				m.Header = &raftpb.RPCHeader{}
 			}
-			switch num {
-			case aeGroup:
-				m.Group = v
-			case aeTerm:
-				m.Term = v
-			case aePrevLogEntry:
-				m.PrevLogEntry = v
-			case aePrevLogTerm:
-				m.PrevLogTerm = v
-			case aeLeaderCommitIndex:
-				m.LeaderCommitIndex = v
-			default:
-				return false, false
-			}
-		case protowire.BytesType:
-			var v []byte
-			if v, vn = protowire.ConsumeBytes(b); vn < 0 {
-				return false, false
-			}
-			switch num {
-			case aeHeader:
-				if m.Header == nil {
-					m.Header = &raftpb.RPCHeader{}
-				}
-				if !unmarshalHeader(v, m.Header) {
-					return false, false
-				}
-			case aeLeader:
-				m.Leader = copyBytes(v)
-			case aeEntries:
-				l := &backing[len(m.Entries)]
-				a, ok := unmarshalLog(v, l)
-				if !ok {
-					return false, false
-				}
-				aliased = aliased || a
-				m.Entries = append(m.Entries, l)
-			default:
-				return false, false
-			}
+			return unmarshalHeader(p, m.Header)
+		case typ == protowire.BytesType && num == aeLeader:
+			m.Leader = copyBytes(p)
+		case typ == protowire.BytesType && num == aeEntries:
+			l := &backing[len(m.Entries)]
+			a, ok := unmarshalLog(p, l)
+			aliased = aliased || a
+			m.Entries = append(m.Entries, l)
+			return ok
 		default:
-			return false, false
+			return false
 		}
-		b = b[vn:]
-	}
-	return aliased, true
+		return true
+	})
+	return aliased, ok
 }
 
 // countEntries counts the entries fields of an AppendEntriesRequest
 // encoding, so that unmarshalAppendEntries allocates all entries at once.
-// ok is false when b is not a sequence of well-formed fields.
+// ok is false when walkFields refuses b.
 func countEntries(b []byte) (n int, ok bool) {
-	for len(b) > 0 {
-		num, typ, tn := protowire.ConsumeTag(b)
-		if tn < 0 {
-			return 0, false
-		}
-		b = b[tn:]
-		vn := protowire.ConsumeFieldValue(num, typ, b)
-		if vn < 0 {
-			return 0, false
-		}
-		b = b[vn:]
+	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, _ uint64, _ []byte) bool {
 		if num == aeEntries && typ == protowire.BytesType {
 			n++
 		}
-	}
-	return n, true
+		return true
+	})
+	return n, ok
 }
 
 // unmarshalHeader merges the RPCHeader encoded in b into h, copying its
 // bytes fields; ok as in unmarshalAppendEntries.
 func unmarshalHeader(b []byte, h *raftpb.RPCHeader) (ok bool) {
-	for len(b) > 0 {
-		num, typ, tn := protowire.ConsumeTag(b)
-		if tn < 0 {
-			return false
-		}
-		b = b[tn:]
-		var vn int
+	return walkFields(b, func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool {
 		switch {
-		case num == hdrProtocolVersion && typ == protowire.VarintType:
-			var v uint64
-			if v, vn = protowire.ConsumeVarint(b); vn < 0 {
-				return false
-			}
+		case typ == protowire.VarintType && num == hdrProtocolVersion:
 			h.ProtocolVersion = int64(v)
-		case (num == hdrID || num == hdrAddr) && typ == protowire.BytesType:
-			var v []byte
-			if v, vn = protowire.ConsumeBytes(b); vn < 0 {
-				return false
-			}
-			if num == hdrID {
-				h.Id = copyBytes(v)
-			} else {
-				h.Addr = copyBytes(v)
-			}
+		case typ == protowire.BytesType && num == hdrID:
+			h.Id = copyBytes(p)
+		case typ == protowire.BytesType && num == hdrAddr:
+			h.Addr = copyBytes(p)
 		default:
 			return false
 		}
-		b = b[vn:]
-	}
-	return true
+		return true
+	})
 }
 
 // unmarshalLog merges the Log encoded in b into l, with Data and Extensions
 // aliasing b; aliased and ok as in unmarshalAppendEntries.
 func unmarshalLog(b []byte, l *raftpb.Log) (aliased, ok bool) {
+	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool {
+		switch {
+		case typ == protowire.VarintType && num == logIndex:
+			l.Index = v
+		case typ == protowire.VarintType && num == logTerm:
+			l.Term = v
+		case typ == protowire.VarintType && num == logType:
+			l.Type = uint32(v)
+		case typ == protowire.VarintType && num == logAppendedAt:
+			l.AppendedAt = int64(v)
+		case typ == protowire.BytesType && num == logData:
+			l.Data = aliasBytes(p)
+			aliased = aliased || l.Data != nil
+		case typ == protowire.BytesType && num == logExtensions:
+			l.Extensions = aliasBytes(p)
+			aliased = aliased || l.Extensions != nil
+		default:
+			return false
+		}
+		return true
+	})
+	return aliased, ok
+}
+
+// walkFields calls fn for each field of the protobuf encoding b, in order,
+// with its number and wire type and, for a varint field, its value or, for
+// a length-delimited field, its contents (aliasing b). It returns false,
+// without looking further, at a malformed field, a field of any other wire
+// type, or when fn returns false.
+func walkFields(b []byte, fn func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool) bool {
 	for len(b) > 0 {
 		num, typ, tn := protowire.ConsumeTag(b)
 		if tn < 0 {
-			return false, false
+			return false
 		}
 		b = b[tn:]
+		var v uint64
+		var p []byte
 		var vn int
 		switch typ {
 		case protowire.VarintType:
-			var v uint64
-			if v, vn = protowire.ConsumeVarint(b); vn < 0 {
-				return false, false
-			}
-			switch num {
-			case logIndex:
-				l.Index = v
-			case logTerm:
-				l.Term = v
-			case logType:
-				l.Type = uint32(v)
-			case logAppendedAt:
-				l.AppendedAt = int64(v)
-			default:
-				return false, false
-			}
+			v, vn = protowire.ConsumeVarint(b)
 		case protowire.BytesType:
-			var v []byte
-			if v, vn = protowire.ConsumeBytes(b); vn < 0 {
-				return false, false
-			}
-			v = aliasBytes(v)
-			switch num {
-			case logData:
-				l.Data = v
-			case logExtensions:
-				l.Extensions = v
-			default:
-				return false, false
-			}
-			aliased = aliased || v != nil
+			p, vn = protowire.ConsumeBytes(b)
 		default:
-			return false, false
+			return false
+		}
+		if vn < 0 || !fn(num, typ, v, p) {
+			return false
 		}
 		b = b[vn:]
 	}
-	return aliased, true
+	return true
 }
 
 // aliasBytes returns v with its capacity cut to its length (so appending to
