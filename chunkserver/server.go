@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
@@ -26,6 +27,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -100,6 +102,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		Logger: log.With("component", "transport"),
 		DialOptions: append([]grpc.DialOption{
 			s.tls.peerDial(),
+			experimental.WithBufferPool(grpcbuf.Pool),
 			grpc.WithDefaultCallOptions(
 				grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize),
 				grpc.MaxCallSendMsgSize(cfg.MaxMessageSize)),
@@ -178,6 +181,9 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		// servers' CPU in a read benchmark). An idle worker is a parked
 		// goroutine.
 		grpc.NumStreamWorkers(streamWorkers),
+		// Needed although grpcbuf sets gRPC's default pool: grpc's default
+		// server options captured the old default at grpc's own init.
+		experimental.BufferPool(grpcbuf.Pool),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{

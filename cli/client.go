@@ -9,10 +9,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
-	// gRPC's default buffer pool becomes grpcbuf.Pool (classes up to the
-	// largest message, not zeroed on Get) for every connection.
-	_ "github.com/chunkraft/chunkraft/internal/grpcbuf"
+	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
@@ -107,6 +106,8 @@ func New(opts Options) (*Client, error) {
 	c.dialOpts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithNoProxy(),
+		// Message buffers are recycled without gRPC's per-Get clearing.
+		experimental.WithBufferPool(grpcbuf.Pool),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxMessageSize),
 			grpc.MaxCallSendMsgSize(maxMessageSize),

@@ -9,6 +9,10 @@
 // Every user of these buffers overwrites what it reads, so zeroing buys
 // nothing.
 //
+// The default reaches the proto codec and clients, but not servers: grpc's
+// default server options captured the pool at grpc's init, so a server
+// must also pass experimental.BufferPool(Pool) (chunkserver does).
+//
 // Binaries and packages that speak gRPC import it for the side effect
 // (chunkserver, cli). Hold lets a codec decode bytes fields that alias the
 // received message instead of copying them (copyset's AppendEntries codec,
