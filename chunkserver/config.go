@@ -87,7 +87,11 @@ type RaftConfig struct {
 	LeaderLeaseTimeout time.Duration `yaml:"leader_lease_timeout"`
 	CommitTimeout      time.Duration `yaml:"commit_timeout"`
 	MaxAppendEntries   int           `yaml:"max_append_entries"`
-	LogLevel           string        `yaml:"log_level"`
+	// MaxInflightEntries: raft entries a copyset leader keeps proposed but
+	// not yet applied; further writes wait and share the next entry
+	// (-1: no bound).
+	MaxInflightEntries int    `yaml:"max_inflight_entries"`
+	LogLevel           string `yaml:"log_level"`
 	// SnapshotThreshold: log entries since the last snapshot that trigger
 	// one; SnapshotInterval: how often raft checks; TrailingLogs: entries
 	// kept after a snapshot so a lagging replica can catch up from the log.
@@ -127,6 +131,7 @@ func DefaultConfig() Config {
 			LeaderLeaseTimeout: 500 * time.Millisecond,
 			CommitTimeout:      200 * time.Millisecond,
 			MaxAppendEntries:   64,
+			MaxInflightEntries: 1,
 			LogLevel:           "warn",
 			LogStore:           "shared",
 			LogShards:          2,

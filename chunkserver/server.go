@@ -149,6 +149,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout,
 			CommitTimeout:      cfg.Raft.CommitTimeout,
 			MaxAppendEntries:   cfg.Raft.MaxAppendEntries,
+			MaxInflightEntries: cfg.Raft.MaxInflightEntries,
 			LogLevel:           cfg.Raft.LogLevel,
 			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,

@@ -23,6 +23,11 @@ type RaftOptions struct {
 	LeaderLeaseTimeout time.Duration // leader steps down without quorum contact (default 500ms)
 	CommitTimeout      time.Duration // idle AppendEntries cadence: how soon followers learn the commit index when no new entries flow (default 200ms)
 	MaxAppendEntries   int           // entries per AppendEntries and group commit (default 64)
+	// MaxInflightEntries bounds the entries a leader's copyset has handed
+	// to raft and not yet seen committed and applied (default 1; negative:
+	// no bound). Proposals arriving meanwhile wait and are packed into
+	// the next entry, so fewer, fuller entries carry the same load.
+	MaxInflightEntries int
 	LogCacheSize       int           // recent entries kept in memory (default 512)
 	ApplyTimeout       time.Duration // proposal timeout when ctx has no deadline (default 10s)
 	LogLevel           string        // hashicorp/raft log level (default "warn")
@@ -55,6 +60,9 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	def(&r.ApplyTimeout, 10*time.Second)
 	if r.MaxAppendEntries == 0 {
 		r.MaxAppendEntries = 64
+	}
+	if r.MaxInflightEntries == 0 {
+		r.MaxInflightEntries = 1
 	}
 	if r.LogCacheSize == 0 {
 		r.LogCacheSize = 512

@@ -75,6 +75,13 @@ var testSharedLog bool
 
 func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServer {
 	t.Helper()
+	return startTestServerWith(t, addr, dir, opts, nil)
+}
+
+// startTestServerWith is startTestServer with the copysets' state machines
+// made by machines (nil: a fileMachine under kindFile).
+func startTestServerWith(t *testing.T, addr, dir string, opts RaftOptions, machines func(g GroupID, dataDir string) map[Kind]StateMachine) *testServer {
+	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +104,9 @@ func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServ
 	s.mgr, err = NewManager(ManagerOptions{
 		Dir: dir, Local: local, Transports: s.tm, Raft: opts, Logger: log, SharedLog: shared,
 		StateMachines: func(g GroupID, dataDir string) (map[Kind]StateMachine, error) {
+			if machines != nil {
+				return machines(g, dataDir), nil
+			}
 			return map[Kind]StateMachine{kindFile: &fileMachine{dir: dataDir, failOn: s.failOn}}, nil
 		},
 	})

@@ -17,12 +17,14 @@ import (
 // future and a hand-off to raft's leader loop, a record in the log store, an
 // entry in the AppendEntries of each follower, a record in each follower's
 // log, one FSM dispatch per replica and an answer to the proposer. Under
-// concurrent load a copyset therefore packs the proposals that arrive while
-// the previous entry is being handed to raft into one entry, a batch
-// envelope, and answers each proposer with its own op's result. The raft
-// leader loop is busy while it stores a dispatch (the log fsync), which is
-// exactly when proposals queue up: the batch grows with the load and is a
-// single op when there is none.
+// concurrent load a copyset therefore packs waiting proposals into one
+// entry, a batch envelope, and answers each proposer with its own op's
+// result. Proposals wait while the copyset has MaxInflightEntries entries
+// proposed and not yet applied (the in-flight window; also while raft's
+// leader loop is busy storing a dispatch): the batch grows with the load
+// and is a single op, sent at once, when there is none. With a window of
+// one, 4 KiB writes at 64 in flight over 16 copysets went from 0.8 to 0.47
+// entries per op and 10-20% more IOPS (docs/benchmarks.md).
 //
 // Envelope layout (a raft LogCommand's data):
 //
@@ -115,6 +117,7 @@ type proposalResult struct {
 type inflightBatch struct {
 	fut   raft.ApplyFuture
 	props []*proposal
+	slot  bool // holds one of proposer.slots
 }
 
 // proposer queues a node's proposals and hands them to raft in batches. It
@@ -126,20 +129,28 @@ type proposer struct {
 
 	mu     sync.Mutex
 	queue  []*proposal
-	spare  []*proposal
 	closed bool
 	wake   chan struct{} // capacity 1
 
 	inflight chan inflightBatch
-	quit     chan struct{}
-	batcher  chan struct{} // closed when the batcher has exited
-	waiter   chan struct{} // closed when the waiter has exited
+	// slots bounds the entries handed to raft and not yet answered
+	// (RaftOptions.MaxInflightEntries): the batcher takes a slot before
+	// proposing an entry that could still grow (entryFull) and the waiter
+	// returns it when the entry's future completes. Full entries go
+	// without one: waiting could not make them carry more. Nil: no bound.
+	slots   chan struct{}
+	quit    chan struct{}
+	batcher chan struct{} // closed when the batcher has exited
+	waiter  chan struct{} // closed when the waiter has exited
 }
 
 func (p *proposer) start(n *Node) {
 	p.n = n
 	p.wake = make(chan struct{}, 1)
 	p.inflight = make(chan inflightBatch, 64)
+	if k := n.opts.MaxInflightEntries; k > 0 {
+		p.slots = make(chan struct{}, k)
+	}
 	p.quit = make(chan struct{})
 	p.batcher = make(chan struct{})
 	p.waiter = make(chan struct{})
@@ -184,6 +195,7 @@ func (p *proposer) stop() {
 func (p *proposer) runBatcher() {
 	defer close(p.batcher)
 	defer close(p.inflight)
+	var pending []*proposal // taken from the queue, not yet dispatched
 	for {
 		select {
 		case <-p.wake:
@@ -197,23 +209,64 @@ func (p *proposer) runBatcher() {
 			}
 			return
 		}
-		p.mu.Lock()
-		reqs := p.queue
-		p.queue, p.spare = p.spare[:0], nil
-		p.mu.Unlock()
-		for rest := reqs; len(rest) > 0; {
-			rest = rest[p.dispatch(rest):]
+		pending = p.take(pending[:0])
+		for rest := pending; len(rest) > 0; {
+			slot := false
+			if p.slots != nil && !entryFull(rest) {
+				// Wait for a slot; what arrives meanwhile joins rest
+				// (behind it, so log order stays arrival order).
+				if !p.acquire() {
+					for _, pr := range rest {
+						pr.done <- proposalResult{err: raft.ErrRaftShutdown}
+					}
+					break
+				}
+				slot = true
+				off := len(pending) - len(rest)
+				pending = p.take(pending)
+				rest = pending[off:]
+			}
+			rest = rest[p.dispatch(rest, slot):]
 		}
-		// Double buffering: submitters fill the other slice meanwhile.
-		clear(reqs)
-		p.spare = reqs[:0]
+		clear(pending)
 	}
+}
+
+// take appends the queued proposals to dst and empties the queue.
+func (p *proposer) take(dst []*proposal) []*proposal {
+	p.mu.Lock()
+	dst = append(dst, p.queue...)
+	clear(p.queue)
+	p.queue = p.queue[:0]
+	p.mu.Unlock()
+	return dst
+}
+
+// entryFull reports whether the entry dispatch would build from reqs is
+// as large as it may get (a lone unbatchable op, or an envelope at its op
+// or byte limit), so waiting for more proposals cannot grow it.
+func entryFull(reqs []*proposal) bool {
+	if !batchable(reqs[0].op) {
+		return true
+	}
+	size := 0
+	for i, pr := range reqs {
+		if i >= maxBatchOps || !batchable(pr.op) {
+			return true
+		}
+		if size += len(pr.op); size >= maxBatchBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // dispatch hands one entry built from a prefix of reqs to raft and returns
 // how many proposals it took. Proposals whose context has ended are
-// answered and skipped; nothing of theirs is proposed.
-func (p *proposer) dispatch(reqs []*proposal) int {
+// answered and skipped; nothing of theirs is proposed. slot says whether
+// the entry holds an in-flight slot, which the waiter returns once the
+// entry's future completes (or dispatch does, if nothing is proposed).
+func (p *proposer) dispatch(reqs []*proposal, slot bool) int {
 	var (
 		props   []*proposal
 		ops     [][]byte
@@ -239,6 +292,9 @@ func (p *proposer) dispatch(reqs []*proposal) int {
 		}
 	}
 	if len(props) == 0 {
+		if slot {
+			p.release()
+		}
 		return taken
 	}
 	data := ops[0]
@@ -247,21 +303,42 @@ func (p *proposer) dispatch(reqs []*proposal) int {
 	}
 	fut := p.n.raft.Apply(data, timeout)
 	select {
-	case p.inflight <- inflightBatch{fut: fut, props: props}:
+	case p.inflight <- inflightBatch{fut: fut, props: props, slot: slot}:
 	case <-p.quit:
 		// The waiter may be gone; answer here. The entry's outcome is
 		// unknown to its proposers, as with any proposal cut short.
 		for _, pr := range props {
 			pr.done <- proposalResult{err: raft.ErrRaftShutdown}
 		}
+		if slot {
+			p.release()
+		}
 	}
 	return taken
 }
+
+// acquire takes an in-flight slot, waiting while MaxInflightEntries entries
+// are unanswered; proposals queue meanwhile and travel together in the next
+// entry. It reports false when the proposer is stopping.
+func (p *proposer) acquire() bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-p.quit:
+		return false
+	}
+}
+
+// release returns a slot taken by acquire.
+func (p *proposer) release() { <-p.slots }
 
 func (p *proposer) runWaiter() {
 	defer close(p.waiter)
 	for b := range p.inflight {
 		err := b.fut.Error()
+		if b.slot {
+			p.release()
+		}
 		if err != nil {
 			for _, pr := range b.props {
 				pr.done <- proposalResult{err: err}

@@ -2,11 +2,14 @@ package copyset
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -120,5 +123,83 @@ func TestFSMAppliesEnvelope(t *testing.T) {
 	}
 	if want := []string{"1:single", "2:x", "2:y", "3:z"}; fmt.Sprint(m.applied) != fmt.Sprint(want) {
 		t.Fatalf("applied %v, want %v", m.applied, want)
+	}
+}
+
+// gateMachine is a chunk-kind machine whose Apply of the op "hold" waits
+// until gate is closed; it records each op's index.
+type gateMachine struct {
+	gate    chan struct{}
+	holding chan struct{} // closed once Apply is waiting on gate
+	mu      sync.Mutex
+	index   map[string]uint64
+}
+
+func (m *gateMachine) Apply(index uint64, payload []byte) any {
+	if string(payload) == "hold" {
+		close(m.holding)
+		<-m.gate
+	}
+	m.mu.Lock()
+	m.index[string(payload)] = index
+	m.mu.Unlock()
+	return nil
+}
+func (m *gateMachine) Sync() error              { return nil }
+func (m *gateMachine) Files() ([]string, error) { return nil, nil }
+func (m *gateMachine) Close() error             { return nil }
+
+// With MaxInflightEntries 1, proposals made while an entry is unapplied
+// wait for it and then travel together in one entry.
+func TestInflightWindowPacksWaitingProposals(t *testing.T) {
+	m := &gateMachine{gate: make(chan struct{}), holding: make(chan struct{}), index: map[string]uint64{}}
+	opts := fastRaft()
+	opts.MaxInflightEntries = 1
+	s := startTestServerWith(t, "127.0.0.1:0", t.TempDir(), opts, func(GroupID, string) map[Kind]StateMachine {
+		return map[Kind]StateMachine{KindChunk: m}
+	})
+	defer s.stop()
+	g := NewGroupID(1, 1)
+	if _, err := s.mgr.Create(context.Background(), g, []PeerID{s.peer()}); err != nil {
+		t.Fatal(err)
+	}
+	n := waitLeader(t, g, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	held := make(chan error, 1)
+	go func() { _, _, err := n.Propose(ctx, chunkOp("hold")); held <- err }()
+	<-m.holding
+	// submit returns once the proposal is queued, so all five wait behind
+	// the held entry. They are spaced out: without the window the batcher
+	// would hand each to raft on its own meanwhile.
+	names := []string{"a", "b", "c", "d", "e"}
+	var waits []chan proposalResult
+	for i, name := range names {
+		if i > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ch, err := n.props.submit(ctx, chunkOp(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, ch)
+	}
+	close(m.gate)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range waits {
+		if r := <-ch; r.err != nil {
+			t.Fatalf("op %s: %v", names[i], r.err)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	hold := m.index["hold"]
+	for _, name := range names {
+		if got := m.index[name]; got != hold+1 {
+			t.Errorf("op %s applied at index %d, want %d (one entry after the held one at %d)", name, got, hold+1, hold)
+		}
 	}
 }
