@@ -80,7 +80,7 @@ func startCluster(t *testing.T, n int) *cluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Start(ctx); err != nil {
+		if err := p.StartFirst(ctx); err != nil {
 			t.Fatal(err)
 		}
 		c.procs = append(c.procs, p)

@@ -71,6 +71,26 @@ func NewProc(bin, dir string) (*Proc, error) {
 	}, nil
 }
 
+// StartFirst is Start for a server's first launch: its ports were free
+// when NewProc picked them, but another process (an outgoing connection's
+// ephemeral port, say) may have taken one since. If the server exits
+// because a port is in use, StartFirst picks new ports and tries again, up
+// to 5 times. A restart must keep its address (peers know it): use Start.
+func (p *Proc) StartFirst(ctx context.Context) error {
+	var err error
+	for range 5 {
+		if err = p.Start(ctx); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		fresh, perr := NewProc(p.Bin, filepath.Dir(p.DataDir))
+		if perr != nil {
+			return perr
+		}
+		p.Addr, p.MetricsAddr = fresh.Addr, fresh.MetricsAddr
+	}
+	return err
+}
+
 // Start launches the process (output appended to LogPath) and waits until
 // /healthz answers 200.
 func (p *Proc) Start(ctx context.Context) error {
@@ -105,6 +125,7 @@ func (p *Proc) waitHealthy(ctx context.Context) error {
 		}
 		select {
 		case <-p.done:
+			p.cmd = nil
 			return fmt.Errorf("server %s exited before healthy; log:\n%s", p.Addr, p.LogTail())
 		case <-ctx.Done():
 			return fmt.Errorf("server %s not healthy: %w; log:\n%s", p.Addr, ctx.Err(), p.LogTail())
