@@ -340,7 +340,6 @@ fio_field() {
 RUN_ETCD="${BENCH_ETCD:-1}"
 ETCD_NOTE=""
 ETCD_VERSION=""
-ETCD_PROCS=""
 ETCD_BASE=$((BASE_PORT + 100)) # client ports ETCD_BASE+0..2, peer ports ETCD_BASE+10..12
 ETCD_EPS="127.0.0.1:$ETCD_BASE,127.0.0.1:$((ETCD_BASE + 1)),127.0.0.1:$((ETCD_BASE + 2))"
 # One key per 4 KiB block: 16 "copysets" x 4 MiB = 16,384 keys (64 MiB of
@@ -412,15 +411,9 @@ run_etcd() {
     rm -rf "$WORK/etcd"
     mkdir -p "$WORK/etcd"
     log "etcd: 3 members on 127.0.0.1:$ETCD_BASE.. (data in $WORK/etcd)"
-    # The members split the cores as cluster.sh splits them between the
-    # chunkservers (GOMAXPROCS from the environment, else cores / 3, at least 1).
-    local cores procs
-    cores="$(nproc)"
-    procs="${GOMAXPROCS:-$((cores / 3 > 0 ? cores / 3 : 1))}"
-    ETCD_PROCS="$procs"
     for i in 0 1 2; do
         # shellcheck disable=SC2086
-        GOMAXPROCS="$procs" etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
+        etcd --name "e$i" --data-dir "$WORK/etcd/e$i" \
             --listen-client-urls "http://127.0.0.1:$((ETCD_BASE + i))" --advertise-client-urls "http://127.0.0.1:$((ETCD_BASE + i))" \
             --listen-peer-urls "http://127.0.0.1:$((ETCD_BASE + 10 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_BASE + 10 + i))" \
             --initial-cluster "$peers" $ETCD_FLAGS >"$RESULTS/etcd-e$i.log" 2>&1 &
@@ -470,7 +463,7 @@ write_etcd_section() {
         echo
         return 0
     fi
-    echo "A 3-member etcd $ETCD_VERSION (Debian's etcd-server, default settings, GOMAXPROCS $ETCD_PROCS per member like the chunkservers) on 127.0.0.1, its data on the"
+    echo "A 3-member etcd $ETCD_VERSION (Debian's etcd-server, default settings) on 127.0.0.1, its data on the"
     echo "filesystem above, measured once the chunkraft cluster was stopped, by chunkbench's etcd target: one key per"
     echo "4 KiB block (16,384 keys, \`chunkbench/0000000000\`..), a write is a Put of the block, a read a"
     echo "linearizable Range of one key (serializable=false); 64 requests in flight, round robin over 2"

@@ -15,9 +15,8 @@
 # Environment: CLUSTER_DIR (default <repo>/.cluster), BASE_PORT (8200),
 # METRICS_BASE_PORT (9200), COPYSETS (the pool 1 copysets up creates and status
 # shows, default 1-16), CHUNKSERVER_CONFIG (a YAML config file passed to every
-# server with --config; flags above still win), GOMAXPROCS (per server; default:
-# the machine's cores divided by the servers, at least 1). Keep the ports the same
-# between up, status and down.
+# server with --config; flags above still win). Keep the ports the same between up,
+# status and down.
 #
 # With --tls (remembered: a cluster dir holding tls/ca.crt stays TLS) openssl makes
 # $CLUSTER_DIR/tls/: ca.crt, cs<i>.crt/.key per server (OU=admin, SAN 127.0.0.1),
@@ -212,25 +211,9 @@ build() {
     [[ -x "$BIN/chunkctl" ]] || die "$BIN/chunkctl is missing (and go is not installed to build it)"
 }
 
-# procs_for n prints the GOMAXPROCS each of n servers sharing this machine
-# runs with: the environment's GOMAXPROCS if set, else the cores split
-# evenly (at least 1). Go schedulers that each assume every core contend for
-# them: on 2 cores three servers at GOMAXPROCS 1 spent 10-25% less CPU per
-# 4 KiB write than at 2 (docs/benchmarks.md).
-procs_for() {
-    if [[ -n "${GOMAXPROCS:-}" ]]; then
-        echo "$GOMAXPROCS"
-        return
-    fi
-    local cores
-    cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
-    echo $((cores / $1 > 0 ? cores / $1 : 1))
-}
-
-# start_server i n launches server i, one of n on this machine, in the
-# background, detached from this shell.
+# start i launches server i in the background, detached from this shell.
 start_server() {
-    local i="$1" n="$2" pidf logf cfg
+    local i="$1" pidf logf cfg
     pidf="$(pid_file "$i")"
     logf="$(log_file "$i")"
     mkdir -p "$(data_dir "$i")"
@@ -244,15 +227,14 @@ start_server() {
     # The inner shell records its own pid, then execs (nohup, then) the server,
     # so the pid file names the chunkserver process even if setsid forks.
     # shellcheck disable=SC2016 # $$, $1 and $@ are the inner shell's
-    GOMAXPROCS="$(procs_for "$n")" \
-        "${detach[@]}" bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidf" \
+    "${detach[@]}" bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidf" \
         "$BIN/chunkserver" \
         --listen "$(grpc_addr "$i")" \
         --metrics-listen "$(metrics_addr "$i")" \
         --data-dir "$(data_dir "$i")" \
         ${cfg:+--config "$cfg"} \
         </dev/null >>"$logf" 2>&1 &
-    log "started cs$i: grpc $(grpc_addr "$i"), metrics $(metrics_addr "$i"), GOMAXPROCS $(procs_for "$n"), log $logf"
+    log "started cs$i: grpc $(grpc_addr "$i"), metrics $(metrics_addr "$i"), log $logf"
 }
 
 # wait_healthy i waits until server i answers /healthz, or dies with its log.
@@ -360,7 +342,7 @@ cmd_up() {
         if alive "$i"; then
             echo "cs$i already running (pid $(server_pid "$i"))"
         else
-            start_server "$i" "$n"
+            start_server "$i"
             started+=("$i")
         fi
     done
@@ -501,7 +483,7 @@ cmd_add_server() {
     mapfile -t used < <(used_indices)
     local next=$((used[-1] + 1))
     build
-    start_server "$next" $((${#up[@]} + 1))
+    start_server "$next"
     wait_healthy "$next"
     echo "cs$next healthy (pid $(server_pid "$next")); it hosts no copyset yet"
 
