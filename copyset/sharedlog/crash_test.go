@@ -88,11 +88,11 @@ func (m *model) verify(t testing.TB, l *Log, groups []uint64, maxIdx uint64) {
 // Requests built like the GroupStore methods build them, so that a test can
 // submit several at once and get them into one group commit.
 func entriesReq(t testing.TB, g *GroupStore, logs []*raft.Log) *request {
-	rec, refs, err := encodeEntries(g.ID(), logs)
+	rec, parts, refs, err := encodeEntries(g.ID(), logs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &request{op: op{kind: recEntries, group: g.ID(), ents: refs}, st: g.st, rec: rec, done: make(chan error, 1)}
+	return &request{op: op{kind: recEntries, group: g.ID(), ents: refs}, st: g.st, rec: rec, parts: parts, done: make(chan error, 1)}
 }
 
 func termReq(g *GroupStore, term uint64) *request {

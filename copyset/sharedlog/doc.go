@@ -9,7 +9,9 @@
 // write and makes it durable with one fdatasync, then wakes every waiter
 // (group commit across copysets) and yields the processor, so that the
 // waiters queue their next records before it drains the queue again.
-// Records are chained in place (a record is encoded once). On Linux, where
+// Records are chained in place (a record is encoded once), and an entry
+// payload of 64 KiB or more is referenced by its record, not copied into it
+// (encodeEntries). On Linux, where
 // the filesystem takes O_DIRECT,
 // a commit to a preallocated segment copies them into one aligned buffer
 // and writes it with O_DIRECT, bypassing the page cache: the log is written

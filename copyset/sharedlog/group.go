@@ -119,11 +119,11 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
-	rec, refs, err := encodeEntries(g.st.id, logs)
+	rec, parts, refs, err := encodeEntries(g.st.id, logs)
 	if err != nil {
 		return err
 	}
-	err = g.submit(&request{op: op{kind: recEntries, group: g.st.id, ents: refs}, rec: rec})
+	err = g.submit(&request{op: op{kind: recEntries, group: g.st.id, ents: refs}, rec: rec, parts: parts})
 	putRecBuf(rec) // answered: the shard no longer reads it
 	return err
 }

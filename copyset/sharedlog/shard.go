@@ -65,9 +65,33 @@ type request struct {
 	// the writer owns it: it sets the link in place and writes rec itself to
 	// the segment, so the submitter must neither change nor reuse it
 	// before then.
-	rec  []byte
-	off  int64 // where the writer placed rec in the active segment
-	done chan error
+	rec []byte
+	// parts, when not nil, is the record instead of rec: its pieces in
+	// order, parts[0] starting with the header (encodeEntries). The same
+	// ownership rule holds for every piece.
+	parts [][]byte
+	off   int64 // where the writer placed the record in the active segment
+	done  chan error
+}
+
+// length is the byte length of r's record.
+func (r *request) length() int64 {
+	if r.parts == nil {
+		return int64(len(r.rec))
+	}
+	var n int64
+	for _, p := range r.parts {
+		n += int64(len(p))
+	}
+	return n
+}
+
+// head is the buffer holding the start of r's record (its header).
+func (r *request) head() []byte {
+	if r.parts != nil {
+		return r.parts[0]
+	}
+	return r.rec
 }
 
 // shard is one independent WAL: a directory of segments, a commit queue, the
@@ -282,7 +306,8 @@ func (s *shard) process(reqs []*request) {
 			continue
 		}
 		size := s.active.size.Load()
-		if size+n+int64(len(r.rec)) > s.segSize && (len(batch) > 0 || size > s.activeBase) {
+		rlen := r.length()
+		if size+n+rlen > s.segSize && (len(batch) > 0 || size > s.activeBase) {
 			// r does not fit: commit what we have, start a new segment and
 			// retry r there.
 			if len(batch) > 0 {
@@ -300,8 +325,8 @@ func (s *shard) process(reqs []*request) {
 			continue
 		}
 		r.off = size + n
-		s.link = setLink(r.rec, s.link)
-		n += int64(len(r.rec))
+		s.link = setLink(r.head(), s.link)
+		n += rlen
 		batch = append(batch, r)
 		switch r.kind {
 		case recDrop:
@@ -347,7 +372,11 @@ func (s *shard) commit(batch []*request, n int64) error {
 	size := seg.size.Load()
 	bufs := s.bufs[:0]
 	for _, r := range batch {
-		bufs = append(bufs, r.rec)
+		if r.parts != nil {
+			bufs = append(bufs, r.parts...)
+		} else {
+			bufs = append(bufs, r.rec)
+		}
 	}
 	pad := padLen(size, n, seg.fileSize.Load())
 	if pad > 0 {

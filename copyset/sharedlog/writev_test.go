@@ -2,6 +2,8 @@ package sharedlog
 
 import (
 	"bytes"
+	"fmt"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -62,7 +64,7 @@ func commitOneBatch(t *testing.T, l *Log, reqs []*request) {
 	for _, r := range reqs {
 		offs = append(offs, size+int64(len(want)))
 		start := len(want)
-		want = append(want, r.rec...)
+		want = appendRecord(want, r)
 		link = setLink(want[start:], link)
 	}
 	n := int64(len(want))
@@ -246,5 +248,61 @@ func checkFile(t *testing.T, f *os.File, off int64, want []byte) {
 			i++
 		}
 		t.Fatalf("file differs at %d of %d written at %d", i, len(want), off)
+	}
+}
+
+// appendRecord appends the bytes of r's record (rec, or its parts) to b.
+func appendRecord(b []byte, r *request) []byte {
+	if r.parts == nil {
+		return append(b, r.rec...)
+	}
+	for _, p := range r.parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// A record whose large payloads are referenced in place has exactly the
+// bytes of one that copies them, and its entry offsets are the same.
+func TestReferencedPayloadRecord(t *testing.T) {
+	var logs []*raft.Log
+	for i, size := range []int{3, 1 << 20, 4 << 10, refDataMin, refDataMin - 1, 0, 2 << 20} {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(j*7 + i)
+		}
+		logs = append(logs, &raft.Log{Index: uint64(i + 1), Term: 2, Type: raft.LogCommand, Data: data,
+			Extensions: []byte{byte(i)}, AppendedAt: time.Unix(1700000000, int64(i))})
+	}
+	rec, parts, refs, err := encodeEntries(9, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts == nil {
+		t.Fatal("no payload referenced")
+	}
+	if len(rec) >= 1<<20 {
+		t.Fatalf("record buffer of %d bytes: payloads were copied", len(rec))
+	}
+	got := appendRecord(nil, &request{rec: rec, parts: parts})
+
+	saved := refDataMin
+	refDataMin = math.MaxInt
+	want, wantParts, wantRefs, err := encodeEntries(9, logs)
+	refDataMin = saved
+	if err != nil || wantParts != nil {
+		t.Fatalf("copying encode: parts %d, err %v", len(wantParts), err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("record bytes differ (%d vs %d bytes)", len(got), len(want))
+	}
+	if fmt.Sprint(refs) != fmt.Sprint(wantRefs) {
+		t.Fatalf("entry refs %v, want %v", refs, wantRefs)
+	}
+	for i, ref := range refs {
+		var l raft.Log
+		if err := decodeEntry(got[ref.off:ref.off+ref.n], &l); err != nil || l.Index != logs[i].Index || !bytes.Equal(l.Data, logs[i].Data) {
+			t.Fatalf("entry %d: index %d, err %v", i, l.Index, err)
+		}
 	}
 }
