@@ -242,23 +242,24 @@ func (p *proposer) take(dst []*proposal) []*proposal {
 	return dst
 }
 
+// joins reports whether op may join an entry that holds n ops of size
+// bytes, the first of them first.
+func joins(first []byte, n, size int, op []byte) bool {
+	return batchable(first) && batchable(op) && n < maxBatchOps && size+len(op) <= maxBatchBytes
+}
+
 // entryFull reports whether the entry dispatch would build from reqs is
 // as large as it may get (a lone unbatchable op, or an envelope at its op
 // or byte limit), so waiting for more proposals cannot grow it.
 func entryFull(reqs []*proposal) bool {
-	if !batchable(reqs[0].op) {
-		return true
-	}
-	size := 0
-	for i, pr := range reqs {
-		if i >= maxBatchOps || !batchable(pr.op) {
+	first, size := reqs[0].op, len(reqs[0].op)
+	for i, pr := range reqs[1:] {
+		if !joins(first, i+1, size, pr.op) {
 			return true
 		}
-		if size += len(pr.op); size >= maxBatchBytes {
-			return true
-		}
+		size += len(pr.op)
 	}
-	return false
+	return !batchable(first) || size >= maxBatchBytes
 }
 
 // dispatch hands one entry built from a prefix of reqs to raft and returns
@@ -275,8 +276,7 @@ func (p *proposer) dispatch(reqs []*proposal, slot bool) int {
 		taken   int
 	)
 	for _, pr := range reqs {
-		if len(props) > 0 && (!batchable(pr.op) || !batchable(props[0].op) ||
-			len(props) >= maxBatchOps || size+len(pr.op) > maxBatchBytes) {
+		if len(props) > 0 && !joins(props[0].op, len(props), size, pr.op) {
 			break
 		}
 		taken++

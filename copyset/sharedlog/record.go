@@ -60,11 +60,20 @@ func beginRecord(buf []byte, t recType, group uint64) []byte {
 	return append(buf, h[:]...)
 }
 
-// finishRecord fills length and crc of the record rec (which starts with its
-// header and ends with its payload). The link is filled by setLink.
-func finishRecord(rec []byte) {
-	binary.LittleEndian.PutUint32(rec[0:4], uint32(len(rec)-recHeaderSize))
-	binary.LittleEndian.PutUint32(rec[4:8], recordCRC(rec[0:4], rec[recTypeOff:]))
+// finishRecord fills length and crc of the record that is head followed
+// by rest (head starts with the header; the record ends with its payload).
+// The link is filled by setLink.
+func finishRecord(head []byte, rest ...[]byte) {
+	n := len(head)
+	for _, p := range rest {
+		n += len(p)
+	}
+	binary.LittleEndian.PutUint32(head[0:4], uint32(n-recHeaderSize))
+	crc := recordCRC(head[0:4], head[recTypeOff:])
+	for _, p := range rest {
+		crc = crc32.Update(crc, castagnoli, p)
+	}
+	binary.LittleEndian.PutUint32(head[4:8], crc)
 }
 
 func recordCRC(length, rest []byte) uint32 {
@@ -214,7 +223,7 @@ var refDataMin = 64 << 10
 // bytes are the same either way. The referenced payloads must not change
 // until the record is written: StoreLogs writes it before it returns, and
 // raft does not touch an entry while it stores it. parts[0] begins with the
-// header (finishRecordParts, setLink).
+// header (finishRecord, setLink).
 func encodeEntries(group uint64, logs []*raft.Log) (rec []byte, parts [][]byte, refs []entryRef, err error) {
 	size := recHeaderSize + uvarintLen(uint64(len(logs)))
 	referenced := 0
@@ -259,20 +268,8 @@ func encodeEntries(group uint64, logs []*raft.Log) (rec []byte, parts [][]byte, 
 	if from < len(rec) {
 		parts = append(parts, rec[from:])
 	}
-	finishRecordParts(parts, size)
+	finishRecord(parts[0], parts[1:]...)
 	return rec, parts, refs, nil
-}
-
-// finishRecordParts is finishRecord for a record that is the concatenation
-// of parts (size bytes in all; parts[0] holds the whole header).
-func finishRecordParts(parts [][]byte, size int) {
-	h := parts[0]
-	binary.LittleEndian.PutUint32(h[0:4], uint32(size-recHeaderSize))
-	crc := recordCRC(h[0:4], h[recTypeOff:])
-	for _, p := range parts[1:] {
-		crc = crc32.Update(crc, castagnoli, p)
-	}
-	binary.LittleEndian.PutUint32(h[4:8], crc)
 }
 
 func encodeDelete(group, min, max uint64) []byte {

@@ -113,91 +113,89 @@ func commitOneBatch(t *testing.T, l *Log, reqs []*request) {
 	}
 }
 
+// eachSegmentKind runs test on a fresh one-shard log (NoSync) once with a
+// growing active segment and once with a preallocated, zeroed one.
+func eachSegmentKind(t *testing.T, test func(t *testing.T, l *Log, opts Options)) {
+	for _, kind := range []string{growingSegment, zeroedSegment} {
+		t.Run(kind, func(t *testing.T) {
+			opts := Options{Dir: t.TempDir(), Shards: 1, NoSync: true}
+			l := openLog(t, opts)
+			defer l.Close()
+			if kind == zeroedSegment {
+				prepareSpare(t, l)
+			}
+			test(t, l, opts)
+		})
+	}
+}
+
 // TestLargeBatch commits one batch of more than IOV_MAX records (the
 // pwritev must be split) and checks its bytes, then that every entry reads
 // back identical, before and after a reopen.
 func TestLargeBatch(t *testing.T) {
-	for _, kind := range []string{growingSegment, zeroedSegment} {
-		t.Run(kind, func(t *testing.T) {
-			dir := t.TempDir()
-			opts := Options{Dir: dir, Shards: 1, NoSync: true}
-			l := openLog(t, opts)
-			defer func() { l.Close() }()
-			if kind == zeroedSegment {
-				prepareSpare(t, l)
+	eachSegmentKind(t, func(t *testing.T, l *Log, opts Options) {
+		groups := []uint64{1, 2, 3, 4, 5}
+		m := newModel()
+		next := map[uint64]uint64{}
+		var reqs []*request
+		for i := range 2500 {
+			g := groups[i%len(groups)]
+			gs := group(t, l, g)
+			if i%97 == 0 {
+				reqs = append(reqs, termReq(gs, uint64(i%200)))
+				m.terms[g] = uint64(i % 200)
+				continue
 			}
-			groups := []uint64{1, 2, 3, 4, 5}
-			m := newModel()
-			next := map[uint64]uint64{}
-			var reqs []*request
-			for i := range 2500 {
-				g := groups[i%len(groups)]
-				gs := group(t, l, g)
-				if i%97 == 0 {
-					reqs = append(reqs, termReq(gs, uint64(i%200)))
-					m.terms[g] = uint64(i % 200)
-					continue
-				}
-				from := next[g] + 1
-				to := from + uint64(i%3) // 1 to 3 entries per record
-				logs := entries(g, from, to, 1)
-				reqs = append(reqs, entriesReq(t, gs, logs))
-				m.store(g, logs)
-				next[g] = to
-			}
-			commitAndReopen(t, l, opts, reqs, m, groups, next)
-		})
-	}
+			from := next[g] + 1
+			to := from + uint64(i%3) // 1 to 3 entries per record
+			logs := entries(g, from, to, 1)
+			reqs = append(reqs, entriesReq(t, gs, logs))
+			m.store(g, logs)
+			next[g] = to
+		}
+		commitAndReopen(t, l, opts, reqs, m, groups, next)
+	})
 }
 
 // TestMixedSizeBatch commits one batch of tiny, 4 KiB and 1 MiB records
 // (and stable-store and delete records) and checks its bytes, then that
 // every entry reads back identical, before and after a reopen.
 func TestMixedSizeBatch(t *testing.T) {
-	for _, kind := range []string{growingSegment, zeroedSegment} {
-		t.Run(kind, func(t *testing.T) {
-			dir := t.TempDir()
-			opts := Options{Dir: dir, Shards: 1, NoSync: true}
-			l := openLog(t, opts)
-			defer func() { l.Close() }()
-			if kind == zeroedSegment {
-				prepareSpare(t, l)
+	eachSegmentKind(t, func(t *testing.T, l *Log, opts Options) {
+		groups := []uint64{1, 2, 3}
+		m := newModel()
+		next := map[uint64]uint64{}
+		entry := func(g uint64, size int) *raft.Log {
+			next[g]++
+			data := make([]byte, size)
+			for i := range data {
+				data[i] = byte(i*31 + int(g))
 			}
-			groups := []uint64{1, 2, 3}
-			m := newModel()
-			next := map[uint64]uint64{}
-			entry := func(g uint64, size int) *raft.Log {
-				next[g]++
-				data := make([]byte, size)
-				for i := range data {
-					data[i] = byte(i*31 + int(g))
-				}
-				return &raft.Log{Index: next[g], Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: time.Unix(1700000000, int64(next[g]))}
+			return &raft.Log{Index: next[g], Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: time.Unix(1700000000, int64(next[g]))}
+		}
+		var reqs []*request
+		add := func(g uint64, sizes ...int) {
+			var logs []*raft.Log
+			for _, size := range sizes {
+				logs = append(logs, entry(g, size))
 			}
-			var reqs []*request
-			add := func(g uint64, sizes ...int) {
-				var logs []*raft.Log
-				for _, size := range sizes {
-					logs = append(logs, entry(g, size))
-				}
-				reqs = append(reqs, entriesReq(t, group(t, l, g), logs))
-				m.store(g, logs)
-			}
-			add(1, 1)
-			add(2, 4<<10)
-			add(3, 1<<20)
-			add(1, 0, 10)
-			reqs = append(reqs, termReq(group(t, l, 2), 7))
-			m.terms[2] = 7
-			add(2, 1<<20, 4<<10, 3)
-			add(3, 4<<10)
-			reqs = append(reqs, deleteReq(group(t, l, 3), 2, 2))
-			m.del(3, 2, 2)
-			add(1, 4<<10-recHeaderSize-7) // a record of about a page
-			add(3, 5)
-			commitAndReopen(t, l, opts, reqs, m, groups, next)
-		})
-	}
+			reqs = append(reqs, entriesReq(t, group(t, l, g), logs))
+			m.store(g, logs)
+		}
+		add(1, 1)
+		add(2, 4<<10)
+		add(3, 1<<20)
+		add(1, 0, 10)
+		reqs = append(reqs, termReq(group(t, l, 2), 7))
+		m.terms[2] = 7
+		add(2, 1<<20, 4<<10, 3)
+		add(3, 4<<10)
+		reqs = append(reqs, deleteReq(group(t, l, 3), 2, 2))
+		m.del(3, 2, 2)
+		add(1, 4<<10-recHeaderSize-7) // a record of about a page
+		add(3, 5)
+		commitAndReopen(t, l, opts, reqs, m, groups, next)
+	})
 }
 
 // TestBatchWriterSplit writes more than IOV_MAX buffers of assorted sizes
