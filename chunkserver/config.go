@@ -129,7 +129,7 @@ func DefaultConfig() Config {
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
 			LeaderLeaseTimeout: 500 * time.Millisecond,
-			CommitTimeout:      200 * time.Millisecond,
+			CommitTimeout:      time.Second,
 			MaxAppendEntries:   64,
 			MaxInflightEntries: 1,
 			LogLevel:           "warn",

@@ -22,7 +22,7 @@ func TestLoadConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Listen != "127.0.0.1:7000" || cfg.DataDir != "/d" || cfg.Raft.HeartbeatTimeout != 2*time.Second ||
-		cfg.Raft.ElectionTimeout != 3*time.Second || cfg.Raft.CommitTimeout != 200*time.Millisecond {
+		cfg.Raft.ElectionTimeout != 3*time.Second || cfg.Raft.CommitTimeout != time.Second {
 		t.Fatalf("unexpected config %+v", cfg)
 	}
 	if err := cfg.Validate(); err != nil || cfg.Advertise != cfg.Listen {

@@ -33,9 +33,10 @@ package chunkserver
 //
 // Cost: a scan op reads its range on every replica inside apply, so it
 // delays the copyset's later ops by that read (a few ms for 4 MiB); the
-// worker scans one range at a time, so a server scans at most about one
-// range per two commit rounds plus the followers' apply (~10 ranges/s with
-// a 50 ms raft commit timeout), below RangesPerSecond's default.
+// worker scans one range at a time: it proposes the scan op, then a raft
+// barrier (Node.ShareCommit) so that the followers learn at once that the
+// scan op committed, and waits for their maps; a range takes about three
+// commit rounds plus the followers' read.
 //
 // FollowScanMap extensions (the request has no sender field): the sender's
 // peer id travels in the gRPC metadata key ScanPeerMetadataKey. retCode is
@@ -551,6 +552,12 @@ func (in *integrity) scanOne(ctx context.Context, n *copyset.Node, chunk uint64,
 	sr, ok := res.(scanResult)
 	if !ok || sr.stale {
 		return nil, fmt.Errorf("unexpected scan op result %v", res)
+	}
+	// The followers scan when they apply the op; on an otherwise idle
+	// copyset they would learn that it committed only at the next idle
+	// AppendEntries (raft's commit_timeout, 1-2 s by default).
+	if err := n.ShareCommit(ctx); err != nil {
+		return nil, err
 	}
 	peers, err := n.Peers()
 	if err != nil {

@@ -405,13 +405,7 @@ func TestScanJobSurvivesLeaderChange(t *testing.T) {
 	}
 	c.start(f, nil)
 	c.waitSame(t, []uint64{1})
-	installed := false
-	for _, r := range mustRecords(t, c, f) {
-		installed = installed || r
-	}
-	if !installed {
-		t.Fatal("the stopped follower caught up without a snapshot install")
-	}
+	waitInstalled(t, c, f)
 	if j := c.localJob(f, id2); j == nil || j.State != JobWaiting || j.SchedTime != int64(later) {
 		t.Fatalf("job %d on the follower after snapshot install: %+v", id2, j)
 	}

@@ -21,7 +21,7 @@ type RaftOptions struct {
 	HeartbeatTimeout   time.Duration // follower election trigger (default 1s)
 	ElectionTimeout    time.Duration // candidate timeout (default 1s)
 	LeaderLeaseTimeout time.Duration // leader steps down without quorum contact (default 500ms)
-	CommitTimeout      time.Duration // idle AppendEntries cadence: how soon followers learn the commit index when no new entries flow (default 200ms)
+	CommitTimeout      time.Duration // idle AppendEntries cadence: how soon followers learn the commit index when no new entries flow (default 1s; see ShareCommit)
 	MaxAppendEntries   int           // entries per AppendEntries and group commit (default 64)
 	// MaxInflightEntries bounds the entries a leader's copyset has handed
 	// to raft and not yet seen committed and applied (default 1; negative:
@@ -56,7 +56,7 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	def(&r.HeartbeatTimeout, time.Second)
 	def(&r.ElectionTimeout, time.Second)
 	def(&r.LeaderLeaseTimeout, 500*time.Millisecond)
-	def(&r.CommitTimeout, 200*time.Millisecond)
+	def(&r.CommitTimeout, time.Second)
 	def(&r.ApplyTimeout, 10*time.Second)
 	if r.MaxAppendEntries == 0 {
 		r.MaxAppendEntries = 64
@@ -113,6 +113,9 @@ type Status struct {
 	Epoch        uint64
 	// Broken is the apply error that stopped this replica, or nil.
 	Broken error
+	// SnapshotsInstalled counts the snapshots this replica received from a
+	// leader and installed since it started.
+	SnapshotsInstalled uint64
 }
 
 // Node is one replica of one copyset: a hashicorp/raft instance with its
@@ -454,6 +457,23 @@ func (n *Node) ReadBarrier(ctx context.Context) (uint64, error) {
 	return n.fsm.applied.Load(), nil
 }
 
+// ShareCommit makes the followers learn this leader's commit index now
+// instead of at the next AppendEntries, which on an idle copyset is up to
+// twice CommitTimeout away: it appends a barrier entry, which goes out at
+// once carrying the current commit index, and waits until the barrier is
+// applied here. A caller that needs the followers to apply what it just
+// committed (a scan op whose replicas report back) calls it; nothing else
+// should, since every call is one more raft entry.
+func (n *Node) ShareCommit(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if err := n.await(ctx, n.raft.Barrier(n.applyTimeout(ctx))); err != nil {
+		return fmt.Errorf("copyset %s: share commit index: %w", n.group, err)
+	}
+	return nil
+}
+
 // ensureLeaderReady makes sure this leader has applied an entry of its own
 // term, so its commit index covers everything an earlier leader committed.
 func (n *Node) ensureLeaderReady(ctx context.Context) error {
@@ -583,6 +603,8 @@ func (n *Node) Status() Status {
 		LastIndex:      n.raft.LastIndex(),
 		Epoch:          n.fsm.epoch.Load(),
 		Broken:         n.Broken(),
+
+		SnapshotsInstalled: n.snaps.installs.Load(),
 	}
 }
 

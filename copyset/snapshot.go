@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -87,6 +88,14 @@ type snapshotStore struct {
 
 	mu      sync.Mutex
 	pending string // id of a received snapshot staged for Restore
+
+	// installs counts the received snapshots installed since the store
+	// was opened. Their records are not a count: after an install,
+	// hashicorp/raft snapshots again every SnapshotInterval until its log
+	// store holds an entry past the snapshot (shouldSnapshot subtracts the
+	// snapshot index from the store's last index, unsigned), and reap may
+	// then drop the received snapshot for local ones of the same index.
+	installs atomic.Uint64
 }
 
 var _ raft.SnapshotStore = (*snapshotStore)(nil)
@@ -569,6 +578,7 @@ func (s *snapshotStore) install(id string) error {
 		return fmt.Errorf("install snapshot %s: remove old data: %w", id, err)
 	}
 	s.log.Info("snapshot installed", "id", id, "index", rec.Meta.Index)
+	s.installs.Add(1)
 	s.reap()
 	return nil
 }

@@ -679,7 +679,7 @@ func (g *GroupTransport) AppendEntriesPipeline(_ raft.ServerID, target raft.Serv
 //
 // Idle repeats: with nothing to replicate, raft's replicate goroutine sends
 // an AppendEntries without entries every CommitTimeout to CommitTimeout*2
-// (50-100 ms by default), to let the follower learn the commit index. Once
+// (1-2 s by default), to let the follower learn the commit index. Once
 // one went out, its repeats (same term, previous entry and commit index)
 // tell the follower nothing new, yet at hundreds of groups per server they
 // were a large part of its idle CPU. So a request identical to the last one
