@@ -1,6 +1,7 @@
 package chunkserver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,15 +40,20 @@ func encodeChunkOp(req *pb.ChunkRequest, data []byte) ([]byte, error) {
 	saved := req.Data
 	req.Data = nil
 	size := proto.Size(req)
-	op := make([]byte, copyset.OpHeaderLen+4, copyset.OpHeaderLen+4+size+len(data))
-	op, err := proto.MarshalOptions{}.MarshalAppend(op, req)
+	head := make([]byte, copyset.OpHeaderLen+4, copyset.OpHeaderLen+4+size)
+	head, err := proto.MarshalOptions{}.MarshalAppend(head, req)
 	req.Data = saved
 	if err != nil {
 		return nil, fmt.Errorf("encode chunk op: %w", err)
 	}
-	copyset.PutOpHeader(op, copyset.KindChunk)
-	binary.BigEndian.PutUint32(op[copyset.OpHeaderLen:], uint32(len(op)-copyset.OpHeaderLen-4))
-	return append(op, data...), nil
+	copyset.PutOpHeader(head, copyset.KindChunk)
+	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], uint32(len(head)-copyset.OpHeaderLen-4))
+	if len(data) == 0 {
+		return head, nil
+	}
+	// bytes.Join allocates exactly the op without clearing it first, where a
+	// make would zero a 1 MiB payload only to overwrite it.
+	return bytes.Join([][]byte{head, data}, nil), nil
 }
 
 // decodeChunkOp is the inverse of encodeChunkOp on the payload (without the
