@@ -11,6 +11,8 @@
 #   4 KiB randread,  iodepth 1 and 64       4 KiB randrw 70/30, iodepth 64
 # fio: 4 KiB write+fdatasync serially (appending, and overwriting), 4 KiB
 # direct random writes at depth 64, 1 MiB direct sequential writes at depth 8.
+# The write runs again on a cluster with raft.log_store: boltdb (per-copyset
+# raft-boltdb), for a table of the two log stores side by side.
 # etcd, for comparison in the same run: a 3-member etcd on loopback (data on
 # the same filesystem) driven by chunkbench's etcd target (--etcd-endpoints):
 # 4 KiB puts and linearizable 4 KiB gets, iodepth 64 (etcd-server is installed
@@ -31,6 +33,8 @@
 #                      into the document. 0 skips it.
 #   BENCH_FIO          1 (default): run fio (installed with apt-get when missing
 #                      and running as root). 0 skips it.
+#   BENCH_BOLTDB       1 (default): repeat the write runs on a cluster with
+#                      raft.log_store: boltdb, for the comparison table. 0 skips it.
 #   BENCH_ETCD         1 (default): measure etcd (etcd-server installed with
 #                      apt-get when missing and running as root). 0 skips it.
 #   BENCH_COMMIT       the commit to record (default: git rev-parse --short HEAD,
@@ -44,6 +48,7 @@ export BASE_PORT="${BASE_PORT:-8400}"
 export METRICS_BASE_PORT="${METRICS_BASE_PORT:-9400}"
 PROFILE="${BENCH_PROFILE:-1}"
 RUN_FIO="${BENCH_FIO:-1}"
+RUN_BOLT="${BENCH_BOLTDB:-1}"
 BENCH="$ROOT/bin/chunkbench"
 
 die() {
@@ -263,6 +268,74 @@ idle_256() {
     sleep 5 # leader elections and the first snapshots settle
     measure_idle idle256 "$IDLE256_SECS"
     "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
+}
+
+# The write runs again on a fresh cluster whose copysets keep their raft logs
+# in raft-boltdb (one bolt file per copyset) instead of the shared log
+# (issue 4: show both). Reads do not touch the log store and are not repeated.
+BOLT_RUNS=(rw4k1 rw4k64 sw1m8)
+run_boltdb() {
+    [[ "$RUN_BOLT" == 1 ]] || return 0
+    log "raft.log_store: boltdb: the write runs again on a fresh cluster"
+    printf 'raft:\n  log_store: boltdb\n' >"$WORK/boltdb.yaml"
+    CHUNKSERVER_CONFIG="$WORK/boltdb.yaml" "$ROOT/scripts/cluster.sh" up >"$RESULTS/cluster-bolt-up.log" 2>&1 || {
+        echo "cluster with raft.log_store: boltdb did not come up: $(tail -n 3 "$RESULTS/cluster-bolt-up.log")" >"$RESULTS/bolt.err"
+        "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
+        return 0
+    }
+    wait_pool
+    log "laying out the span: chunkbench $LAYOUT_ARGS"
+    # shellcheck disable=SC2086
+    "$BENCH" $COMMON $LAYOUT_ARGS >"$RESULTS/bolt-layout.json" 2>"$RESULTS/bolt-layout.err" || true
+    wait_pool
+    local entry id label target args want
+    for want in "${BOLT_RUNS[@]}"; do
+        for entry in "${MATRIX[@]}"; do
+            IFS='|' read -r id label target args <<<"$entry"
+            [[ "$id" == "$want" ]] || continue
+            log "chunkbench $args (boltdb)"
+            # shellcheck disable=SC2086 # the argument strings are meant to split
+            measured_run "bolt-$id" server_ticks $COMMON $args
+        done
+    done
+    "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
+}
+
+# write_bolt_section writes the boltdb-against-shared table to stdout.
+write_bolt_section() {
+    [[ "$RUN_BOLT" == 1 ]] || return 0
+    echo "## Log store: raft-boltdb against the shared log"
+    echo
+    if [[ -s "$RESULTS/bolt.err" ]]; then
+        echo "Not measured ($(cat "$RESULTS/bolt.err"))."
+        echo
+        return 0
+    fi
+    echo "The write runs of the table above again, on a fresh cluster started with \`raft.log_store: boltdb\`"
+    echo "(one raft-boltdb file per copyset, an fsync per append: no group commit across copysets), laid"
+    echo "out the same way first. The shared-log columns are the main table's runs."
+    echo
+    echo "| workload | iodepth | boltdb IOPS | boltdb MB/s | boltdb p50 | boltdb p99 | boltdb CPU srv/bench/other | shared IOPS | shared p50 | shared p99 | shared/boltdb |"
+    echo "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+    local entry id label target args want f g depth
+    for want in "${BOLT_RUNS[@]}"; do
+        for entry in "${MATRIX[@]}"; do
+            IFS='|' read -r id label target args <<<"$entry"
+            [[ "$id" == "$want" ]] || continue
+            f="$RESULTS/bolt-$id.json" g="$RESULTS/$id.json"
+            depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
+            if [[ -s "$f" ]]; then
+                echo "| $label | $depth | $(fmt_num "$(json_field "$f" iops)") | $(fmt_1 "$(json_field "$f" mb_per_s)") | $(fmt_ms "$(json_field "$f" p50)") | $(fmt_ms "$(json_field "$f" p99)") | $(tr ' ' '/' <"$RESULTS/bolt-$id.cpu") | $(fmt_num "$(iops_of "$g")") | $( [[ -s "$g" ]] && fmt_ms "$(json_field "$g" p50)" || echo -) | $( [[ -s "$g" ]] && fmt_ms "$(json_field "$g" p99)" || echo -) | $(ratio "$(iops_of "$g")" "$(iops_of "$f")") |"
+            else
+                echo "| $label | $depth | - | - | - | - | - | $(fmt_num "$(iops_of "$g")") | - | - | no ratio |"
+            fi
+        done
+    done
+    echo
+    if grep -q '^prefill: wrote' "$RESULTS/bolt-layout.err" 2>/dev/null; then
+        echo "Layout with boltdb: $(grep '^prefill: wrote' "$RESULTS/bolt-layout.err" | sed 's/^prefill: //')."
+        echo
+    fi
 }
 
 run_profile() {
@@ -657,6 +730,8 @@ write_doc() {
 
         write_etcd_section
 
+        write_bolt_section
+
         if [[ -s "$RESULTS/profile.txt" ]]; then
             echo "## Where the time goes: CPU profile of cs0 during 4 KiB randwrite, iodepth 64"
             echo
@@ -684,6 +759,21 @@ write_doc() {
             echo "go tool pprof -top -cum -nodecount=15 bin/chunkserver cs0.cpu.pprof"
         fi
         echo "scripts/cluster.sh down --clean"
+        if [[ "$RUN_BOLT" == 1 ]]; then
+            echo "# boltdb: a fresh cluster with raft.log_store: boltdb, the same layout, then the write runs"
+            # shellcheck disable=SC2028 # the backslashes are printf's, in the printed command
+            echo "printf 'raft:\\n  log_store: boltdb\\n' > boltdb.yaml"
+            echo "CHUNKSERVER_CONFIG=boltdb.yaml CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT scripts/cluster.sh up"
+            echo "bin/chunkbench $COMMON $LAYOUT_ARGS"
+            local want
+            for want in "${BOLT_RUNS[@]}"; do
+                for entry in "${MATRIX[@]}"; do
+                    IFS='|' read -r id label target args <<<"$entry"
+                    [[ "$id" == "$want" ]] && echo "bin/chunkbench $COMMON $args"
+                done
+            done
+            echo "scripts/cluster.sh down --clean"
+        fi
         if [[ "$RUN_FIO" == 1 && ! -s "$RESULTS/fio.skipped" ]]; then
             for entry in "${FIO_JOBS[@]}"; do
                 IFS='|' read -r fid flabel fargs <<<"$entry"
@@ -717,6 +807,7 @@ run_matrix
 run_profile
 "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
 idle_256
+run_boltdb
 run_fio
 run_etcd
 write_doc
