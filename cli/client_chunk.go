@@ -48,7 +48,7 @@ func (c *Client) WriteChunkFenced(ctx context.Context, id ChunkID, offset uint32
 }
 
 func (c *Client) writeChunk(ctx context.Context, id ChunkID, offset uint32, data []byte, sn uint64, fence *Fence) error {
-	op := "write " + id.String()
+	op := chunkOp{"write", id}
 	if uint64(len(data)) > math.MaxUint32 {
 		return fmt.Errorf("%s: %d bytes is too large for one request", op, len(data))
 	}
@@ -69,12 +69,12 @@ func (c *Client) writeChunk(ctx context.Context, id ChunkID, offset uint32, data
 // CHUNK_OP_STATUS_CHUNK_NOTEXIST.
 func (c *Client) ReadChunk(ctx context.Context, id ChunkID, offset, size uint32) ([]byte, error) {
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_READ, id)
-	return c.readData(ctx, "read "+id.String(), id, req, offset, size, chunkserverpb.ChunkServiceClient.ReadChunk)
+	return c.readData(ctx, chunkOp{"read", id}, id, req, offset, size, chunkserverpb.ChunkServiceClient.ReadChunk)
 }
 
 // readData sends a read-type request for [offset, offset+size) with call on
 // the leader and checks the reply carries exactly size bytes.
-func (c *Client) readData(ctx context.Context, op string, id ChunkID, req *chunkserverpb.ChunkRequest, offset, size uint32,
+func (c *Client) readData(ctx context.Context, op fmt.Stringer, id ChunkID, req *chunkserverpb.ChunkRequest, offset, size uint32,
 	call func(chunkserverpb.ChunkServiceClient, context.Context, *chunkserverpb.ChunkRequest, ...grpc.CallOption) (*chunkserverpb.ChunkResponse, error)) ([]byte, error) {
 	req.Offset = proto.Uint32(offset)
 	req.Size = proto.Uint32(size)
@@ -110,7 +110,7 @@ func (c *Client) deleteChunk(ctx context.Context, id ChunkID, sn uint64, fence *
 		req.Sn = proto.Uint64(sn)
 	}
 	fence.apply(req)
-	return c.onLeader(ctx, "delete "+id.String(), id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
+	return c.onLeader(ctx, chunkOp{"delete", id}, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
 		resp, err := svc.DeleteChunk(ctx, req)
 		return resp.GetStatus(), resp.GetRedirect(), err
 	})
@@ -126,7 +126,7 @@ func (c *Client) GetChunkInfo(ctx context.Context, id ChunkID) ([]uint64, error)
 		ChunkId:     proto.Uint64(id.Chunk),
 	}
 	var sns []uint64
-	err := c.onLeader(ctx, "chunk info "+id.String(), id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
+	err := c.onLeader(ctx, chunkOp{"chunk info", id}, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
 		resp, err := svc.GetChunkInfo(ctx, req)
 		sns = resp.GetChunkSn()
 		return resp.GetStatus(), resp.GetRedirect(), err
@@ -143,7 +143,7 @@ func (c *Client) GetChunkInfo(ctx context.Context, id ChunkID) ([]uint64, error)
 func (c *Client) ReadChunkSnapshot(ctx context.Context, id ChunkID, sn uint64, offset, size uint32) ([]byte, error) {
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_READ_SNAP, id)
 	req.Sn = proto.Uint64(sn)
-	op := fmt.Sprintf("read snapshot sn %d of %s", sn, id)
+	op := opText(fmt.Sprintf("read snapshot sn %d of %s", sn, id))
 	return c.readData(ctx, op, id, req, offset, size, chunkserverpb.ChunkServiceClient.ReadChunkSnapshot)
 }
 
@@ -153,7 +153,7 @@ func (c *Client) ReadChunkSnapshot(ctx context.Context, id ChunkID, sn uint64, o
 func (c *Client) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, id ChunkID, correctedSn uint64) error {
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP, id)
 	req.CorrectedSn = proto.Uint64(correctedSn)
-	op := fmt.Sprintf("delete snapshot (corrected sn %d) of %s", correctedSn, id)
+	op := opText(fmt.Sprintf("delete snapshot (corrected sn %d) of %s", correctedSn, id))
 	return c.onLeader(ctx, op, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
 		resp, err := svc.DeleteChunkSnapshotOrCorrectSn(ctx, req)
 		return resp.GetStatus(), resp.GetRedirect(), err
@@ -166,7 +166,7 @@ func (c *Client) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, id ChunkID,
 // idempotent: creating the same clone again succeeds, while an existing chunk
 // with another location or sn fails with CHUNK_OP_STATUS_CHUNK_EXIST.
 func (c *Client) CreateCloneChunk(ctx context.Context, id ChunkID, location string, sn, correctedSn uint64) error {
-	op := "clone " + id.String()
+	op := chunkOp{"clone", id}
 	if _, err := ParseCloneLocation(location); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -188,7 +188,7 @@ func (c *Client) RecoverChunk(ctx context.Context, id ChunkID, offset, size uint
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_RECOVER, id)
 	req.Offset = proto.Uint32(offset)
 	req.Size = proto.Uint32(size)
-	return c.onLeader(ctx, "recover "+id.String(), id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
+	return c.onLeader(ctx, chunkOp{"recover", id}, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
 		resp, err := svc.RecoverChunk(ctx, req)
 		return resp.GetStatus(), resp.GetRedirect(), err
 	})

@@ -128,29 +128,53 @@ type chunkAttempt func(ctx context.Context, svc chunkserverpb.ChunkServiceClient
 // status: it discovers the leader, follows REDIRECTED hints, moves on when a
 // server does not host the copyset or cannot be reached, and backs off
 // between rounds, all within the client's timeout.
-func (c *Client) onLeader(parent context.Context, op string, cs CopysetID, call chunkAttempt) error {
+//
+// The common case, one successful attempt at the cached leader, costs one
+// context (the attempt's, which also ends at the operation's deadline) and
+// formats nothing: the operation's own context is made only when a round
+// must discover the leader or back off, and op is formatted only when an
+// error names it.
+func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID, call chunkAttempt) error {
 	start := time.Now()
-	ctx, cancel := c.withDeadline(parent)
-	defer cancel()
+	deadline := start.Add(c.timeout)
+	var ctx context.Context // the whole operation's; made when first needed
+	var cancel context.CancelFunc
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	opCtx := func() context.Context {
+		if ctx == nil {
+			ctx, cancel = context.WithDeadline(parent, deadline)
+		}
+		return ctx
+	}
 	bo := newBackoff()
 	var last error
 	target := "" // peer id of the server to try next
+	cached := "" // the cached leader target came from, if it did
 	hops := 0
 	retry := func(err error) { // forget the target, back off, start over
 		last = err
 		target, hops = "", 0
-		bo.wait(ctx)
+		bo.wait(opCtx())
 	}
-	for ctx.Err() == nil {
+	for parent.Err() == nil && time.Now().Before(deadline) {
 		if target == "" {
-			id, err := c.leaderOf(ctx, cs)
-			if err != nil {
-				var nl *noLeaderError
-				if errors.As(err, &nl) && nl.permanent() {
-					return fmt.Errorf("%s: %w", op, err)
+			id, ok := c.CachedLeader(cs)
+			if ok {
+				cached = id
+			} else {
+				var err error
+				if id, err = c.discover(opCtx(), cs); err != nil {
+					var nl *noLeaderError
+					if errors.As(err, &nl) && nl.permanent() {
+						return fmt.Errorf("%s: %w", op, err)
+					}
+					retry(err)
+					continue
 				}
-				retry(err)
-				continue
 			}
 			target = id
 		}
@@ -164,7 +188,7 @@ func (c *Client) onLeader(parent context.Context, op string, cs CopysetID, call 
 		if err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		actx, acancel := context.WithTimeout(ctx, c.attemptTimeout)
+		actx, acancel := context.WithDeadline(parent, minTime(deadline, time.Now().Add(c.attemptTimeout)))
 		st, redirect, err := call(actx, svc)
 		acancel()
 		if err != nil {
@@ -177,10 +201,13 @@ func (c *Client) onLeader(parent context.Context, op string, cs CopysetID, call 
 		}
 		switch st {
 		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
-			c.setLeader(cs, target)
+			if target != cached {
+				c.setLeader(cs, target)
+			}
 			return nil
 		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED:
 			c.forgetLeader(cs, target)
+			cached = ""
 			hint, herr := PeerID(redirect)
 			if redirect != "" && herr == nil && hint != target && hops < maxRedirectHops {
 				last = fmt.Errorf("%s: %s to %s", addr, st, hint)
@@ -194,10 +221,32 @@ func (c *Client) onLeader(parent context.Context, op string, cs CopysetID, call 
 			retry(fmt.Errorf("%s: %s", addr, st))
 		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
 			last = fmt.Errorf("%s: %s", addr, st)
-			bo.wait(ctx) // same leader, just later
+			bo.wait(opCtx()) // same leader, just later
 		default:
 			return fmt.Errorf("%s: %w", op, &ChunkStatusError{Status: st})
 		}
 	}
-	return giveUp(parent, op, start, last)
+	return giveUp(parent, op.String(), start, last)
 }
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// chunkOp names a chunk operation in onLeader's errors, formatted only when
+// one is returned.
+type chunkOp struct {
+	verb string
+	id   ChunkID
+}
+
+func (o chunkOp) String() string { return o.verb + " " + o.id.String() }
+
+// opText is an operation name already formatted.
+type opText string
+
+func (s opText) String() string { return string(s) }
