@@ -260,9 +260,15 @@ func eventually(t *testing.T, cond func() error) {
 // creates copyset g on all of them. The caller stops the servers (stopAll).
 func startGroup(t *testing.T, root string, g GroupID) []*testServer {
 	t.Helper()
+	return startGroupWith(t, root, g, fastRaft())
+}
+
+// startGroupWith is startGroup with raft options opts.
+func startGroupWith(t *testing.T, root string, g GroupID, opts RaftOptions) []*testServer {
+	t.Helper()
 	var servers []*testServer
 	for i := range 3 {
-		servers = append(servers, startTestServer(t, "127.0.0.1:0", filepath.Join(root, fmt.Sprint(i)), fastRaft()))
+		servers = append(servers, startTestServer(t, "127.0.0.1:0", filepath.Join(root, fmt.Sprint(i)), opts))
 	}
 	peers := []PeerID{servers[0].peer(), servers[1].peer(), servers[2].peer()}
 	for _, s := range servers {
@@ -456,4 +462,50 @@ func TestSharedLogStore(t *testing.T) {
 	defer func() { testSharedLog = false }()
 	t.Run("SnapshotInstallCatchUp", TestSnapshotInstallCatchUp)
 	t.Run("RestartAfterTruncation", TestRestartAfterTruncation)
+}
+
+// TestShareCommitLetsFollowersApply: with an idle AppendEntries cadence far
+// longer than the test, followers learn that an entry committed only
+// because ShareCommit pushed the commit index out; a follower refuses it.
+func TestShareCommitLetsFollowersApply(t *testing.T) {
+	root := t.TempDir()
+	g := NewGroupID(1, 1)
+	opts := fastRaft()
+	opts.CommitTimeout = time.Minute
+	servers := startGroupWith(t, root, g, opts)
+	defer stopAll(servers)
+	leader := waitLeader(t, g, servers...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	index, _, err := leader.Propose(ctx, fileOp("k", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var followers []*Node
+	for _, s := range servers {
+		if n := s.mgr.Get(g); n != leader {
+			followers = append(followers, n)
+		}
+	}
+	if err := followers[0].ShareCommit(ctx); err == nil {
+		t.Fatal("ShareCommit on a follower: want a not-leader error")
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, f := range followers {
+		if got := f.AppliedIndex(); got >= index {
+			t.Fatalf("follower applied %d >= %d before ShareCommit: the test's premise does not hold", got, index)
+		}
+	}
+	if err := leader.ShareCommit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for _, f := range followers {
+		for f.AppliedIndex() < index {
+			if time.Now().After(deadline) {
+				t.Fatalf("follower applied %d, want >= %d after ShareCommit", f.AppliedIndex(), index)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
