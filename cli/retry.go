@@ -157,7 +157,7 @@ func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID,
 	hops := 0
 	retry := func(err error) { // forget the target, back off, start over
 		last = err
-		target, hops = "", 0
+		target, cached, hops = "", "", 0
 		bo.wait(opCtx())
 	}
 	for parent.Err() == nil && time.Now().Before(deadline) {
