@@ -153,19 +153,16 @@ func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID,
 	bo := newBackoff()
 	var last error
 	target := "" // peer id of the server to try next
-	cached := "" // the cached leader target came from, if it did
 	hops := 0
 	retry := func(err error) { // forget the target, back off, start over
 		last = err
-		target, cached, hops = "", "", 0
+		target, hops = "", 0
 		bo.wait(opCtx())
 	}
 	for parent.Err() == nil && time.Now().Before(deadline) {
 		if target == "" {
 			id, ok := c.CachedLeader(cs)
-			if ok {
-				cached = id
-			} else {
+			if !ok {
 				var err error
 				if id, err = c.discover(opCtx(), cs); err != nil {
 					var nl *noLeaderError
@@ -201,13 +198,10 @@ func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID,
 		}
 		switch st {
 		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
-			if target != cached {
-				c.setLeader(cs, target)
-			}
+			c.setLeader(cs, target)
 			return nil
 		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED:
 			c.forgetLeader(cs, target)
-			cached = ""
 			hint, herr := PeerID(redirect)
 			if redirect != "" && herr == nil && hint != target && hops < maxRedirectHops {
 				last = fmt.Errorf("%s: %s to %s", addr, st, hint)

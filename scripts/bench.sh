@@ -274,6 +274,17 @@ idle_256() {
 # in raft-boltdb (one bolt file per copyset) instead of the shared log
 # (issue 4: show both). Reads do not touch the log store and are not repeated.
 BOLT_RUNS=(rw4k1 rw4k64 sw1m8)
+
+# bolt_entries prints the MATRIX entries of BOLT_RUNS, in that order.
+bolt_entries() {
+    local want entry
+    for want in "${BOLT_RUNS[@]}"; do
+        for entry in "${MATRIX[@]}"; do
+            [[ "$entry" == "$want|"* ]] && echo "$entry"
+        done
+    done
+    return 0
+}
 run_boltdb() {
     [[ "$RUN_BOLT" == 1 ]] || return 0
     log "raft.log_store: boltdb: the write runs again on a fresh cluster"
@@ -288,16 +299,12 @@ run_boltdb() {
     # shellcheck disable=SC2086
     "$BENCH" $COMMON $LAYOUT_ARGS >"$RESULTS/bolt-layout.json" 2>"$RESULTS/bolt-layout.err" || true
     wait_pool
-    local entry id label target args want
-    for want in "${BOLT_RUNS[@]}"; do
-        for entry in "${MATRIX[@]}"; do
-            IFS='|' read -r id label target args <<<"$entry"
-            [[ "$id" == "$want" ]] || continue
-            log "chunkbench $args (boltdb)"
-            # shellcheck disable=SC2086 # the argument strings are meant to split
-            measured_run "bolt-$id" server_ticks $COMMON $args
-        done
-    done
+    local id label target args
+    while IFS='|' read -r id label target args; do
+        log "chunkbench $args (boltdb)"
+        # shellcheck disable=SC2086 # the argument strings are meant to split
+        measured_run "bolt-$id" server_ticks $COMMON $args </dev/null
+    done < <(bolt_entries)
     "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
 }
 
@@ -317,20 +324,16 @@ write_bolt_section() {
     echo
     echo "| workload | iodepth | boltdb IOPS | boltdb MB/s | boltdb p50 | boltdb p99 | boltdb CPU srv/bench/other | shared IOPS | shared p50 | shared p99 | shared/boltdb |"
     echo "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
-    local entry id label target args want f g depth
-    for want in "${BOLT_RUNS[@]}"; do
-        for entry in "${MATRIX[@]}"; do
-            IFS='|' read -r id label target args <<<"$entry"
-            [[ "$id" == "$want" ]] || continue
-            f="$RESULTS/bolt-$id.json" g="$RESULTS/$id.json"
-            depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
-            if [[ -s "$f" ]]; then
-                echo "| $label | $depth | $(fmt_num "$(json_field "$f" iops)") | $(fmt_1 "$(json_field "$f" mb_per_s)") | $(fmt_ms "$(json_field "$f" p50)") | $(fmt_ms "$(json_field "$f" p99)") | $(tr ' ' '/' <"$RESULTS/bolt-$id.cpu") | $(fmt_num "$(iops_of "$g")") | $( [[ -s "$g" ]] && fmt_ms "$(json_field "$g" p50)" || echo -) | $( [[ -s "$g" ]] && fmt_ms "$(json_field "$g" p99)" || echo -) | $(ratio "$(iops_of "$g")" "$(iops_of "$f")") |"
-            else
-                echo "| $label | $depth | - | - | - | - | - | $(fmt_num "$(iops_of "$g")") | - | - | no ratio |"
-            fi
-        done
-    done
+    local id label target args f g depth
+    while IFS='|' read -r id label target args; do
+        f="$RESULTS/bolt-$id.json" g="$RESULTS/$id.json"
+        depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
+        if [[ -s "$f" ]]; then
+            echo "| $label | $depth | $(fmt_num "$(json_field "$f" iops)") | $(fmt_1 "$(json_field "$f" mb_per_s)") | $(fmt_ms "$(json_field "$f" p50)") | $(fmt_ms "$(json_field "$f" p99)") | $(tr ' ' '/' <"$RESULTS/bolt-$id.cpu") | $(fmt_num "$(iops_of "$g")") | $( [[ -s "$g" ]] && fmt_ms "$(json_field "$g" p50)" || echo -) | $( [[ -s "$g" ]] && fmt_ms "$(json_field "$g" p99)" || echo -) | $(ratio "$(iops_of "$g")" "$(iops_of "$f")") |"
+        else
+            echo "| $label | $depth | - | - | - | - | - | $(fmt_num "$(iops_of "$g")") | - | - | no ratio |"
+        fi
+    done < <(bolt_entries)
     echo
     if grep -q '^prefill: wrote' "$RESULTS/bolt-layout.err" 2>/dev/null; then
         echo "Layout with boltdb: $(grep '^prefill: wrote' "$RESULTS/bolt-layout.err" | sed 's/^prefill: //')."
@@ -765,13 +768,9 @@ write_doc() {
             echo "printf 'raft:\\n  log_store: boltdb\\n' > boltdb.yaml"
             echo "CHUNKSERVER_CONFIG=boltdb.yaml CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT scripts/cluster.sh up"
             echo "bin/chunkbench $COMMON $LAYOUT_ARGS"
-            local want
-            for want in "${BOLT_RUNS[@]}"; do
-                for entry in "${MATRIX[@]}"; do
-                    IFS='|' read -r id label target args <<<"$entry"
-                    [[ "$id" == "$want" ]] && echo "bin/chunkbench $COMMON $args"
-                done
-            done
+            while IFS='|' read -r id label target args; do
+                echo "bin/chunkbench $COMMON $args"
+            done < <(bolt_entries)
             echo "scripts/cluster.sh down --clean"
         fi
         if [[ "$RUN_FIO" == 1 && ! -s "$RESULTS/fio.skipped" ]]; then
