@@ -56,12 +56,34 @@ func (a *admission) readOnly() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if time.Since(a.checkedAt) >= 500*time.Millisecond {
-		if free, err := a.diskFree(a.dataDir); err == nil {
-			a.ro = free < a.minFree
-		}
-		a.checkedAt = time.Now()
+		a.checkLocked()
 	}
 	return a.ro
+}
+
+// checkLocked asks the filesystem for the free space and updates the
+// read-only answer (a failing statfs keeps the previous one). a.mu is held.
+func (a *admission) checkLocked() (free uint64, err error) {
+	free, err = a.diskFree(a.dataDir)
+	if err == nil {
+		a.ro = free < a.minFree
+	}
+	a.checkedAt = time.Now()
+	return free, err
+}
+
+// space asks the filesystem now (the metrics scrape) and returns the free
+// bytes, the floor and whether the server is read-only.
+func (a *admission) space() (free, floor uint64, ro bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	free, err = a.checkLocked()
+	return free, a.minFree, a.ro, err
+}
+
+// load returns the requests in flight and the limit.
+func (a *admission) load() (inflight, limit int64) {
+	return a.inflight.Load(), atomic.LoadInt64(&a.maxInflight)
 }
 
 // recheck forgets the cached answer (tests, and after space is freed).

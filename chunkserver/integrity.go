@@ -133,6 +133,10 @@ const (
 	replicaMissing    = "missing"
 )
 
+// mismatchReasons are every Reason above (the reason label values of
+// chunkraft_scan_mismatches_total).
+var mismatchReasons = []string{ReasonDiffers, ReasonUnreadable, ReasonMissing, ReasonNoMajority}
+
 // ScanMismatch is one replica found inconsistent on one range.
 type ScanMismatch struct {
 	Chunk  uint64 `json:"chunk"`

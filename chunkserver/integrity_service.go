@@ -93,6 +93,9 @@ func (s *Server) registerIntegrity() {
 	s.scans = newIntegrity(s, s.log)
 	pb.RegisterIntegrityServiceServer(s.grpc, &integrityService{in: s.scans})
 	pb.RegisterScanServiceServer(s.grpc, &scanService{in: s.scans})
+	for _, r := range mismatchReasons {
+		s.scans.mismatches.WithLabelValues(r) // 0 from start-up: increase() sees the first
+	}
 	s.metrics.reg.MustRegister(s.scans.rangesTotal, s.scans.mismatches,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chunkraft_scan_jobs_running",

@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"time"
 
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -20,6 +21,25 @@ type serverStats struct {
 	copysets    func() (hosted, leading float64)
 	crcFailures func() float64                 // block checksum failures, all copysets
 	pool        func() (ready, target float64) // chunk file pool
+	admit       *admission                     // in-flight requests, free space and its floor
+}
+
+// chunkOps are the op labels chunk_service.go passes to mutate and read;
+// their series exist from start-up.
+var chunkOps = []string{"write", "delete", "delete_snapshot", "create_clone", "recover", "read", "read_snapshot", "info"}
+
+// payloadOps are the ops that count payload bytes.
+var payloadOps = []string{"write", "read", "read_snapshot"}
+
+// zeroStatuses are the request statuses exported at 0 for every op from
+// start-up, so that rate() and increase() over them (the alerts in deploy/)
+// see the first event; other statuses appear when first returned.
+var zeroStatuses = []pb.CHUNK_OP_STATUS{
+	pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS,
+	pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD,
+	pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE,
+	pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL,
+	pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN,
 }
 
 func newMetrics(st serverStats) *metrics {
@@ -61,7 +81,17 @@ func newMetrics(st serverStats) *metrics {
 			Name: "chunkraft_chunkfilepool_target",
 			Help: "Chunk files the pool keeps formatted (chunk_file_pool).",
 		}, func() float64 { _, t := st.pool(); return t }),
+		newAdmissionCollector(st.admit),
 	)
+	for _, op := range chunkOps {
+		for _, s := range zeroStatuses {
+			m.requests.WithLabelValues(op, s.String())
+		}
+		m.latency.WithLabelValues(op)
+	}
+	for _, op := range payloadOps {
+		m.bytes.WithLabelValues(op)
+	}
 	return m
 }
 
@@ -71,5 +101,18 @@ func (m *metrics) observe(op string, status string, start time.Time, n int) {
 	m.latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if n > 0 {
 		m.bytes.WithLabelValues(op).Add(float64(n))
+	}
+}
+
+// descMaker returns a constructor of descriptions named prefix+name with
+// the variable labels given (the scrape-time collectors' metrics).
+func descMaker(prefix string, labels ...string) func(name, help string) *prometheus.Desc {
+	return func(name, help string) *prometheus.Desc { return prometheus.NewDesc(prefix+name, help, labels, nil) }
+}
+
+// describe sends every description to ch (a Collector's Describe).
+func describe(ch chan<- *prometheus.Desc, ds ...*prometheus.Desc) {
+	for _, d := range ds {
+		ch <- d
 	}
 }

@@ -26,10 +26,7 @@ func registerSharedLogMetrics(reg prometheus.Registerer, l *sharedlog.Log) {
 }
 
 func newSharedLogCollector(l *sharedlog.Log) *sharedLogCollector {
-	shard := []string{"shard"}
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("chunkraft_sharedlog_"+name, help, shard, nil)
-	}
+	d := descMaker("chunkraft_sharedlog_", "shard")
 	return &sharedLogCollector{
 		log:      l,
 		fsyncs:   d("fsyncs_total", "fdatasync calls of the shared raft log's writers (one per group commit and one per segment started)."),
@@ -47,10 +44,8 @@ func newSharedLogCollector(l *sharedlog.Log) *sharedLogCollector {
 }
 
 func (c *sharedLogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.fsyncs, c.batches, c.records, c.bytes, c.recycled, c.prepared, c.spareMisses,
-		c.segments, c.diskBytes, c.segmentPinners} {
-		ch <- d
-	}
+	describe(ch, c.fsyncs, c.batches, c.records, c.bytes, c.recycled, c.prepared, c.spareMisses,
+		c.segments, c.diskBytes, c.segmentPinners)
 }
 
 func (c *sharedLogCollector) Collect(ch chan<- prometheus.Metric) {

@@ -166,7 +166,8 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats})
+	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
+	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets))
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{

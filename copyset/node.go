@@ -116,6 +116,9 @@ type Status struct {
 	// SnapshotsInstalled counts the snapshots this replica received from a
 	// leader and installed since it started.
 	SnapshotsInstalled uint64
+	// LeaderChanges counts the times this replica learned of a new leader
+	// (itself included) since it started.
+	LeaderChanges uint64
 }
 
 // Node is one replica of one copyset: a hashicorp/raft instance with its
@@ -158,6 +161,9 @@ type Node struct {
 	wasMember atomic.Bool
 	onRemoved func(*Node)
 	bg        background
+
+	// leaderChanges counts raft's leader observations naming a leader.
+	leaderChanges atomic.Uint64
 }
 
 // nodeConfig is everything openNode needs.
@@ -291,6 +297,14 @@ func openNode(c nodeConfig) (*Node, error) {
 		return fail(fmt.Errorf("start raft for copyset %s: %w", c.group, err))
 	}
 	n.raft = r
+	// The filter runs on raft's goroutine at each leader change; with no
+	// channel the observation goes nowhere else.
+	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+			n.leaderChanges.Add(1)
+		}
+		return false
+	}))
 	n.props.start(n)
 	return n, nil
 }
@@ -605,6 +619,7 @@ func (n *Node) Status() Status {
 		Broken:         n.Broken(),
 
 		SnapshotsInstalled: n.snaps.installs.Load(),
+		LeaderChanges:      n.leaderChanges.Load(),
 	}
 }
 

@@ -509,3 +509,46 @@ func TestShareCommitLetsFollowersApply(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusCountsLeaderChanges: every replica counts the first election
+// and a leadership transfer in Status().LeaderChanges. (Counts are compared
+// with before, not pinned: a loaded machine may see an extra election.)
+func TestStatusCountsLeaderChanges(t *testing.T) {
+	g := NewGroupID(1, 1)
+	servers := startGroup(t, t.TempDir(), g)
+	defer stopAll(servers)
+	leader := waitLeader(t, g, servers...)
+	propose(t, g, servers, fileOp("k", "v")) // every replica has heard of the leader
+	before := map[string]uint64{}
+	eventually(t, func() error {
+		for _, s := range servers {
+			got := s.mgr.Get(g).Status().LeaderChanges
+			if got == 0 {
+				return fmt.Errorf("%s: no leader change counted after the first election", s.addr)
+			}
+			before[s.addr] = got
+		}
+		return nil
+	})
+	var to PeerID
+	for _, s := range servers {
+		if s.mgr.Get(g) != leader {
+			to = s.peer()
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := leader.TransferLeader(ctx, to); err != nil {
+		t.Fatal(err)
+	}
+	propose(t, g, servers, fileOp("k", "v2"))
+	eventually(t, func() error {
+		for _, s := range servers {
+			if got := s.mgr.Get(g).Status().LeaderChanges; got <= before[s.addr] {
+				return fmt.Errorf("%s: %d leader changes after a transfer, %d before", s.addr, got, before[s.addr])
+			}
+		}
+		return nil
+	})
+}

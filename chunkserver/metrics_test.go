@@ -1,0 +1,156 @@
+package chunkserver
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// scrape gathers server i's registry: metric name -> label string
+// ("k=v,k=v", sorted) -> value.
+func (c *testCluster) scrape(t *testing.T, i int) map[string]map[string]float64 {
+	t.Helper()
+	fams, err := c.servers[i].metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]float64{}
+	for _, f := range fams {
+		series := map[string]float64{}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			sort.Strings(labels)
+			series[strings.Join(labels, ",")] = metricValue(f.GetType(), m)
+		}
+		out[f.GetName()] = series
+	}
+	return out
+}
+
+func metricValue(typ dto.MetricType, m *dto.Metric) float64 {
+	switch typ {
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue()
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue()
+	case dto.MetricType_HISTOGRAM:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return m.GetUntyped().GetValue()
+}
+
+// TestMetricsFromStartup: the series the alerts in deploy/prometheus use
+// exist at 0 before any event, and every hosted copyset has its raft
+// figures; a broken replica shows as broken and its series go away when
+// it is deleted.
+func TestMetricsFromStartup(t *testing.T) {
+	c := startTestCluster(t, 3)
+	l := c.leader(t)
+	f := (l + 1) % 3
+	got := c.scrape(t, f)
+	want := func(name, labels string, ok func(float64) bool) {
+		t.Helper()
+		v, found := got[name][labels]
+		if !found {
+			t.Fatalf("no series %s{%s}; have %v", name, labels, got[name])
+		}
+		if !ok(v) {
+			t.Fatalf("%s{%s} = %v", name, labels, v)
+		}
+	}
+	zero := func(v float64) bool { return v == 0 }
+	for _, op := range chunkOps {
+		for _, st := range []string{"CHUNK_OP_STATUS_SUCCESS", "CHUNK_OP_STATUS_OVERLOAD", "CHUNK_OP_STATUS_NOSPACE"} {
+			want("chunkraft_chunk_requests_total", "op="+op+",status="+st, zero)
+		}
+		want("chunkraft_chunk_request_seconds", "op="+op, zero)
+	}
+	for _, r := range mismatchReasons {
+		want("chunkraft_scan_mismatches_total", "reason="+r, zero)
+	}
+	want("chunkraft_scan_ranges_total", "", zero)
+	want("chunkraft_chunk_crc_failures_total", "", zero)
+	want("chunkraft_read_only", "", zero)
+	want("chunkraft_min_free_bytes", "", func(v float64) bool { return v == float64(c.cfgs[f].MinFreeBytes) })
+	want("chunkraft_data_dir_free_bytes", "", func(v float64) bool { return v > 0 })
+	want("chunkraft_max_inflight", "", func(v float64) bool { return v == float64(c.cfgs[f].MaxInflight) })
+	want("chunkraft_chunk_inflight_requests", "", zero)
+
+	cs := "copyset=1,pool=1"
+	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	mbEventually(t, "the follower to apply the write", 10*time.Second, func() bool {
+		return c.mbNode(f).Status().AppliedIndex >= c.mbNode(l).Status().CommittedIndex
+	})
+	leader, follower := c.scrape(t, l), c.scrape(t, f)
+	if r := leader["chunkraft_copyset_role"][cs]; r != 2 {
+		t.Fatalf("leader's role %v, want 2", r)
+	}
+	if r := follower["chunkraft_copyset_role"][cs]; r != 0 {
+		t.Fatalf("follower's role %v, want 0", r)
+	}
+	for _, name := range []string{"chunkraft_copyset_term", "chunkraft_copyset_commit_index", "chunkraft_copyset_applied_index",
+		"chunkraft_copyset_leader_changes_total"} {
+		if v := follower[name][cs]; v < 1 {
+			t.Fatalf("follower's %s = %v, want >= 1", name, v)
+		}
+	}
+	if v, ok := follower["chunkraft_copyset_snapshot_installs_total"][cs]; !ok || v != 0 {
+		t.Fatalf("follower's snapshot installs %v (present %v), want 0", v, ok)
+	}
+	if v, ok := follower["chunkraft_copyset_broken"][cs]; !ok || v != 0 {
+		t.Fatalf("follower's broken %v (present %v), want 0", v, ok)
+	}
+
+	// Free space below the floor: read-only, seen at the next scrape.
+	c.servers[f].admit.diskFree = func(string) (uint64, error) { return 1, nil }
+	got = c.scrape(t, f)
+	want("chunkraft_read_only", "", func(v float64) bool { return v == 1 })
+	want("chunkraft_data_dir_free_bytes", "", func(v float64) bool { return v == 1 })
+	c.servers[f].admit.diskFree = statfsFree
+
+	// A replica stopped by a disk error is broken; deleted, its series go.
+	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
+	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	mbEventually(t, "the follower to break", 10*time.Second, func() bool { return c.mbNode(f).Broken() != nil })
+	got = c.scrape(t, f)
+	want("chunkraft_copyset_broken", cs, func(v float64) bool { return v == 1 })
+	if err := c.servers[f].Copysets().DeleteBroken(c.group); err != nil {
+		t.Fatal(err)
+	}
+	got = c.scrape(t, f)
+	for name, series := range got {
+		if _, ok := series[cs]; ok && strings.HasPrefix(name, "chunkraft_copyset_") {
+			t.Fatalf("%s{%s} still exported after the replica was deleted", name, cs)
+		}
+	}
+}
+
+// TestChunkOpsListed: chunkOps names every op chunk_service.go reports, so
+// each has its series from start-up.
+func TestChunkOpsListed(t *testing.T) {
+	src, err := os.ReadFile("chunk_service.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := regexp.MustCompile(`s\.(?:mutate|read)\(ctx, "([a-z_]+)"`).FindAllSubmatch(src, -1)
+	if len(ops) == 0 {
+		t.Fatal("no s.mutate/s.read calls found in chunk_service.go")
+	}
+	for _, m := range ops {
+		if !slices.Contains(chunkOps, string(m[1])) {
+			t.Errorf("op %q of chunk_service.go is not in chunkOps", m[1])
+		}
+	}
+}
