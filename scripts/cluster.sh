@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A local chunkraft cluster on 127.0.0.1: N chunkservers, pool 1, copysets 1-16.
 #
-#   scripts/cluster.sh up [--tls] [N] start N servers (default 3), create the copysets, wait for leaders;
-#                                     --tls: mutual TLS with a throwaway CA in $CLUSTER_DIR/tls
-#   scripts/cluster.sh down [--clean] stop the servers started here; --clean also deletes their data
+#   scripts/cluster.sh up [--tls] [--monitor] [N]
+#                                     start N servers (default 3), create the copysets, wait for leaders;
+#                                     --tls: mutual TLS with a throwaway CA in $CLUSTER_DIR/tls;
+#                                     --monitor: also a Prometheus scraping them with deploy/'s rules
+#   scripts/cluster.sh down [--clean] stop the servers (and Prometheus) started here; --clean also deletes their data
 #   scripts/cluster.sh status         per-server process state and the leader table
 #   scripts/cluster.sh add-server     start one more server (the next index), hosting nothing yet
 #
@@ -23,6 +25,11 @@
 # admin.crt/.key (OU=admin) and user.crt/.key (no admin role); server i then runs
 # with --config $CLUSTER_DIR/cs<i>.yaml (CHUNKSERVER_CONFIG's content plus a tls:
 # section). The script's own chunkctl calls use the admin certificate.
+#
+# With --monitor, Debian's Prometheus (/usr/bin/prometheus, or $PROMETHEUS)
+# runs deploy/prometheus/'s config and rules from $CLUSTER_DIR/prometheus
+# (data, log, pid file there too) on 127.0.0.1:$PROMETHEUS_PORT (default
+# METRICS_BASE_PORT+90, 9290), scraping every server this script started.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,7 +51,7 @@ die() {
 log() { echo "==> $*"; }
 
 usage() {
-    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 grpc_addr() { echo "127.0.0.1:$((BASE_PORT + $1))"; }
@@ -321,9 +328,110 @@ Logs: $CLUSTER_DIR/cs<i>.log   Stop: scripts/cluster.sh down [--clean]   State: 
 EOF
 }
 
+# Prometheus for up --monitor (see the header).
+PROMETHEUS="${PROMETHEUS:-/usr/bin/prometheus}"
+PROMETHEUS_PORT="${PROMETHEUS_PORT:-$((METRICS_BASE_PORT + 90))}"
+prom_dir() { echo "$CLUSTER_DIR/prometheus"; }
+prom_url() { echo "http://127.0.0.1:$PROMETHEUS_PORT"; }
+
+# monitor_check fails (saying how to install it) unless Prometheus is there.
+monitor_check() {
+    [[ -x "$PROMETHEUS" ]] ||
+        die "--monitor needs Prometheus ($PROMETHEUS): install it with 'sudo apt-get install -y prometheus'"
+}
+
+# monitor_pid prints the pid of the Prometheus started here, if it runs.
+monitor_pid() {
+    local f pid
+    f="$(prom_dir)/prometheus.pid"
+    [[ -s "$f" ]] || return 1
+    pid="$(<"$f")"
+    [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    if [[ -r "/proc/$pid/cmdline" ]]; then
+        [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline")" == *"--config.file=$(prom_dir)/prometheus.yml "* ]] || return 1
+    fi
+    echo "$pid"
+}
+
+# monitor_targets writes the servers with a pid file as Prometheus's
+# targets (file_sd: it notices the change without a restart).
+monitor_targets() {
+    local f i
+    f="$(prom_dir)/targets/chunkraft.yml"
+    mkdir -p "${f%/*}"
+    {
+        echo "- targets:"
+        for i in $(known_servers); do
+            echo "    - $(metrics_addr "$i")"
+        done
+    } >"$f.tmp"
+    mv "$f.tmp" "$f"
+}
+
+# monitor_start runs Prometheus on deploy/prometheus's config and rules
+# (scraping every 5s), unless it already runs, and prints its URL.
+monitor_start() {
+    local d deadline
+    d="$(prom_dir)"
+    mkdir -p "$d/data"
+    sed 's/^\(  scrape_interval:\|  evaluation_interval:\) 15s/\1 5s/' "$ROOT/deploy/prometheus/prometheus.yml" >"$d/prometheus.yml"
+    rm -rf "$d/rules"
+    cp -R "$ROOT/deploy/prometheus/rules" "$d/rules"
+    monitor_targets
+    if monitor_pid >/dev/null; then
+        log "Prometheus already running (pid $(monitor_pid)); config and rules reloaded"
+        kill -HUP "$(monitor_pid)"
+    else
+        log "starting Prometheus on $(prom_url), log $d/prometheus.log"
+        local detach=()
+        if command -v setsid >/dev/null; then
+            detach=(setsid)
+        fi
+        # shellcheck disable=SC2016 # $$, $1 and $@ are the inner shell's
+        "${detach[@]}" bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$d/prometheus.pid" \
+            "$PROMETHEUS" --config.file="$d/prometheus.yml" --storage.tsdb.path="$d/data" \
+            --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --storage.tsdb.retention.time=7d \
+            </dev/null >>"$d/prometheus.log" 2>&1 &
+        deadline=$(($(now) + HEALTH_TIMEOUT))
+        until curl -fsS -m 2 "$(prom_url)/-/ready" >/dev/null 2>&1; do
+            if (($(now) >= deadline)) || { [[ -s "$d/prometheus.pid" ]] && ! monitor_pid >/dev/null; }; then
+                tail -n 20 "$d/prometheus.log" >&2 || true
+                die "Prometheus did not become ready on $(prom_url) (log: $d/prometheus.log)"
+            fi
+            sleep 0.2
+        done
+    fi
+    echo "Prometheus: $(prom_url)  (alerts: $(prom_url)/alerts, targets: $(prom_url)/targets; Grafana dashboard: deploy/grafana/chunkraft.json)"
+}
+
+# monitor_stop stops the Prometheus started here, if it runs.
+monitor_stop() {
+    local pid i
+    pid="$(monitor_pid)" || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    rm -f "$(prom_dir)/prometheus.pid"
+    echo "prometheus: stopped (pid $pid)"
+}
+
 cmd_up() {
-    if [[ "${1:-}" == --tls ]]; then
+    local tls=0 monitor=0
+    while [[ "${1:-}" == --* ]]; do
+        case "$1" in
+        --tls) tls=1 ;;
+        --monitor) monitor=1 ;;
+        *) die "up: unknown option '$1' (want --tls, --monitor)" ;;
+        esac
         shift
+    done
+    if ((monitor)); then
+        monitor_check
+    fi
+    if ((tls)); then
         mkdir -p "$CLUSTER_DIR"
         tls_init
     elif tls_on; then
@@ -349,6 +457,9 @@ cmd_up() {
     if ((${#started[@]} == 0)); then
         echo "cluster already running ($n servers, $CLUSTER_DIR)"
         cmd_status || true
+        if ((monitor)); then
+            monitor_start
+        fi
         return 0
     fi
     for i in "${started[@]}"; do
@@ -369,6 +480,9 @@ cmd_up() {
     wait_leaders "${all[@]}"
     leader_table "${all[@]}"
     usage_hint "$n"
+    if ((monitor)); then
+        monitor_start
+    fi
 }
 
 cmd_down() {
@@ -414,11 +528,12 @@ cmd_down() {
     for i in $(known_servers); do
         rm -f "$(pid_file "$i")"
     done
+    monitor_stop
 
     if ((clean)); then
         # Only what this script creates; never the whole directory blindly.
         shopt -s nullglob
-        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log "$CLUSTER_DIR"/tls
+        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log "$CLUSTER_DIR"/tls "$(prom_dir)"
         shopt -u nullglob
         rmdir "$CLUSTER_DIR" 2>/dev/null || true
         echo "cluster stopped; data removed"
@@ -452,6 +567,9 @@ cmd_status() {
         return 1
     fi
     [[ -x "$BIN/chunkctl" ]] || die "$BIN/chunkctl is missing; run make build"
+    if monitor_pid >/dev/null; then
+        echo "prometheus: $(prom_url) (pid $(monitor_pid))"
+    fi
     echo
     leader_table "${up[@]}"
 }
@@ -486,6 +604,9 @@ cmd_add_server() {
     start_server "$next"
     wait_healthy "$next"
     echo "cs$next healthy (pid $(server_pid "$next")); it hosts no copyset yet"
+    if monitor_pid >/dev/null; then
+        monitor_targets # Prometheus scrapes it too
+    fi
 
     local ctl="$BIN/chunkctl" servers new old
     if [[ "$PWD" == "$ROOT" ]]; then
