@@ -1,0 +1,407 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// deployDir is the repository's deploy/ directory.
+func deployDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(filepath.Dir(file)), "deploy")
+}
+
+// prometheusBinaries finds promtool and prometheus (Debian's package);
+// their absence fails the test: .ci/run installs them.
+func prometheusBinaries(t *testing.T) (promtool, prometheus string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found (apt-get install -y prometheus; .ci/run does it as root)")
+	}
+	prometheus = os.Getenv("PROMETHEUS")
+	if prometheus == "" {
+		prometheus = "/usr/bin/prometheus"
+	}
+	if _, err := os.Stat(prometheus); err != nil {
+		t.Fatalf("prometheus not found at %s (apt-get install -y prometheus): %v", prometheus, err)
+	}
+	return promtool, prometheus
+}
+
+func runTool(t *testing.T, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = filepath.Join(deployDir(), "prometheus")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// alertRules reads the alerts of deploy/prometheus/rules/*.yml.
+func alertRules(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(deployDir(), "prometheus", "rules", "*.yml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no rule files in deploy/prometheus/rules (%v)", err)
+	}
+	rules := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Groups []struct {
+				Rules []struct {
+					Alert string `yaml:"alert"`
+					Expr  string `yaml:"expr"`
+				} `yaml:"rules"`
+			} `yaml:"groups"`
+		}
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, g := range doc.Groups {
+			for _, r := range g.Rules {
+				if r.Alert != "" {
+					rules[r.Alert] = r.Expr
+				}
+			}
+		}
+	}
+	return rules
+}
+
+// dashboardExprs returns every query of deploy/grafana/chunkraft.json,
+// with Grafana's variables replaced so that Prometheus can run them.
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deployDir(), "grafana", "chunkraft.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("deploy/grafana/chunkraft.json: %v", err)
+	}
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*")
+	var out []string
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			out = append(out, vars.Replace(tg.Expr))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	return out
+}
+
+// selectorRe finds the series selectors of a PromQL expression (metric
+// name and label matchers).
+var selectorRe = regexp.MustCompile(`\b(up|chunkraft_[a-z0-9_]+)(\{[^}]*\})?`)
+
+// promQuery runs an instant query against Prometheus at base.
+func promQuery(ctx context.Context, base, query string) ([]map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/query?query="+url.QueryEscape(query), nil)
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []map[string]any `json:"result"`
+		} `json:"data"`
+	}
+	if err := promGet(req, &out); err != nil {
+		return nil, fmt.Errorf("query %s: %w", query, err)
+	}
+	if out.Status != "success" {
+		return nil, fmt.Errorf("query %s: %s", query, out.Error)
+	}
+	return out.Data.Result, nil
+}
+
+func promGet(req *http.Request, v any) error {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w: %s", resp.Status, err, b)
+	}
+	return nil
+}
+
+// promAlerts returns the alerts Prometheus has pending or firing, as
+// "name{instance}" strings.
+func promAlerts(ctx context.Context, base string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/alerts", nil)
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := promGet(req, &out); err != nil {
+		return nil, fmt.Errorf("alerts: %w", err)
+	}
+	var alerts []string
+	for _, a := range out.Data.Alerts {
+		alerts = append(alerts, fmt.Sprintf("%s{%s}", a.Labels["alertname"], a.Labels["instance"]))
+	}
+	return alerts, nil
+}
+
+// metricNames returns the metric names a server's /metrics exposes.
+func metricNames(t *testing.T, addr string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names
+}
+
+// promWait retries cond every 200 ms until it returns nil or d passes.
+func promWait(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after %v: %v", what, d, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestPrometheusMonitoring: deploy/prometheus passes promtool (config,
+// rules, the rules' unit tests); a real Prometheus running that config and
+// those rules scrapes every server of a 3-server cluster (up == 1); every
+// series an alert selects exists on fresh servers (so the first event is
+// seen); no alert is raised on the healthy cluster; every dashboard query
+// runs; a stopped server gets up == 0 and ChunkserverDown pending.
+func TestPrometheusMonitoring(t *testing.T) {
+	promtool, prometheus := prometheusBinaries(t)
+	runTool(t, promtool, "check", "config", "prometheus.yml")
+	rulesFiles, _ := filepath.Glob(filepath.Join(deployDir(), "prometheus", "rules", "*.yml"))
+	runTool(t, promtool, append([]string{"check", "rules"}, rulesFiles...)...)
+	runTool(t, promtool, "test", "rules", "tests/chunkraft.yml")
+
+	c := startCluster(t, 3)
+	c.createCopysets(t, 4)
+
+	// Fresh servers (copysets, no I/O): every metric an alert or the
+	// dashboard names is on /metrics.
+	rules := alertRules(t)
+	names := metricNames(t, c.procs[0].MetricsAddr)
+	names["up"] = true
+	for alert, expr := range rules {
+		for _, m := range selectorRe.FindAllStringSubmatch(expr, -1) {
+			if !names[m[1]] {
+				t.Errorf("alert %s uses %s, which a fresh server does not export", alert, m[1])
+			}
+		}
+	}
+	exprs := dashboardExprs(t)
+	for _, e := range exprs {
+		for _, m := range selectorRe.FindAllStringSubmatch(e, -1) {
+			if !names[m[1]] {
+				t.Errorf("dashboard query %q uses %s, which a fresh server does not export", e, m[1])
+			}
+		}
+	}
+
+	// Prometheus on deploy/'s config, scraping every second.
+	dir := t.TempDir()
+	src := filepath.Join(deployDir(), "prometheus")
+	conf, err := os.ReadFile(filepath.Join(src, "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := strings.NewReplacer("scrape_interval: 15s", "scrape_interval: 1s", "evaluation_interval: 15s", "evaluation_interval: 1s")
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(fast.Replace(string(conf))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"rules", "targets"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range rulesFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "rules", filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	targets := "- targets:\n"
+	for _, p := range c.procs {
+		targets += "    - " + p.MetricsAddr + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "targets", "chunkraft.yml"), []byte(targets), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	logPath := filepath.Join(dir, "prometheus.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
+	prom.Stdout, prom.Stderr = logf, logf
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		prom.Process.Signal(syscall.SIGTERM)
+		prom.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Every server is scraped.
+	promWait(t, 20*time.Second, "up == 1 for every server", func() error {
+		res, err := promQuery(ctx, base, `up{job="chunkraft"}`)
+		if err != nil {
+			return err
+		}
+		var ok []string
+		for _, r := range res {
+			m, _ := r["metric"].(map[string]any)
+			v, _ := r["value"].([]any)
+			if len(v) == 2 && v[1] == "1" {
+				ok = append(ok, fmt.Sprint(m["instance"]))
+			}
+		}
+		for _, p := range c.procs {
+			if !slices.Contains(ok, p.MetricsAddr) {
+				return fmt.Errorf("%s is not up (up == 1 for %v)", p.MetricsAddr, ok)
+			}
+		}
+		return nil
+	})
+
+	// Every series an alert selects (label matchers included) is there,
+	// on every server for the per-server ones.
+	for alert, expr := range rules {
+		for _, m := range selectorRe.FindAllString(expr, -1) {
+			res, err := promQuery(ctx, base, "count by (instance) ("+m+")")
+			if err != nil {
+				t.Fatalf("alert %s: %v", alert, err)
+			}
+			if len(res) != len(c.procs) {
+				t.Errorf("alert %s: %s is exported by %d of %d servers", alert, m, len(res), len(c.procs))
+			}
+		}
+	}
+	// Every dashboard query is valid PromQL over the cluster.
+	for _, e := range exprs {
+		if _, err := promQuery(ctx, base, e); err != nil {
+			t.Errorf("dashboard: %v", err)
+		}
+	}
+	// Per-copyset figures: 4 copysets x 3 replicas, one leader each.
+	promWait(t, 10*time.Second, "one leader per copyset", func() error {
+		res, err := promQuery(ctx, base, `count(chunkraft_copyset_role == 2)`)
+		if err != nil {
+			return err
+		}
+		if len(res) != 1 || res[0]["value"].([]any)[1] != "4" {
+			return fmt.Errorf("leaders: %v", res)
+		}
+		return nil
+	})
+
+	// A healthy cluster raises no alert (the rules are evaluated each second).
+	promWait(t, 15*time.Second, "no alert on a healthy cluster", func() error {
+		alerts, err := promAlerts(ctx, base)
+		if err != nil {
+			return err
+		}
+		if len(alerts) > 0 {
+			return fmt.Errorf("alerts pending or firing: %v", alerts)
+		}
+		return nil
+	})
+
+	// A stopped server: up == 0 and ChunkserverDown pending.
+	down := c.procs[2]
+	if err := down.Kill(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	promWait(t, 15*time.Second, "ChunkserverDown for the stopped server", func() error {
+		alerts, err := promAlerts(ctx, base)
+		if err != nil {
+			return err
+		}
+		if want := "ChunkserverDown{" + down.MetricsAddr + "}"; !slices.Contains(alerts, want) {
+			return fmt.Errorf("want %s among %v", want, alerts)
+		}
+		return nil
+	})
+}
