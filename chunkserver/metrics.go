@@ -26,7 +26,7 @@ type serverStats struct {
 
 // chunkOps are the op labels chunk_service.go passes to mutate and read;
 // their series exist from start-up.
-var chunkOps = []string{"write", "delete", "delete_snapshot", "create_clone", "recover", "read", "read_snapshot", "info"}
+var chunkOps = []string{"write", "delete", "delete_snapshot", "create_clone", "create_s3_clone", "recover", "read", "read_snapshot", "info"}
 
 // payloadOps are the ops that count payload bytes.
 var payloadOps = []string{"write", "read", "read_snapshot"}

@@ -144,7 +144,7 @@ func TestChunkOpsListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := regexp.MustCompile(`s\.(?:mutate|read)\(ctx, "([a-z_]+)"`).FindAllSubmatch(src, -1)
+	ops := regexp.MustCompile(`s\.(?:mutate|read)\(ctx, "([a-z0-9_]+)"`).FindAllSubmatch(src, -1)
 	if len(ops) == 0 {
 		t.Fatal("no s.mutate/s.read calls found in chunk_service.go")
 	}
