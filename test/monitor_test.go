@@ -255,6 +255,20 @@ func TestPrometheusMonitoring(t *testing.T) {
 			}
 		}
 	}
+	// The metrics reference lists every chunkraft metric.
+	var ref []byte
+	for _, doc := range []string{"metrics.md", "operations.md"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(deployDir()), "docs", doc))
+		if err == nil {
+			ref = append(ref, b...)
+		}
+	}
+	for name := range names {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+		if strings.HasPrefix(name, "chunkraft_") && !strings.Contains(string(ref), "`"+base+"`") {
+			t.Errorf("metric %s is not in the metrics reference (docs/metrics.md)", base)
+		}
+	}
 	exprs := dashboardExprs(t)
 	for _, e := range exprs {
 		for _, m := range selectorRe.FindAllStringSubmatch(e, -1) {
