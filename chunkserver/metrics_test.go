@@ -114,11 +114,13 @@ func TestMetricsFromStartup(t *testing.T) {
 	}
 
 	// Free space below the floor: read-only, seen at the next scrape.
-	c.servers[f].admit.diskFree = func(string) (uint64, error) { return 1, nil }
+	admit := c.servers[f].admit
+	setFree := func(fn func(string) (uint64, error)) { admit.mu.Lock(); admit.diskFree = fn; admit.mu.Unlock() }
+	setFree(func(string) (uint64, error) { return 1, nil })
 	got = c.scrape(t, f)
 	want("chunkraft_read_only", "", func(v float64) bool { return v == 1 })
 	want("chunkraft_data_dir_free_bytes", "", func(v float64) bool { return v == 1 })
-	c.servers[f].admit.diskFree = statfsFree
+	setFree(statfsFree)
 
 	// A replica stopped by a disk error is broken; deleted, its series go.
 	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})

@@ -369,12 +369,12 @@ monitor_targets() {
 }
 
 # monitor_start runs Prometheus on deploy/prometheus's config and rules
-# (scraping every 5s), unless it already runs, and prints its URL.
+# (scraping every 2s), unless it already runs, and prints its URL.
 monitor_start() {
     local d deadline
     d="$(prom_dir)"
     mkdir -p "$d/data"
-    sed 's/^\(  scrape_interval:\|  evaluation_interval:\) 15s/\1 5s/' "$ROOT/deploy/prometheus/prometheus.yml" >"$d/prometheus.yml"
+    sed 's/^\(  scrape_interval:\|  evaluation_interval:\) 15s/\1 2s/' "$ROOT/deploy/prometheus/prometheus.yml" >"$d/prometheus.yml"
     rm -rf "$d/rules"
     cp -R "$ROOT/deploy/prometheus/rules" "$d/rules"
     monitor_targets

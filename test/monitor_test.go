@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -227,26 +228,96 @@ func promWait(t *testing.T, d time.Duration, what string, cond func() error) {
 	}
 }
 
-// TestPrometheusMonitoring: deploy/prometheus passes promtool (config,
-// rules, the rules' unit tests); a real Prometheus running that config and
-// those rules scrapes every server of a 3-server cluster (up == 1); every
-// series an alert selects exists on fresh servers (so the first event is
-// seen); no alert is raised on the healthy cluster; every dashboard query
-// runs; a stopped server gets up == 0 and ChunkserverDown pending.
-func TestPrometheusMonitoring(t *testing.T) {
+// freePorts returns the first of n consecutive loopback ports that were
+// free a moment ago (cluster.sh gives server i port base+i).
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 20 {
+		base, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for i := 1; i < n && ok; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+// TestMonitoring: deploy/prometheus passes promtool (config, rules, the
+// rules' unit tests). scripts/cluster.sh up --monitor without Prometheus
+// fails at once, saying how to install it; with it, the Prometheus it
+// starts (deploy/'s config and rules) scrapes every server (up == 1) and
+// its URL is printed. Every series an alert selects exists on fresh
+// servers, on each of them (so the first event is seen); every metric is
+// in the reference (docs/metrics.md); every dashboard query runs; the
+// healthy cluster raises no alert; a stopped server gets up == 0 and
+// ChunkserverDown; down stops Prometheus.
+func TestMonitoring(t *testing.T) {
 	promtool, prometheus := prometheusBinaries(t)
 	runTool(t, promtool, "check", "config", "prometheus.yml")
 	rulesFiles, _ := filepath.Glob(filepath.Join(deployDir(), "prometheus", "rules", "*.yml"))
 	runTool(t, promtool, append([]string{"check", "rules"}, rulesFiles...)...)
 	runTool(t, promtool, "test", "rules", "tests/chunkraft.yml")
 
-	c := startCluster(t, 3)
-	c.createCopysets(t, 4)
+	script := filepath.Join(filepath.Dir(deployDir()), "scripts", "cluster.sh")
+	dir := t.TempDir()
+	grpcBase, metricsBase, promPort := freePorts(t, 3), freePorts(t, 3), freePorts(t, 1)
+	env := append(os.Environ(), "CLUSTER_DIR="+dir, "COPYSETS=1-4", "PROMETHEUS="+prometheus,
+		fmt.Sprintf("BASE_PORT=%d", grpcBase), fmt.Sprintf("METRICS_BASE_PORT=%d", metricsBase),
+		fmt.Sprintf("PROMETHEUS_PORT=%d", promPort))
+	run := func(env []string, args ...string) (string, error) {
+		cmd := exec.Command(script, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run(append(env, "PROMETHEUS=/nonexistent/prometheus"), "up", "--monitor")
+	if err == nil || !strings.Contains(out, "apt-get install -y prometheus") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("up --monitor without Prometheus: err %v, want one line naming the install; output:\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cs0.pid")); err == nil {
+		t.Fatal("up --monitor without Prometheus started servers")
+	}
+
+	t.Cleanup(func() {
+		if out, err := run(env, "down", "--clean"); err != nil {
+			t.Errorf("down: %v\n%s", err, out)
+		}
+	})
+	out, err = run(env, "up", "--monitor")
+	if err != nil {
+		t.Fatalf("up --monitor: %v\n%s", err, out)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", promPort)
+	if !strings.Contains(out, "Prometheus: "+base) {
+		t.Fatalf("up --monitor does not print %s:\n%s", base, out)
+	}
+	defer func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "prometheus", "prometheus.log"))
+			t.Logf("prometheus log:\n%s", b)
+		}
+	}()
+	var servers []string
+	for i := range 3 {
+		servers = append(servers, fmt.Sprintf("127.0.0.1:%d", metricsBase+i))
+	}
 
 	// Fresh servers (copysets, no I/O): every metric an alert or the
-	// dashboard names is on /metrics.
+	// dashboard names is on /metrics, and in the reference.
 	rules := alertRules(t)
-	names := metricNames(t, c.procs[0].MetricsAddr)
+	names := metricNames(t, servers[0])
 	names["up"] = true
 	for alert, expr := range rules {
 		for _, m := range selectorRe.FindAllStringSubmatch(expr, -1) {
@@ -255,7 +326,6 @@ func TestPrometheusMonitoring(t *testing.T) {
 			}
 		}
 	}
-	// The metrics reference lists every chunkraft metric.
 	var ref []byte
 	for _, doc := range []string{"metrics.md", "operations.md"} {
 		b, err := os.ReadFile(filepath.Join(filepath.Dir(deployDir()), "docs", doc))
@@ -278,66 +348,8 @@ func TestPrometheusMonitoring(t *testing.T) {
 		}
 	}
 
-	// Prometheus on deploy/'s config, scraping every second.
-	dir := t.TempDir()
-	src := filepath.Join(deployDir(), "prometheus")
-	conf, err := os.ReadFile(filepath.Join(src, "prometheus.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := strings.NewReplacer("scrape_interval: 15s", "scrape_interval: 1s", "evaluation_interval: 15s", "evaluation_interval: 1s")
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(fast.Replace(string(conf))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{"rules", "targets"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range rulesFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "rules", filepath.Base(f)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	targets := "- targets:\n"
-	for _, p := range c.procs {
-		targets += "    - " + p.MetricsAddr + "\n"
-	}
-	if err := os.WriteFile(filepath.Join(dir, "targets", "chunkraft.yml"), []byte(targets), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	port, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	logPath := filepath.Join(dir, "prometheus.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prom := exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
-	prom.Stdout, prom.Stderr = logf, logf
-	if err := prom.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		prom.Process.Signal(syscall.SIGTERM)
-		prom.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-
 	// Every server is scraped.
 	promWait(t, 20*time.Second, "up == 1 for every server", func() error {
 		res, err := promQuery(ctx, base, `up{job="chunkraft"}`)
@@ -352,24 +364,24 @@ func TestPrometheusMonitoring(t *testing.T) {
 				ok = append(ok, fmt.Sprint(m["instance"]))
 			}
 		}
-		for _, p := range c.procs {
-			if !slices.Contains(ok, p.MetricsAddr) {
-				return fmt.Errorf("%s is not up (up == 1 for %v)", p.MetricsAddr, ok)
+		for _, s := range servers {
+			if !slices.Contains(ok, s) {
+				return fmt.Errorf("%s is not up (up == 1 for %v)", s, ok)
 			}
 		}
 		return nil
 	})
 
 	// Every series an alert selects (label matchers included) is there,
-	// on every server for the per-server ones.
+	// on every server.
 	for alert, expr := range rules {
 		for _, m := range selectorRe.FindAllString(expr, -1) {
 			res, err := promQuery(ctx, base, "count by (instance) ("+m+")")
 			if err != nil {
 				t.Fatalf("alert %s: %v", alert, err)
 			}
-			if len(res) != len(c.procs) {
-				t.Errorf("alert %s: %s is exported by %d of %d servers", alert, m, len(res), len(c.procs))
+			if len(res) != len(servers) {
+				t.Errorf("alert %s: %s is exported by %d of %d servers", alert, m, len(res), len(servers))
 			}
 		}
 	}
@@ -380,18 +392,20 @@ func TestPrometheusMonitoring(t *testing.T) {
 		}
 	}
 	// Per-copyset figures: 4 copysets x 3 replicas, one leader each.
-	promWait(t, 10*time.Second, "one leader per copyset", func() error {
-		res, err := promQuery(ctx, base, `count(chunkraft_copyset_role == 2)`)
-		if err != nil {
-			return err
-		}
-		if len(res) != 1 || res[0]["value"].([]any)[1] != "4" {
-			return fmt.Errorf("leaders: %v", res)
+	promWait(t, 10*time.Second, "12 replicas, one leader per copyset", func() error {
+		for q, want := range map[string]string{`count(chunkraft_copyset_role)`: "12", `count(chunkraft_copyset_role == 2)`: "4"} {
+			res, err := promQuery(ctx, base, q)
+			if err != nil {
+				return err
+			}
+			if len(res) != 1 || res[0]["value"].([]any)[1] != want {
+				return fmt.Errorf("%s = %v, want %s", q, res, want)
+			}
 		}
 		return nil
 	})
 
-	// A healthy cluster raises no alert (the rules are evaluated each second).
+	// A healthy cluster raises no alert.
 	promWait(t, 15*time.Second, "no alert on a healthy cluster", func() error {
 		alerts, err := promAlerts(ctx, base)
 		if err != nil {
@@ -403,9 +417,16 @@ func TestPrometheusMonitoring(t *testing.T) {
 		return nil
 	})
 
-	// A stopped server: up == 0 and ChunkserverDown pending.
-	down := c.procs[2]
-	if err := down.Kill(syscall.SIGTERM); err != nil {
+	// A stopped server: ChunkserverDown (pending: it fires after 1m).
+	b, err := os.ReadFile(filepath.Join(dir, "cs2.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil {
+		t.Fatalf("cs2.pid %q: %v", b, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	promWait(t, 15*time.Second, "ChunkserverDown for the stopped server", func() error {
@@ -413,9 +434,23 @@ func TestPrometheusMonitoring(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if want := "ChunkserverDown{" + down.MetricsAddr + "}"; !slices.Contains(alerts, want) {
+		if want := "ChunkserverDown{" + servers[2] + "}"; !slices.Contains(alerts, want) {
 			return fmt.Errorf("want %s among %v", want, alerts)
 		}
 		return nil
 	})
+
+	// down stops Prometheus too.
+	if b, err = os.ReadFile(filepath.Join(dir, "prometheus", "prometheus.pid")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscan(string(b), &pid); err != nil {
+		t.Fatalf("prometheus.pid %q: %v", b, err)
+	}
+	if out, err := run(env, "down"); err != nil || !strings.Contains(out, "prometheus: stopped") {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("Prometheus (pid %d) still runs after down", pid)
+	}
 }
