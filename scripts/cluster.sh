@@ -527,7 +527,8 @@ cmd_up() {
     done
     if ((${#started[@]} == 0 && CREATED)); then
         echo "cluster already running (${#SERVERS[@]} servers, $CLUSTER_DIR)"
-        cmd_status || true
+        wait_leaders "${SERVERS[@]}"
+        cmd_status
         return 0
     fi
     for i in "${started[@]}"; do
