@@ -82,7 +82,7 @@ abs_path() {
 
 # is_port name value dies unless value is a TCP port number.
 is_port() {
-    [[ "$2" =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= 65535)) || die "$1 must be a port number, got '$2'"
+    [[ "$2" =~ ^[0-9]{1,5}$ ]] && ((10#$2 >= 1 && 10#$2 <= 65535)) || die "$1 must be a port number, got '$2'"
 }
 
 # new_settings takes the settings of a new cluster dir from the environment.
@@ -100,6 +100,7 @@ new_settings() {
 check_new_settings() {
     is_port BASE_PORT "$BASE_PORT"
     is_port METRICS_BASE_PORT "$METRICS_BASE_PORT"
+    BASE_PORT=$((10#$BASE_PORT)) METRICS_BASE_PORT=$((10#$METRICS_BASE_PORT))
     [[ "$COPYSETS" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] ||
         die "COPYSETS must be copyset ids and ranges like 1-16 or 1,3,8-10, got '$COPYSETS'"
     if [[ -n "$CHUNKSERVER_CONFIG" && ! (-f "$CHUNKSERVER_CONFIG" && -r "$CHUNKSERVER_CONFIG") ]]; then
