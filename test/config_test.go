@@ -35,6 +35,30 @@ func readmeConfig(t *testing.T) string {
 	return block
 }
 
+// startWithConfig starts a chunkserver under dir whose data dir holds
+// chunkserver.yaml with config (loaded at start, what Set persists to) and
+// stops it when the test ends.
+func startWithConfig(t *testing.T, dir, config string) *Proc {
+	t.Helper()
+	p, err := NewProc(filepath.Join(binDir, "chunkserver"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(p.DataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.DataDir, chunkserver.ConfigFileName), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.StartFirst(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Kill(syscall.SIGTERM) })
+	return p
+}
+
 // The README's config block is the defaults, a chunkserver starts from it
 // as is (only the ports and data dir given as flags), and `config set`
 // rewrites only the key's line of that comment-laden file; a bad value is
@@ -63,23 +87,8 @@ func TestReadmeConfig(t *testing.T) {
 		t.Fatalf("README config is not the defaults:\n%s\ndefaults:\n%s", got, want)
 	}
 
-	p, err := NewProc(filepath.Join(binDir, "chunkserver"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(p.DataDir, chunkserver.ConfigFileName) // loaded at start, Set persists to it
-	if err := os.MkdirAll(p.DataDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, []byte(block), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.StartFirst(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Kill(syscall.SIGTERM)
+	p := startWithConfig(t, dir, block)
+	file := filepath.Join(p.DataDir, chunkserver.ConfigFileName)
 
 	ctl := func(args ...string) (string, string, int) {
 		return runBin(t, "chunkctl", append([]string{"--servers", p.Addr, "--timeout", "5s"}, args...)...)

@@ -15,9 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/grpclog"
 
 	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/internal/buildinfo"
+	"github.com/chunkraft/chunkraft/internal/slogbridge"
 )
 
 func main() {
@@ -135,8 +137,11 @@ func run(ctx context.Context, fs *pflag.FlagSet, f *flags) error {
 	l, _ := chunkserver.ParseLogLevel(cfg.LogLevel)
 	level := new(slog.LevelVar) // ConfigService log_level changes it at runtime
 	level.Set(l)
+	// One schema for every line: raft's (copyset.RaftOptions), gRPC's and
+	// the standard log package's (slog.SetDefault) go through this handler.
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
+	grpclog.SetLoggerV2(slogbridge.GRPC(log))
 
 	srv, err := chunkserver.New(cfg, log)
 	if err != nil {
