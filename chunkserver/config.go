@@ -375,6 +375,11 @@ func (c *Config) Validate() error {
 	if c.MaxMessageSize < 17<<20 {
 		return fmt.Errorf("config: max_message_size %d is below one 16 MiB chunk write plus headers", c.MaxMessageSize)
 	}
+	switch strings.ToLower(c.Raft.LogLevel) {
+	case "trace", "debug", "info", "warn", "error", "off":
+	default:
+		return fmt.Errorf("config: raft.log_level %q: want trace, debug, info, warn, error or off", c.Raft.LogLevel)
+	}
 	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "shared" {
 		return fmt.Errorf("config: raft.log_store %q: want boltdb or shared", c.Raft.LogStore)
 	}
