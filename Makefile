@@ -8,9 +8,11 @@ STATICCHECK_VERSION := v0.8.2
 
 all: build
 
-## build: the binaries into bin/
+## build: the binaries into bin/ (stamped with the git commit for --version
+## when git can read the checkout; an environment's GOFLAGS=-buildvcs=false is
+## overridden, and a checkout git refuses builds unstamped)
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/... 2>/dev/null || $(GO) build -buildvcs=false -o $(BIN)/ ./cmd/...
 
 ## test: vet, then every test (multi-process tests use the built binaries)
 test: build

@@ -1,6 +1,7 @@
 package chunkserver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -192,13 +196,161 @@ func (c *Config) overlayFile(path string) error {
 }
 
 func (c *Config) overlay(r io.Reader, name string) error {
-	dec := yaml.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("load config %s: %w", name, err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config file %s is not valid YAML: %w", name, err)
+	}
+	if len(doc.Content) > 0 {
+		if err := checkValue("", doc.Content[0], reflect.TypeFor[Config]()); err != nil {
+			return fmt.Errorf("config file %s %w", name, err)
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("load config %s: %w", name, err)
 	}
 	return nil
 }
+
+// A valueError is a YAML value that a configuration key cannot hold, said
+// in a sentence: `max_inflight: "abc" is not a whole number`.
+type valueError struct {
+	key   string // dotted path
+	value string // the scalar as written; "" for a list or section
+	kind  yaml.Kind
+	want  string // what the key holds: "a whole number", ...
+}
+
+func (e *valueError) Error() string {
+	var what string
+	switch e.kind {
+	case yaml.MappingNode:
+		what = "a section of keys"
+	case yaml.SequenceNode:
+		what = "a list"
+	default:
+		what = strconv.Quote(e.value)
+	}
+	key := e.key
+	if key == "" {
+		key = "the top level"
+	}
+	return fmt.Sprintf("%s: %s is not %s", key, what, e.want)
+}
+
+// lineError prefixes an error found at a line of the config file.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// wantOf says what a value of type t is, for "... is not <wantOf>".
+func wantOf(t reflect.Type) string {
+	if t == durationType {
+		return "a duration (like 500ms, 1s or 2m)"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number of 0 or more"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a single value"
+	case reflect.Slice:
+		return "a list (like [a, b])"
+	case reflect.Struct:
+		return "a section of keys"
+	}
+	return "a " + t.String()
+}
+
+// yamlField returns the field of struct type t that YAML key name maps to.
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// fieldType returns the type of the configuration key (a dotted path).
+func fieldType(key string) (reflect.Type, bool) {
+	t := reflect.TypeFor[Config]()
+	for _, seg := range strings.Split(key, ".") {
+		if t.Kind() != reflect.Struct || t == durationType {
+			return nil, false
+		}
+		f, ok := yamlField(t, seg)
+		if !ok {
+			return nil, false
+		}
+		t = f.Type
+	}
+	return t, true
+}
+
+// checkValue checks that n decodes into a value of type t at key, and
+// returns the first key that does not (an unknown key, or a value of the
+// wrong kind, as a valueError) with its line.
+func checkValue(key string, n *yaml.Node, t reflect.Type) error {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if isEmptyNull(n) {
+		return nil // "key:" alone keeps the default
+	}
+	if t.Kind() == reflect.Struct && t != durationType {
+		if n.Kind != yaml.MappingNode {
+			return &lineError{n.Line, &valueError{key: key, value: n.Value, kind: n.Kind, want: wantOf(t)}}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			sub := k.Value
+			if key != "" {
+				sub = key + "." + sub
+			}
+			f, ok := yamlField(t, k.Value)
+			if !ok {
+				return &lineError{k.Line, fmt.Errorf("unknown key %q", sub)}
+			}
+			if err := checkValue(sub, n.Content[i+1], f.Type); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := n.Decode(reflect.New(t).Interface()); err != nil {
+		ve := &valueError{key: key, value: n.Value, kind: n.Kind, want: wantOf(t)}
+		if n.Kind == yaml.ScalarNode && t != durationType && wholeNumber.MatchString(n.Value) {
+			switch k := t.Kind(); {
+			case k >= reflect.Int && k <= reflect.Int64:
+				ve.want = fmt.Sprintf("a whole number from %d to %d", int64(-1)<<(t.Bits()-1), uint64(1)<<(t.Bits()-1)-1)
+			case k >= reflect.Uint && k <= reflect.Uint64 && !strings.HasPrefix(n.Value, "-"):
+				ve.want = fmt.Sprintf("a whole number from 0 to %d", ^uint64(0)>>(64-t.Bits()))
+			}
+		}
+		return &lineError{n.Line, ve}
+	}
+	return nil
+}
+
+var wholeNumber = regexp.MustCompile(`^[-+]?[0-9]+$`)
 
 // Validate checks the configuration and fills derived defaults.
 func (c *Config) Validate() error {
@@ -222,6 +374,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMessageSize < 17<<20 {
 		return fmt.Errorf("config: max_message_size %d is below one 16 MiB chunk write plus headers", c.MaxMessageSize)
+	}
+	switch strings.ToLower(c.Raft.LogLevel) {
+	case "trace", "debug", "info", "warn", "error", "off":
+	default:
+		return fmt.Errorf("config: raft.log_level %q: want trace, debug, info, warn, error or off", c.Raft.LogLevel)
 	}
 	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "shared" {
 		return fmt.Errorf("config: raft.log_store %q: want boltdb or shared", c.Raft.LogStore)

@@ -296,7 +296,7 @@ func (rt *runtimeState) set(key, value string) (string, error) {
 	}
 	next := rt.cfg
 	if err := setConfigValue(&next, key, value); err != nil {
-		return "", configErrorf("invalid value %q for %s: %v; nothing changed", value, key, err)
+		return "", configErrorf("%v; nothing changed", err)
 	}
 	if rk.check != nil {
 		if err := rk.check(&next); err != nil {
@@ -376,15 +376,24 @@ func keyNode(key string, val *yaml.Node) *yaml.Node {
 }
 
 // setConfigValue decodes value, a YAML value, into cfg's field key with
-// the field's type.
+// the field's type. A value the type cannot hold is a sentence
+// (`max_inflight: "abc" is not a whole number`).
 func setConfigValue(cfg *Config, key, value string) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(value), &doc); err != nil {
-		return err
+		return fmt.Errorf("%s: %q is not a valid YAML value", key, value)
 	}
 	val := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: ""}
 	if len(doc.Content) > 0 {
 		val = doc.Content[0]
+	}
+	if t, ok := fieldType(key); ok {
+		if err := checkValue(key, val, t); err != nil {
+			if le, ok := errors.AsType[*lineError](err); ok {
+				return le.err // the line is the value's own: not worth saying
+			}
+			return err
+		}
 	}
 	return keyNode(key, val).Decode(cfg)
 }
@@ -407,20 +416,17 @@ func lookupNode(n *yaml.Node, key string) *yaml.Node {
 	return n
 }
 
-// persistConfigKey writes cfg's value of key into the YAML file path,
-// creating the file (and the key's sections) as needed and keeping the
-// file's other content. The result must load as a configuration.
+// persistConfigKey writes cfg's value of key into the YAML file path
+// (creating it if needed) by editing only the key's line or adding its
+// lines (editConfigKey), then checks the result: it loads, key reads as
+// cfg has it, and every other key reads as the file had it. Only then is
+// the file replaced, atomically.
 func persistConfigKey(path string, cfg *Config, key string) error {
-	var full yaml.Node
-	if err := full.Encode(cfg); err != nil {
-		return fmt.Errorf("encode config: %w", err)
-	}
-	leaf := lookupNode(&full, key)
-	if leaf == nil {
-		return fmt.Errorf("encode config: no key %s", key)
+	value, err := scalarText(cfg, key)
+	if err != nil {
+		return err
 	}
 	perm := fs.FileMode(0o644)
-	var doc yaml.Node
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -430,58 +436,59 @@ func persistConfigKey(path string, cfg *Config, key string) error {
 		if st, err := os.Stat(path); err == nil {
 			perm = st.Mode().Perm()
 		}
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return fmt.Errorf("parse config file %s: %w", path, err)
-		}
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode, Tag: "!!map"}}}
+	before := DefaultConfig()
+	if err := before.overlay(bytes.NewReader(data), path); err != nil {
+		return err
 	}
-	if doc.Content[0].Kind == 0 || (doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null") {
-		doc.Content[0] = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	out, err := editConfigKey(data, key, value)
+	if err != nil {
+		return fmt.Errorf("cannot write %s into config file %s: %w", key, path, err)
 	}
-	cur := doc.Content[0]
-	if cur.Kind != yaml.MappingNode {
-		return fmt.Errorf("config file %s is not a YAML mapping", path)
-	}
-	segs := strings.Split(key, ".")
-	for i, seg := range segs {
-		last := i == len(segs)-1
-		var val *yaml.Node
-		for j := 0; j+1 < len(cur.Content); j += 2 {
-			if cur.Content[j].Value == seg {
-				if last {
-					prev := cur.Content[j+1]
-					leaf.HeadComment, leaf.LineComment, leaf.FootComment = prev.HeadComment, prev.LineComment, prev.FootComment
-					cur.Content[j+1] = leaf
-				} else if cur.Content[j+1].Kind != yaml.MappingNode {
-					cur.Content[j+1] = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-				}
-				val = cur.Content[j+1]
-				break
-			}
-		}
-		if val == nil {
-			val = leaf
-			if !last {
-				val = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-			}
-			cur.Content = append(cur.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: seg}, val)
-		}
-		cur = val
-	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&doc); err != nil {
-		return fmt.Errorf("encode config file: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return fmt.Errorf("encode config file: %w", err)
-	}
-	check := DefaultConfig()
-	if err := check.overlay(bytes.NewReader(buf.Bytes()), path); err != nil {
+	after := DefaultConfig()
+	if err := after.overlay(bytes.NewReader(out), path); err != nil {
 		return fmt.Errorf("updated config file would not load: %w", err)
 	}
-	return atomicfile.WriteFile(path, buf.Bytes(), perm)
+	fb, err := flattenConfig(&before)
+	if err != nil {
+		return err
+	}
+	fa, err := flattenConfig(&after)
+	if err != nil {
+		return err
+	}
+	want, err := flattenConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for k, v := range fa {
+		if (k == key && v != want[k]) || (k != key && v != fb[k]) {
+			return fmt.Errorf("cannot write %s into config file %s: editing it in place would change %s; edit the file by hand", key, path, k)
+		}
+	}
+	return atomicfile.WriteFile(path, out, perm)
+}
+
+// scalarText is cfg's value of key as one line of YAML.
+func scalarText(cfg *Config, key string) (string, error) {
+	var full yaml.Node
+	if err := full.Encode(cfg); err != nil {
+		return "", fmt.Errorf("encode config: %w", err)
+	}
+	leaf := lookupNode(&full, key)
+	if leaf == nil {
+		return "", fmt.Errorf("encode config: no key %s", key)
+	}
+	if leaf.Kind != yaml.ScalarNode {
+		leaf.Style = yaml.FlowStyle
+	}
+	b, err := yaml.Marshal(leaf)
+	if err != nil {
+		return "", fmt.Errorf("encode config key %s: %w", key, err)
+	}
+	text := strings.TrimSuffix(string(b), "\n")
+	if strings.Contains(text, "\n") {
+		return "", fmt.Errorf("encode config key %s: value %q does not fit on one line", key, text)
+	}
+	return text, nil
 }

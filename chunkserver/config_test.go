@@ -47,6 +47,8 @@ func TestConfigValidate(t *testing.T) {
 		{"wildcard advertise", func(c *Config) { c.Listen = "0.0.0.0:8200" }, "advertise"},
 		{"no data dir", func(c *Config) { c.DataDir = "" }, "data_dir"},
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "log level"},
+		{"bad raft log level", func(c *Config) { c.Raft.LogLevel = "loud" }, `raft.log_level "loud"`},
+		{"raft log level off", func(c *Config) { c.Raft.LogLevel = "off" }, ""},
 		{"small messages", func(c *Config) { c.MaxMessageSize = 1 << 20 }, "max_message_size"},
 		{"lease over heartbeat", func(c *Config) { c.Raft.LeaderLeaseTimeout = 2 * time.Second }, "leader_lease_timeout"},
 		{"election under heartbeat", func(c *Config) { c.Raft.ElectionTimeout = time.Millisecond }, "election_timeout"},

@@ -57,13 +57,15 @@ type Server struct {
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
-// Raft's own logs go to stderr.
+// Raft's own log lines go to log too (adapted from hclog, with the
+// copyset's pool and copyset, filtered by raft.log_level).
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	return newServer(cfg, log, seams{raftLog: os.Stderr})
+	return newServer(cfg, log, seams{})
 }
 
-// seams are what tests replace: where raft logs go, the chunk stores' file
-// system (a datastore.FaultFS injects disk faults).
+// seams are what tests replace: where raft logs go (nil: the server's
+// logger; else JSON lines on the writer), the chunk stores' file system (a
+// datastore.FaultFS injects disk faults).
 type seams struct {
 	raftLog io.Writer
 	fs      datastore.FS
@@ -121,6 +123,10 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := s.openChunkResources(cfg, &layout); err != nil {
 		return nil, err
 	}
+	var raftLog *slog.Logger // nil: the manager's, which is log
+	if hooks.raftLog != nil {
+		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
+	}
 	s.copysets, err = copyset.NewManager(copyset.ManagerOptions{
 		SharedLog:  s.shared,
 		Dir:        cfg.DataDir,
@@ -155,7 +161,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
 			NoReadLease:        !cfg.Raft.ReadLease,
-			LogOutput:          hooks.raftLog,
+			Logger:             raftLog,
 		},
 		Logger: log,
 	})

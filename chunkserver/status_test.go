@@ -188,12 +188,12 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	}
 	c.cfgRefused(t, l, "no_such_key", "1", "unknown config key")
 	c.cfgRefused(t, l, "raft", "1", "section")
-	c.cfgRefused(t, l, "max_inflight", "many", "invalid value")
+	c.cfgRefused(t, l, "max_inflight", "many", `max_inflight: "many" is not a whole number; nothing changed`)
 	c.cfgRefused(t, l, "max_inflight", "-1", "invalid value")
 	c.cfgRefused(t, l, "log_level", "loud", "invalid value")
-	c.cfgRefused(t, l, "min_free_bytes", "-5", "invalid value")
+	c.cfgRefused(t, l, "min_free_bytes", "-5", `min_free_bytes: "-5" is not a whole number of 0 or more; nothing changed`)
 	c.cfgRefused(t, l, "raft.snapshot_interval", "1ms", "invalid value")
-	c.cfgRefused(t, l, "raft.snapshot_interval", "10", "invalid value")
+	c.cfgRefused(t, l, "raft.snapshot_interval", "10", `raft.snapshot_interval: "10" is not a duration`)
 	c.cfgRefused(t, l, "raft.snapshot_threshold", "0", "invalid value")
 	if st, msg := c.cfgCall(t, l, "get", "nope", ""); st != pb.CONFIG_OP_STATUS_CONFIG_OP_STATUS_FAILURE_UNKNOWN ||
 		!strings.Contains(msg, "unknown") {

@@ -398,9 +398,29 @@ func TestCommandConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "get nope failed on 3 of 3 servers") || strings.Count(out, "unknown key") != 3 {
 		t.Errorf("config get of an unknown key everywhere (%v):\n%s", err, out)
 	}
-	if _, err := run(t, srv, nil, "config", "set", "--key", "log_level", "--value", "warn"); err == nil || !strings.Contains(err.Error(), `"server" not set`) {
-		t.Errorf("config set without --server: %v", err)
+	for _, args := range [][]string{{}, {"--all", "--server", srv[0]}} {
+		args = append([]string{"config", "set", "--key", "log_level", "--value", "warn"}, args...)
+		if _, err := run(t, srv, nil, args...); err == nil || err.Error() != "give either --server host:port or --all" {
+			t.Errorf("chunkctl %v: %v", args, err)
+		}
 	}
+
+	// set --all: one row per server with its result; a failure on one
+	// server is its row's error and a non-zero exit.
+	out = mustRun(t, srv, nil, "config", "set", "--all", "--key", "max_inflight", "--value", "77")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || strings.Count(out, " 77") != 3 || strings.Contains(out, "ERROR") {
+		t.Errorf("config set --all:\n%s", out)
+	}
+	fc.with(func() { delete(fc.config[2], "max_inflight") })
+	out, err = run(t, srv, nil, "config", "set", "--all", "--key", "max_inflight", "--value", "88")
+	if err == nil || !strings.Contains(err.Error(), "set max_inflight failed on 1 of 3 servers: "+srv[2]) {
+		t.Errorf("config set --all with a refusal: %v", err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 ||
+		!strings.Contains(lines[1], " 88 ") || !strings.Contains(lines[2], " 88 ") || !strings.HasPrefix(lines[3], srv[2]) || !strings.Contains(lines[3], `unknown key "max_inflight"`) {
+		t.Errorf("config set --all with a refusal:\n%s", out)
+	}
+	fc.with(func() { fc.config[2]["max_inflight"] = "5000" })
 
 	// Dump: a row per key and server; a dead server is one failed row.
 	dead := deadAddr(t)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -36,13 +37,13 @@ func configServers(c *Client, server string) ([]string, error) {
 	return []string{addr}, nil
 }
 
-// configFanout runs op on every server of the command and returns one row
-// per server and the error to exit with.
-func configFanout(ctx context.Context, c *Client, servers []string, op ConfigOp, key string) ([]configJSON, error) {
+// configFanout runs op (with value, for a set) on every server of the
+// command and returns one row per server and the error to exit with.
+func configFanout(ctx context.Context, c *Client, servers []string, op ConfigOp, key, value string) ([]configJSON, error) {
 	rows := make([]configJSON, len(servers))
 	errs := make([]error, len(servers))
 	forEach(len(servers), len(servers), func(i int) {
-		v, err := c.Config(ctx, op, servers[i], key, "")
+		v, err := c.Config(ctx, op, servers[i], key, value)
 		rows[i] = configJSON{Server: servers[i], Key: key, Value: v, Error: errText(err)}
 		errs[i] = err
 	})
@@ -83,23 +84,8 @@ a message. Fails if any server failed.`,
 				if err != nil {
 					return err
 				}
-				rows, ferr := configFanout(ctx, c, servers, ConfigGet, key)
-				anyErr := ferr != nil
-				table := make([][]string, len(rows))
-				for i, r := range rows {
-					table[i] = []string{r.Server, r.Key, r.Value}
-					if anyErr {
-						table[i] = append(table[i], r.Error)
-					}
-				}
-				header := []string{"SERVER", "KEY", "VALUE"}
-				if anyErr {
-					header = append(header, "ERROR")
-				}
-				if err := a.printer(cmd).print(rows, header, table); err != nil {
-					return err
-				}
-				return ferr
+				rows, ferr := configFanout(ctx, c, servers, ConfigGet, key, "")
+				return a.printConfigRows(cmd, rows, ferr)
 			})
 		},
 	}
@@ -109,38 +95,74 @@ a message. Fails if any server failed.`,
 	return cmd
 }
 
+// printConfigRows prints one row per server (with an ERROR column when
+// any failed) and returns ferr, the fan-out's error.
+func (a *app) printConfigRows(cmd *cobra.Command, rows []configJSON, ferr error) error {
+	table := make([][]string, len(rows))
+	for i, r := range rows {
+		table[i] = []string{r.Server, r.Key, r.Value}
+		if ferr != nil {
+			table[i] = append(table[i], r.Error)
+		}
+	}
+	header := []string{"SERVER", "KEY", "VALUE"}
+	if ferr != nil {
+		header = append(header, "ERROR")
+	}
+	if err := a.printer(cmd).print(rows, header, table); err != nil {
+		return err
+	}
+	return ferr
+}
+
 func newConfigSetCommand(a *app) *cobra.Command {
 	var server, key, value string
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "set --server host:port --key K --value V",
-		Short: "Change a configuration key on one server (takes effect now, persisted)",
-		Long: `Sends ConfigService Set to --server. Keys that can change at runtime take effect
-at once and are written to the server's configuration file; the server refuses
-the others (a restart is needed) and unknown keys, with a message. Prints the
-value now in effect. One server at a time: repeat for each server.`,
+		Use:   "set (--server host:port | --all) --key K --value V",
+		Short: "Change a configuration key on one server or every server (takes effect now, persisted)",
+		Long: `Sends ConfigService Set to --server, or with --all to every server in --servers.
+Keys that can change at runtime take effect at once and are written to the
+server's configuration file (only the key's line changes); the server refuses
+the others (a restart is needed), unknown keys and invalid values, with a
+message, and then changes nothing. Prints the value now in effect: with --all
+one row per server, its result or its error; fails if any server failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, err := PeerAddr(server)
-			if err != nil {
-				return fmt.Errorf("--server: %w", err)
+			if all == (server != "") {
+				return errors.New("give either --server host:port or --all")
+			}
+			var servers []string
+			if !all {
+				addr, err := PeerAddr(server)
+				if err != nil {
+					return fmt.Errorf("--server: %w", err)
+				}
+				servers = []string{addr}
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
-				v, err := c.Config(ctx, ConfigSet, addr, key, value)
-				if err != nil {
-					return fmt.Errorf("set %s on %s: %w", key, addr, err)
+				if all {
+					servers = c.Servers()
 				}
-				if v == "" {
-					v = value
+				rows, ferr := configFanout(ctx, c, servers, ConfigSet, key, value)
+				if !all {
+					if ferr != nil {
+						return ferr
+					}
+					if rows[0].Value == "" {
+						rows[0].Value = value
+					}
+					return a.printer(cmd).print(rows[0], []string{"SERVER", "KEY", "VALUE"},
+						[][]string{{rows[0].Server, key, rows[0].Value}})
 				}
-				j := configJSON{Server: addr, Key: key, Value: v}
-				return a.printer(cmd).print(j, []string{"SERVER", "KEY", "VALUE"}, [][]string{{addr, key, v}})
+				return a.printConfigRows(cmd, rows, ferr)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", "the server to change, host:port")
+	cmd.Flags().BoolVar(&all, "all", false, "change every server in --servers")
 	cmd.Flags().StringVar(&key, "key", "", "configuration key, e.g. log_level")
 	cmd.Flags().StringVar(&value, "value", "", "its new value")
-	_ = cmd.MarkFlagRequired("server")
 	_ = cmd.MarkFlagRequired("key")
 	_ = cmd.MarkFlagRequired("value")
 	return cmd
@@ -179,7 +201,7 @@ Fails if any server failed.`,
 				if err != nil {
 					return err
 				}
-				replies, ferr := configFanout(ctx, c, servers, ConfigDump, prefix)
+				replies, ferr := configFanout(ctx, c, servers, ConfigDump, prefix, "")
 				js := []configJSON{}
 				for _, r := range replies {
 					if r.Error != "" {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/chunkraft/chunkraft/internal/buildinfo"
 )
 
 const (
@@ -49,6 +51,7 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 			return checkFormat(a.output)
 		},
 	}
+	buildinfo.SetCobraVersion(root)
 	servers := os.Getenv(EnvServers)
 	if strings.TrimSpace(servers) == "" {
 		servers = DefaultServers

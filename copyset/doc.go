@@ -14,7 +14,7 @@
 // The package replicates opaque operations: it knows nothing about chunks,
 // sync tasks or locks. It must not import chunkserver/, cli/, sync/, dm/ or
 // disagg/; of this module it imports only proto/chunkraft, copyset/sharedlog,
-// internal/atomicfile and internal/grpcbuf.
+// internal/atomicfile, internal/grpcbuf and internal/slogbridge.
 //
 // Invariants:
 //   - A copyset's directory holds its raft log, stable store, snapshots and

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -709,10 +708,7 @@ func (m *Manager) recoverCluster(g GroupID, conf raft.Configuration, epoch, appl
 	rf.epoch.Store(epoch + 1)
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(m.opts.Local)
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{
-		Name: "raft." + g.String(), Level: hclog.LevelFromString(opts.LogLevel),
-		Output: opts.LogOutput, JSONFormat: true,
-	})
+	cfg.Logger = raftLogger(opts, log, g)
 	if err := raft.RecoverCluster(cfg, rf, stores.log, stores.stable, snaps, nil, conf); err != nil {
 		return fmt.Errorf("recover cluster: %w", err)
 	}

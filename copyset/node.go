@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/internal/slogbridge"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -39,8 +38,10 @@ type RaftOptions struct {
 	// TrailingLogs is how many entries stay in the log after a snapshot, for
 	// followers to catch up without a snapshot install (default 10240).
 	TrailingLogs uint64
-	// LogOutput receives hashicorp/raft's JSON logs (default os.Stderr).
-	LogOutput io.Writer
+	// Logger receives hashicorp/raft's own log lines (adapted from hclog,
+	// filtered by LogLevel alone), with the copyset's pool and copyset as
+	// attributes; nil means the manager's logger.
+	Logger *slog.Logger
 	// NoReadLease makes every batch of reads verify leadership with a
 	// quorum round instead of using the leader's read lease (lease.go).
 	NoReadLease bool
@@ -77,10 +78,16 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	if r.TrailingLogs == 0 {
 		r.TrailingLogs = 10240
 	}
-	if r.LogOutput == nil {
-		r.LogOutput = os.Stderr
-	}
 	return r
+}
+
+// raftLogger is the hclog logger a copyset's raft instance writes to: opts.Logger
+// (else log, the manager's) with the copyset's pool and copyset.
+func raftLogger(opts RaftOptions, log *slog.Logger, g GroupID) hclog.Logger {
+	if opts.Logger != nil {
+		log = opts.Logger.With("pool", g.Pool(), "copyset", g.Copyset())
+	}
+	return slogbridge.Hclog(log, "raft", hclog.LevelFromString(opts.LogLevel))
 }
 
 // NotLeaderError is returned for an operation that must run on the leader
@@ -236,12 +243,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	// by the manager (membership.go) rather than raft shutting down under
 	// the pending change.
 	cfg.ShutdownOnRemove = false
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{
-		Name:       "raft." + c.group.String(),
-		Level:      hclog.LevelFromString(opts.LogLevel),
-		Output:     opts.LogOutput,
-		JSONFormat: true,
-	})
+	cfg.Logger = raftLogger(opts, c.log, c.group)
 
 	if c.bootstrap != nil {
 		has, err := raft.HasExistingState(stores.log, stores.stable, snaps)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -136,7 +135,7 @@ func fastRaft() RaftOptions {
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		LeaderLeaseTimeout: 150 * time.Millisecond, CommitTimeout: 10 * time.Millisecond,
 		SnapshotThreshold: 32, TrailingLogs: 8, SnapshotInterval: 200 * time.Millisecond,
-		LogOutput: io.Discard,
+		Logger: slog.New(slog.DiscardHandler),
 	}
 }
 

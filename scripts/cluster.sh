@@ -2,11 +2,15 @@
 # A local chunkraft cluster on 127.0.0.1: N chunkservers, pool 1, copysets 1-16.
 #
 #   scripts/cluster.sh up [--tls] [--monitor] [N]
-#                                     start N servers (default 3), create the copysets, wait for leaders;
-#                                     --tls: mutual TLS with a throwaway CA in $CLUSTER_DIR/tls;
+#                                     a new cluster dir: start N servers (default 3), create the
+#                                     copysets on the first three, wait for leaders; an existing one:
+#                                     restart every server it has (added ones too), wait for leaders
+#                                     (copysets are never created again); --tls: mutual TLS with a
+#                                     throwaway CA in $CLUSTER_DIR/tls (only when the dir is new);
 #                                     --monitor: also a Prometheus scraping them with deploy/'s rules
-#   scripts/cluster.sh down [--clean] stop the servers (and Prometheus) started here; --clean also deletes their data
-#   scripts/cluster.sh status         per-server process state and the leader table
+#   scripts/cluster.sh down [--clean] stop the servers (and Prometheus) started here; --clean also
+#                                     deletes their data
+#   scripts/cluster.sh status         per-server process state, the Prometheus URL, the leader table
 #   scripts/cluster.sh add-server     start one more server (the next index), hosting nothing yet
 #
 # Server i (0-based) listens on 127.0.0.1:$((BASE_PORT+i)) (gRPC) and
@@ -14,34 +18,63 @@
 # $CLUSTER_DIR/cs$i, logs to $CLUSTER_DIR/cs$i.log and its pid in $CLUSTER_DIR/cs$i.pid.
 # Only processes named by those pid files are ever signalled.
 #
-# Environment: CLUSTER_DIR (default <repo>/.cluster), BASE_PORT (8200),
-# METRICS_BASE_PORT (9200), COPYSETS (the pool 1 copysets up creates and status
-# shows, default 1-16), CHUNKSERVER_CONFIG (a YAML config file passed to every
-# server with --config; flags above still win). Keep the ports the same between up,
-# status and down.
+# Environment, read when up creates the cluster dir: CLUSTER_DIR (default
+# <repo>/.cluster), BASE_PORT (8200), METRICS_BASE_PORT (9200), COPYSETS (the
+# pool 1 copysets up creates and status shows, default 1-16), CHUNKSERVER_CONFIG
+# (a YAML config file passed to every server with --config; flags above still win).
+# Read when up --monitor first monitors the dir: PROMETHEUS (the Prometheus
+# binary, default /usr/bin/prometheus), PROMETHEUS_PORT (default
+# METRICS_BASE_PORT+90, 9290).
 #
-# With --tls (remembered: a cluster dir holding tls/ca.crt stays TLS) openssl makes
+# The cluster dir remembers its settings: up writes $CLUSTER_DIR/cluster.state
+# (ports, copysets, config, TLS, the servers started, whether the copysets were
+# created, monitoring with its Prometheus and port) and add-server adds its
+# server to it. Every later command reads it, so only CLUSTER_DIR needs
+# repeating; BASE_PORT, METRICS_BASE_PORT, COPYSETS, CHUNKSERVER_CONFIG (or,
+# once monitored, PROMETHEUS and PROMETHEUS_PORT) set to anything else than what
+# the dir recorded is an error (down --clean deletes the state with the data).
+#
+# With --tls (remembered) openssl makes
 # $CLUSTER_DIR/tls/: ca.crt, cs<i>.crt/.key per server (OU=admin, SAN 127.0.0.1),
 # admin.crt/.key (OU=admin) and user.crt/.key (no admin role); server i then runs
 # with --config $CLUSTER_DIR/cs<i>.yaml (CHUNKSERVER_CONFIG's content plus a tls:
 # section). The script's own chunkctl calls use the admin certificate.
 #
-# With --monitor, Debian's Prometheus (/usr/bin/prometheus, or $PROMETHEUS)
-# runs deploy/prometheus/'s config and rules from $CLUSTER_DIR/prometheus
-# (data, log, pid file there too) on 127.0.0.1:$PROMETHEUS_PORT (default
-# METRICS_BASE_PORT+90, 9290), scraping every server this script started.
+# With --monitor (remembered: a later up restarts Prometheus too) Debian's
+# Prometheus ($PROMETHEUS) runs deploy/prometheus/'s config and rules from
+# $CLUSTER_DIR/prometheus (data, log, pid file there too) on
+# 127.0.0.1:$PROMETHEUS_PORT, scraping every server of the cluster dir.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLUSTER_DIR="${CLUSTER_DIR:-$ROOT/.cluster}"
 [[ "$CLUSTER_DIR" == /* ]] || CLUSTER_DIR="$PWD/$CLUSTER_DIR" # pid checks match it in command lines
+STATE="$CLUSTER_DIR/cluster.state"
 BIN="$ROOT/bin"
-BASE_PORT="${BASE_PORT:-8200}"
-METRICS_BASE_PORT="${METRICS_BASE_PORT:-9200}"
 POOL=1
-COPYSETS="${COPYSETS:-1-16}"
 HEALTH_TIMEOUT=30 # seconds for each server to answer /healthz
 LEADER_TIMEOUT=45 # seconds for every copyset to have a leader
+
+# The settings of the cluster dir: from cluster.state when it exists
+# (load_state), else from the environment (new_settings). ENV_* keep what the
+# caller set, to hold it against the state.
+ENV_BASE_PORT="${BASE_PORT:-}"
+ENV_METRICS_BASE_PORT="${METRICS_BASE_PORT:-}"
+ENV_COPYSETS="${COPYSETS:-}"
+ENV_CHUNKSERVER_CONFIG="${CHUNKSERVER_CONFIG:-}"
+ENV_PROMETHEUS="${PROMETHEUS:-}"
+ENV_PROMETHEUS_PORT="${PROMETHEUS_PORT:-}"
+BASE_PORT=""
+METRICS_BASE_PORT=""
+COPYSETS=""
+CHUNKSERVER_CONFIG=""
+PROMETHEUS=""
+PROMETHEUS_PORT=""
+TLS=0
+MONITOR=0   # 1 once up --monitor ran: Prometheus is part of the cluster
+SERVERS=()  # indices of the servers up and add-server started, ascending
+CREATED=0   # 1 once the copysets were created
+HAVE_STATE=0
 
 die() {
     echo "cluster.sh: $*" >&2
@@ -50,8 +83,149 @@ die() {
 
 log() { echo "==> $*"; }
 
+# usage prints the header comment up to its second empty line: the commands.
 usage() {
-    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#$/ && ++blank == 2 {exit} NR > 1 {sub(/^# ?/, ""); print}' "${BASH_SOURCE[0]}"
+}
+
+# abs_path p prints p made absolute (relative to $PWD).
+abs_path() {
+    if [[ "$1" == /* ]]; then
+        echo "$1"
+    else
+        echo "$PWD/$1"
+    fi
+}
+
+# is_port name value dies unless value is a TCP port number.
+is_port() {
+    [[ "$2" =~ ^[0-9]{1,5}$ ]] && ((10#$2 >= 1 && 10#$2 <= 65535)) || die "$1 must be a port number, got '$2'"
+}
+
+# new_settings takes the settings of a new cluster dir from the environment.
+new_settings() {
+    BASE_PORT="${ENV_BASE_PORT:-8200}"
+    METRICS_BASE_PORT="${ENV_METRICS_BASE_PORT:-9200}"
+    COPYSETS="${ENV_COPYSETS:-1-16}"
+    CHUNKSERVER_CONFIG=""
+    if [[ -n "$ENV_CHUNKSERVER_CONFIG" ]]; then
+        CHUNKSERVER_CONFIG="$(abs_path "$ENV_CHUNKSERVER_CONFIG")"
+    fi
+}
+
+# monitor_settings takes Prometheus's settings from the environment where
+# the cluster dir has recorded none (it was not monitored yet) and checks
+# the port; call it once METRICS_BASE_PORT is known.
+monitor_settings() {
+    [[ -n "$PROMETHEUS" ]] || PROMETHEUS="$(abs_path "${ENV_PROMETHEUS:-/usr/bin/prometheus}")"
+    PROMETHEUS_PORT="${PROMETHEUS_PORT:-${ENV_PROMETHEUS_PORT:-$((10#$METRICS_BASE_PORT + 90))}}"
+    is_port PROMETHEUS_PORT "$PROMETHEUS_PORT"
+    PROMETHEUS_PORT=$((10#$PROMETHEUS_PORT))
+}
+
+# check_new_settings dies on a setting a new cluster cannot use.
+check_new_settings() {
+    is_port BASE_PORT "$BASE_PORT"
+    is_port METRICS_BASE_PORT "$METRICS_BASE_PORT"
+    BASE_PORT=$((10#$BASE_PORT)) METRICS_BASE_PORT=$((10#$METRICS_BASE_PORT))
+    [[ "$COPYSETS" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] ||
+        die "COPYSETS must be copyset ids and ranges like 1-16 or 1,3,8-10, got '$COPYSETS'"
+    if [[ -n "$CHUNKSERVER_CONFIG" && ! (-f "$CHUNKSERVER_CONFIG" && -r "$CHUNKSERVER_CONFIG") ]]; then
+        die "CHUNKSERVER_CONFIG: cannot read the file '$CHUNKSERVER_CONFIG'"
+    fi
+    monitor_settings
+}
+
+# agree name env recorded dies when the caller set name to something else
+# than the cluster dir recorded.
+agree() {
+    [[ -z "$2" || "$2" == "$3" ]] ||
+        die "$1=$2, but $CLUSTER_DIR was created with $1=${3:-(unset)}: unset $1 (the cluster dir remembers its settings) or use another CLUSTER_DIR"
+}
+
+# load_state reads the settings recorded in $STATE and holds the
+# environment against them.
+load_state() {
+    local line key val n=0 i
+    local -A seen=()
+    while IFS= read -r line || [[ -n "$line" ]]; do
+        n=$((n + 1))
+        [[ -z "$line" || "$line" == \#* ]] && continue
+        [[ "$line" == *=* ]] || die "$STATE:$n: not a key=value line: '$line'"
+        key="${line%%=*}"
+        val="${line#*=}"
+        case "$key" in
+        base_port) BASE_PORT="$val" ;;
+        metrics_base_port) METRICS_BASE_PORT="$val" ;;
+        copysets) COPYSETS="$val" ;;
+        chunkserver_config) CHUNKSERVER_CONFIG="$val" ;;
+        tls) TLS="$val" ;;
+        monitor) MONITOR="$val" ;;
+        prometheus) PROMETHEUS="$val" ;;
+        prometheus_port) PROMETHEUS_PORT="$val" ;;
+        servers) read -r -a SERVERS <<<"$val" ;;
+        copysets_created) CREATED="$val" ;;
+        *) die "$STATE:$n: unknown key '$key' (not a cluster dir of this cluster.sh?)" ;;
+        esac
+        seen[$key]=1
+    done <"$STATE"
+    for key in base_port metrics_base_port copysets chunkserver_config tls servers copysets_created; do
+        [[ -n "${seen[$key]:-}" ]] || die "$STATE: no $key line (not a cluster dir of this cluster.sh?)"
+    done
+    is_port "$STATE: base_port" "$BASE_PORT"
+    is_port "$STATE: metrics_base_port" "$METRICS_BASE_PORT"
+    [[ "$TLS" == [01] && "$CREATED" == [01] && "$MONITOR" == [01] ]] ||
+        die "$STATE: tls, copysets_created and monitor must be 0 or 1"
+    if ((MONITOR)) && [[ -z "$PROMETHEUS" || -z "$PROMETHEUS_PORT" ]]; then
+        die "$STATE: monitor=1 needs prometheus and prometheus_port lines"
+    fi
+    # monitor, prometheus and prometheus_port may be missing (a dir never
+    # monitored, or made before up --monitor existed): the environment's then.
+    monitor_settings
+    ((${#SERVERS[@]} > 0)) || die "$STATE: servers is empty"
+    for i in "${SERVERS[@]}"; do
+        [[ "$i" =~ ^[0-9]+$ ]] || die "$STATE: servers must be server indices, got '$i'"
+    done
+    if ((TLS)) && [[ ! -s "$(tls_dir)/ca.crt" ]]; then
+        die "$STATE says TLS, but $(tls_dir)/ca.crt is missing"
+    fi
+    HAVE_STATE=1
+
+    agree BASE_PORT "$ENV_BASE_PORT" "$BASE_PORT"
+    agree METRICS_BASE_PORT "$ENV_METRICS_BASE_PORT" "$METRICS_BASE_PORT"
+    agree COPYSETS "$ENV_COPYSETS" "$COPYSETS"
+    agree CHUNKSERVER_CONFIG "${ENV_CHUNKSERVER_CONFIG:+$(abs_path "$ENV_CHUNKSERVER_CONFIG")}" "$CHUNKSERVER_CONFIG"
+    agree PROMETHEUS "${ENV_PROMETHEUS:+$(abs_path "$ENV_PROMETHEUS")}" "$PROMETHEUS"
+    agree PROMETHEUS_PORT "$ENV_PROMETHEUS_PORT" "$PROMETHEUS_PORT"
+}
+
+# write_state records the settings in $STATE (replaced atomically).
+write_state() {
+    {
+        echo "# scripts/cluster.sh: the settings of this cluster dir; written by up and add-server, read by every command"
+        echo "base_port=$BASE_PORT"
+        echo "metrics_base_port=$METRICS_BASE_PORT"
+        echo "copysets=$COPYSETS"
+        echo "chunkserver_config=$CHUNKSERVER_CONFIG"
+        echo "tls=$TLS"
+        echo "servers=${SERVERS[*]}"
+        echo "copysets_created=$CREATED"
+        echo "monitor=$MONITOR"
+        if ((MONITOR)); then
+            echo "prometheus=$PROMETHEUS"
+            echo "prometheus_port=$PROMETHEUS_PORT"
+        fi
+    } >"$STATE.tmp"
+    mv "$STATE.tmp" "$STATE"
+}
+
+# settings loads the cluster dir's settings, or the environment's for a new dir.
+settings() {
+    if [[ -f "$STATE" ]]; then
+        load_state
+    else
+        new_settings
+    fi
 }
 
 grpc_addr() { echo "127.0.0.1:$((BASE_PORT + $1))"; }
@@ -61,7 +235,7 @@ log_file() { echo "$CLUSTER_DIR/cs$1.log"; }
 data_dir() { echo "$CLUSTER_DIR/cs$1"; }
 
 tls_dir() { echo "$CLUSTER_DIR/tls"; }
-tls_on() { [[ -s "$(tls_dir)/ca.crt" ]]; }
+tls_on() { ((TLS)); }
 
 # ctl runs chunkctl, with the admin certificate when the cluster uses TLS.
 ctl() {
@@ -175,15 +349,21 @@ alive() {
     return 0
 }
 
-# known_servers prints the indices of servers that have a pid file, ascending.
+# known_servers prints the indices of the servers the cluster dir recorded
+# or that have a pid file, ascending.
 known_servers() {
     local f base
     shopt -s nullglob
-    for f in "$CLUSTER_DIR"/cs*.pid; do
-        base="${f##*/cs}"
-        base="${base%.pid}"
-        [[ "$base" =~ ^[0-9]+$ ]] && echo "$base"
-    done | sort -n
+    {
+        for f in "$CLUSTER_DIR"/cs*.pid; do
+            base="${f##*/cs}"
+            base="${base%.pid}"
+            [[ "$base" =~ ^[0-9]+$ ]] && echo "$base"
+        done
+        for base in "${SERVERS[@]}"; do
+            echo "$base"
+        done
+    } | sort -n -u
     shopt -u nullglob
 }
 
@@ -294,9 +474,8 @@ wait_leaders() {
 }
 
 usage_hint() {
-    local n="$1" ctl="$BIN/chunkctl" servers all
-    mapfile -t all < <(indices 0 $((n - 1)))
-    servers="$(join_addrs "${all[@]}")"
+    local ctl="$BIN/chunkctl" servers
+    servers="$(join_addrs "${SERVERS[@]}")"
     if [[ "$PWD" == "$ROOT" ]]; then
         ctl="bin/chunkctl"
     fi
@@ -308,7 +487,7 @@ How to use it:
   $ctl chunk write --pool $POOL --copyset 1 --chunk 1 --in /tmp/block
   $ctl chunk read --pool $POOL --copyset 1 --chunk 1 --size 4k | cmp - /tmp/block && echo same
   $ctl copyset status --pool $POOL --copyset 1
-  $ctl leader transfer --pool $POOL --copyset 1 --to $(grpc_addr $((n > 1 ? 1 : 0)))
+  $ctl leader transfer --pool $POOL --copyset 1 --to $(grpc_addr "${SERVERS[$((${#SERVERS[@]} > 1 ? 1 : 0))]}")
 EOF
     if [[ -x "$BIN/chunkbench" ]]; then
         echo "  ${ctl%chunkctl}chunkbench --help    # chunk I/O benchmark"
@@ -329,8 +508,6 @@ EOF
 }
 
 # Prometheus for up --monitor (see the header).
-PROMETHEUS="${PROMETHEUS:-/usr/bin/prometheus}"
-PROMETHEUS_PORT="${PROMETHEUS_PORT:-$((METRICS_BASE_PORT + 90))}"
 prom_dir() { echo "$CLUSTER_DIR/prometheus"; }
 prom_url() { echo "http://127.0.0.1:$PROMETHEUS_PORT"; }
 
@@ -353,8 +530,8 @@ monitor_pid() {
     echo "$pid"
 }
 
-# monitor_targets writes the servers with a pid file as Prometheus's
-# targets (file_sd: it notices the change without a restart).
+# monitor_targets writes the cluster dir's servers as Prometheus's targets
+# (file_sd: it notices the change without a restart).
 monitor_targets() {
     local f i
     f="$(prom_dir)/targets/chunkraft.yml"
@@ -407,7 +584,12 @@ monitor_start() {
 # monitor_stop stops the Prometheus started here, if it runs.
 monitor_stop() {
     local pid i
-    pid="$(monitor_pid)" || return 0
+    if ! pid="$(monitor_pid)"; then
+        if ((MONITOR)); then
+            echo "prometheus: not running"
+        fi
+        return 0
+    fi
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do
         kill -0 "$pid" 2>/dev/null || break
@@ -418,35 +600,79 @@ monitor_stop() {
     echo "prometheus: stopped (pid $pid)"
 }
 
+# cmd_up [--tls] [--monitor] [N]: a new cluster dir gets N servers and the copysets; an
+# existing one gets every recorded server that is not running restarted
+# (and Prometheus, once --monitor was given).
 cmd_up() {
-    local tls=0 monitor=0
-    while [[ "${1:-}" == --* ]]; do
+    local tls=0 monitor=0 n=""
+    while (($# > 0)); do
         case "$1" in
         --tls) tls=1 ;;
         --monitor) monitor=1 ;;
-        *) die "up: unknown option '$1' (want --tls, --monitor)" ;;
+        -h | --help)
+            usage
+            return 0
+            ;;
+        -*) die "up: unknown option '$1' (want --tls or --monitor)" ;;
+        *)
+            [[ -z "$n" ]] || die "up: one server count expected, got '$n' and '$1'"
+            n="$1"
+            ;;
         esac
         shift
     done
-    if ((monitor)); then
-        monitor_check
-    fi
-    if ((tls)); then
-        mkdir -p "$CLUSTER_DIR"
-        tls_init
-    elif tls_on; then
-        log "$CLUSTER_DIR was set up with --tls: TLS stays on"
-    fi
-    local n="${1:-3}"
-    if ! [[ "$n" =~ ^[0-9]+$ ]] || ((n < 1)); then
+    if [[ -n "$n" ]] && { ! [[ "$n" =~ ^[0-9]+$ ]] || ((10#$n < 1)); }; then
         die "up: N must be a positive number, got '$n'"
     fi
     command -v curl >/dev/null || die "curl is needed for health checks"
-    mkdir -p "$CLUSTER_DIR"
+
+    if ((HAVE_STATE)); then
+        if ((tls && !TLS)); then
+            die "up --tls: $CLUSTER_DIR was created without TLS and stays so (down --clean, then up --tls)"
+        fi
+        if [[ -n "$n" ]] && ((10#$n != ${#SERVERS[@]})); then
+            local list="${SERVERS[*]}"
+            die "up $n: $CLUSTER_DIR has ${#SERVERS[@]} servers (cs${list// /, cs}); 'up' restarts them all, add-server adds one"
+        fi
+        if ((TLS && !tls)); then
+            log "$CLUSTER_DIR was set up with --tls: TLS stays on"
+        fi
+        if ((MONITOR || monitor)); then
+            monitor_check
+        fi
+        if ((MONITOR && !monitor)); then
+            log "$CLUSTER_DIR was set up with --monitor: Prometheus is started too"
+        elif ((monitor && !MONITOR)); then
+            MONITOR=1
+            write_state
+            log "monitoring $CLUSTER_DIR from now on (recorded in $STATE)"
+        fi
+    else
+        if compgen -G "$CLUSTER_DIR/cs[0-9]*" >/dev/null; then
+            die "$CLUSTER_DIR holds servers but no cluster.state (made by an older cluster.sh?): 'scripts/cluster.sh down --clean' removes them"
+        fi
+        check_new_settings
+        if ((tls)); then
+            command -v openssl >/dev/null || die "--tls needs openssl"
+        fi
+        if ((monitor)); then
+            monitor_check
+        fi
+        n=$((10#${n:-3}))
+        TLS=$tls
+        MONITOR=$monitor
+        mapfile -t SERVERS < <(indices 0 $((n - 1)))
+        mkdir -p "$CLUSTER_DIR"
+        write_state
+        log "new cluster dir $CLUSTER_DIR (settings in $STATE)"
+    fi
+    if ((TLS)); then
+        tls_init
+    fi
     build
 
     local i started=()
-    for ((i = 0; i < n; i++)); do
+    for i in "${SERVERS[@]}"; do
         if alive "$i"; then
             echo "cs$i already running (pid $(server_pid "$i"))"
         else
@@ -454,12 +680,13 @@ cmd_up() {
             started+=("$i")
         fi
     done
-    if ((${#started[@]} == 0)); then
-        echo "cluster already running ($n servers, $CLUSTER_DIR)"
-        cmd_status || true
-        if ((monitor)); then
+    if ((${#started[@]} == 0 && CREATED)); then
+        echo "cluster already running (${#SERVERS[@]} servers, $CLUSTER_DIR)"
+        wait_leaders "${SERVERS[@]}"
+        if ((MONITOR)); then
             monitor_start
         fi
+        cmd_status
         return 0
     fi
     for i in "${started[@]}"; do
@@ -467,25 +694,27 @@ cmd_up() {
         echo "cs$i healthy (pid $(server_pid "$i"))"
     done
 
-    # The copysets live on the first three servers (fewer if N < 3).
-    local peers first
-    mapfile -t first < <(indices 0 $((n < 3 ? n - 1 : 2)))
-    peers="$(join_addrs "${first[@]}")"
-    log "creating pool $POOL copysets $COPYSETS on $peers"
-    ctl --servers "$peers" copyset create --pool "$POOL" --copyset "$COPYSETS" --peers "$peers" >/dev/null ||
-        die "copyset create failed (logs: $CLUSTER_DIR/cs*.log)"
+    if ((!CREATED)); then
+        # The copysets live on the first three servers (fewer if N < 3).
+        local peers
+        peers="$(join_addrs "${SERVERS[@]:0:3}")"
+        log "creating pool $POOL copysets $COPYSETS on $peers"
+        ctl --servers "$peers" copyset create --pool "$POOL" --copyset "$COPYSETS" --peers "$peers" >/dev/null ||
+            die "copyset create failed (logs: $CLUSTER_DIR/cs*.log)"
+        CREATED=1
+        write_state
+    fi
 
-    local all
-    mapfile -t all < <(indices 0 $((n - 1)))
-    wait_leaders "${all[@]}"
-    leader_table "${all[@]}"
-    usage_hint "$n"
-    if ((monitor)); then
+    wait_leaders "${SERVERS[@]}"
+    leader_table "${SERVERS[@]}"
+    usage_hint
+    if ((MONITOR)); then
         monitor_start
     fi
 }
 
 cmd_down() {
+    (($# <= 1)) || die "down: one argument at most (--clean), got '$*'"
     local clean=0
     case "${1:-}" in
     "") ;;
@@ -502,7 +731,7 @@ cmd_down() {
             idx+=("$i")
             echo "cs$i: SIGTERM sent (pid $pid)"
         else
-            echo "cs$i: not running (stale pid file)"
+            echo "cs$i: not running"
         fi
     done
 
@@ -533,7 +762,7 @@ cmd_down() {
     if ((clean)); then
         # Only what this script creates; never the whole directory blindly.
         shopt -s nullglob
-        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log "$CLUSTER_DIR"/tls "$(prom_dir)"
+        rm -rf "$CLUSTER_DIR"/cs[0-9]* "$CLUSTER_DIR"/cs[0-9]*.log "$CLUSTER_DIR"/tls "$(prom_dir)" "$STATE" "$STATE.tmp"
         shopt -u nullglob
         rmdir "$CLUSTER_DIR" 2>/dev/null || true
         echo "cluster stopped; data removed"
@@ -543,10 +772,11 @@ cmd_down() {
 }
 
 cmd_status() {
+    [[ $# -eq 0 ]] || die "status: no arguments expected, got '$*'"
     local servers
     mapfile -t servers < <(known_servers)
-    if ((${#servers[@]} == 0)); then
-        echo "no cluster (no pid files in $CLUSTER_DIR)"
+    if ((!HAVE_STATE)) || ((${#servers[@]} == 0)); then
+        echo "no cluster in $CLUSTER_DIR (no cluster.state; 'scripts/cluster.sh up' makes one)"
         return 1
     fi
     local i up=() health
@@ -569,6 +799,8 @@ cmd_status() {
     [[ -x "$BIN/chunkctl" ]] || die "$BIN/chunkctl is missing; run make build"
     if monitor_pid >/dev/null; then
         echo "prometheus: $(prom_url) (pid $(monitor_pid))"
+    elif ((MONITOR)); then
+        echo "prometheus: not running ('scripts/cluster.sh up' starts it)"
     fi
     echo
     leader_table "${up[@]}"
@@ -590,6 +822,7 @@ used_indices() {
 
 cmd_add_server() {
     [[ $# -eq 0 ]] || die "add-server: no arguments expected, got '$*'"
+    ((HAVE_STATE)) || die "add-server: no cluster in $CLUSTER_DIR (no cluster.state; start one with 'scripts/cluster.sh up')"
     command -v curl >/dev/null || die "curl is needed for health checks"
     local i up=() used
     for i in $(known_servers); do
@@ -598,13 +831,15 @@ cmd_add_server() {
         fi
     done
     ((${#up[@]} > 0)) || die "add-server: no running cluster in $CLUSTER_DIR (start one with 'scripts/cluster.sh up')"
-    mapfile -t used < <(used_indices)
+    mapfile -t used < <(used_indices | sort -n -u - <(known_servers))
     local next=$((used[-1] + 1))
     build
     start_server "$next"
     wait_healthy "$next"
-    echo "cs$next healthy (pid $(server_pid "$next")); it hosts no copyset yet"
-    if monitor_pid >/dev/null; then
+    SERVERS+=("$next")
+    write_state
+    echo "cs$next healthy (pid $(server_pid "$next")); it hosts no copyset yet; recorded in $STATE"
+    if ((MONITOR)); then
         monitor_targets # Prometheus scrapes it too
     fi
 
@@ -632,19 +867,23 @@ main() {
     local cmd="${1:-}"
     shift || true
     case "$cmd" in
-    up) cmd_up "$@" ;;
-    down) cmd_down "$@" ;;
-    status) cmd_status "$@" ;;
-    add-server) cmd_add_server "$@" ;;
-    -h | --help | help) usage ;;
+    up | down | status | add-server) ;;
+    -h | --help | help)
+        usage
+        return 0
+        ;;
     "")
         usage >&2
         exit 2
         ;;
-    *)
-        usage >&2
-        die "unknown command '$cmd'"
-        ;;
+    *) die "unknown command '$cmd' (want up, down, status or add-server; --help shows the usage)" ;;
+    esac
+    settings
+    case "$cmd" in
+    up) cmd_up "$@" ;;
+    down) cmd_down "$@" ;;
+    status) cmd_status "$@" ;;
+    add-server) cmd_add_server "$@" ;;
     esac
 }
 

@@ -15,12 +15,16 @@ import (
 	"time"
 )
 
+// RepoRoot returns the directory of the chunkraft checkout these tests are in.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
 // BuildBinaries builds the chunkraft commands into dir and returns dir.
 func BuildBinaries(ctx context.Context, dir string) error {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(file))
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/...")
-	cmd.Dir = root
+	cmd.Dir = RepoRoot()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("build binaries: %w\n%s", err, out)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/buildinfo"
 )
 
 // Exit codes of chunkbench.
@@ -188,6 +189,7 @@ func NewCommand() *cobra.Command {
 			return run(cmd, f)
 		},
 	}
+	buildinfo.SetCobraVersion(cmd)
 	servers := os.Getenv(cli.EnvServers)
 	if strings.TrimSpace(servers) == "" {
 		servers = cli.DefaultServers
