@@ -213,6 +213,7 @@ func NewCommand() *cobra.Command {
 	fl.DurationVar(&f.timeout, "timeout", cli.DefaultTimeout, "deadline of each operation, retries included")
 	fl.DurationVar(&f.attemptTimeout, "attempt-timeout", cli.DefaultAttemptTimeout, "deadline of each single RPC attempt")
 	cli.AddTLSFlags(fl, &f.tls)
+	cli.StrictSubcommands(cmd)
 	return cmd
 }
 

@@ -199,3 +199,17 @@ func TestCommandBadFlags(t *testing.T) {
 		t.Error("ExitCode")
 	}
 }
+
+// TestCommandUnknownSubcommand: chunkbench's one group command, completion,
+// refuses an unknown shell with one line (cobra prints help and exits 0),
+// and stays out of chunkbench's help.
+func TestCommandUnknownSubcommand(t *testing.T) {
+	out, errOut, code := runCommand(t, nil, "completion", "frob")
+	want := `chunkbench: unknown command "frob" for "chunkbench completion"; want one of bash, fish, powershell, zsh` + "\n"
+	if code != ExitFailed || errOut != want || out != "" {
+		t.Errorf("completion frob: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if out, _, code := runCommand(t, nil, "--help"); code != ExitOK || strings.Contains(out, "completion") {
+		t.Errorf("--help: exit %d, mentions completion:\n%s", code, out)
+	}
+}
