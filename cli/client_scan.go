@@ -197,6 +197,9 @@ type RepairResult struct {
 func (c *Client) RepairRange(ctx context.Context, id ChunkID, offset, length uint32) (RepairResult, error) {
 	r := RepairResult{Chunk: id, Offset: offset, Length: length}
 	op := "repair " + id.String()
+	if err := checkIO(uint64(offset), uint64(length), "length"); err != nil {
+		return r, fmt.Errorf("%s: %w", op, err)
+	}
 	sns, err := c.GetChunkInfo(ctx, id)
 	if err != nil {
 		return r, err

@@ -59,6 +59,7 @@ type fakeCluster struct {
 	lastPool  uint32 // the pool of the last IntegrityService request
 	resets    map[int]*chunkserverpb.ResetPeerRequest2
 	refuse    map[string]codes.Code // method -> error code the leader answers with
+	invalid   bool                  // WriteChunk answers INVALID_REQUEST (a rule the client does not check)
 }
 
 type fakeSnap struct {
@@ -261,7 +262,7 @@ func (f *fakeChunkService) WriteChunk(ctx context.Context, req *chunkserverpb.Ch
 	}
 	c.reqs["WriteChunk"] = req
 	off, size := uint64(req.GetOffset()), uint64(req.GetSize())
-	if req.GetOpType() != chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE || size == 0 ||
+	if c.invalid || req.GetOpType() != chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE || size == 0 ||
 		size != uint64(len(req.GetData())) || off+size > fakeChunkSize {
 		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, ""), nil
 	}
@@ -657,6 +658,13 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 		r.Hash = proto.String(c.copysetHash(f.s.i, cs))
 	}
 	return r, nil
+}
+
+// block is s padded with zero bytes to whole BlockSize blocks: chunk I/O
+// the client accepts.
+func block(s string) []byte {
+	n := (len(s) + BlockSize - 1) / BlockSize * BlockSize
+	return append([]byte(s), make([]byte, max(n, BlockSize)-len(s))...)
 }
 
 // deadAddr returns an address nothing listens on.

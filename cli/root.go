@@ -107,7 +107,7 @@ func addCopysetFlags(cmd *cobra.Command, f *copysetFlags, ranges bool) {
 	if ranges {
 		cmd.Flags().StringVar(&f.copysets, "copyset", "", "copyset id or list/range (7, 1-16, 1,3,8-10)")
 	} else {
-		cmd.Flags().Uint32Var(&f.copyset, "copyset", 0, "copyset id")
+		cmd.Flags().Var(idValue{&f.copyset}, "copyset", "copyset id")
 	}
 	_ = cmd.MarkFlagRequired("pool")
 	_ = cmd.MarkFlagRequired("copyset")
