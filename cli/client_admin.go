@@ -79,10 +79,10 @@ func (c *Client) onServerRPC(parent context.Context, addr string, attempt time.D
 		if err == nil {
 			return nil
 		}
-		if !retryable(err) {
-			return &serverError{Err: err}
-		}
 		last = &serverError{Err: err}
+		if !retryable(err) || bo.final(last) {
+			return last
+		}
 		bo.wait(ctx)
 	}
 	if err := parent.Err(); err != nil {
@@ -114,11 +114,10 @@ func (c *Client) onLeaderRPC(parent context.Context, op string, cs CopysetID, at
 	hops := 0
 	for ctx.Err() == nil {
 		leader, err := c.leaderOf(ctx, cs)
+		if bo.final(err) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
 		if err != nil {
-			var nl *noLeaderError
-			if errors.As(err, &nl) && nl.permanent() {
-				return fmt.Errorf("%s: %w", op, err)
-			}
 			last = err
 			bo.wait(ctx)
 			continue

@@ -33,12 +33,13 @@ func (c *Client) onServer(parent context.Context, addr string, call serverCall) 
 		st, err := call(actx, svc)
 		acancel()
 		switch {
-		case err != nil && !retryable(err):
+		case err != nil && (!retryable(err) || bo.final(&serverError{Err: err})):
 			return 0, &serverError{Err: err}
 		case err != nil:
 			last = &serverError{Err: err}
 		case st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
 			last = &ChunkStatusError{Status: st}
+			bo.final(nil) // it answered: not down
 		default:
 			return st, nil
 		}

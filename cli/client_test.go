@@ -348,7 +348,7 @@ func TestNotHostedAnywhereFailsFast(t *testing.T) {
 	c := newTestClient(t, fc.addrs(), 10*time.Second, time.Second)
 	start := time.Now()
 	err := c.WriteChunk(context.Background(), testChunk, 0, block("x"), 1)
-	if err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if err == nil || err.Error() != "write pool 1 copyset 3 chunk 9: COPYSET_NOTEXIST: copyset 1/3 is hosted by none of the 3 servers" {
 		t.Fatalf("write to a copyset no server hosts: %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {

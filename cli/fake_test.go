@@ -85,6 +85,16 @@ func (s *fakeServer) addr() string { a, _ := PeerAddr(s.id); return a }
 // messages larger than gRPC's 4 MiB default so a whole chunk fits.
 func newFakeCluster(t *testing.T, n int) *fakeCluster {
 	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = "127.0.0.1:0"
+	}
+	return newFakeClusterAt(t, addrs)
+}
+
+// newFakeClusterAt starts a fake server listening on each of addrs.
+func newFakeClusterAt(t *testing.T, addrs []string) *fakeCluster {
+	t.Helper()
 	c := &fakeCluster{
 		leader:    0,
 		hints:     true,
@@ -113,8 +123,8 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 		resets:    map[int]*chunkserverpb.ResetPeerRequest2{},
 		refuse:    map[string]codes.Code{},
 	}
-	for i := range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+	for i, addr := range addrs {
+		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
