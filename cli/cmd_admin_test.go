@@ -457,8 +457,29 @@ func TestCommandScan(t *testing.T) {
 		t.Fatalf("scan list json: %v\n%s", err, out)
 	}
 	if js[0].Copyset != 1 || js[1].Copyset != 2 || js[2].Copyset != 3 || js[2].ID != 1 || js[0].Scheduled == "" || js[2].Scheduled != "" ||
-		js[0].Pool != 1 || js[0].State != "WAITING" {
+		js[0].Pool != 1 || js[0].State != "WAITING" || js[0].Mismatches != nil {
 		t.Errorf("scan list: %+v", js)
+	}
+	if out := mustRun(t, srv, nil, "scan", "list", "--copyset", "3"); !strings.Contains(out, "MISMATCHES") || !strings.Contains(out, "  -  ") {
+		t.Errorf("scan list from a server that does not report mismatches:\n%s", out)
+	}
+	// Each job's mismatch count, from the reply's trailer.
+	fc.with(func() {
+		fc.mismatch = map[int32]int{}
+		for _, j := range fc.jobs {
+			if j.GetCopyset() == 1 {
+				fc.mismatch[j.GetId()] = 5
+			}
+		}
+	})
+	out = mustRun(t, srv, nil, "-o", "json", "scan", "list", "--copyset", "1-3")
+	if err := json.Unmarshal([]byte(out), &js); err != nil || len(js) != 3 || js[0].Mismatches == nil || *js[0].Mismatches != 5 ||
+		js[2].Mismatches == nil || *js[2].Mismatches != 0 {
+		t.Errorf("scan list with mismatches: %v\n%s", err, out)
+	}
+	out = mustRun(t, srv, nil, "scan", "list", "--copyset", "1")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[0])[4] != "MISMATCHES" || strings.Fields(lines[1])[4] != "5" {
+		t.Errorf("scan list table:\n%s", out)
 	}
 
 	job := func(op string) []string { return []string{"scan", op, "--copyset", "3", "--job", "1"} }

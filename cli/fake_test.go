@@ -56,7 +56,8 @@ type fakeCluster struct {
 	loading   map[int]bool                 // ChunkServerStatus: copysets not loaded yet
 	config    map[int]map[string]string    // ConfigService per server
 	jobs      []*chunkserverpb.IntegrityJob
-	lastPool  uint32 // the pool of the last IntegrityService request
+	mismatch  map[int32]int // job id -> mismatches found; nil: no mismatches trailer (an older server)
+	lastPool  uint32        // the pool of the last IntegrityService request
 	resets    map[int]*chunkserverpb.ResetPeerRequest2
 	refuse    map[string]codes.Code // method -> error code the leader answers with
 	invalid   bool                  // WriteChunk answers INVALID_REQUEST (a rule the client does not check)
