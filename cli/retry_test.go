@@ -61,6 +61,17 @@ func TestEveryServerRefusingFailsFast(t *testing.T) {
 	}
 }
 
+// TestPeerAddNamesServersNotAsked: peer add, which needs the copyset's
+// current peers, says which servers it could not ask.
+func TestPeerAddNamesServersNotAsked(t *testing.T) {
+	dead := []string{deadAddr(t), deadAddr(t)}
+	_, err := run(t, dead, nil, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", dead[0])
+	want := "(2 of 2 servers could not be asked: " + dead[0] + ": unreachable: connection refused; " + dead[1] + ": unreachable: connection refused)"
+	if err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("peer add with every server down: %v, want it to end with %s", err, want)
+	}
+}
+
 // TestRefusingOrNotHostingFailsFast: servers that refuse connections and
 // servers that do not host the copyset leave nothing to wait for either.
 func TestRefusingOrNotHostingFailsFast(t *testing.T) {
