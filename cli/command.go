@@ -11,16 +11,39 @@ import (
 // subcommands (cobra's default completion command too) fail on an unknown
 // subcommand with one line, `unknown command "frob" for "chunkctl chunk"`,
 // where cobra would print the group's help and exit 0. Without arguments
-// such a command still prints its help. Call it once the tree is complete.
+// such a command still prints its help; `help chunk frob` fails the same
+// way. Call it once the tree is complete.
 func StrictSubcommands(root *cobra.Command) {
-	// The completion command is otherwise added only while executing; made
-	// now, it is in the tree walked below. A root without other subcommands
-	// keeps it hidden, as cobra does by adding it only when it is called.
+	// The completion and help commands are otherwise added only while
+	// executing; made now, they are in the tree changed below. A root
+	// without other subcommands keeps completion hidden, as cobra does by
+	// adding it only when it is called.
 	if !root.HasSubCommands() {
 		root.CompletionOptions.HiddenDefaultCmd = true
 	}
 	root.InitDefaultCompletionCmd("completion")
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" {
+			c.Run, c.RunE = nil, strictHelp
+		}
+	}
 	strict(root)
+}
+
+// strictHelp is the help command's run: help of a command, refusing an
+// unknown one.
+func strictHelp(c *cobra.Command, args []string) error {
+	cmd, rest, err := c.Root().Find(args)
+	switch {
+	case err != nil:
+		return err
+	case len(rest) > 0 && cmd.HasSubCommands():
+		return unknownSubcommand(cmd, rest[0])
+	case len(rest) > 0:
+		return fmt.Errorf("unknown help topic %q: %q has no subcommands", strings.Join(args, " "), cmd.CommandPath())
+	}
+	return cmd.Help()
 }
 
 func strict(cmd *cobra.Command) {

@@ -58,6 +58,14 @@ func TestUnknownSubcommandFails(t *testing.T) {
 	if err == nil || err.Error() != `unknown command "zzz" for "chunkctl epoch"; want one of update` {
 		t.Errorf("epoch zzz: %v", err)
 	}
+	// help of an unknown topic is refused the same way.
+	if _, err := run(t, []string{"127.0.0.1:1"}, nil, "help", "chunk", "frob"); err == nil ||
+		err.Error() != `unknown command "frob" for "chunkctl chunk"; want one of clone, delete, delete-snapshot, hash, info, read, recover, snapshot-read, write` {
+		t.Errorf("help chunk frob: %v", err)
+	}
+	if out, err := run(t, []string{"127.0.0.1:1"}, nil, "help", "chunk", "write"); err != nil || !strings.Contains(out, "--size") {
+		t.Errorf("help chunk write: %v\n%s", err, out)
+	}
 	// A leaf command's stray argument is refused as before.
 	root := NewRootCommand()
 	root.SetOut(&bytes.Buffer{})
