@@ -28,7 +28,10 @@ package chunkserver
 // id is FAILURE_UNKNOWN, with the job in its current state when it exists.
 // A copyset keeps its 16 newest terminal jobs and at most 64 others.
 //
-// IntegrityJob has no field for what a scan found. Mismatches are logged
+// IntegrityJob has no field for what a scan found. Every SUCCESS reply
+// carries each of its jobs' mismatch count in the trailer key
+// IntegrityMismatchesTrailerKey, one "<id>=<count>" value per job (Curve's
+// message is left as it is). Mismatches are logged
 // (slog Warn "integrity scan mismatch"), counted in
 // chunkraft_scan_mismatches_total{reason}, kept in the replicated job
 // state (integrity.jsonl in the copyset data dir) and served as JSON by
@@ -67,6 +70,10 @@ const (
 	// IntegrityLeaderTrailerKey (response trailer) is the leader's peer id
 	// when a follower that knows it answers FAILURE_UNKNOWN.
 	IntegrityLeaderTrailerKey = "chunkraft-leader"
+	// IntegrityMismatchesTrailerKey (response trailer of a SUCCESS) holds
+	// one "<id>=<count>" value per job of the reply: the mismatches the job
+	// found so far (IntegrityJob.MismatchCount).
+	IntegrityMismatchesTrailerKey = "chunkraft-mismatches"
 )
 
 // IntegrityReport is the JSON body of GET /integrity.
@@ -141,6 +148,20 @@ type integrityService struct {
 	in *integrity
 }
 
+// succeed answers SUCCESS with jobs, their mismatch counts in the trailer.
+func succeed(ctx context.Context, jobs ...*IntegrityJob) *pb.IntegrityResponse {
+	var counts []string
+	for _, j := range jobs {
+		if j != nil {
+			counts = append(counts, fmt.Sprintf("%d=%d", j.ID, j.MismatchCount))
+		}
+	}
+	if len(counts) > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.MD{IntegrityMismatchesTrailerKey: counts})
+	}
+	return integrityResponse(pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS, jobs...)
+}
+
 func integrityResponse(st pb.INTEGRITY_OP_STATUS, jobs ...*IntegrityJob) *pb.IntegrityResponse {
 	resp := &pb.IntegrityResponse{Status: st.Enum()}
 	for _, j := range jobs {
@@ -213,7 +234,7 @@ func (s *integrityService) propose(ctx context.Context, what string, req *pb.Int
 	if res.err != nil {
 		return s.fail(ctx, what, res.err, res.job), nil
 	}
-	return integrityResponse(pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS, res.job), nil
+	return succeed(ctx, res.job), nil
 }
 
 // ScheduleJob schedules a scan of the copyset at sched_time (0 = now).
@@ -252,7 +273,7 @@ func (s *integrityService) ListJobs(ctx context.Context, req *pb.IntegrityReques
 	if _, err := n.ReadBarrier(ctx); err != nil {
 		return s.fail(ctx, "list", err, nil), nil
 	}
-	return integrityResponse(pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS, m.jobs()...), nil
+	return succeed(ctx, m.jobs()...), nil
 }
 
 // scanService implements curve.chunkserver.ScanService (see scan.go).

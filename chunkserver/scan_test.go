@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -329,6 +330,17 @@ func TestScanFindsCorruptReplicaAndRepair(t *testing.T) {
 	job = c.waitJob(t, id2, JobFinished, 30*time.Second)
 	if job.MismatchCount != 0 || job.RangesScanned != 12 {
 		t.Fatalf("scan after repair %+v", job)
+	}
+
+	// ListJobs tells each job's mismatch count, in a trailer.
+	var trailer metadata.MD
+	resp, err := c.integrityClient(l).ListJobs(context.Background(), integrityReq(1, 0, 0), grpc.Trailer(&trailer))
+	if err != nil || len(resp.GetJob()) != 2 {
+		t.Fatalf("ListJobs: %v %v", resp, err)
+	}
+	want := []string{fmt.Sprintf("%d=2", id), fmt.Sprintf("%d=0", id2)}
+	if got := trailer.Get(IntegrityMismatchesTrailerKey); !slices.Equal(got, want) {
+		t.Errorf("ListJobs trailer %s = %q, want %q", IntegrityMismatchesTrailerKey, got, want)
 	}
 }
 

@@ -392,6 +392,13 @@ func (f *fakeIntegrityService) do(ctx context.Context, method string, req *chunk
 	if reason != "" {
 		return integrityFail(ctx, reason, ""), nil
 	}
+	if c.mismatch != nil {
+		md := metadata.MD{}
+		for _, j := range resp.GetJob() {
+			md.Append(integrityMismatchesKey, fmt.Sprintf("%d=%d", j.GetId(), c.mismatch[j.GetId()]))
+		}
+		_ = grpc.SetTrailer(ctx, md)
+	}
 	return resp, nil
 }
 

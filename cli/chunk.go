@@ -12,8 +12,8 @@ import (
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
-// maxWriteInput bounds what `chunk write` reads into memory (a chunk is 16 MiB).
-const maxWriteInput = 64 << 20
+// maxWriteInput bounds what `chunk write` reads into memory: one chunk.
+const maxWriteInput = ChunkSize
 
 func newChunkCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
@@ -94,8 +94,10 @@ func chunkRow(id ChunkID, cells ...string) []string {
 	return append([]string{u64(uint64(id.Pool)), u64(uint64(id.Copyset)), u64(id.Chunk)}, cells...)
 }
 
-// readInput reads all of path ("" or "-" for in), refusing empty or huge input.
-func readInput(path string, in io.Reader) ([]byte, error) {
+// readInput reads all of path ("" or "-" for in), refusing empty input and
+// input larger than a chunk. size, when not 0, is how many bytes the input
+// must hold.
+func readInput(path string, in io.Reader, size uint32) ([]byte, error) {
 	name := "stdin"
 	if path != "" && path != "-" {
 		f, err := os.Open(path)
@@ -109,10 +111,16 @@ func readInput(path string, in io.Reader) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	if len(data) > maxWriteInput {
-		return nil, fmt.Errorf("%s: more than %d bytes; write it in pieces", name, maxWriteInput)
-	}
-	if len(data) == 0 {
+	switch {
+	case size != 0 && len(data) != int(size):
+		more := ""
+		if len(data) > maxWriteInput {
+			more = "more than "
+		}
+		return nil, fmt.Errorf("--size %d, but %s holds %s%d bytes", size, name, more, min(len(data), maxWriteInput))
+	case len(data) > maxWriteInput:
+		return nil, fmt.Errorf("%s: more than %d bytes, the %s of a chunk; write it in pieces", name, maxWriteInput, sizeText(ChunkSize))
+	case len(data) == 0:
 		return nil, fmt.Errorf("%s: nothing to write (empty input)", name)
 	}
 	return data, nil
@@ -121,27 +129,40 @@ func readInput(path string, in io.Reader) ([]byte, error) {
 func newChunkWriteCommand(a *app) *cobra.Command {
 	var f chunkFlags
 	var ff fenceFlags
-	var offset, in string
+	var offset, size, in string
 	var sn uint64
 	cmd := &cobra.Command{
-		Use:   "write --pool P --copyset C --chunk ID [--offset N] [--sn S] [--file-id F --epoch E] [--in FILE]",
+		Use:   "write --pool P --copyset C --chunk ID [--offset N] [--size N] [--sn S] [--file-id F --epoch E] [--in FILE]",
 		Short: "Write bytes from a file or stdin into a chunk (size = bytes read)",
 		Long: `Writes through the copyset's leader. A write with a newer --sn than the
 chunk's keeps the old version as a COW snapshot (chunk snapshot-read); an older
 one is refused with CHUNK_OP_STATUS_BACKWARD. With --file-id and --epoch the
 write is fenced: a server that has been told a newer epoch of the file
-(epoch update) refuses it with CHUNK_OP_STATUS_EPOCH_TOO_OLD.`,
+(epoch update) refuses it with CHUNK_OP_STATUS_EPOCH_TOO_OLD.
+
+The offset and the size (the bytes read, or --size, which they must then
+match) are multiples of 4096 inside the 16 MiB chunk, and --sn is at least 1;
+a write that breaks a rule is refused before anything is sent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			off, err := parseSize32("offset", offset)
 			if err != nil {
 				return err
 			}
+			var n uint32
+			if cmd.Flags().Changed("size") {
+				if n, err = parseSize32("size", size); err != nil {
+					return err
+				}
+				if n == 0 {
+					return errors.New("--size 0: nothing to write")
+				}
+			}
 			fence, err := ff.fence(cmd)
 			if err != nil {
 				return err
 			}
-			data, err := readInput(in, cmd.InOrStdin())
+			data, err := readInput(in, cmd.InOrStdin(), n)
 			if err != nil {
 				return err
 			}
@@ -167,6 +188,7 @@ write is fenced: a server that has been told a newer epoch of the file
 	addChunkFlags(cmd, &f)
 	addFenceFlags(cmd, &ff)
 	cmd.Flags().StringVar(&offset, "offset", "0", "byte offset in the chunk (4096, 4k, 1MiB)")
+	cmd.Flags().StringVar(&size, "size", "", "bytes to write: the input must hold exactly this many (default: what it holds)")
 	cmd.Flags().Uint64Var(&sn, "sn", 1, "sequence number the write is made under")
 	cmd.Flags().StringVar(&in, "in", "", "file to write from (default stdin)")
 	return cmd

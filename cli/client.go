@@ -113,13 +113,16 @@ func New(opts Options) (*Client, error) {
 			grpc.MaxCallSendMsgSize(maxMessageSize),
 		),
 		// gRPC's default reconnect backoff grows to 2 minutes; a restarted
-		// chunkserver must be usable again within a second or so.
+		// chunkserver must be usable again at once: until the next
+		// reconnect attempt, calls fail with the last connection error, so
+		// a server that listens again must be noticed well within
+		// refusedGrace.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  100 * time.Millisecond,
 				Multiplier: 1.6,
 				Jitter:     0.2,
-				MaxDelay:   time.Second,
+				MaxDelay:   refusedGrace / 6,
 			},
 			MinConnectTimeout: c.attemptTimeout,
 		}),

@@ -79,10 +79,10 @@ func (c *Client) onServerRPC(parent context.Context, addr string, attempt time.D
 		if err == nil {
 			return nil
 		}
-		if !retryable(err) {
-			return &serverError{Err: err}
-		}
 		last = &serverError{Err: err}
+		if !retryable(err) || bo.final(last) {
+			return last
+		}
 		bo.wait(ctx)
 	}
 	if err := parent.Err(); err != nil {
@@ -114,11 +114,10 @@ func (c *Client) onLeaderRPC(parent context.Context, op string, cs CopysetID, at
 	hops := 0
 	for ctx.Err() == nil {
 		leader, err := c.leaderOf(ctx, cs)
+		if bo.final(err) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
 		if err != nil {
-			var nl *noLeaderError
-			if errors.As(err, &nl) && nl.permanent() {
-				return fmt.Errorf("%s: %w", op, err)
-			}
 			last = err
 			bo.wait(ctx)
 			continue
@@ -282,13 +281,21 @@ func (c *Client) CreateEmptyReplica(ctx context.Context, cs CopysetID, peer stri
 	if err != nil {
 		return nr, fmt.Errorf("%s: %w", op, err)
 	}
+	var unasked []string
 	for _, r := range rows {
-		if r.Err == nil && r.Hosted && replicaName(r) != id {
+		switch {
+		case r.Err != nil:
+			unasked = append(unasked, r.Server+": "+errText(r.Err))
+		case r.Hosted && replicaName(r) != id:
 			nr.Peers = append(nr.Peers, replicaName(r))
 		}
 	}
 	if len(nr.Peers) == 0 {
-		return nr, fmt.Errorf("%s: no server in --servers has a replica of it, so its current peers are unknown", op)
+		msg := "no server in --servers has a replica of it, so its current peers are unknown"
+		if len(unasked) > 0 {
+			msg += fmt.Sprintf(" (%d of %d servers could not be asked: %s)", len(unasked), len(rows), strings.Join(unasked, "; "))
+		}
+		return nr, fmt.Errorf("%s: %s", op, msg)
 	}
 	dctx, cancel := c.withDeadline(ctx)
 	defer cancel()

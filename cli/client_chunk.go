@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -36,7 +35,10 @@ func (f *Fence) apply(req *chunkserverpb.ChunkRequest) {
 }
 
 // WriteChunk writes data at offset of a chunk through the copyset's leader.
-// sn is the file sequence number the write is made under.
+// sn is the file sequence number the write is made under. Like every chunk
+// I/O call it checks the request first (checkIO: offset and size multiples
+// of BlockSize, size not 0, inside the ChunkSize chunk; sn not 0) and sends
+// nothing when it breaks a rule, naming the rule.
 func (c *Client) WriteChunk(ctx context.Context, id ChunkID, offset uint32, data []byte, sn uint64) error {
 	return c.writeChunk(ctx, id, offset, data, sn, nil)
 }
@@ -49,8 +51,11 @@ func (c *Client) WriteChunkFenced(ctx context.Context, id ChunkID, offset uint32
 
 func (c *Client) writeChunk(ctx context.Context, id ChunkID, offset uint32, data []byte, sn uint64, fence *Fence) error {
 	op := chunkOp{"write", id}
-	if uint64(len(data)) > math.MaxUint32 {
-		return fmt.Errorf("%s: %d bytes is too large for one request", op, len(data))
+	if err := checkIO(uint64(offset), uint64(len(data)), "size"); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if sn == 0 {
+		return fmt.Errorf("%s: %w", op, errSnZero)
 	}
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, id)
 	req.Offset = proto.Uint32(offset)
@@ -76,6 +81,9 @@ func (c *Client) ReadChunk(ctx context.Context, id ChunkID, offset, size uint32)
 // the leader and checks the reply carries exactly size bytes.
 func (c *Client) readData(ctx context.Context, op fmt.Stringer, id ChunkID, req *chunkserverpb.ChunkRequest, offset, size uint32,
 	call func(chunkserverpb.ChunkServiceClient, context.Context, *chunkserverpb.ChunkRequest, ...grpc.CallOption) (*chunkserverpb.ChunkResponse, error)) ([]byte, error) {
+	if err := checkIO(uint64(offset), uint64(size), "size"); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	req.Offset = proto.Uint32(offset)
 	req.Size = proto.Uint32(size)
 	var data []byte
@@ -144,6 +152,9 @@ func (c *Client) ReadChunkSnapshot(ctx context.Context, id ChunkID, sn uint64, o
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_READ_SNAP, id)
 	req.Sn = proto.Uint64(sn)
 	op := opText(fmt.Sprintf("read snapshot sn %d of %s", sn, id))
+	if sn == 0 {
+		return nil, fmt.Errorf("%s: %w", op, errSnZero)
+	}
 	return c.readData(ctx, op, id, req, offset, size, chunkserverpb.ChunkServiceClient.ReadChunkSnapshot)
 }
 
@@ -170,6 +181,9 @@ func (c *Client) CreateCloneChunk(ctx context.Context, id ChunkID, location stri
 	if _, err := ParseCloneLocation(location); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	if sn == 0 {
+		return fmt.Errorf("%s: %w", op, errSnZero)
+	}
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE, id)
 	req.Sn = proto.Uint64(sn)
 	req.CorrectedSn = proto.Uint64(correctedSn)
@@ -185,10 +199,14 @@ func (c *Client) CreateCloneChunk(ctx context.Context, id ChunkID, location stri
 // [offset, offset+size) of a clone chunk from its source and replicate them
 // (blocks the client wrote are left alone). On a normal chunk it does nothing.
 func (c *Client) RecoverChunk(ctx context.Context, id ChunkID, offset, size uint32) error {
+	op := chunkOp{"recover", id}
+	if err := checkIO(uint64(offset), uint64(size), "size"); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	req := chunkRequest(chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_RECOVER, id)
 	req.Offset = proto.Uint32(offset)
 	req.Size = proto.Uint32(size)
-	return c.onLeader(ctx, chunkOp{"recover", id}, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
+	return c.onLeader(ctx, op, id.CopysetID, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error) {
 		resp, err := svc.RecoverChunk(ctx, req)
 		return resp.GetStatus(), resp.GetRedirect(), err
 	})

@@ -152,7 +152,7 @@ func (c *Client) createOn(ctx, parent context.Context, cs CopysetID, peer string
 		resp, err := svc.CreateCopysetNode(actx, req)
 		acancel()
 		if err != nil {
-			if !retryable(err) {
+			if !retryable(err) || bo.final(&serverError{Err: err}) {
 				return false, &serverError{Addr: addr, Err: err}
 			}
 			last = &serverError{Err: err}

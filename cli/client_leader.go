@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,8 +31,7 @@ func (c *Client) GetLeader(ctx context.Context, cs CopysetID) (string, error) {
 		if err == nil {
 			return id, nil
 		}
-		var nl *noLeaderError
-		if errors.As(err, &nl) && nl.permanent() {
+		if bo.final(err) {
 			return "", fmt.Errorf("%s: %w", op, err)
 		}
 		last = err
@@ -59,11 +57,10 @@ func (c *Client) TransferLeader(ctx context.Context, cs CopysetID, to string) (s
 	var last error
 	for dctx.Err() == nil {
 		leader, err := c.leaderOf(dctx, cs)
+		if bo.final(err) {
+			return "", fmt.Errorf("%s: %w", op, err)
+		}
 		if err != nil {
-			var nl *noLeaderError
-			if errors.As(err, &nl) && nl.permanent() {
-				return "", fmt.Errorf("%s: %w", op, err)
-			}
 			last = err
 			bo.wait(dctx)
 			continue

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"reflect"
@@ -102,14 +103,14 @@ func TestNewOpsFollowLeader(t *testing.T) {
 	if err := c.RecoverChunk(ctx, clone, 0, 4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteChunk(ctx, src, 0, []byte("v1"), 1); err != nil {
+	if err := c.WriteChunk(ctx, src, 0, block("v1"), 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteChunkFenced(ctx, src, 0, []byte("v2"), 2, Fence{FileID: 1, Epoch: 1}); err != nil {
+	if err := c.WriteChunkFenced(ctx, src, 0, block("v2"), 2, Fence{FileID: 1, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.ReadChunkSnapshot(ctx, src, 1, 0, 2)
-	if err != nil || string(got) != "v1" {
+	got, err := c.ReadChunkSnapshot(ctx, src, 1, 0, BlockSize)
+	if err != nil || !bytes.Equal(got, block("v1")) {
 		t.Fatalf("ReadChunkSnapshot = %q, %v; want v1", got, err)
 	}
 	if sns, err := c.GetChunkInfo(ctx, src); err != nil || !reflect.DeepEqual(sns, []uint64{2, 1}) {

@@ -33,12 +33,13 @@ func (c *Client) onServer(parent context.Context, addr string, call serverCall) 
 		st, err := call(actx, svc)
 		acancel()
 		switch {
-		case err != nil && !retryable(err):
+		case err != nil && (!retryable(err) || bo.final(&serverError{Err: err})):
 			return 0, &serverError{Err: err}
 		case err != nil:
 			last = &serverError{Err: err}
 		case st == chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
 			last = &ChunkStatusError{Status: st}
+			bo.final(nil) // it answered: not down
 		default:
 			return st, nil
 		}
@@ -72,8 +73,12 @@ type ReplicaHash struct {
 // (see CompareHashes); a follower that is still catching up shows a
 // different hash until it has applied the latest writes. Unreachable servers
 // are retried until the client's timeout. It returns one row per server in
-// server order; the error is non-nil only if ctx ended.
+// server order; the error is non-nil only if the range does not lie inside
+// the chunk (nothing is sent then) or ctx ended.
 func (c *Client) ChunkHashes(ctx context.Context, id ChunkID, offset, length uint32) ([]ReplicaHash, error) {
+	if err := checkInChunk(uint64(offset), uint64(length), "length"); err != nil {
+		return nil, fmt.Errorf("hash %s: %w", id, err)
+	}
 	rows := c.chunkHashesOn(ctx, id, offset, length, c.servers)
 	if err := ctx.Err(); err != nil {
 		return rows, fmt.Errorf("hash %s: %w", id, err)

@@ -23,6 +23,9 @@ type ScanJob struct {
 	Progress  int32     // percent, as the server reports it
 	Scheduled time.Time // zero when not set
 	Started   time.Time // zero when not started
+	// Mismatches is how many replica mismatches the job found so far; -1
+	// when the server did not say (a server without the trailer).
+	Mismatches int
 }
 
 // ScanStateName is a job state without the enum prefix: WAITING, RUNNING, ...
@@ -52,12 +55,29 @@ func (e *IntegrityStatusError) Error() string {
 // chunkraft's IntegrityService conventions beyond the proto (see the server's
 // chunkserver/integrity_service.go): the copyset's pool travels as request
 // metadata; a FAILURE_UNKNOWN reply carries its reason, and from a follower
-// the leader's peer id, in trailers.
+// the leader's peer id, in trailers; a SUCCESS reply carries each job's
+// mismatch count in a trailer ("<id>=<count>" per job).
 const (
-	integrityPoolKey   = "chunkraft-logic-pool-id"
-	integrityErrorKey  = "chunkraft-error"
-	integrityLeaderKey = "chunkraft-leader"
+	integrityPoolKey       = "chunkraft-logic-pool-id"
+	integrityErrorKey      = "chunkraft-error"
+	integrityLeaderKey     = "chunkraft-leader"
+	integrityMismatchesKey = "chunkraft-mismatches"
 )
+
+// mismatchCounts parses the mismatches trailer into job id -> count,
+// skipping values it cannot read.
+func mismatchCounts(md metadata.MD) map[int32]int {
+	out := map[int32]int{}
+	for _, v := range md.Get(integrityMismatchesKey) {
+		id, n, ok := strings.Cut(v, "=")
+		i, err1 := strconv.ParseInt(id, 10, 32)
+		c, err2 := strconv.Atoi(n)
+		if ok && err1 == nil && err2 == nil && c >= 0 {
+			out[int32(i)] = c
+		}
+	}
+	return out
+}
 
 func firstValue(md metadata.MD, key string) string {
 	if v := md.Get(key); len(v) > 0 {
@@ -124,6 +144,7 @@ func (c *Client) Scan(ctx context.Context, op ScanOp, cs CopysetID, job int32, a
 	}}
 	var resp *chunkserverpb.IntegrityResponse
 	var reason string
+	var counts map[int32]int
 	err := c.onLeaderRPC(ctx, name, cs, c.attemptTimeout, func(ctx context.Context, cc grpc.ClientConnInterface, _ string) error {
 		svc := chunkserverpb.NewIntegrityServiceClient(cc)
 		ctx = metadata.AppendToOutgoingContext(ctx, integrityPoolKey, strconv.FormatUint(uint64(cs.Pool), 10))
@@ -143,8 +164,12 @@ func (c *Client) Scan(ctx context.Context, op ScanOp, cs CopysetID, job int32, a
 		default:
 			return &finalError{fmt.Errorf("unknown scan operation %q", op)}
 		}
-		if err != nil || resp.GetStatus() == chunkserverpb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS {
+		if err != nil {
 			return err
+		}
+		if resp.GetStatus() == chunkserverpb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS {
+			counts = mismatchCounts(trailer)
+			return nil
 		}
 		reason = firstValue(trailer, integrityErrorKey)
 		leader := firstValue(trailer, integrityLeaderKey)
@@ -164,13 +189,18 @@ func (c *Client) Scan(ctx context.Context, op ScanOp, cs CopysetID, job int32, a
 		if j.GetCopyset() != int32(cs.Copyset) {
 			continue
 		}
+		n, ok := counts[j.GetId()]
+		if !ok {
+			n = -1
+		}
 		jobs = append(jobs, ScanJob{
-			ID:        j.GetId(),
-			Copyset:   j.GetCopyset(),
-			State:     j.GetState(),
-			Progress:  j.GetProgress(),
-			Scheduled: unixTime(j.GetSchedTime()),
-			Started:   unixTime(j.GetStartTime()),
+			ID:         j.GetId(),
+			Copyset:    j.GetCopyset(),
+			State:      j.GetState(),
+			Progress:   j.GetProgress(),
+			Scheduled:  unixTime(j.GetSchedTime()),
+			Started:    unixTime(j.GetStartTime()),
+			Mismatches: n,
 		})
 	}
 	return jobs, nil
@@ -197,6 +227,9 @@ type RepairResult struct {
 func (c *Client) RepairRange(ctx context.Context, id ChunkID, offset, length uint32) (RepairResult, error) {
 	r := RepairResult{Chunk: id, Offset: offset, Length: length}
 	op := "repair " + id.String()
+	if err := checkIO(uint64(offset), uint64(length), "length"); err != nil {
+		return r, fmt.Errorf("%s: %w", op, err)
+	}
 	sns, err := c.GetChunkInfo(ctx, id)
 	if err != nil {
 		return r, err

@@ -26,14 +26,15 @@ var testChunk = ChunkID{CopysetID: CopysetID{Pool: 1, Copyset: 3}, Chunk: 9}
 func writeRead(t *testing.T, c *Client, id ChunkID, payload string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.WriteChunk(ctx, id, 4096, []byte(payload), 1); err != nil {
+	data := block(payload)
+	if err := c.WriteChunk(ctx, id, 4096, data, 1); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	got, err := c.ReadChunk(ctx, id, 4096, uint32(len(payload)))
+	got, err := c.ReadChunk(ctx, id, 4096, uint32(len(data)))
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
-	if string(got) != payload {
+	if !bytes.Equal(got, data) {
 		t.Fatalf("read %q, want %q", got, payload)
 	}
 }
@@ -130,7 +131,7 @@ func TestNoLeaderFailsWithinDeadline(t *testing.T) {
 	fc.setLeader(-1)
 	c := newTestClient(t, fc.addrs(), 600*time.Millisecond, 200*time.Millisecond)
 	start := time.Now()
-	err := c.WriteChunk(context.Background(), testChunk, 0, []byte("x"), 1)
+	err := c.WriteChunk(context.Background(), testChunk, 0, block("x"), 1)
 	elapsed := time.Since(start)
 	if err == nil {
 		t.Fatal("write succeeded without a leader")
@@ -156,10 +157,11 @@ func TestNoLeaderFailsWithinDeadline(t *testing.T) {
 func TestInvalidRequestNotRetried(t *testing.T) {
 	fc := newFakeCluster(t, 3)
 	fc.setLeader(1)
+	fc.with(func() { fc.invalid = true })
 	c := newTestClient(t, fc.addrs(), 5*time.Second, time.Second)
-	err := c.WriteChunk(context.Background(), testChunk, fakeChunkSize, []byte("past the end"), 1)
+	err := c.WriteChunk(context.Background(), testChunk, 0, block("refused"), 1)
 	if err == nil {
-		t.Fatal("write past the chunk end succeeded")
+		t.Fatal("write the server refuses succeeded")
 	}
 	if want := "write pool 1 copyset 3 chunk 9: CHUNK_OP_STATUS_INVALID_REQUEST"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
@@ -202,7 +204,7 @@ func TestCallerCancel(t *testing.T) {
 	c := newTestClient(t, fc.addrs(), 10*time.Second, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err := c.WriteChunk(ctx, testChunk, 0, []byte("x"), 1)
+	err := c.WriteChunk(ctx, testChunk, 0, block("x"), 1)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error %v, want the caller's deadline", err)
 	}
@@ -221,7 +223,7 @@ func TestDeleteAndInfo(t *testing.T) {
 	if err := c.DeleteChunk(ctx, testChunk, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReadChunk(ctx, testChunk, 0, 1); !IsChunkStatus(err, chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST) {
+	if _, err := c.ReadChunk(ctx, testChunk, 0, BlockSize); !IsChunkStatus(err, chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_NOTEXIST) {
 		t.Errorf("read after delete: %v", err)
 	}
 }
@@ -345,8 +347,8 @@ func TestNotHostedAnywhereFailsFast(t *testing.T) {
 	fc.with(func() { fc.notHosted[0], fc.notHosted[1], fc.notHosted[2] = true, true, true })
 	c := newTestClient(t, fc.addrs(), 10*time.Second, time.Second)
 	start := time.Now()
-	err := c.WriteChunk(context.Background(), testChunk, 0, []byte("x"), 1)
-	if err == nil || !strings.Contains(err.Error(), "NotFound") {
+	err := c.WriteChunk(context.Background(), testChunk, 0, block("x"), 1)
+	if err == nil || err.Error() != "write pool 1 copyset 3 chunk 9: COPYSET_NOTEXIST: copyset 1/3 is hosted by none of the 3 servers" {
 		t.Fatalf("write to a copyset no server hosts: %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {

@@ -131,7 +131,7 @@ func TestCommandPeer(t *testing.T) {
 		t.Errorf("add to a copyset nobody hosts: %v after %s", err, time.Since(start))
 	}
 	_, err = run(t, srv, nil, "peer", "add", "--pool", "1", "--copyset", "99", "--peer", srv[3], "--create=false")
-	if err == nil || !strings.Contains(err.Error(), "no leader found") {
+	if err == nil || !strings.HasSuffix(err.Error(), ": COPYSET_NOTEXIST: copyset 1/99 is hosted by none of the 5 servers") {
 		t.Errorf("add to a copyset nobody hosts: %v", err)
 	}
 }
@@ -233,7 +233,7 @@ func TestCommandCopysetAdmin(t *testing.T) {
 	fc := newFakeCluster(t, 3)
 	fc.setLeader(1)
 	srv := fc.addrs()
-	mustRun(t, srv, []byte("some data"), cmdArgs([]string{"chunk", "write"}, 9)...)
+	mustRun(t, srv, block("some data"), cmdArgs([]string{"chunk", "write"}, 9)...)
 
 	// status --hash: equal hashes.
 	out := mustRun(t, srv, nil, "copyset", "status", "--pool", "1", "--copyset", "3", "--hash")
@@ -477,8 +477,29 @@ func TestCommandScan(t *testing.T) {
 		t.Fatalf("scan list json: %v\n%s", err, out)
 	}
 	if js[0].Copyset != 1 || js[1].Copyset != 2 || js[2].Copyset != 3 || js[2].ID != 1 || js[0].Scheduled == "" || js[2].Scheduled != "" ||
-		js[0].Pool != 1 || js[0].State != "WAITING" {
+		js[0].Pool != 1 || js[0].State != "WAITING" || js[0].Mismatches != nil {
 		t.Errorf("scan list: %+v", js)
+	}
+	if out := mustRun(t, srv, nil, "scan", "list", "--copyset", "3"); !strings.Contains(out, "MISMATCHES") || !strings.Contains(out, "  -  ") {
+		t.Errorf("scan list from a server that does not report mismatches:\n%s", out)
+	}
+	// Each job's mismatch count, from the reply's trailer.
+	fc.with(func() {
+		fc.mismatch = map[int32]int{}
+		for _, j := range fc.jobs {
+			if j.GetCopyset() == 1 {
+				fc.mismatch[j.GetId()] = 5
+			}
+		}
+	})
+	out = mustRun(t, srv, nil, "-o", "json", "scan", "list", "--copyset", "1-3")
+	if err := json.Unmarshal([]byte(out), &js); err != nil || len(js) != 3 || js[0].Mismatches == nil || *js[0].Mismatches != 5 ||
+		js[2].Mismatches == nil || *js[2].Mismatches != 0 {
+		t.Errorf("scan list with mismatches: %v\n%s", err, out)
+	}
+	out = mustRun(t, srv, nil, "scan", "list", "--copyset", "1")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[0])[4] != "MISMATCHES" || strings.Fields(lines[1])[4] != "5" {
+		t.Errorf("scan list table:\n%s", out)
 	}
 
 	job := func(op string) []string { return []string{"scan", op, "--copyset", "3", "--job", "1"} }
@@ -673,8 +694,8 @@ func TestCommandClusterStatus(t *testing.T) {
 func TestCommandCheckConsistency(t *testing.T) {
 	fc := newFakeCluster(t, 3)
 	srv := fc.addrs()
-	mustRun(t, srv, []byte("nine"), cmdArgs([]string{"chunk", "write"}, 9)...)
-	mustRun(t, srv, []byte("one"), "chunk", "write", "--pool", "1", "--copyset", "1", "--chunk", "5")
+	mustRun(t, srv, block("nine"), cmdArgs([]string{"chunk", "write"}, 9)...)
+	mustRun(t, srv, block("one"), "chunk", "write", "--pool", "1", "--copyset", "1", "--chunk", "5")
 	check := []string{"cluster", "check-consistency", "--copyset", "1-3", "--wait", "1s"}
 
 	out := mustRun(t, srv, nil, check...)
@@ -768,8 +789,8 @@ func TestCommandAdminFlags(t *testing.T) {
 		{[]string{"peer", "change", "--pool", "1", "--copyset", "3", "--peers", "a:1,a:1:0"}, "--peers: peer a:1:0 listed twice"},
 		{[]string{"peer", "reset", "--pool", "1", "--copyset", "3", "--peers", "a:1"}, `"server" not set`},
 		{[]string{"peer", "reset", "--pool", "1", "--copyset", "3", "--server", "a", "--peers", "a:1"}, "--server: bad peer address"},
-		{[]string{"leader", "balance", "--copyset", "x"}, "--copyset: bad id"},
-		{[]string{"copyset", "list", "--copyset", "3-1"}, "end before start"},
+		{[]string{"leader", "balance", "--copyset", "x"}, "--copyset: \"x\" is not a whole number"},
+		{[]string{"copyset", "list", "--copyset", "3-1"}, `range "3-1" ends before it starts`},
 		{[]string{"copyset", "delete-broken", "--pool", "1", "--copyset", "3"}, `"server" not set`},
 		{[]string{"snapshot", "--pool", "1"}, "give --pool and --copyset, or --all"},
 		{[]string{"config", "get"}, `"key" not set`},
@@ -779,9 +800,9 @@ func TestCommandAdminFlags(t *testing.T) {
 		{[]string{"scan", "cancel", "--copyset", "3"}, `"job" not set`},
 		{[]string{"scan", "repair", "--pool", "1", "--copyset", "3"}, `"chunk" not set`},
 		{[]string{"scan", "repair", "--pool", "1", "--copyset", "3", "--chunk", "1", "--offset", "1q"}, "--offset: bad size"},
-		{[]string{"server", "status", "--copyset", ""}, "--copyset: empty id list"},
+		{[]string{"server", "status", "--copyset", ""}, "--copyset: no ids in"},
 		{[]string{"cluster", "status", "--lag", "-1"}, "--lag: must not be negative"},
-		{[]string{"cluster", "check-consistency", "--chunks", ""}, "--chunks: empty id list"},
+		{[]string{"cluster", "check-consistency", "--chunks", ""}, "--chunks: no ids in"},
 	} {
 		_, err := run(t, srv, nil, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

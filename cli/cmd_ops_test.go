@@ -49,7 +49,7 @@ func TestCommandEpochFence(t *testing.T) {
 	})
 
 	// An older epoch is refused, once, and the status is named.
-	_, err := run(t, srv, []byte("old"), cmdArgs(write, 9, "--file-id", "5", "--epoch", "1")...)
+	_, err := run(t, srv, block("old"), cmdArgs(write, 9, "--file-id", "5", "--epoch", "1")...)
 	if err == nil || !strings.HasPrefix(err.Error(), "write pool 1 copyset 3 chunk 9: CHUNK_OP_STATUS_EPOCH_TOO_OLD") {
 		t.Fatalf("fenced write with an old epoch: %v", err)
 	}
@@ -66,7 +66,7 @@ func TestCommandEpochFence(t *testing.T) {
 	})
 
 	// The current epoch passes; both fields go on the wire.
-	out = mustRun(t, srv, []byte("new"), append([]string{"-o", "json"}, cmdArgs(write, 9, "--file-id", "5", "--epoch", "2")...)...)
+	out = mustRun(t, srv, block("new"), append([]string{"-o", "json"}, cmdArgs(write, 9, "--file-id", "5", "--epoch", "2")...)...)
 	var j chunkIOJSON
 	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Fence == nil || *j.Fence != (Fence{FileID: 5, Epoch: 2}) {
 		t.Errorf("fenced write json: %v\n%s", err, out)
@@ -74,12 +74,12 @@ func TestCommandEpochFence(t *testing.T) {
 	if r := fc.lastRequest("WriteChunk"); r.FileId == nil || r.GetFileId() != 5 || r.Epoch == nil || r.GetEpoch() != 2 {
 		t.Errorf("write request fileId %v epoch %v, want 5 and 2", r.FileId, r.Epoch)
 	}
-	out = mustRun(t, srv, []byte("new"), cmdArgs(write, 9, "--file-id", "5", "--epoch", "3")...)
+	out = mustRun(t, srv, block("new"), cmdArgs(write, 9, "--file-id", "5", "--epoch", "3")...)
 	if !strings.Contains(out, "FILE-ID") || !strings.Contains(out, "EPOCH") {
 		t.Errorf("fenced write table:\n%s", out)
 	}
 	// Without the flags, no fence is sent.
-	mustRun(t, srv, []byte("free"), cmdArgs(write, 9)...)
+	mustRun(t, srv, block("free"), cmdArgs(write, 9)...)
 	if r := fc.lastRequest("WriteChunk"); r.FileId != nil || r.Epoch != nil {
 		t.Errorf("unfenced write sent fileId %v epoch %v", r.FileId, r.Epoch)
 	}
@@ -188,7 +188,7 @@ func TestCommandSnapshots(t *testing.T) {
 
 	// An older sn is BACKWARD: final, one attempt.
 	before := totalCalls(fc, "WriteChunk")
-	_, err = run(t, srv, []byte("x"), cmdArgs([]string{"chunk", "write"}, 9, "--sn", "1")...)
+	_, err = run(t, srv, block("x"), cmdArgs([]string{"chunk", "write"}, 9, "--sn", "1")...)
 	if !IsChunkStatus(err, chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD) {
 		t.Errorf("write with an older sn: %v", err)
 	}
@@ -295,7 +295,7 @@ func TestCommandHash(t *testing.T) {
 	fc := newFakeCluster(t, 3)
 	fc.setLeader(1)
 	srv := fc.addrs()
-	data := bytes.Repeat([]byte("chunkraft"), 1000)
+	data := block(strings.Repeat("chunkraft", 1000))
 	mustRun(t, srv, data, cmdArgs([]string{"chunk", "write"}, 9)...)
 	whole := make([]byte, 16<<20)
 	copy(whole, data)

@@ -77,8 +77,8 @@ func TestCommandWriteRead(t *testing.T) {
 	}
 
 	// stdin.
-	mustRun(t, srv, []byte("from stdin"), "chunk", "write", "--pool", "1", "--copyset", "3", "--chunk", "10")
-	if out := mustRun(t, srv, nil, "chunk", "read", "--pool", "1", "--copyset", "3", "--chunk", "10", "--size", "10"); out != "from stdin" {
+	mustRun(t, srv, block("from stdin"), "chunk", "write", "--pool", "1", "--copyset", "3", "--chunk", "10")
+	if out := mustRun(t, srv, nil, "chunk", "read", "--pool", "1", "--copyset", "3", "--chunk", "10", "--size", "4k"); out != string(block("from stdin")) {
 		t.Errorf("read back %q", out)
 	}
 	if _, err := run(t, srv, nil, "chunk", "write", "--pool", "1", "--copyset", "3", "--chunk", "10"); err == nil || !strings.Contains(err.Error(), "empty input") {
@@ -92,15 +92,19 @@ func TestCommandWriteRead(t *testing.T) {
 		t.Errorf("chunk info json: %v\n%s", err, out)
 	}
 
-	// Bad request: one line naming the status.
-	_, err := run(t, srv, []byte("x"), "chunk", "write", "--pool", "1", "--copyset", "3", "--chunk", "9", "--offset", "16m")
-	if err == nil || err.Error() != "write pool 1 copyset 3 chunk 9: CHUNK_OP_STATUS_INVALID_REQUEST" {
+	// Bad request: one line naming the rule it breaks; nothing is sent.
+	before := fc.count(1, "WriteChunk")
+	_, err := run(t, srv, block("x"), "chunk", "write", "--pool", "1", "--copyset", "3", "--chunk", "9", "--offset", "16m")
+	if err == nil || err.Error() != "write pool 1 copyset 3 chunk 9: offset 16777216 + size 4096 ends at 16781312, beyond the end of the 16 MiB chunk (16777216)" {
 		t.Errorf("write past the end: %v", err)
+	}
+	if n := fc.count(1, "WriteChunk") - before; n != 0 {
+		t.Errorf("a write past the end was sent %d times", n)
 	}
 
 	// Delete, then the chunk is gone.
 	mustRun(t, srv, nil, "chunk", "delete", "--pool", "1", "--copyset", "3", "--chunk", "9")
-	_, err = run(t, srv, nil, "chunk", "read", "--pool", "1", "--copyset", "3", "--chunk", "9", "--size", "1")
+	_, err = run(t, srv, nil, "chunk", "read", "--pool", "1", "--copyset", "3", "--chunk", "9", "--size", "4k")
 	if err == nil || !strings.Contains(err.Error(), "CHUNK_OP_STATUS_CHUNK_NOTEXIST") {
 		t.Errorf("read after delete: %v", err)
 	}

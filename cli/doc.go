@@ -8,6 +8,12 @@
 // not host the copyset, is unreachable or times out, and retries with a small
 // backoff until an overall deadline. Every RPC attempt has its own, shorter
 // timeout so that a dead or stopped leader cannot use up the whole deadline.
+// Two cases end the retries early: every server says it does not host the
+// copyset (one COPYSET_NOTEXIST line), and every server refuses connections,
+// or does not host the copyset, for 1.5 s (refusedGrace: a server that
+// restarts within it is retried; the error names the servers). Chunk I/O is
+// checked against the chunk geometry (ChunkSize, BlockSize) and sn before it
+// is sent; a request that breaks a rule is refused naming the rule.
 // A few calls go to every configured server instead of the leader:
 // ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (a
 // per-server fence that raft does not replicate).
@@ -19,7 +25,8 @@
 // DeleteBrokenCopyset go to the servers named. Reads of state (Config get and
 // dump, LoadFinished, the status fan-outs) make one attempt per server, so
 // that a dead server costs one attempt timeout; changes are retried while a
-// server is unreachable. ClassifyCopyset, PlanLeaderBalance and
+// server is unreachable, but not while it refuses connections for longer
+// than refusedGrace. ClassifyCopyset, PlanLeaderBalance and
 // CheckConsistency are what `cluster status`, `leader balance` and
 // `cluster check-consistency` are built on.
 //

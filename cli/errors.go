@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,12 +62,35 @@ func (e *serverError) Error() string {
 }
 func (e *serverError) Unwrap() error { return e.Err }
 
-// noLeaderError lists why each server could not name a leader.
+// noLeaderError lists why each server could not name the leader of cs.
 type noLeaderError struct {
+	cs   CopysetID
 	errs []*serverError
 }
 
+// Error is one line. When every server says it does not host the copyset
+// it says so once, not once per server; when every server refuses
+// connections (or does not host the copyset) it names those that refuse.
 func (e *noLeaderError) Error() string {
+	refusing, notHosted := e.tally()
+	cs := fmt.Sprintf("copyset %d/%d", e.cs.Pool, e.cs.Copyset)
+	switch n := len(e.errs); {
+	case n > 0 && notHosted == n:
+		return "COPYSET_NOTEXIST: " + cs + " is hosted by " + countServers("none of the", n)
+	case n > 0 && len(refusing)+notHosted == n:
+		msg := "connection refused by " + strings.Join(refusing, ", ")
+		if len(refusing) == n {
+			msg = "every server refuses connections: " + strings.Join(refusing, ", ")
+		}
+		if notHosted > 0 {
+			verb := "do"
+			if notHosted == 1 {
+				verb = "does"
+			}
+			msg += fmt.Sprintf("; %s %s not host %s", countServers("the other", notHosted), verb, cs)
+		}
+		return msg
+	}
 	parts := make([]string, len(e.errs))
 	for i, se := range e.errs {
 		parts[i] = se.Error()
@@ -74,10 +98,37 @@ func (e *noLeaderError) Error() string {
 	return "no leader found: " + strings.Join(parts, "; ")
 }
 
+// tally returns the servers that refused connections, sorted, and how many
+// said they do not host the copyset.
+func (e *noLeaderError) tally() (refusing []string, notHosted int) {
+	for _, se := range e.errs {
+		switch {
+		case refused(se.Err):
+			refusing = append(refusing, se.Addr)
+		case status.Code(se.Err) == codes.NotFound:
+			notHosted++
+		}
+	}
+	slices.Sort(refusing)
+	return refusing, notHosted
+}
+
+// countServers is "<what> 3 servers" ("the other 1 server" for one).
+func countServers(what string, n int) string {
+	if n == 1 {
+		return what + " 1 server"
+	}
+	return fmt.Sprintf("%s %d servers", what, n)
+}
+
 func (e *noLeaderError) Unwrap() []error {
-	out := make([]error, len(e.errs))
-	for i, se := range e.errs {
-		out[i] = se
+	out := make([]error, 0, len(e.errs)+1)
+	if _, notHosted := e.tally(); notHosted == len(e.errs) && notHosted > 0 {
+		// IsChunkStatus(COPYSET_NOTEXIST) holds, as if a server had said it.
+		out = append(out, &ChunkStatusError{Status: chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST})
+	}
+	for _, se := range e.errs {
+		out = append(out, se)
 	}
 	return out
 }
@@ -92,6 +143,22 @@ func (e *noLeaderError) permanent() bool {
 		}
 	}
 	return len(e.errs) > 0
+}
+
+// unreachable reports whether no server that might host the copyset
+// accepts connections: each refused them or said it does not host it, and
+// at least one refused.
+func (e *noLeaderError) unreachable() bool {
+	refusing, notHosted := e.tally()
+	return len(refusing) > 0 && len(refusing)+notHosted == len(e.errs)
+}
+
+// refused reports whether err is a failed connection attempt that the
+// server's host refused: nothing listens on the port (the server is down or
+// restarting).
+func refused(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection refused")
 }
 
 // describe renders a gRPC error as "Code: message", anything else as is.

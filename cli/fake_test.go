@@ -56,9 +56,11 @@ type fakeCluster struct {
 	loading   map[int]bool                 // ChunkServerStatus: copysets not loaded yet
 	config    map[int]map[string]string    // ConfigService per server
 	jobs      []*chunkserverpb.IntegrityJob
-	lastPool  uint32 // the pool of the last IntegrityService request
+	mismatch  map[int32]int // job id -> mismatches found; nil: no mismatches trailer (an older server)
+	lastPool  uint32        // the pool of the last IntegrityService request
 	resets    map[int]*chunkserverpb.ResetPeerRequest2
 	refuse    map[string]codes.Code // method -> error code the leader answers with
+	invalid   bool                  // WriteChunk answers INVALID_REQUEST (a rule the client does not check)
 }
 
 type fakeSnap struct {
@@ -83,6 +85,16 @@ func (s *fakeServer) addr() string { a, _ := PeerAddr(s.id); return a }
 // newFakeCluster starts n fake servers. Like the real server must, they accept
 // messages larger than gRPC's 4 MiB default so a whole chunk fits.
 func newFakeCluster(t *testing.T, n int) *fakeCluster {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = "127.0.0.1:0"
+	}
+	return newFakeClusterAt(t, addrs)
+}
+
+// newFakeClusterAt starts a fake server listening on each of addrs.
+func newFakeClusterAt(t *testing.T, addrs []string) *fakeCluster {
 	t.Helper()
 	c := &fakeCluster{
 		leader:    0,
@@ -112,8 +124,8 @@ func newFakeCluster(t *testing.T, n int) *fakeCluster {
 		resets:    map[int]*chunkserverpb.ResetPeerRequest2{},
 		refuse:    map[string]codes.Code{},
 	}
-	for i := range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+	for i, addr := range addrs {
+		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +273,7 @@ func (f *fakeChunkService) WriteChunk(ctx context.Context, req *chunkserverpb.Ch
 	}
 	c.reqs["WriteChunk"] = req
 	off, size := uint64(req.GetOffset()), uint64(req.GetSize())
-	if req.GetOpType() != chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE || size == 0 ||
+	if c.invalid || req.GetOpType() != chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE || size == 0 ||
 		size != uint64(len(req.GetData())) || off+size > fakeChunkSize {
 		return chunkReply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, ""), nil
 	}
@@ -657,6 +669,13 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 		r.Hash = proto.String(c.copysetHash(f.s.i, cs))
 	}
 	return r, nil
+}
+
+// block is s padded with zero bytes to whole BlockSize blocks: chunk I/O
+// the client accepts.
+func block(s string) []byte {
+	n := (len(s) + BlockSize - 1) / BlockSize * BlockSize
+	return append([]byte(s), make([]byte, max(n, BlockSize)-len(s))...)
 }
 
 // deadAddr returns an address nothing listens on.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -61,52 +62,96 @@ func parseSize32(what, s string) (uint32, error) {
 // maxIDList bounds how many ids one range expression may expand to.
 const maxIDList = 1 << 16
 
+// idForms is what an id list may look like, for error messages.
+const idForms = "want an id, a range or a list: 7, 1-16, 1,3,8-10"
+
+// parseID parses one id of an id list.
+func parseID(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 10, 32)
+	switch {
+	case err == nil:
+		return uint32(v), nil
+	case errors.Is(err, strconv.ErrRange):
+		return 0, fmt.Errorf("id %s is larger than %d", s, uint64(math.MaxUint32))
+	}
+	return 0, fmt.Errorf("%q is not a whole number", s)
+}
+
 // ParseIDList parses a list of ids: "7", "1-16" or "1,3,8-10". Ranges are
-// inclusive; repeated ids are kept once, in first-seen order.
+// inclusive; repeated ids are kept once, in first-seen order. Errors name
+// the part of s that breaks a rule and the rule.
 func ParseIDList(s string) ([]uint32, error) {
 	var out []uint32
 	seen := map[uint32]bool{}
-	add := func(v uint32) error {
-		if seen[v] {
-			return nil
-		}
-		if len(out) >= maxIDList {
-			return fmt.Errorf("bad id list %q: more than %d ids", s, maxIDList)
-		}
-		seen[v] = true
-		out = append(out, v)
-		return nil
-	}
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
 		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 32)
+		lo, hi = strings.TrimSpace(lo), strings.TrimSpace(hi)
+		switch {
+		case isRange && lo == "":
+			return nil, fmt.Errorf("range %q has no start (%s)", part, idForms)
+		case isRange && hi == "":
+			return nil, fmt.Errorf("range %q has no end (%s)", part, idForms)
+		}
+		a, err := parseID(lo)
 		if err != nil {
-			return nil, fmt.Errorf("bad id %q in %q", part, s)
+			return nil, fmt.Errorf("%w (%s)", err, idForms)
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.ParseUint(strings.TrimSpace(hi), 10, 32); err != nil {
-				return nil, fmt.Errorf("bad id range %q in %q", part, s)
+			if b, err = parseID(hi); err != nil {
+				return nil, fmt.Errorf("range %q: %w (%s)", part, err, idForms)
 			}
 			if b < a {
-				return nil, fmt.Errorf("bad id range %q in %q: end before start", part, s)
+				return nil, fmt.Errorf("range %q ends before it starts", part)
 			}
 			if b-a >= maxIDList {
-				return nil, fmt.Errorf("bad id range %q: more than %d ids", part, maxIDList)
+				return nil, fmt.Errorf("range %q holds more than %d ids", part, maxIDList)
 			}
 		}
-		for v := a; v <= b; v++ {
-			if err := add(uint32(v)); err != nil {
-				return nil, err
+		for v := uint64(a); v <= uint64(b); v++ {
+			if seen[uint32(v)] {
+				continue
 			}
+			if len(out) >= maxIDList {
+				return nil, fmt.Errorf("%q holds more than %d ids", s, maxIDList)
+			}
+			seen[uint32(v)] = true
+			out = append(out, uint32(v))
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("empty id list %q", s)
+		return nil, fmt.Errorf("no ids in %q (%s)", s, idForms)
 	}
 	return out, nil
+}
+
+// idValue is a flag holding one id (--copyset of the commands that take a
+// single copyset): a list or a range is refused with the reason.
+type idValue struct{ p *uint32 }
+
+func (v idValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*v.p), 10)
+}
+
+func (v idValue) Type() string { return "uint32" }
+
+func (v idValue) Set(s string) error {
+	if strings.ContainsAny(s, ",-") {
+		if _, err := ParseIDList(s); err == nil {
+			return errors.New("this command takes one copyset id, not a list or a range")
+		}
+	}
+	id, err := parseID(strings.TrimSpace(s))
+	if err != nil {
+		return err
+	}
+	*v.p = id
+	return nil
 }

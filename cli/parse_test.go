@@ -93,6 +93,36 @@ func TestParseIDList(t *testing.T) {
 	}
 }
 
+// TestIDListErrors: a bad id list is refused naming the part and the rule.
+func TestIDListErrors(t *testing.T) {
+	const forms = " (want an id, a range or a list: 7, 1-16, 1,3,8-10)"
+	for in, want := range map[string]string{
+		"4-1":        `range "4-1" ends before it starts`,
+		"1,a":        `"a" is not a whole number` + forms,
+		"1-":         `range "1-" has no end` + forms,
+		"-3":         `range "-3" has no start` + forms,
+		"2-x":        `range "2-x": "x" is not a whole number` + forms,
+		"4294967296": "id 4294967296 is larger than 4294967295" + forms,
+		"1-100000":   `range "1-100000" holds more than 65536 ids`,
+		" , ":        `no ids in " , "` + forms,
+	} {
+		if _, err := ParseIDList(in); err == nil || err.Error() != want {
+			t.Errorf("ParseIDList(%q): %v, want %s", in, err, want)
+		}
+	}
+	var id uint32
+	v := idValue{&id}
+	if err := v.Set("1-3"); err == nil || err.Error() != "this command takes one copyset id, not a list or a range" {
+		t.Errorf("Set(1-3): %v", err)
+	}
+	if err := v.Set("x"); err == nil || err.Error() != `"x" is not a whole number` {
+		t.Errorf("Set(x): %v", err)
+	}
+	if err := v.Set("7"); err != nil || id != 7 || v.String() != "7" {
+		t.Errorf("Set(7): %v, id %d", err, id)
+	}
+}
+
 func TestPeerForms(t *testing.T) {
 	for _, tc := range []struct {
 		in, id, addr string

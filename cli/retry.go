@@ -20,15 +20,61 @@ const (
 	maxRedirectHops = 4
 )
 
-// retryBackoff is a jittered exponential backoff between retry rounds.
-type retryBackoff struct{ next time.Duration }
+// refusedGrace is how long an operation keeps trying while every server
+// refuses connections (or does not host the copyset): time for a server
+// that restarts to listen again, yet a command against servers that are
+// down fails within about that long rather than at its timeout.
+const refusedGrace = 1500 * time.Millisecond
+
+// retryBackoff is a jittered exponential backoff between retry rounds. It
+// also keeps the operation's refusal clock: since when every round found
+// no server accepting connections.
+type retryBackoff struct {
+	next time.Duration
+	down time.Time // start of the current run of refused rounds; zero if none
+}
 
 func newBackoff() *retryBackoff { return &retryBackoff{next: backoffMin} }
 
-// wait sleeps for the next interval; false if ctx ended first.
+// final reports whether a round's failure err ends the retries: a
+// discovery every server answered with a permanent failure (see
+// noLeaderError.permanent), or refusedGrace of rounds in which no server
+// that might host the copyset accepted connections: a discovery that found
+// every server refusing or not hosting it, or a *serverError of the one
+// server an operation is for refusing. Any other outcome, err == nil
+// included, stops the refusal clock.
+func (b *retryBackoff) final(err error) bool {
+	down := false
+	var nl *noLeaderError
+	switch {
+	case errors.As(err, &nl):
+		if nl.permanent() {
+			return true
+		}
+		down = nl.unreachable()
+	case err != nil:
+		var se *serverError
+		down = errors.As(err, &se) && refused(se.Err)
+	}
+	if !down {
+		b.down = time.Time{}
+		return false
+	}
+	now := time.Now()
+	if b.down.IsZero() {
+		b.down = now
+	}
+	return now.Sub(b.down) >= refusedGrace
+}
+
+// wait sleeps for the next interval, no longer than the refusal clock has
+// left; false if ctx ended first.
 func (b *retryBackoff) wait(ctx context.Context) bool {
 	d := b.next/2 + rand.N(b.next/2+1)
 	b.next = min(2*b.next, backoffMax)
+	if !b.down.IsZero() {
+		d = max(min(d, time.Until(b.down.Add(refusedGrace))), 0)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -109,7 +155,7 @@ func (c *Client) discover(ctx context.Context, cs CopysetID) (string, error) {
 		}
 		errs[r.i] = &serverError{Addr: order[r.i], Err: r.err}
 	}
-	return "", &noLeaderError{errs: errs}
+	return "", &noLeaderError{cs: cs, errs: errs}
 }
 
 // leaderOf returns the cached leader of cs or discovers it (one round).
@@ -164,11 +210,11 @@ func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID,
 			id, ok := c.CachedLeader(cs)
 			if !ok {
 				var err error
-				if id, err = c.discover(opCtx(), cs); err != nil {
-					var nl *noLeaderError
-					if errors.As(err, &nl) && nl.permanent() {
-						return fmt.Errorf("%s: %w", op, err)
-					}
+				id, err = c.discover(opCtx(), cs)
+				if bo.final(err) {
+					return fmt.Errorf("%s: %w", op, err)
+				}
+				if err != nil {
 					retry(err)
 					continue
 				}

@@ -66,6 +66,7 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a), newEpochCommand(a),
 		newPeerCommand(a), newSnapshotCommand(a), newConfigCommand(a), newScanCommand(a),
 		newServerCommand(a), newClusterCommand(a))
+	StrictSubcommands(root)
 	return root
 }
 
@@ -109,7 +110,7 @@ func addCopysetFlags(cmd *cobra.Command, f *copysetFlags, ranges bool) {
 	if ranges {
 		cmd.Flags().StringVar(&f.copysets, "copyset", "", "copyset id or list/range (7, 1-16, 1,3,8-10)")
 	} else {
-		cmd.Flags().Uint32Var(&f.copyset, "copyset", 0, "copyset id")
+		cmd.Flags().Var(idValue{&f.copyset}, "copyset", "copyset id")
 	}
 	_ = cmd.MarkFlagRequired("pool")
 	_ = cmd.MarkFlagRequired("copyset")

@@ -19,10 +19,10 @@ range at the same raft log index and the leader compares them and records
 mismatches. Jobs live in the copyset's replicated state; requests go to the
 copyset's leader. IntegrityJob names the copyset by id only: --pool (default 1)
 finds the leader and travels as gRPC metadata (chunkraft-logic-pool-id).
-A job reports state and progress only; what a scan found (chunk, range, which
-replica differs) is in the server's log, the chunkraft_scan_mismatches_total
-metric and GET /integrity on the server's metrics port. scan repair rewrites a
-bad range.`,
+A job reports its state, progress and how many mismatches it found; what a
+scan found (chunk, range, which replica differs) is in the server's log, the
+chunkraft_scan_mismatches_total metric and GET /integrity on the server's
+metrics port. scan repair rewrites a bad range.`,
 	}
 	cmd.AddCommand(newScanScheduleCommand(a), newScanListCommand(a),
 		newScanJobCommand(a, ScanCancel, "Cancel an integrity job"),
@@ -40,6 +40,8 @@ type scanJobJSON struct {
 	Progress  int32  `json:"progress"`
 	Scheduled string `json:"scheduled,omitempty"` // RFC 3339, UTC
 	Started   string `json:"started,omitempty"`
+	// Mismatches found so far; absent when the server did not report it.
+	Mismatches *int `json:"mismatches,omitempty"`
 }
 
 func timeCell(t time.Time) string {
@@ -55,13 +57,18 @@ func scanJobRows(pool uint32, jobs []ScanJob) ([]scanJobJSON, [][]string) {
 	for i, j := range jobs {
 		js[i] = scanJobJSON{Pool: pool, Copyset: j.Copyset, ID: j.ID, State: ScanStateName(j.State), Progress: j.Progress,
 			Scheduled: timeCell(j.Scheduled), Started: timeCell(j.Started)}
+		mismatches := "-"
+		if j.Mismatches >= 0 {
+			js[i].Mismatches = &j.Mismatches
+			mismatches = strconv.Itoa(j.Mismatches)
+		}
 		rows[i] = []string{strconv.Itoa(int(j.Copyset)), strconv.Itoa(int(j.ID)), js[i].State,
-			strconv.Itoa(int(j.Progress)) + "%", js[i].Scheduled, js[i].Started}
+			strconv.Itoa(int(j.Progress)) + "%", mismatches, js[i].Scheduled, js[i].Started}
 	}
 	return js, rows
 }
 
-var scanJobHeader = []string{"COPYSET", "JOB", "STATE", "PROGRESS", "SCHEDULED", "STARTED"}
+var scanJobHeader = []string{"COPYSET", "JOB", "STATE", "PROGRESS", "MISMATCHES", "SCHEDULED", "STARTED"}
 
 // parseAt parses --at: an RFC 3339 time or a duration from now ("10m").
 func parseAt(s string, now time.Time) (time.Time, error) {

@@ -155,7 +155,7 @@ while (($(date +%s) < end)); do
         tail -n 20 "$out" >&2
         failed_rounds=$((failed_rounds + 1))
     else
-        read -r c u m < <(sed -E 's/^ *verify +([0-9]+) reads checked, ([0-9]+) of blocks not written by this run, ([0-9]+) mismatches.*/\1 \2 \3/' <<<"$line")
+        read -r c u m < <(sed -E 's/^ *verify +([0-9]+) reads checked[^,]*, ([0-9]+) reads of blocks[^,]*, ([0-9]+) mismatches.*/\1 \2 \3/' <<<"$line")
         o="$(grep -E '^ *(read|write) +[0-9]+ ok' "$out" | awk '{s += $2} END {print s + 0}')"
         e="$(grep -E '^ *(read|write) +[0-9]+ ok' "$out" | sed -E 's/.* ok, ([0-9]+) errors.*/\1/' | awk '{s += $1} END {print s + 0}')"
         checked=$((checked + c)) unwritten=$((unwritten + u)) lost=$((lost + m)) ops=$((ops + o)) errors=$((errors + e))
@@ -205,7 +205,7 @@ echo "soak summary ($MINUTES min, $(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo "  rounds                     $rounds (failed to run: $failed_rounds)"
 echo "  faults injected            $faults (kill -9 + restart, every ${FAULT_INTERVAL}s while faults were on)"
 echo "  operations                 $ops ok, $errors failed (indeterminate)"
-echo "  operations checked         $checked reads verified ($unwritten of blocks not written yet)"
+echo "  operations checked         $checked reads verified, $unwritten reads of blocks not written yet"
 echo "  acknowledged writes lost   $lost"
 echo "  linearizability            $lin"
 if ((lost > 0 || failed_rounds > 0 || lin_rc != 0)); then

@@ -148,10 +148,12 @@ client retried past. Nothing is hidden.
 
 Progress (ops/s, MB/s, p99 so far) goes to stderr once a second when stderr
 is a terminal. The report goes to stdout: text, or with -o json exactly
-  {"rw","bs","iodepth","runtime_s","ops","errors","iops","mb_per_s",
-   "lat_us":{"mean","p50","p99","p999","max"}}
-(ops = successful operations, bs in bytes, MB = 10^6 bytes); with -o json
-error and verification details go to stderr.
+  {"rw","bs","iodepth","seed","pool","copysets","runtime_s","ops","errors",
+   "errors_by_kind","iops","mb_per_s","lat_us":{"mean","p50","p99","p999","max"}}
+(ops = successful operations, bs in bytes, MB = 10^6 bytes; errors_by_kind
+maps each kind above to its count, {} without errors; --seed with the
+reported seed repeats the run's offsets); with -o json an example error of
+each kind, the failed attempts and verification details go to stderr.
 
 With --etcd-endpoints the target is an etcd cluster instead (etcd's v3 gRPC
 KV service), to compare with chunkraft in the same run: every block is one
@@ -215,6 +217,7 @@ func NewCommand() *cobra.Command {
 	fl.DurationVar(&f.timeout, "timeout", cli.DefaultTimeout, "deadline of each operation, retries included")
 	fl.DurationVar(&f.attemptTimeout, "attempt-timeout", cli.DefaultAttemptTimeout, "deadline of each single RPC attempt")
 	cli.AddTLSFlags(fl, &f.tls)
+	cli.StrictSubcommands(cmd)
 	return cmd
 }
 
@@ -289,8 +292,7 @@ func run(cmd *cobra.Command, f *flags) error {
 		// Nothing is hidden: what the schema has no room for goes to stderr.
 		details := res.ErrorText()
 		if v := res.Verify; v != nil {
-			details += fmt.Sprintf("  verify     %d reads checked, %d of blocks not written by this run, %d mismatches\n", v.Checked, v.Unwritten, v.Mismatches)
-			details += v.DetailText()
+			details += v.SummaryText() + v.DetailText()
 		}
 		if details != "" {
 			fmt.Fprint(stderr, details)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -160,6 +162,14 @@ func TestCommandVerify(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, ", 0 mismatches") || !strings.Contains(out, "prefill") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
+	verifyLine := regexp.MustCompile(`(?m)^  verify     (\d+) reads checked against the writes of this run, (\d+) reads of blocks the run did not write, 0 mismatches$`)
+	if m := verifyLine.FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("verify line:\n%s", out)
+	}
+	// With -o json the same line goes to stderr.
+	if _, errOut, code := runCommand(t, g, append(args, "-o", "json")...); code != ExitOK || !verifyLine.MatchString(errOut) {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
 	// Corrupt whatever is read from one block: exit status 2, details shown.
 	g.corrupt.Store(8 << 10)
 	args = append(args, "--rw", "read", "--ops", "64", "--iodepth", "1")
@@ -175,6 +185,16 @@ func TestCommandErrorsExitOne(t *testing.T) {
 	out, errOut, code := runCommand(t, g, "--ops", "20", "--copysets", "1", "--span", "1m")
 	if code != ExitFailed || !strings.Contains(out, "CHUNK_OP_STATUS_DISK_FAIL") || !strings.Contains(errOut, "20 of 20 operations failed") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	// The JSON report counts them by kind, with the seed and copysets of the run.
+	out, errOut, code = runCommand(t, g, "--ops", "20", "--copysets", "2,4-5", "--span", "1m", "--seed", "9", "-o", "json")
+	var j JSONReport
+	if err := json.Unmarshal([]byte(out), &j); err != nil || code != ExitFailed {
+		t.Fatalf("exit %d %v\n%s%s", code, err, out, errOut)
+	}
+	if j.Errors != 20 || len(j.ErrorsByKind) != 1 || j.ErrorsByKind["CHUNK_OP_STATUS_DISK_FAIL"] != 20 ||
+		j.Seed != 9 || j.Pool != 1 || !slices.Equal(j.Copysets, []uint32{2, 4, 5}) {
+		t.Errorf("json report %+v", j)
 	}
 }
 
@@ -197,5 +217,19 @@ func TestCommandBadFlags(t *testing.T) {
 	}
 	if ExitCode(nil) != 0 || ExitCode(errors.New("x")) != 1 || ExitCode(&ExitError{Code: 2}) != 2 {
 		t.Error("ExitCode")
+	}
+}
+
+// TestCommandUnknownSubcommand: chunkbench's one group command, completion,
+// refuses an unknown shell with one line (cobra prints help and exits 0),
+// and stays out of chunkbench's help.
+func TestCommandUnknownSubcommand(t *testing.T) {
+	out, errOut, code := runCommand(t, nil, "completion", "frob")
+	want := `chunkbench: unknown command "frob" for "chunkbench completion"; want one of bash, fish, powershell, zsh` + "\n"
+	if code != ExitFailed || errOut != want || out != "" {
+		t.Errorf("completion frob: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if out, _, code := runCommand(t, nil, "--help"); code != ExitOK || strings.Contains(out, "completion") {
+		t.Errorf("--help: exit %d, mentions completion:\n%s", code, out)
 	}
 }

@@ -183,7 +183,7 @@ func TestEtcdCommandWriteJSON(t *testing.T) {
 	if err := json.Unmarshal(raw["lat_us"], &lat); err != nil {
 		t.Fatal(err)
 	}
-	if len(raw) != 9 || len(lat) != 5 {
+	if len(raw) != len(jsonReportKeys) || len(lat) != 5 {
 		t.Errorf("json keys: %s", out)
 	}
 	// Every key is a block of the span (2 copysets x 32 blocks of 8 KiB),

@@ -15,29 +15,43 @@ import (
 // JSONReport is the machine-readable report (-o json). Its field set is
 // fixed: tools parse it.
 type JSONReport struct {
-	RW       string  `json:"rw"`
-	BS       uint32  `json:"bs"` // bytes
-	IODepth  int     `json:"iodepth"`
-	RuntimeS float64 `json:"runtime_s"`
-	Ops      int64   `json:"ops"`    // successful operations
-	Errors   int64   `json:"errors"` // failed operations
-	IOPS     float64 `json:"iops"`
-	MBPerS   float64 `json:"mb_per_s"` // 10^6 bytes per second
-	Lat      Latency `json:"lat_us"`   // successful operations, microseconds
+	RW       string   `json:"rw"`
+	BS       uint32   `json:"bs"` // bytes
+	IODepth  int      `json:"iodepth"`
+	Seed     uint64   `json:"seed"` // of the random offsets: --seed repeats the run
+	Pool     uint32   `json:"pool"`
+	Copysets []uint32 `json:"copysets"`
+	RuntimeS float64  `json:"runtime_s"`
+	Ops      int64    `json:"ops"`    // successful operations
+	Errors   int64    `json:"errors"` // failed operations
+	// ErrorsByKind counts the failed operations by kind (see Classify);
+	// empty when none failed.
+	ErrorsByKind map[string]int64 `json:"errors_by_kind"`
+	IOPS         float64          `json:"iops"`
+	MBPerS       float64          `json:"mb_per_s"` // 10^6 bytes per second
+	Lat          Latency          `json:"lat_us"`   // successful operations, microseconds
 }
 
 // JSON returns the JSON report of r.
 func (r *Result) JSON() JSONReport {
+	kinds := maps.Clone(r.ErrorKinds)
+	if kinds == nil {
+		kinds = map[string]int64{}
+	}
 	return JSONReport{
-		RW:       string(r.Mode),
-		BS:       r.BS,
-		IODepth:  r.IODepth,
-		RuntimeS: math.Round(r.Elapsed.Seconds()*1000) / 1000,
-		Ops:      r.Total.Ops,
-		Errors:   r.Total.Errors,
-		IOPS:     r.Total.IOPS,
-		MBPerS:   r.Total.MBPerS,
-		Lat:      r.Total.Lat,
+		RW:           string(r.Mode),
+		BS:           r.BS,
+		IODepth:      r.IODepth,
+		Seed:         r.Seed,
+		Pool:         r.Pool,
+		Copysets:     slices.Clone(r.Copysets),
+		RuntimeS:     math.Round(r.Elapsed.Seconds()*1000) / 1000,
+		Ops:          r.Total.Ops,
+		Errors:       r.Total.Errors,
+		ErrorsByKind: kinds,
+		IOPS:         r.Total.IOPS,
+		MBPerS:       r.Total.MBPerS,
+		Lat:          r.Total.Lat,
 	}
 }
 
@@ -83,9 +97,8 @@ func (r *Result) WriteText(w io.Writer, cfg Config) error {
 	}
 	b.WriteString(r.errorText())
 	if r.Verify != nil {
-		v := r.Verify
-		fmt.Fprintf(&b, "  verify     %d reads checked, %d of blocks not written by this run, %d mismatches\n", v.Checked, v.Unwritten, v.Mismatches)
-		b.WriteString(v.detailText())
+		b.WriteString(r.Verify.SummaryText())
+		b.WriteString(r.Verify.detailText())
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -116,6 +129,14 @@ func (r *Result) errorText() string {
 		}
 	}
 	return b.String()
+}
+
+// SummaryText is the verify line of the text report: the reads checked
+// against this run's writes, the reads of blocks this run had not written
+// (checked only for damaged or misplaced sectors) and the mismatches.
+func (v *VerifyStats) SummaryText() string {
+	return fmt.Sprintf("  verify     %d reads checked against the writes of this run, %d reads of blocks the run did not write, %d mismatches\n",
+		v.Checked, v.Unwritten, v.Mismatches)
 }
 
 // DetailText lists the mismatches kept with details ("" if none).

@@ -20,10 +20,14 @@ import (
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
+// jsonReportKeys are the keys of the -o json report, sorted.
+var jsonReportKeys = []string{"bs", "copysets", "errors", "errors_by_kind", "iodepth", "iops", "lat_us", "mb_per_s", "ops", "pool", "runtime_s", "rw", "seed"}
+
 func TestJSONSchemaExact(t *testing.T) {
 	f := newFakeIO()
 	cfg := testConfig(RandWrite, 4<<10, 1<<20)
 	cfg.Ops = 50
+	cfg.Seed = 77
 	res, err := Run(context.Background(), f, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -46,9 +50,8 @@ func TestJSONSchemaExact(t *testing.T) {
 			}
 		}
 	})
-	want := []string{"bs", "errors", "iodepth", "iops", "lat_us", "mb_per_s", "ops", "runtime_s", "rw"}
-	if !slices.Equal(keys, want) {
-		t.Fatalf("fields %v, want %v", keys, want)
+	if !slices.Equal(keys, jsonReportKeys) {
+		t.Fatalf("fields %v, want %v", keys, jsonReportKeys)
 	}
 	var lat map[string]float64
 	if err := json.Unmarshal(m["lat_us"], &lat); err != nil {
@@ -69,12 +72,20 @@ func TestJSONSchemaExact(t *testing.T) {
 		RuntimeS float64 `json:"runtime_s"`
 		Ops      int     `json:"ops"`
 		Errors   int     `json:"errors"`
+		Seed     uint64  `json:"seed"`
+		Pool     uint32  `json:"pool"`
+		Copysets []int   `json:"copysets"`
+		ByKind   map[string]int
 	}
 	if err := json.Unmarshal(buf.Bytes(), &j); err != nil {
 		t.Fatal(err)
 	}
-	if j.RW != "randwrite" || j.BS != 4096 || j.IODepth != 4 || j.Ops != 50 || j.Errors != 0 || j.RuntimeS < 0 {
+	if j.RW != "randwrite" || j.BS != 4096 || j.IODepth != 4 || j.Ops != 50 || j.Errors != 0 || j.RuntimeS < 0 ||
+		j.Seed != 77 || j.Pool != 1 || !slices.Equal(j.Copysets, []int{1, 2, 3}) {
 		t.Fatalf("values %+v", j)
+	}
+	if string(m["errors_by_kind"]) != "{}" {
+		t.Fatalf("errors_by_kind of a run without errors: %s", m["errors_by_kind"])
 	}
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,6 +137,9 @@ type Result struct {
 	IODepth int
 	// Seed is the seed of the random offsets (to repeat a run).
 	Seed uint64
+	// Pool and Copysets are where the run's chunks were.
+	Pool     uint32
+	Copysets []uint32
 	// Elapsed is the duration of the measured phase, until the last
 	// operation completed.
 	Elapsed time.Duration
@@ -189,6 +193,8 @@ func (r *recorder) result(cfg Config, elapsed time.Duration) *Result {
 		BS:            cfg.BS,
 		IODepth:       cfg.IODepth,
 		Seed:          cfg.Seed,
+		Pool:          cfg.Pool,
+		Copysets:      slices.Clone(cfg.Copysets),
 		Elapsed:       elapsed,
 		Total:         opStats(r.all, r.errs[opRead]+r.errs[opWrite], cfg.BS, elapsed),
 		Read:          opStats(r.hist[opRead], r.errs[opRead], cfg.BS, elapsed),
