@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -189,7 +192,22 @@ type ReplicaStatus struct {
 	Epoch     uint64
 	ReadOnly  bool
 	Hash      string // copyset data hash, when asked for (CopysetHashes)
+	// HashApplied is the applied index the hash covers, when the server
+	// reported it (HasHashApplied); it counts only entries that reach the
+	// state machines, so it may be below Applied.
+	HashApplied    int64
+	HasHashApplied bool
+	// Config is the newest configuration the replica knows (committed or
+	// not) and ConfIndex the log index of its entry, when the server
+	// reported them (HasConfig). The leader's is the copyset's membership.
+	Config    []string
+	ConfIndex int64
+	HasConfig bool
 }
+
+// ConfigCommitted reports whether the configuration the replica reported
+// has committed as far as it knows.
+func (r ReplicaStatus) ConfigCommitted() bool { return r.HasConfig && r.ConfIndex <= r.Committed }
 
 // Replica state numbers of GetCopysetStatus (braft's State enum).
 const (
@@ -238,6 +256,34 @@ func (c *Client) CopysetHashes(ctx context.Context, cs CopysetID) ([]ReplicaStat
 	return c.copysetStatus(ctx, cs, true)
 }
 
+// SettledCopysetHashes is CopysetHashes repeated, for at most wait, while
+// the replicas' hashes differ only between replicas at different applied
+// indices (see CompareHashes), so that a follower that has not applied the
+// latest write yet is not taken for a diverged one.
+func (c *Client) SettledCopysetHashes(ctx context.Context, cs CopysetID, wait time.Duration) ([]ReplicaStatus, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		rows, err := c.CopysetHashes(ctx, cs)
+		if err != nil || !compareCopysetHashes(rows).Unsettled || !time.Now().Before(deadline) || !sleepCtx(ctx, hashPoll) {
+			return rows, err
+		}
+	}
+}
+
+// compareCopysetHashes compares the copyset hashes of status rows, each at
+// the applied index it covers. Rows without a hash are not compared.
+func compareCopysetHashes(rows []ReplicaStatus) HashCheck {
+	hr := make([]ReplicaHash, len(rows))
+	for i, r := range rows {
+		hr[i] = ReplicaHash{Server: r.Server, Hosted: r.Err == nil && r.Hosted && r.Hash != "", Hash: r.Hash}
+		if hr[i].Hosted {
+			h := hashIndices([]ReplicaStatus{r})[0]
+			hr[i].Applied, hr[i].HasApplied = h.applied, h.known
+		}
+	}
+	return CompareHashes(hr)
+}
+
 func (c *Client) copysetStatus(ctx context.Context, cs CopysetID, queryHash bool) ([]ReplicaStatus, error) {
 	rows := make([]ReplicaStatus, len(c.servers))
 	forEach(len(c.servers), len(c.servers), func(i int) {
@@ -263,12 +309,13 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, q
 		row.Err = err
 		return row
 	}
+	var trailer metadata.MD
 	resp, err := svc.GetCopysetStatus(actx, &chunkserverpb.CopysetStatusRequest{
 		LogicPoolId: proto.Uint32(cs.Pool),
 		CopysetId:   proto.Uint32(cs.Copyset),
 		Peer:        &commonpb.Peer{Address: proto.String(self)},
 		QueryHash:   proto.Bool(queryHash),
-	})
+	}, grpc.Trailer(&trailer))
 	if err != nil {
 		row.Err = &serverError{Err: err}
 		return row
@@ -293,6 +340,17 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, q
 	row.Epoch = resp.GetEpoch()
 	row.ReadOnly = resp.GetReadOnly()
 	row.Hash = resp.GetHash()
+	if queryHash {
+		row.HashApplied, row.HasHashApplied = trailerInt(trailer, appliedTrailerKey)
+	}
+	if idx, ok := trailerInt(trailer, confIndexTrailerKey); ok {
+		row.ConfIndex, row.HasConfig = idx, true
+		for _, p := range strings.Split(firstValue(trailer, peersTrailerKey), ",") {
+			if p != "" {
+				row.Config = append(row.Config, p)
+			}
+		}
+	}
 	return row
 }
 

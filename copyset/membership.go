@@ -49,8 +49,10 @@ import (
 // meanwhile) keeps an orphan replica. If its log holds the removal entry,
 // the orphan never campaigns, Removed reports it and
 // CopysetService.DeleteBrokenCopyset moves it to the trash; if not, it asks
-// for votes the members refuse and looks healthy: delete its directory
-// with the server stopped.
+// for votes the members refuse and stays a candidate (a stale replica):
+// DeleteBrokenCopyset asks the copyset's leader for its configuration and,
+// when that has committed without this server, moves it to the trash too
+// (Manager.DeleteStale).
 
 // ErrInvalidPeers wraps a membership request whose peer set is unusable
 // (empty, duplicated, without this server where it must be there).
@@ -550,13 +552,39 @@ func (m *Manager) dropIfRemoved(n *Node) {
 	n.memberMu.Lock()
 	removed := n.Removed()
 	n.memberMu.Unlock()
-	if !removed || !m.detach(n) {
+	if !removed {
 		return
 	}
-	m.log.Info("dropping replica removed from its copyset", "pool", n.group.Pool(), "copyset", n.group.Copyset())
-	if _, err := m.retire(n.group, n); err != nil {
+	if _, err := m.drop(n); err != nil && !errors.Is(err, ErrNotHosted) {
 		m.log.Error("drop removed replica", "group", n.group, "err", err)
 	}
+}
+
+// drop takes n out of the hosted replicas, if it is still the one of its
+// group, and moves it to the trash (ErrNotHosted when it is not). Called
+// with lifeMu held.
+func (m *Manager) drop(n *Node) (string, error) {
+	if !m.detach(n) {
+		return "", fmt.Errorf("drop copyset %s: %w", n.group, ErrNotHosted)
+	}
+	m.log.Info("dropping replica removed from its copyset", "pool", n.group.Pool(), "copyset", n.group.Copyset())
+	return m.retire(n.group, n)
+}
+
+// DeleteStale moves n, a replica the caller has found to be outside its
+// copyset's committed configuration (asking the leader: a replica removed
+// while its server was away never learns it and stays a candidate), to the
+// trash. It fails (wrapping ErrNotHosted) when n is no longer the hosted
+// replica of its group.
+func (m *Manager) DeleteStale(n *Node) error {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	path, err := m.drop(n)
+	if err != nil {
+		return fmt.Errorf("delete stale copyset %s: %w", n.group, err)
+	}
+	m.log.Info("stale copyset replica moved to trash", "group", n.group, "path", path)
+	return nil
 }
 
 // detach takes n out of the hosted replicas if it is still the one of its
