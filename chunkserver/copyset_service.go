@@ -37,14 +37,15 @@ type copysetService struct {
 // peerReplica is another server's view of a copyset, as its
 // GetCopysetStatus reports it.
 type peerReplica struct {
-	hosted    bool
-	leading   bool
-	term      uint64
-	committed uint64
-	leader    copyset.PeerID   // the leader it knows, "" if none
-	conf      []copyset.PeerID // its newest configuration, when reported (hasConf)
-	confIndex uint64
-	hasConf   bool
+	hosted  bool
+	leading bool
+	term    uint64
+	leader  copyset.PeerID   // the leader it knows, "" if none
+	conf    []copyset.PeerID // its newest configuration (PeersTrailerKey)
+	// committed is its newest committed configuration, when reported
+	// (hasCommitted; CommittedPeersTrailerKey).
+	committed    []copyset.PeerID
+	hasCommitted bool
 }
 
 func copysetStatus(s pb.COPYSET_OP_STATUS) *pb.COPYSET_OP_STATUS { return &s }
@@ -135,8 +136,8 @@ func (s *copysetService) CreateCopysetNode2(ctx context.Context, req *pb.Copyset
 // removal; it stays a candidate whose votes the members refuse. This
 // server asks the peers of the configuration it knows (and the leader they
 // name) for their status; the one in state leader with the highest term
-// must report a committed configuration (PeersTrailerKey, ConfIndexTrailerKey
-// at most its commit index) without this server. A refusal or a failure
+// must report a committed configuration (CommittedPeersTrailerKey), and a
+// newest one (PeersTrailerKey), without this server. A refusal or a failure
 // to tell says why in the IntegrityErrorTrailerKey trailer.
 func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.CopysetRequest) (*pb.CopysetResponse, error) {
 	g := copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId())
@@ -184,7 +185,7 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 	if n.IsLeader() {
 		return false, fmt.Sprintf("%s leads the copyset, so it is a member", local), nil
 	}
-	own, _, err := n.Configuration()
+	own, err := n.Peers()
 	if err != nil {
 		return false, "", err
 	}
@@ -230,14 +231,14 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 			own, strings.Join(failures, "; "))
 	case best == nil:
 		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v", own)
-	case !best.hasConf:
-		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s does not report its configuration", bestID)
-	case best.confIndex > best.committed:
-		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: a configuration change of leader %s has not committed yet; retry", bestID)
+	case !best.hasCommitted:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s does not report a committed configuration", bestID)
+	case slices.Contains(best.committed, local):
+		return false, fmt.Sprintf("%s is a member of the configuration leader %s has (%v)", local, bestID, best.committed), nil
 	case slices.Contains(best.conf, local):
-		return false, fmt.Sprintf("%s is a member of the configuration leader %s has (%v)", local, bestID, best.conf), nil
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s is adding it back (%v, not committed yet); retry", bestID, best.conf)
 	}
-	return true, fmt.Sprintf("%s is not in the committed configuration leader %s has (%v)", local, bestID, best.conf), nil
+	return true, fmt.Sprintf("%s is not in the committed configuration leader %s has (%v)", local, bestID, best.committed), nil
 }
 
 // askPeer is peerStatus, over gRPC unless a test replaced it.
@@ -263,17 +264,9 @@ func (s *copysetService) askPeer(ctx context.Context, addr string, g copyset.Gro
 			return fmt.Errorf("copyset status: %v", resp.GetStatus())
 		}
 		r = peerReplica{hosted: true, leading: resp.GetState() == braftLeader, term: uint64(resp.GetTerm()),
-			committed: uint64(resp.GetCommittedIndex()), leader: copyset.PeerID(resp.GetLeader().GetAddress())}
-		if v := trailer.Get(ConfIndexTrailerKey); len(v) > 0 {
-			idx, perr := strconv.ParseUint(v[0], 10, 64)
-			if perr == nil {
-				r.confIndex, r.hasConf = idx, true
-			}
-			for _, p := range strings.Split(strings.Join(trailer.Get(PeersTrailerKey), ","), ",") {
-				if p != "" {
-					r.conf = append(r.conf, copyset.PeerID(p))
-				}
-			}
+			leader: copyset.PeerID(resp.GetLeader().GetAddress()), conf: splitPeers(trailer.Get(PeersTrailerKey))}
+		if v := trailer.Get(CommittedPeersTrailerKey); len(v) > 0 {
+			r.committed, r.hasCommitted = splitPeers(v), true
 		}
 		return nil
 	})
@@ -320,10 +313,32 @@ const (
 	// PeersTrailerKey (GetCopysetStatus) is the newest configuration this
 	// replica knows, committed or not: peer ids joined by commas.
 	PeersTrailerKey = "chunkraft-peers"
-	// ConfIndexTrailerKey (GetCopysetStatus) is the log index of that
-	// configuration; it is committed when at most committedIndex.
-	ConfIndexTrailerKey = "chunkraft-conf-index"
+	// CommittedPeersTrailerKey (GetCopysetStatus) is the newest
+	// configuration this replica knows to have committed (applied here or
+	// in its snapshot), when it knows one; it differs from PeersTrailerKey
+	// while a change is under way.
+	CommittedPeersTrailerKey = "chunkraft-committed-peers"
 )
+
+// joinPeers renders peer ids as a trailer value.
+func joinPeers(peers []copyset.PeerID) string {
+	ids := make([]string, len(peers))
+	for i, p := range peers {
+		ids[i] = string(p)
+	}
+	return strings.Join(ids, ",")
+}
+
+// splitPeers parses a trailer value of joinPeers.
+func splitPeers(v []string) []copyset.PeerID {
+	var out []copyset.PeerID
+	for _, p := range strings.Split(strings.Join(v, ","), ",") {
+		if p != "" {
+			out = append(out, copyset.PeerID(p))
+		}
+	}
+	return out
+}
 
 // setAppliedTrailer sets AppliedTrailerKey on the response.
 func setAppliedTrailer(ctx context.Context, applied uint64) {
@@ -394,13 +409,11 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 		hash = formatHash(h)
 		setAppliedTrailer(ctx, applied)
 	}
-	if peers, idx, err := n.Configuration(); err == nil {
-		ids := make([]string, len(peers))
-		for i, p := range peers {
-			ids[i] = string(p)
-		}
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(PeersTrailerKey, strings.Join(ids, ","),
-			ConfIndexTrailerKey, strconv.FormatUint(idx, 10)))
+	if peers, err := n.Peers(); err == nil {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(PeersTrailerKey, joinPeers(peers)))
+	}
+	if peers, ok := n.CommittedPeers(); ok {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(CommittedPeersTrailerKey, joinPeers(peers)))
 	}
 	st := n.Status()
 	var pendingIndex, pendingSize, applying int64

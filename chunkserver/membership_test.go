@@ -383,6 +383,12 @@ func TestMembershipUnderLoad(t *testing.T) {
 		if got := c.mbNode(i).Status().Epoch; got != epoch+2 {
 			t.Fatalf("server %d epoch %d, want %d", i, got, epoch+2)
 		}
+		// Every member knows the committed configuration (what stale
+		// replicas are checked against).
+		committed, ok := c.mbNode(i).CommittedPeers()
+		if !ok || len(committed) != 3 || !slices.Contains(committed, c.servers[fresh].Local()) || slices.Contains(committed, c.servers[victim].Local()) {
+			t.Fatalf("server %d committed configuration %v (%v)", i, committed, ok)
+		}
 	}
 	// The removed server dropped its replica into its trash.
 	mbEventually(t, "the removed replica to be dropped", 10*time.Second, func() bool {
@@ -805,8 +811,8 @@ func TestDeleteStaleReplica(t *testing.T) {
 		return resp.GetStatus(), strings.Join(md.Get(IntegrityErrorTrailerKey), "")
 	}
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
-	follower := peerReplica{hosted: true, term: 5, committed: 9, leader: peer(l), conf: all, confIndex: 1, hasConf: true}
-	leading := peerReplica{hosted: true, leading: true, term: 5, committed: 9, conf: all, confIndex: 1, hasConf: true}
+	follower := peerReplica{hosted: true, term: 5, leader: peer(l), conf: all, committed: all, hasCommitted: true}
+	leading := peerReplica{hosted: true, leading: true, term: 5, conf: all, committed: all, hasCommitted: true}
 
 	// A member.
 	answers = map[copyset.PeerID]peerReplica{peer(l): leading, peer(other): follower}
@@ -818,13 +824,26 @@ func TestDeleteStaleReplica(t *testing.T) {
 	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "no leader found") {
 		t.Fatalf("no leader: %v %q", st, why)
 	}
-	// The leader's configuration without f has not committed yet.
+	// The leader removed f in a change that has not committed yet: f is a
+	// member still. One that removed it and is adding it back: unclear.
 	without := []copyset.PeerID{peer(l), peer(other)}
-	uncommitted := leading
-	uncommitted.conf, uncommitted.confIndex = without, 10
-	answers = map[copyset.PeerID]peerReplica{peer(l): uncommitted}
-	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "not committed") {
-		t.Fatalf("uncommitted: %v %q", st, why)
+	removing := leading
+	removing.conf = without
+	answers = map[copyset.PeerID]peerReplica{peer(l): removing}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_IS_HEALTHY || !strings.Contains(why, "is a member") {
+		t.Fatalf("removal not committed: %v %q", st, why)
+	}
+	readding := leading
+	readding.committed = without
+	answers = map[copyset.PeerID]peerReplica{peer(l): readding}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "adding it back") {
+		t.Fatalf("being added back: %v %q", st, why)
+	}
+	unknown := leading
+	unknown.committed, unknown.hasCommitted = nil, false
+	answers = map[copyset.PeerID]peerReplica{peer(l): unknown}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "does not report a committed configuration") {
+		t.Fatalf("no committed configuration: %v %q", st, why)
 	}
 	if c.mbNode(f) == nil {
 		t.Fatal("replica deleted although it could not be told stale")
@@ -834,7 +853,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 	deposed := leading
 	deposed.term = 4
 	stale := leading
-	stale.term, stale.conf, stale.confIndex = 6, without, 8
+	stale.term, stale.conf, stale.committed = 6, without, without
 	answers = map[copyset.PeerID]peerReplica{peer(l): deposed, peer(other): stale}
 	asked = nil
 	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -198,16 +198,26 @@ type ReplicaStatus struct {
 	HashApplied    int64
 	HasHashApplied bool
 	// Config is the newest configuration the replica knows (committed or
-	// not) and ConfIndex the log index of its entry, when the server
-	// reported them (HasConfig). The leader's is the copyset's membership.
-	Config    []string
-	ConfIndex int64
-	HasConfig bool
+	// not), when the server reported it (HasConfig): the leader's is the
+	// copyset's membership. Committed is the newest one it knows to have
+	// committed (HasCommitted); they differ while a change is under way.
+	Config          []string
+	HasConfig       bool
+	CommittedConfig []string
+	HasCommitted    bool
 }
 
 // ConfigCommitted reports whether the configuration the replica reported
 // has committed as far as it knows.
-func (r ReplicaStatus) ConfigCommitted() bool { return r.HasConfig && r.ConfIndex <= r.Committed }
+func (r ReplicaStatus) ConfigCommitted() bool {
+	if !r.HasConfig || !r.HasCommitted {
+		return false
+	}
+	a, b := slices.Clone(r.Config), slices.Clone(r.CommittedConfig)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
 
 // Replica state numbers of GetCopysetStatus (braft's State enum).
 const (
@@ -343,13 +353,11 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, q
 	if queryHash {
 		row.HashApplied, row.HasHashApplied = trailerInt(trailer, appliedTrailerKey)
 	}
-	if idx, ok := trailerInt(trailer, confIndexTrailerKey); ok {
-		row.ConfIndex, row.HasConfig = idx, true
-		for _, p := range strings.Split(firstValue(trailer, peersTrailerKey), ",") {
-			if p != "" {
-				row.Config = append(row.Config, p)
-			}
-		}
+	if v := trailer.Get(peersTrailerKey); len(v) > 0 {
+		row.Config, row.HasConfig = splitTrailerList(v), true
+	}
+	if v := trailer.Get(committedPeersTrailerKey); len(v) > 0 {
+		row.CommittedConfig, row.HasCommitted = splitTrailerList(v), true
 	}
 	return row
 }

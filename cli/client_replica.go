@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -76,10 +77,21 @@ type ReplicaHash struct {
 // Response trailers of chunkraft servers beyond the Curve messages
 // (chunkserver/copyset_service.go).
 const (
-	appliedTrailerKey   = "chunkraft-hash-applied" // the applied index a hash was taken at
-	peersTrailerKey     = "chunkraft-peers"        // the replica's configuration, peer ids joined by commas
-	confIndexTrailerKey = "chunkraft-conf-index"   // the log index of that configuration
+	appliedTrailerKey        = "chunkraft-hash-applied"    // the applied index a hash was taken at
+	peersTrailerKey          = "chunkraft-peers"           // the replica's newest configuration, peer ids joined by commas
+	committedPeersTrailerKey = "chunkraft-committed-peers" // its newest committed configuration
 )
+
+// splitTrailerList parses a comma-separated trailer value.
+func splitTrailerList(v []string) []string {
+	var out []string
+	for _, p := range strings.Split(strings.Join(v, ","), ",") {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // trailerInt parses an integer trailer; false when absent or malformed.
 func trailerInt(md metadata.MD, key string) (int64, bool) {

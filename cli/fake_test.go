@@ -698,7 +698,7 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 	for k, m := range conf {
 		ids[k] = c.servers[m].id
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(peersTrailerKey, strings.Join(ids, ","), confIndexTrailerKey, "1"))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(peersTrailerKey, strings.Join(ids, ","), committedPeersTrailerKey, strings.Join(ids, ",")))
 	return r, nil
 }
 

@@ -206,6 +206,7 @@ func (w *configWatchFSM) Apply(l *raft.Log) any { return w.ApplyBatch([]*raft.Lo
 
 // configApplied runs on the FSM goroutine for each committed configuration.
 func (n *Node) configApplied(index uint64, conf raft.Configuration) {
+	n.noteCommitted(index, conf)
 	if confHas(conf, n.local) {
 		n.wasMember.Store(true)
 		return
@@ -224,9 +225,56 @@ func (n *Node) configApplied(index uint64, conf raft.Configuration) {
 // snapshotInstalled notes the configuration of a snapshot received from the
 // leader and installed.
 func (n *Node) snapshotInstalled(id string) {
-	if rec, err := n.snaps.readRecord(id); err == nil && confHas(rec.Meta.Configuration, n.local) {
+	rec, err := n.snaps.readRecord(id)
+	if err != nil {
+		return
+	}
+	n.noteCommitted(rec.Meta.ConfigurationIndex, rec.Meta.Configuration)
+	if confHas(rec.Meta.Configuration, n.local) {
 		n.wasMember.Store(true)
 	}
+}
+
+// committedConf is a configuration known to have committed, and the index
+// of its entry.
+type committedConf struct {
+	index uint64
+	peers []PeerID
+}
+
+// noteCommitted records conf, committed at index, unless a newer one is
+// known.
+func (n *Node) noteCommitted(index uint64, conf raft.Configuration) {
+	next := &committedConf{index: index, peers: confPeers(conf)}
+	for {
+		old := n.committed.Load()
+		if (old != nil && old.index > index) || n.committed.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// CommittedPeers returns the peers of the newest configuration this
+// replica knows to have committed (applied here, or in a snapshot it
+// holds); false before it knows any (a replica restarted without a
+// snapshot learns its configuration again as its log is applied). The
+// leader's is the copyset's membership; Peers may be newer, while a
+// change is under way.
+func (n *Node) CommittedPeers() ([]PeerID, bool) {
+	c := n.committed.Load()
+	if c == nil {
+		return nil, false
+	}
+	return slices.Clone(c.peers), true
+}
+
+// confPeers returns the peer ids of conf.
+func confPeers(conf raft.Configuration) []PeerID {
+	out := make([]PeerID, 0, len(conf.Servers))
+	for _, s := range conf.Servers {
+		out = append(out, PeerID(s.ID))
+	}
+	return out
 }
 
 // Removed reports whether this replica has been taken out of its copyset:

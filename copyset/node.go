@@ -160,6 +160,9 @@ type Node struct {
 	// removal notices, waited for by Close.
 	memberMu  sync.Mutex
 	wasMember atomic.Bool
+	// committed is the newest configuration this replica knows to have
+	// committed: applied here, or in a snapshot it holds.
+	committed atomic.Pointer[committedConf]
 	onRemoved func(*Node)
 	bg        background
 }
@@ -268,6 +271,9 @@ func openNode(c nodeConfig) (*Node, error) {
 		onRemoved: c.onRemoved,
 	}
 	n.wasMember.Store(knownMember(c.local, latest, hasSnap, stores))
+	if hasSnap {
+		n.noteCommitted(latest.Meta.ConfigurationIndex, latest.Meta.Configuration)
+	}
 	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
 	snaps.files = f.files
 	f.restore = func(man snapManifest) (map[Kind]StateMachine, error) {
@@ -595,23 +601,11 @@ func (n *Node) TransferLeader(ctx context.Context, to PeerID) error {
 
 // Peers returns the current configuration's peer ids.
 func (n *Node) Peers() ([]PeerID, error) {
-	peers, _, err := n.Configuration()
-	return peers, err
-}
-
-// Configuration returns the newest configuration this replica knows
-// (committed or not) and the log index of the entry that holds it: it is
-// committed when that index is at most the commit index.
-func (n *Node) Configuration() ([]PeerID, uint64, error) {
 	fut := n.raft.GetConfiguration()
 	if err := fut.Error(); err != nil {
-		return nil, 0, fmt.Errorf("get configuration of copyset %s: %w", n.group, err)
+		return nil, fmt.Errorf("get configuration of copyset %s: %w", n.group, err)
 	}
-	var out []PeerID
-	for _, s := range fut.Configuration().Servers {
-		out = append(out, PeerID(s.ID))
-	}
-	return out, fut.Index(), nil
+	return confPeers(fut.Configuration()), nil
 }
 
 // Status returns the replica's current raft status.

@@ -191,4 +191,12 @@ func TestStaleReplicaCleanup(t *testing.T) {
 	if !strings.Contains(out, "1 copysets: 1 ok") {
 		t.Errorf("cluster status after the cleanup:\n%s", out)
 	}
+
+	// The server can join again: peer add --wait returns once its new
+	// replica has applied the leader's commit index.
+	mustCtl(t, srv, nil, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", victim.Addr, "--wait", "20s")
+	out = mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1")
+	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr) {
+		t.Errorf("cluster status after adding %s back:\n%s", victim.Addr, out)
+	}
 }
