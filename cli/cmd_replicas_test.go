@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,29 @@ func TestCommandPeerRemoveNonMember(t *testing.T) {
 		fc.servers[0].id + "," + fc.servers[1].id + "," + fc.servers[2].id
 	if err == nil || err.Error() != want {
 		t.Errorf("peer remove of a non-member: %v\nwant %s", err, want)
+	}
+}
+
+// A replica the leader is removing (the change not committed yet) is still
+// a member; once the configuration without it has committed it is stale.
+func TestClassifyRemovalUnderWay(t *testing.T) {
+	row := func(peer string, state uint32, config, committed []string) ReplicaStatus {
+		return ReplicaStatus{Server: peer, Hosted: true, Peer: peer, State: state, Term: 2, Committed: 10, Applied: 10,
+			Config: config, HasConfig: config != nil, CommittedConfig: committed, HasCommitted: committed != nil}
+	}
+	abc, ab := []string{"a", "b", "c"}, []string{"a", "b"}
+	for _, tc := range []struct {
+		name      string
+		committed []string
+		health    string
+	}{
+		{"removal under way", abc, HealthOK},
+		{"removal committed", ab, HealthStale},
+	} {
+		rows := []ReplicaStatus{row("a", StateLeader, ab, tc.committed), row("b", StateFollower, ab, ab), row("c", 3, abc, abc)}
+		h := ClassifyCopyset(cs3, rows, HealthOptions{Replicas: 2, Lag: 100})
+		if h.Health != tc.health || !slices.Equal(h.Peers, ab) {
+			t.Errorf("%s: %+v", tc.name, h)
+		}
 	}
 }

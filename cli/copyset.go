@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -203,7 +202,7 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 			}
 			seen[name] = true
 			if conf.Known {
-				member := slices.Contains(conf.Peers, name)
+				member := conf.Member(name)
 				j.Member = &member
 			}
 			if r.Hosted {

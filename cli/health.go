@@ -77,6 +77,15 @@ type Membership struct {
 	Peers  []string // the configuration's peer ids, sorted
 	// Committed: the configuration has committed (else a change is under way).
 	Committed bool
+	// Previous are the peers of the committed configuration while a change
+	// is under way (a peer being removed is still a member until it commits).
+	Previous []string
+}
+
+// Member reports whether peer is in the configuration, or in the committed
+// one a change under way replaces.
+func (m Membership) Member(peer string) bool {
+	return slices.Contains(m.Peers, peer) || slices.Contains(m.Previous, peer)
 }
 
 // LeaderConfig returns the configuration of the leader among rows (the
@@ -93,7 +102,11 @@ func LeaderConfig(rows []ReplicaStatus) Membership {
 	}
 	peers := slices.Clone(leader.Config)
 	slices.Sort(peers)
-	return Membership{Known: true, Leader: replicaName(*leader), Peers: peers, Committed: leader.ConfigCommitted()}
+	m := Membership{Known: true, Leader: replicaName(*leader), Peers: peers, Committed: leader.ConfigCommitted()}
+	if !m.Committed {
+		m.Previous = leader.CommittedConfig
+	}
+	return m
 }
 
 // ClassifyCopyset classifies a copyset from the CopysetStatus rows of every
@@ -124,7 +137,7 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 	if conf.Known {
 		var in []ReplicaStatus
 		for _, r := range hosted {
-			if slices.Contains(conf.Peers, replicaName(r)) {
+			if conf.Member(replicaName(r)) {
 				in = append(in, r)
 			} else {
 				h.Stale = append(h.Stale, StaleReplica{Peer: replicaName(r), Server: r.Server})

@@ -135,7 +135,7 @@ func clusterCatchUps(copysets []CopysetID, all [][]ReplicaStatus) []catchUp {
 		conf := LeaderConfig(all[i])
 		seen := map[string]bool{}
 		for _, r := range all[i] {
-			if r.Err != nil || !r.Hosted || (conf.Known && !slices.Contains(conf.Peers, replicaName(r))) {
+			if r.Err != nil || !r.Hosted || (conf.Known && !conf.Member(replicaName(r))) {
 				continue
 			}
 			seen[replicaName(r)] = true
