@@ -249,15 +249,20 @@ func newClusterCheckCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check-consistency [--pool 1] [--copyset 1-16] [--chunks 1-64] [--wait 10s]",
 		Short: "Compare the replicas of every copyset; fails on any difference",
-		Long: `For each copyset: waits (up to --wait) until every replica that answers has
-applied the same log index, then compares the hash of each replica's copyset
-data (GetCopysetStatus queryHash). When those differ, or the replicas report
-none, it compares GetChunkHash of each chunk in --chunks across the replicas
-to name the chunks that differ (there is no RPC that lists a copyset's chunks,
-so give the ids in use). Prints one row per copyset and a summary line; exits
-non-zero on any mismatch, on replicas that did not converge and on servers
-that could not be asked. Run it while clients are not writing. A mismatching
-range can be rewritten from the leader's copy with scan repair.`,
+		Long: `For each copyset: compares the hash of each replica's copyset data
+(GetCopysetStatus queryHash), each taken at an applied index the replica
+reports. Equal hashes are consistent. Different hashes count only between
+replicas at the same applied index (twice in a row): a follower applies a
+write a moment after the leader acknowledged it (the leader's hash query
+tells the followers its commit index at once), so until the replicas meet at
+one index it asks again, up to --wait; if they never do (writes keep coming)
+the copyset is not-converged, not INCONSISTENT. When the hashes differ, or the
+replicas report none, it compares GetChunkHash of each chunk in --chunks
+across the replicas to name the chunks that differ (there is no RPC that lists
+a copyset's chunks, so give the ids in use). Prints one row per copyset and a
+summary line; exits non-zero on any mismatch, on replicas that did not
+converge and on servers that could not be asked. A mismatching range can be
+rewritten from the leader's copy with scan repair.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			copysets, err := cf.list()
@@ -286,7 +291,7 @@ range can be rewritten from the leader's copy with scan repair.`,
 	}
 	addCopysetRangeFlags(cmd, &cf)
 	cmd.Flags().StringVar(&chunks, "chunks", "1-64", "chunk ids to compare when copyset hashes differ or are not reported")
-	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for replicas to reach the same applied index")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for replicas with different hashes to reach the same applied index")
 	return cmd
 }
 

@@ -107,8 +107,13 @@ func TestCommandStaleAndMembers(t *testing.T) {
 	fc.with(func() { fc.conf[cs3] = []int{0, 1, 2, 3}; fc.members[cs3] = []int{0, 1, 2} })
 	out, _ = run(t, srv, nil, "copyset", "status", "--pool", "1", "--copyset", "3")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 5 || !strings.Contains(lines[4], srv[3]) || !strings.Contains(lines[4], stateNotAnswering) {
+	if len(lines) != 5 || !strings.Contains(lines[4], srv[3]) || !strings.Contains(lines[4], stateNotAnswering) ||
+		!strings.Contains(lines[4], "its server does not host the copyset") {
 		t.Errorf("copyset status with a member not answering:\n%s", out)
+	}
+	out, _ = run(t, srv[:3], nil, "copyset", "status", "--pool", "1", "--copyset", "3")
+	if !strings.Contains(out, stateNotAnswering) || !strings.Contains(out, "not in --servers") {
+		t.Errorf("copyset status with a member not in --servers:\n%s", out)
 	}
 	_, err = run(t, srv, nil, "cluster", "status", "--copyset", "3")
 	if err == nil || !strings.Contains(err.Error(), "1 under-replicated") {

@@ -191,8 +191,10 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 		}
 		conf := LeaderConfig(all[i])
 		seen := map[string]bool{}
+		without := map[string]bool{} // servers that answered they do not host it
 		for k, r := range all[i] {
 			if r.Err == nil && !r.Hosted {
+				without[r.Server] = true
 				continue
 			}
 			j := replicaJSON{CopysetID: cs, Server: r.Server, Error: errText(r.Err)}
@@ -227,8 +229,11 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 			}
 			addr, _ := PeerAddr(m)
 			yes := true
-			js = append(js, replicaJSON{CopysetID: cs, Server: addr, Peer: m, State: stateNotAnswering, Member: &yes,
-				Error: "a member in the leader's configuration, but no server in --servers reported this replica"})
+			why := "a member in the leader's configuration, but not in --servers"
+			if without[addr] {
+				why = "a member in the leader's configuration, but its server does not host the copyset"
+			}
+			js = append(js, replicaJSON{CopysetID: cs, Server: addr, Peer: m, State: stateNotAnswering, Member: &yes, Error: why})
 			anyErr = true
 		}
 		if hosted == 0 {

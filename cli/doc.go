@@ -9,8 +9,11 @@
 // backoff until an overall deadline. Every RPC attempt has its own, shorter
 // timeout so that a dead or stopped leader cannot use up the whole deadline.
 // A few calls go to every configured server instead of the leader:
-// ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (a
-// per-server fence that raft does not replicate).
+// ChunkHashes (compare replicas at one applied index, see CompareHashes and
+// SettledChunkHashes) and UpdateEpoch (a per-server fence that raft does not
+// replicate). Beyond the Curve messages, chunkraft servers send a few gRPC
+// response trailers the client reads: the applied index a hash covers and a
+// replica's configuration (client_replica.go).
 //
 // Admin calls: membership changes (AddPeer, RemovePeer, ChangePeers) and
 // integrity jobs (Scan) go to the copyset's leader; those services answer a
