@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -345,6 +346,10 @@ func setAppliedTrailer(ctx context.Context, applied uint64) {
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(AppliedTrailerKey, strconv.FormatUint(applied, 10)))
 }
 
+// shareCommitTimeout bounds shareCommit: a leader without a quorum cannot
+// commit the barrier, and the hash it serves must not wait for one.
+const shareCommitTimeout = time.Second
+
 // shareCommit has n, when it leads, tell its followers its commit index now
 // (Node.ShareCommit), so that replicas compared right after a write have
 // applied it; a failure only delays that and is logged.
@@ -352,6 +357,8 @@ func shareCommit(ctx context.Context, n *copyset.Node, log *slog.Logger) {
 	if !n.IsLeader() {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, shareCommitTimeout)
+	defer cancel()
 	var nl *copyset.NotLeaderError
 	if err := n.ShareCommit(ctx); err != nil && !errors.As(err, &nl) {
 		log.Debug("share commit index", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "err", err)
