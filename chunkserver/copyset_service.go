@@ -190,6 +190,10 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 	if err != nil {
 		return false, "", err
 	}
+	if len(own) == 0 && n.Leader() == "" {
+		return false, "", errors.New("cannot tell whether this replica is a member: it knows no configuration " +
+			"(an empty replica waiting to be added); the server drops such a replica when it restarts")
+	}
 	ask := append(slices.Clone(own), n.Leader())
 	asked := map[copyset.PeerID]bool{local: true, "": true}
 	var best *peerReplica

@@ -799,18 +799,26 @@ func TestDeleteStaleReplica(t *testing.T) {
 			}
 			return a, nil
 		}}
-	del := func() (pb.COPYSET_OP_STATUS, string) {
+	delCopyset := func(cs uint32) (pb.COPYSET_OP_STATUS, string) {
 		t.Helper()
 		var md metadata.MD
 		ctx := grpc.NewContextWithServerTransportStream(context.Background(), &trailerStream{md: &md})
-		pool, cs := c.mbCopyset()
-		resp, err := svc.DeleteBrokenCopyset(ctx, &pb.CopysetRequest{LogicPoolId: pool, CopysetId: cs})
+		resp, err := svc.DeleteBrokenCopyset(ctx, &pb.CopysetRequest{LogicPoolId: proto.Uint32(c.group.Pool()), CopysetId: proto.Uint32(cs)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp.GetStatus(), strings.Join(md.Get(IntegrityErrorTrailerKey), "")
 	}
+	del := func() (pb.COPYSET_OP_STATUS, string) { t.Helper(); return delCopyset(c.group.Copyset()) }
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
+
+	// An empty replica waiting to be added knows nobody to ask.
+	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2)); err != nil {
+		t.Fatal(err)
+	}
+	if st, why := delCopyset(2); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "knows no configuration") {
+		t.Fatalf("empty joined replica: %v %q", st, why)
+	}
 	follower := peerReplica{hosted: true, term: 5, leader: peer(l), conf: all, committed: all, hasCommitted: true}
 	leading := peerReplica{hosted: true, leading: true, term: 5, conf: all, committed: all, hasCommitted: true}
 
