@@ -211,4 +211,10 @@ func TestClassifyRemovalUnderWay(t *testing.T) {
 			t.Errorf("%s: %+v", tc.name, h)
 		}
 	}
+	// An empty replica made for a peer add that did not happen.
+	rows := []ReplicaStatus{row("a", StateLeader, ab, ab), row("b", StateFollower, ab, ab), row("c", 3, []string{}, nil)}
+	if h := ClassifyCopyset(cs3, rows, HealthOptions{Replicas: 2, Lag: 100}); h.Health != HealthStale || len(h.Stale) != 1 || !h.Stale[0].Empty ||
+		!strings.Contains(h.Details[0], "c on c is an empty replica") {
+		t.Errorf("empty replica: %+v", h)
+	}
 }

@@ -57,6 +57,9 @@ type CopysetHealth struct {
 type StaleReplica struct {
 	Peer   string `json:"peer"`
 	Server string `json:"server"` // the address it answered on
+	// Empty: the replica knows no configuration at all: an empty one made
+	// for a peer add that has not happened (yet).
+	Empty bool `json:"empty,omitempty"`
 }
 
 // OK reports whether the copyset is healthy.
@@ -140,7 +143,7 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 			if conf.Member(replicaName(r)) {
 				in = append(in, r)
 			} else {
-				h.Stale = append(h.Stale, StaleReplica{Peer: replicaName(r), Server: r.Server})
+				h.Stale = append(h.Stale, StaleReplica{Peer: replicaName(r), Server: r.Server, Empty: r.HasConfig && len(r.Config) == 0})
 			}
 		}
 		hosted = in
@@ -226,9 +229,13 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 		}
 	}
 	for _, st := range h.Stale {
-		problems[HealthStale] = append(problems[HealthStale],
-			fmt.Sprintf("%s on %s is not in the configuration leader %s has (%s): a stale replica; move it to trash with copyset delete-broken --server %s",
-				st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","), st.Server))
+		msg := fmt.Sprintf("%s on %s is not in the configuration leader %s has (%s): a stale replica; move it to trash with copyset delete-broken --server %s",
+			st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","), st.Server)
+		if st.Empty {
+			msg = fmt.Sprintf("%s on %s is an empty replica not in the configuration leader %s has (%s): add it with peer add, or restart its server to drop it",
+				st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","))
+		}
+		problems[HealthStale] = append(problems[HealthStale], msg)
 	}
 	h.Health = HealthOK
 	for _, level := range []string{HealthBroken, HealthNoLeader, HealthUnderReplicated, HealthLagging, HealthStale} {
