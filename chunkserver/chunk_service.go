@@ -428,6 +428,15 @@ func (s *chunkService) GetChunkInfo(ctx context.Context, req *pb.GetChunkInfoReq
 // chunk's data on this replica (any replica answers; no leader check, as
 // upstream). Offsets are data offsets: upstream's include the meta page. A
 // missing chunk hashes to "0".
+//
+// Beyond upstream, so that replicas can be compared right after a write: on
+// the leader it first shares the commit index with the followers
+// (Node.ShareCommit, nothing when they have it already), so they apply
+// what the leader has at once rather than at the next heartbeat; and the
+// hash is taken while no entry is being applied, with the response
+// trailer AppliedTrailerKey giving the applied index it covers (replicas
+// with equal indices must hash equal). A replica that keeps applying gets
+// the hash of the moment and no trailer.
 func (s *chunkService) GetChunkHash(ctx context.Context, req *pb.GetChunkHashRequest) (*pb.GetChunkHashResponse, error) {
 	fail := func(st pb.CHUNK_OP_STATUS) (*pb.GetChunkHashResponse, error) {
 		return &pb.GetChunkHashResponse{Status: status(st)}, nil
@@ -442,7 +451,20 @@ func (s *chunkService) GetChunkHash(ctx context.Context, req *pb.GetChunkHashReq
 	if n.Broken() != nil {
 		return fail(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
 	}
-	hash, err := chunkStore(n).GetChunkHash(req.GetChunkId(), req.GetOffset(), req.GetLength())
+	shareCommit(ctx, n, s.log)
+	var hash string
+	hashNow := func(m *chunkMachine) error {
+		var err error
+		hash, err = m.store.GetChunkHash(req.GetChunkId(), req.GetOffset(), req.GetLength())
+		return err
+	}
+	applied, err := atRest(ctx, n, chunkHashAttempts, hashNow)
+	switch {
+	case errors.Is(err, errKeptApplying):
+		err = hashNow(n.StateMachine(copyset.KindChunk).(*chunkMachine))
+	case err == nil:
+		setAppliedTrailer(ctx, applied)
+	}
 	if err != nil {
 		s.log.Error("chunk hash", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(),
 			"chunk", req.GetChunkId(), "err", err)
@@ -450,6 +472,10 @@ func (s *chunkService) GetChunkHash(ctx context.Context, req *pb.GetChunkHashReq
 	}
 	return &pb.GetChunkHashResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS), Hash: proto.String(hash)}, nil
 }
+
+// chunkHashAttempts bounds how often GetChunkHash tries to hash a chunk
+// while no entry is being applied.
+const chunkHashAttempts = 5
 
 // UpdateEpoch raises the server's fence for a file; a lower epoch than the
 // stored one is EPOCH_TOO_OLD. Not replicated: clients send it to every

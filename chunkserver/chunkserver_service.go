@@ -236,39 +236,59 @@ const hashAttempts = 50
 // hash is taken again, and after hashAttempts tries the copyset is reported
 // busy.
 func copysetHash(ctx context.Context, n *copyset.Node) (hash uint32, applied uint64, err error) {
-	for try := 0; try < hashAttempts; try++ {
+	applied, err = atRest(ctx, n, hashAttempts, func(m *chunkMachine) error {
+		var herr error
+		hash, herr = hashChunkData(m.store)
+		return herr
+	})
+	if errors.Is(err, errKeptApplying) {
+		return 0, 0, errors.New("copyset kept applying writes while it was hashed; retry when writes pause")
+	}
+	return hash, applied, err
+}
+
+// errKeptApplying: atRest found the replica applying on every attempt.
+var errKeptApplying = errors.New("replica kept applying entries")
+
+// atRest runs read on n's chunk state machine while no entry is being
+// applied and returns the applied index it saw: read is run again when an
+// entry was applied meanwhile (its error may come from that too), at most
+// attempts times, then errKeptApplying. So what read saw is the state at
+// exactly that index, on any replica.
+func atRest(ctx context.Context, n *copyset.Node, attempts int, read func(*chunkMachine) error) (uint64, error) {
+	for try := 0; try < attempts; try++ {
 		if try > 0 {
 			select {
 			case <-ctx.Done():
-				return 0, 0, ctx.Err()
+				return 0, ctx.Err()
 			case <-time.After(time.Duration(min(try, 10)) * 5 * time.Millisecond):
 			}
 		}
 		before, err := n.ApplyState()
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		if !before.Idle {
 			continue
 		}
 		m, ok := n.StateMachine(copyset.KindChunk).(*chunkMachine)
 		if !ok {
-			return 0, 0, errors.New("copyset has no chunk store open")
+			return 0, errors.New("copyset has no chunk store open")
 		}
-		h, herr := hashChunkData(m.store)
+		rerr := read(m)
 		after, err := n.ApplyState()
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		if !after.Idle || after.Applied != before.Applied {
 			continue // data changed while it was read; an error may be from that too
 		}
-		if herr != nil {
-			return 0, 0, herr
+		if rerr != nil {
+			return 0, rerr
 		}
-		return h, before.Applied, nil
+		return before.Applied, nil
 	}
-	return 0, 0, errors.New("copyset kept applying writes while it was hashed; retry when writes pause")
+	return 0, errKeptApplying
 }
 
 // hashChunkData computes the crc32c (Castagnoli) of store's data: the data

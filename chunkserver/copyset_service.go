@@ -3,13 +3,21 @@ package chunkserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -20,6 +28,25 @@ type copysetService struct {
 	copysets *copyset.Manager
 	admit    *admission
 	log      *slog.Logger
+	// dial holds the transport credentials of the probes of other servers
+	// (tls.go); nil = plaintext. peerStatus asks the server at addr for its
+	// replica of g; nil means over gRPC (tests replace it).
+	dial       grpc.DialOption
+	peerStatus func(ctx context.Context, addr string, g copyset.GroupID) (peerReplica, error)
+}
+
+// peerReplica is another server's view of a copyset, as its
+// GetCopysetStatus reports it.
+type peerReplica struct {
+	hosted  bool
+	leading bool
+	term    uint64
+	leader  copyset.PeerID   // the leader it knows, "" if none
+	conf    []copyset.PeerID // its newest configuration (PeersTrailerKey)
+	// committed is its newest committed configuration, when reported
+	// (hasCommitted; CommittedPeersTrailerKey).
+	committed    []copyset.PeerID
+	hasCommitted bool
 }
 
 func copysetStatus(s pb.COPYSET_OP_STATUS) *pb.COPYSET_OP_STATUS { return &s }
@@ -100,12 +127,37 @@ func (s *copysetService) CreateCopysetNode2(ctx context.Context, req *pb.Copyset
 // DeleteBrokenCopyset moves this server's replica of a copyset to its trash
 // (<data_dir>/trash/<groupId>.<unixmillis>, purged after copyset's trash
 // max age): SUCCESS for a loaded replica that is broken (stopped by an
-// apply error) or removed from its copyset's configuration (closed first),
-// and for a copyset directory on disk that is not loaded; COPYSET_IS_HEALTHY
-// for a loaded replica that is neither; FAILURE_UNKNOWN when there is
-// nothing to move or the move fails (as upstream).
+// apply error), removed from its copyset's configuration (closed first) or
+// stale, and for a copyset directory on disk that is not loaded;
+// COPYSET_IS_HEALTHY for a loaded replica that is none of these;
+// FAILURE_UNKNOWN when there is nothing to move, the move fails (as
+// upstream) or whether the replica is stale cannot be told.
+//
+// Stale: a replica removed while its server was away never learns of its
+// removal; it stays a candidate whose votes the members refuse. This
+// server asks the peers of the configuration it knows (and the leader they
+// name) for their status; the one in state leader with the highest term
+// must report a committed configuration (CommittedPeersTrailerKey), and a
+// newest one (PeersTrailerKey), without this server. A refusal or a failure
+// to tell says why in the IntegrityErrorTrailerKey trailer.
 func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.CopysetRequest) (*pb.CopysetResponse, error) {
-	err := s.copysets.DeleteBroken(copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId()))
+	g := copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId())
+	err := s.copysets.DeleteBroken(g)
+	why := ""
+	if n := s.copysets.Get(g); errors.Is(err, copyset.ErrHealthy) && n != nil {
+		stale, reason, verr := s.verifyStale(ctx, n)
+		switch {
+		case verr != nil:
+			err = verr
+		case stale:
+			if err = s.copysets.DeleteStale(n); err == nil {
+				s.log.Warn("stale copyset replica deleted to trash", "pool", g.Pool(), "copyset", g.Copyset(), "reason", reason)
+				return &pb.CopysetResponse{Status: copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS)}, nil
+			}
+		default:
+			why = reason
+		}
+	}
 	st := pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS
 	switch {
 	case err == nil:
@@ -114,9 +166,116 @@ func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.Copyse
 		st = pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_IS_HEALTHY
 	default:
 		s.log.Error("delete broken copyset", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(), "err", err)
-		st = pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN
+		st, why = pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN, err.Error()
+	}
+	if why != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(IntegrityErrorTrailerKey, why))
 	}
 	return &pb.CopysetResponse{Status: copysetStatus(st)}, nil
+}
+
+// staleProbeHops bounds how often verifyStale follows the leaders the peers
+// it asked name.
+const staleProbeHops = 2
+
+// verifyStale asks the copyset's leader whether this server's replica n is
+// still a member (see DeleteBrokenCopyset). reason says what was found; err
+// is non-nil when it could not be told.
+func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stale bool, reason string, err error) {
+	local := s.copysets.Local()
+	if n.IsLeader() {
+		return false, fmt.Sprintf("%s leads the copyset, so it is a member", local), nil
+	}
+	own, err := n.Peers()
+	if err != nil {
+		return false, "", err
+	}
+	if len(own) == 0 && n.Leader() == "" {
+		return false, "", errors.New("cannot tell whether this replica is a member: it knows no configuration " +
+			"(an empty replica waiting to be added); the server drops such a replica when it restarts")
+	}
+	ask := append(slices.Clone(own), n.Leader())
+	asked := map[copyset.PeerID]bool{local: true, "": true}
+	var best *peerReplica
+	var bestID copyset.PeerID
+	var failures []string
+	for hop := 0; hop <= staleProbeHops && len(ask) > 0; hop++ {
+		var round []copyset.PeerID
+		for _, p := range ask {
+			if !asked[p] {
+				asked[p] = true
+				round = append(round, p)
+			}
+		}
+		ask = nil
+		answers := make([]peerReplica, len(round))
+		errs := make([]error, len(round))
+		var wg sync.WaitGroup
+		for i, p := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i], errs[i] = s.askPeer(ctx, p.Addr(), n.Group())
+			}()
+		}
+		wg.Wait()
+		for i, a := range answers {
+			switch {
+			case errs[i] != nil:
+				failures = append(failures, fmt.Sprintf("%s: %v", round[i], errs[i]))
+			case a.leading && (best == nil || a.term > best.term):
+				best, bestID = &answers[i], round[i]
+			case a.hosted:
+				ask = append(ask, a.leader)
+			}
+		}
+	}
+	switch {
+	case best == nil && len(failures) > 0:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v (%s)",
+			own, strings.Join(failures, "; "))
+	case best == nil:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v", own)
+	case !best.hasCommitted:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s does not report a committed configuration", bestID)
+	case slices.Contains(best.committed, local):
+		return false, fmt.Sprintf("%s is a member of the configuration leader %s has (%v)", local, bestID, best.committed), nil
+	case slices.Contains(best.conf, local):
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s is adding it back (%v, not committed yet); retry", bestID, best.conf)
+	}
+	return true, fmt.Sprintf("%s is not in the committed configuration leader %s has (%v)", local, bestID, best.committed), nil
+}
+
+// askPeer is peerStatus, over gRPC unless a test replaced it.
+func (s *copysetService) askPeer(ctx context.Context, addr string, g copyset.GroupID) (peerReplica, error) {
+	if s.peerStatus != nil {
+		return s.peerStatus(ctx, addr, g)
+	}
+	var r peerReplica
+	err := probePeer(ctx, s.dial, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var trailer metadata.MD
+		resp, err := pb.NewCopysetServiceClient(cc).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
+			LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),
+			Peer: &commonpb.Peer{Address: proto.String(addr + ":0")}, QueryHash: proto.Bool(false),
+		}, grpc.Trailer(&trailer))
+		if err != nil {
+			return err
+		}
+		switch resp.GetStatus() {
+		case pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS:
+		case pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_NOTEXIST:
+			return nil
+		default:
+			return fmt.Errorf("copyset status: %v", resp.GetStatus())
+		}
+		r = peerReplica{hosted: true, leading: resp.GetState() == braftLeader, term: uint64(resp.GetTerm()),
+			leader: copyset.PeerID(resp.GetLeader().GetAddress()), conf: splitPeers(trailer.Get(PeersTrailerKey))}
+		if v := trailer.Get(CommittedPeersTrailerKey); len(v) > 0 {
+			r.committed, r.hasCommitted = splitPeers(v), true
+		}
+		return nil
+	})
+	return r, err
 }
 
 // Copyset state numbers on the wire follow braft's State enum, as upstream
@@ -145,6 +304,71 @@ func braftState(st copyset.Status) uint32 {
 	}
 }
 
+// Response trailers chunkraft adds to CopysetService.GetCopysetStatus and
+// ChunkService.GetChunkHash. They are gRPC metadata, outside the Curve
+// messages, which a Curve client reads unchanged.
+const (
+	// AppliedTrailerKey accompanies a hash (GetChunkHash, GetCopysetStatus
+	// with queryHash): the state machines' applied index the hash was taken
+	// at, with no entry being applied. Replicas with equal values hold the
+	// same data exactly when their hashes are equal. It counts only entries
+	// that reach the state machines (not raft's no-ops and barriers), so it
+	// can be below knownAppliedIndex.
+	AppliedTrailerKey = "chunkraft-hash-applied"
+	// PeersTrailerKey (GetCopysetStatus) is the newest configuration this
+	// replica knows, committed or not: peer ids joined by commas.
+	PeersTrailerKey = "chunkraft-peers"
+	// CommittedPeersTrailerKey (GetCopysetStatus) is the newest
+	// configuration this replica knows to have committed (applied here or
+	// in its snapshot), when it knows one; it differs from PeersTrailerKey
+	// while a change is under way.
+	CommittedPeersTrailerKey = "chunkraft-committed-peers"
+)
+
+// joinPeers renders peer ids as a trailer value.
+func joinPeers(peers []copyset.PeerID) string {
+	ids := make([]string, len(peers))
+	for i, p := range peers {
+		ids[i] = string(p)
+	}
+	return strings.Join(ids, ",")
+}
+
+// splitPeers parses a trailer value of joinPeers.
+func splitPeers(v []string) []copyset.PeerID {
+	var out []copyset.PeerID
+	for _, p := range strings.Split(strings.Join(v, ","), ",") {
+		if p != "" {
+			out = append(out, copyset.PeerID(p))
+		}
+	}
+	return out
+}
+
+// setAppliedTrailer sets AppliedTrailerKey on the response.
+func setAppliedTrailer(ctx context.Context, applied uint64) {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(AppliedTrailerKey, strconv.FormatUint(applied, 10)))
+}
+
+// shareCommitTimeout bounds shareCommit: a leader without a quorum cannot
+// commit the barrier, and the hash it serves must not wait for one.
+const shareCommitTimeout = time.Second
+
+// shareCommit has n, when it leads, tell its followers its commit index now
+// (Node.ShareCommit), so that replicas compared right after a write have
+// applied it; a failure only delays that and is logged.
+func shareCommit(ctx context.Context, n *copyset.Node, log *slog.Logger) {
+	if !n.IsLeader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, shareCommitTimeout)
+	defer cancel()
+	var nl *copyset.NotLeaderError
+	if err := n.ShareCommit(ctx); err != nil && !errors.As(err, &nl) {
+		log.Debug("share commit index", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "err", err)
+	}
+}
+
 // GetCopysetStatus reports this replica's raft status (any replica
 // answers). Fields beyond braft's that need a definition here:
 // pendingIndex and pendingQueueSize are, on the leader, the first log index
@@ -164,8 +388,13 @@ func braftState(st copyset.Status) uint32 {
 // corrupted on disk reports a different hash rather than an error. The hash
 // is taken while no write is being applied (retried while writes run; a
 // copyset that keeps applying is FAILURE_UNKNOWN), after a read barrier on
-// the leader, so replicas that applied the same index hash equal. A read
-// error is FAILURE_UNKNOWN (as upstream).
+// the leader, so replicas that applied the same index hash equal; the
+// leader then shares its commit index with the followers (Node.ShareCommit)
+// so that they reach that index at once. AppliedTrailerKey gives the index
+// the hash was taken at. A read error is FAILURE_UNKNOWN (as upstream).
+//
+// Every answer carries the replica's configuration (PeersTrailerKey,
+// ConfIndexTrailerKey): the leader's is the copyset's membership.
 func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetStatusRequest) (*pb.CopysetStatusResponse, error) {
 	n := s.copysets.Get(copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId()))
 	if n == nil {
@@ -182,12 +411,20 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 			if _, err := n.ReadBarrier(ctx); err != nil && !errors.As(err, &nl) {
 				return failed(err)
 			}
+			shareCommit(ctx, n, s.log)
 		}
-		h, _, err := copysetHash(ctx, n)
+		h, applied, err := copysetHash(ctx, n)
 		if err != nil {
 			return failed(err)
 		}
 		hash = formatHash(h)
+		setAppliedTrailer(ctx, applied)
+	}
+	if peers, err := n.Peers(); err == nil {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(PeersTrailerKey, joinPeers(peers)))
+	}
+	if peers, ok := n.CommittedPeers(); ok {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(CommittedPeersTrailerKey, joinPeers(peers)))
 	}
 	st := n.Status()
 	var pendingIndex, pendingSize, applying int64

@@ -3,7 +3,9 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"syscall"
@@ -379,6 +382,12 @@ func TestMembershipUnderLoad(t *testing.T) {
 	for _, i := range members {
 		if got := c.mbNode(i).Status().Epoch; got != epoch+2 {
 			t.Fatalf("server %d epoch %d, want %d", i, got, epoch+2)
+		}
+		// Every member knows the committed configuration (what stale
+		// replicas are checked against).
+		committed, ok := c.mbNode(i).CommittedPeers()
+		if !ok || len(committed) != 3 || !slices.Contains(committed, c.servers[fresh].Local()) || slices.Contains(committed, c.servers[victim].Local()) {
+			t.Fatalf("server %d committed configuration %v (%v)", i, committed, ok)
 		}
 	}
 	// The removed server dropped its replica into its trash.
@@ -762,4 +771,115 @@ func TestRemovedWhileDown(t *testing.T) {
 		return c.mbNode(v) == nil && c.mbTrashed(v, c.group)
 	})
 	c.write(t, 2, 1, 0, block(7), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+}
+
+// TestDeleteStaleReplica: DeleteBrokenCopyset of a loaded, healthy-looking
+// replica asks the copyset's leader (the highest-term replica reporting
+// itself leader, found through the peers of the replica's configuration and
+// the leaders they name): a member is refused, a replica outside the
+// leader's committed configuration goes to the trash, and an uncommitted
+// configuration or no leader found is a failure that says why.
+func TestDeleteStaleReplica(t *testing.T) {
+	c := startTestCluster(t, 3)
+	l := c.leader(t)
+	f := (l + 1) % 3
+	other := (l + 2) % 3
+	peer := func(i int) copyset.PeerID { return copyset.PeerID(c.id(i)) }
+	var answers map[copyset.PeerID]peerReplica
+	var asked []copyset.PeerID
+	var mu sync.Mutex
+	svc := &copysetService{copysets: c.servers[f].Copysets(), admit: c.servers[f].admit, log: slog.New(slog.DiscardHandler),
+		peerStatus: func(_ context.Context, addr string, _ copyset.GroupID) (peerReplica, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, copyset.PeerID(addr+":0"))
+			a, ok := answers[copyset.PeerID(addr+":0")]
+			if !ok {
+				return peerReplica{}, errors.New("connection refused")
+			}
+			return a, nil
+		}}
+	delCopyset := func(cs uint32) (pb.COPYSET_OP_STATUS, string) {
+		t.Helper()
+		var md metadata.MD
+		ctx := grpc.NewContextWithServerTransportStream(context.Background(), &trailerStream{md: &md})
+		resp, err := svc.DeleteBrokenCopyset(ctx, &pb.CopysetRequest{LogicPoolId: proto.Uint32(c.group.Pool()), CopysetId: proto.Uint32(cs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus(), strings.Join(md.Get(IntegrityErrorTrailerKey), "")
+	}
+	del := func() (pb.COPYSET_OP_STATUS, string) { t.Helper(); return delCopyset(c.group.Copyset()) }
+	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
+
+	// An empty replica waiting to be added knows nobody to ask.
+	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2)); err != nil {
+		t.Fatal(err)
+	}
+	if st, why := delCopyset(2); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "knows no configuration") {
+		t.Fatalf("empty joined replica: %v %q", st, why)
+	}
+	follower := peerReplica{hosted: true, term: 5, leader: peer(l), conf: all, committed: all, hasCommitted: true}
+	leading := peerReplica{hosted: true, leading: true, term: 5, conf: all, committed: all, hasCommitted: true}
+
+	// A member.
+	answers = map[copyset.PeerID]peerReplica{peer(l): leading, peer(other): follower}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_IS_HEALTHY || !strings.Contains(why, "is a member") {
+		t.Fatalf("member: %v %q", st, why)
+	}
+	// No leader answers: found out through the follower's hint, then refused.
+	answers = map[copyset.PeerID]peerReplica{peer(other): follower}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "no leader found") {
+		t.Fatalf("no leader: %v %q", st, why)
+	}
+	// The leader removed f in a change that has not committed yet: f is a
+	// member still. One that removed it and is adding it back: unclear.
+	without := []copyset.PeerID{peer(l), peer(other)}
+	removing := leading
+	removing.conf = without
+	answers = map[copyset.PeerID]peerReplica{peer(l): removing}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_IS_HEALTHY || !strings.Contains(why, "is a member") {
+		t.Fatalf("removal not committed: %v %q", st, why)
+	}
+	readding := leading
+	readding.committed = without
+	answers = map[copyset.PeerID]peerReplica{peer(l): readding}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "adding it back") {
+		t.Fatalf("being added back: %v %q", st, why)
+	}
+	unknown := leading
+	unknown.committed, unknown.hasCommitted = nil, false
+	answers = map[copyset.PeerID]peerReplica{peer(l): unknown}
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "does not report a committed configuration") {
+		t.Fatalf("no committed configuration: %v %q", st, why)
+	}
+	if c.mbNode(f) == nil {
+		t.Fatal("replica deleted although it could not be told stale")
+	}
+	// A deposed leader of a lower term does not count; the newer one's
+	// committed configuration leaves f out: the replica goes to the trash.
+	deposed := leading
+	deposed.term = 4
+	stale := leading
+	stale.term, stale.conf, stale.committed = 6, without, without
+	answers = map[copyset.PeerID]peerReplica{peer(l): deposed, peer(other): stale}
+	asked = nil
+	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
+		t.Fatalf("stale: %v %q", st, why)
+	}
+	if len(asked) != 2 || c.mbNode(f) != nil || !c.mbTrashed(f, c.group) {
+		t.Fatalf("stale replica: asked %v, still loaded %v, trashed %v", asked, c.mbNode(f) != nil, c.mbTrashed(f, c.group))
+	}
+}
+
+// trailerStream is the grpc.ServerTransportStream of a handler called
+// directly: it keeps the trailer the handler sets.
+type trailerStream struct{ md *metadata.MD }
+
+func (s *trailerStream) Method() string                  { return "" }
+func (s *trailerStream) SetHeader(md metadata.MD) error  { return nil }
+func (s *trailerStream) SendHeader(md metadata.MD) error { return nil }
+func (s *trailerStream) SetTrailer(md metadata.MD) error {
+	*s.md = metadata.Join(*s.md, md)
+	return nil
 }

@@ -199,7 +199,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	pb.RegisterChunkServiceServer(s.grpc, chunks)
-	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log})
+	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log, dial: s.tls.peerDial()})
 	cli := &cliService2{copysets: s.copysets, ready: &s.ready, dial: s.tls.peerDial()}
 	pb.RegisterCliService2Server(s.grpc, cli)
 	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})

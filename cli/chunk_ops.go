@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -191,6 +192,7 @@ type replicaHashJSON struct {
 	Server   string `json:"server"`
 	Status   string `json:"status,omitempty"`
 	Hash     string `json:"hash,omitempty"`
+	Applied  *int64 `json:"appliedIndex,omitempty"` // the applied index the hash covers, when reported
 	Mismatch bool   `json:"mismatch,omitempty"`
 	Error    string `json:"error,omitempty"`
 }
@@ -201,6 +203,9 @@ type chunkHashJSON struct {
 	Length     uint32            `json:"length"`
 	Replicas   []replicaHashJSON `json:"replicas"`
 	Consistent bool              `json:"consistent"`
+	// Unsettled: the hashes differ, but the replicas never reached a common
+	// applied index, so they were not compared.
+	Unsettled bool `json:"unsettled,omitempty"`
 }
 
 func newChunkHashCommand(a *app) *cobra.Command {
@@ -211,13 +216,20 @@ func newChunkHashCommand(a *app) *cobra.Command {
 		Short: "Compare a chunk's hash on every replica (asks all --servers); fails on a mismatch",
 		Long: `Asks every server in --servers for the crc32c of [offset, offset+length) of
 the chunk's data (GetChunkHash reads the replica's local data, leader or not)
-and prints one row per replica; servers that do not host the copyset are left
-out. A missing chunk hashes to 0. Replicas whose hash differs from the most common
-one are marked MISMATCH (all of them when there is a tie).
+and prints one row per replica with the applied index the hash covers;
+servers that do not host the copyset are left out. A missing chunk hashes to 0.
 
-Fails when replicas disagree, when a server could not be asked (it may host a
-replica) or when no server hosts the copyset. Compare while no writes are in
-flight: a follower that has not applied the latest writes yet differs too.`,
+Replicas are compared at the same applied index: a follower applies a write
+a moment after the leader acknowledged it (the leader's GetChunkHash tells
+the followers its commit index at once), so while hashes differ between
+replicas at different indices it asks again, for up to 5s. Replicas at the
+same index with different hashes are a divergence: the ones whose hash differs
+from the most common one are marked MISMATCH (all of them when there is a
+tie). If the replicas never reach a common index (writes keep coming) the
+hashes are not compared, and the command says so.
+
+Fails on a divergence, on replicas not compared, when a server could not be
+asked (it may host a replica) or when no server hosts the copyset.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			off, err := parseSize32("offset", offset)
@@ -230,11 +242,11 @@ flight: a follower that has not applied the latest writes yet differs too.`,
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
 				id := f.id()
-				rows, err := c.ChunkHashes(ctx, id, off, n)
+				rows, hc, err := c.SettledChunkHashes(ctx, id, off, n, hashSettle)
 				if err != nil {
 					return err
 				}
-				return printHashes(a.printer(cmd), id, off, n, rows)
+				return printHashes(a.printer(cmd), id, off, n, rows, hc)
 			})
 		},
 	}
@@ -244,11 +256,10 @@ flight: a follower that has not applied the latest writes yet differs too.`,
 	return cmd
 }
 
-func printHashes(p *printer, id ChunkID, off, n uint32, rows []ReplicaHash) error {
-	hc := CompareHashes(rows)
-	j := chunkHashJSON{ChunkID: id, Offset: off, Length: n, Replicas: []replicaHashJSON{}, Consistent: hc.Consistent}
+func printHashes(p *printer, id ChunkID, off, n uint32, rows []ReplicaHash, hc HashCheck) error {
+	j := chunkHashJSON{ChunkID: id, Offset: off, Length: n, Replicas: []replicaHashJSON{}, Consistent: hc.Consistent, Unsettled: hc.Unsettled}
 	var table [][]string
-	var mismatched []string
+	var mismatched, indices []string
 	for i, r := range rows {
 		if !r.Hosted {
 			continue
@@ -256,6 +267,10 @@ func printHashes(p *printer, id ChunkID, off, n uint32, rows []ReplicaHash) erro
 		rj := replicaHashJSON{Server: r.Server, Hash: r.Hash, Mismatch: hc.Mismatch[i], Error: errText(r.Err)}
 		if r.Replied {
 			rj.Status = r.Status.String()
+		}
+		applied := ""
+		if r.Err == nil && r.HasApplied {
+			rj.Applied, applied = &r.Applied, i64(r.Applied)
 		}
 		j.Replicas = append(j.Replicas, rj)
 		check := ""
@@ -265,16 +280,19 @@ func printHashes(p *printer, id ChunkID, off, n uint32, rows []ReplicaHash) erro
 		case hc.Mismatch[i]:
 			check = "MISMATCH"
 			mismatched = append(mismatched, r.Server)
+		case hc.Unsettled:
+			check = "not compared"
+			indices = append(indices, r.Server+"="+cmp.Or(applied, "?"))
 		default:
 			check = "ok"
 		}
-		row := []string{r.Server, rj.Status, r.Hash, check}
+		row := []string{r.Server, rj.Status, applied, r.Hash, check}
 		if hc.Failed > 0 {
 			row = append(row, cellError(r.Err))
 		}
 		table = append(table, row)
 	}
-	header := []string{"SERVER", "STATUS", "HASH", "CHECK"}
+	header := []string{"SERVER", "STATUS", "APPLIED", "HASH", "CHECK"}
 	if hc.Failed > 0 {
 		header = append(header, "ERROR")
 	}
@@ -282,9 +300,13 @@ func printHashes(p *printer, id ChunkID, off, n uint32, rows []ReplicaHash) erro
 		return err
 	}
 	var problems []string
-	if hc.Distinct > 1 {
+	if hc.Diverged {
 		problems = append(problems, fmt.Sprintf("replicas disagree: %d distinct hashes on %d replicas, mismatch on %s",
 			hc.Distinct, hc.Replicas, strings.Join(mismatched, ", ")))
+	}
+	if hc.Unsettled && hc.Failed == 0 {
+		problems = append(problems, fmt.Sprintf("not compared: the replicas did not reach a common applied index within %s (%s); "+
+			"writes are still arriving, run it again when they pause", hashSettle, strings.Join(indices, ", ")))
 	}
 	if hc.Failed > 0 {
 		for i, r := range rows {

@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -306,9 +309,47 @@ func (c *Client) CreateEmptyReplica(ctx context.Context, cs CopysetID, peer stri
 	return nr, nil
 }
 
+// WaitCaughtUp waits, for at most d, until peer's replica of cs (asked on
+// its own server) has applied the commit index the leader has now,
+// printing progress to progress.
+func (c *Client) WaitCaughtUp(ctx context.Context, cs CopysetID, peer string, d time.Duration, progress io.Writer) error {
+	id, err := ResolvePeerID(ctx, peer)
+	if err != nil {
+		return fmt.Errorf("wait for %s in %s: %w", peer, cs, err)
+	}
+	addr, _ := PeerAddr(id)
+	leader, err := c.leaderOf(ctx, cs)
+	if err != nil {
+		return fmt.Errorf("wait for %s in %s: %w", id, cs, err)
+	}
+	leaderAddr, _ := PeerAddr(leader)
+	lr := c.replicaStatus(ctx, cs, leaderAddr, false)
+	if lr.Err != nil || !lr.Hosted {
+		return fmt.Errorf("wait for %s in %s: the leader's commit index: %s", id, cs, cmp.Or(errText(lr.Err), leaderAddr+" has no replica"))
+	}
+	if err := c.waitApplied(ctx, []catchUp{{cs: cs, peer: id, server: addr, target: lr.Committed}}, d, progress); err != nil {
+		return fmt.Errorf("wait for %s in %s: %w", id, cs, err)
+	}
+	return nil
+}
+
+// NotMemberError is the refusal to remove a peer that is not in the
+// copyset's configuration.
+type NotMemberError struct {
+	Copyset CopysetID
+	Peer    string
+	Members []string // the configuration, as the leader reported it
+}
+
+func (e *NotMemberError) Error() string {
+	return fmt.Sprintf("remove peer %s from %s: it is not a member; the members are %s", e.Peer, e.Copyset, strings.Join(e.Members, ","))
+}
+
 // RemovePeer removes peer from the configuration of cs through its leader,
 // which answers once the change has committed; the removed server drops its
-// replica. Removing the leader itself makes it step down afterwards.
+// replica. Removing the leader itself makes it step down afterwards. A
+// peer that is not a member is a *NotMemberError naming the members
+// (nothing changed).
 func (c *Client) RemovePeer(ctx context.Context, cs CopysetID, peer string) (MembershipChange, error) {
 	id, err := ResolvePeerID(ctx, peer)
 	if err != nil {
@@ -331,6 +372,9 @@ func (c *Client) RemovePeer(ctx context.Context, cs CopysetID, peer string) (Mem
 		})
 	if err == nil && ch.Leader == id {
 		c.forgetLeader(cs, id)
+	}
+	if err == nil && !contains(ch.OldPeers, id) {
+		return ch, &NotMemberError{Copyset: cs, Peer: id, Members: ch.OldPeers}
 	}
 	return ch, err
 }
@@ -485,8 +529,10 @@ func serverFailures(op string, rows []ServerResult, needHosted bool) error {
 }
 
 // DeleteBrokenCopyset asks server to move its replica of cs to the trash if
-// the replica is broken (failed to load or stopped by an error). A loaded,
-// healthy replica is refused with COPYSET_IS_HEALTHY (a *CopysetStatusError).
+// the replica is broken (failed to load or stopped by an error), removed, or
+// stale (not in the committed configuration of the copyset's leader, which
+// the server asks). A member is refused with COPYSET_IS_HEALTHY (a
+// *CopysetStatusError), with the server's reason when it gives one.
 func (c *Client) DeleteBrokenCopyset(ctx context.Context, server string, cs CopysetID) error {
 	op := fmt.Sprintf("delete broken %s on %s", cs, server)
 	addr, err := PeerAddr(server)
@@ -494,18 +540,23 @@ func (c *Client) DeleteBrokenCopyset(ctx context.Context, server string, cs Copy
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var st chunkserverpb.COPYSET_OP_STATUS
-	err = c.onServerRPC(ctx, addr, c.attemptTimeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	var reason string
+	err = c.onServerRPC(ctx, addr, c.changeAttempt(), func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var trailer metadata.MD
 		resp, err := chunkserverpb.NewCopysetServiceClient(cc).DeleteBrokenCopyset(ctx, &chunkserverpb.CopysetRequest{
 			LogicPoolId: proto.Uint32(cs.Pool),
 			CopysetId:   proto.Uint32(cs.Copyset),
-		})
-		st = resp.GetStatus()
+		}, grpc.Trailer(&trailer))
+		st, reason = resp.GetStatus(), firstValue(trailer, integrityErrorKey)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if st != chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
+		if reason != "" {
+			return fmt.Errorf("%s: %w: %s", op, &CopysetStatusError{Status: st}, reason)
+		}
 		return fmt.Errorf("%s: %w", op, &CopysetStatusError{Status: st})
 	}
 	return nil

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -189,6 +192,31 @@ type ReplicaStatus struct {
 	Epoch     uint64
 	ReadOnly  bool
 	Hash      string // copyset data hash, when asked for (CopysetHashes)
+	// HashApplied is the applied index the hash covers, when the server
+	// reported it (HasHashApplied); it counts only entries that reach the
+	// state machines, so it may be below Applied.
+	HashApplied    int64
+	HasHashApplied bool
+	// Config is the newest configuration the replica knows (committed or
+	// not), when the server reported it (HasConfig): the leader's is the
+	// copyset's membership. Committed is the newest one it knows to have
+	// committed (HasCommitted); they differ while a change is under way.
+	Config          []string
+	HasConfig       bool
+	CommittedConfig []string
+	HasCommitted    bool
+}
+
+// ConfigCommitted reports whether the configuration the replica reported
+// has committed as far as it knows.
+func (r ReplicaStatus) ConfigCommitted() bool {
+	if !r.HasConfig || !r.HasCommitted {
+		return false
+	}
+	a, b := slices.Clone(r.Config), slices.Clone(r.CommittedConfig)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // Replica state numbers of GetCopysetStatus (braft's State enum).
@@ -238,6 +266,34 @@ func (c *Client) CopysetHashes(ctx context.Context, cs CopysetID) ([]ReplicaStat
 	return c.copysetStatus(ctx, cs, true)
 }
 
+// SettledCopysetHashes is CopysetHashes repeated, for at most wait, while
+// the replicas' hashes differ only between replicas at different applied
+// indices (see CompareHashes), so that a follower that has not applied the
+// latest write yet is not taken for a diverged one.
+func (c *Client) SettledCopysetHashes(ctx context.Context, cs CopysetID, wait time.Duration) ([]ReplicaStatus, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		rows, err := c.CopysetHashes(ctx, cs)
+		if err != nil || !compareCopysetHashes(rows).Unsettled || !time.Now().Before(deadline) || !sleepCtx(ctx, hashPoll) {
+			return rows, err
+		}
+	}
+}
+
+// compareCopysetHashes compares the copyset hashes of status rows, each at
+// the applied index it covers. Rows without a hash are not compared.
+func compareCopysetHashes(rows []ReplicaStatus) HashCheck {
+	hr := make([]ReplicaHash, len(rows))
+	for i, r := range rows {
+		hr[i] = ReplicaHash{Server: r.Server, Hosted: r.Err == nil && r.Hosted && r.Hash != "", Hash: r.Hash}
+		if hr[i].Hosted {
+			h := hashIndices([]ReplicaStatus{r})[0]
+			hr[i].Applied, hr[i].HasApplied = h.applied, h.known
+		}
+	}
+	return CompareHashes(hr)
+}
+
 func (c *Client) copysetStatus(ctx context.Context, cs CopysetID, queryHash bool) ([]ReplicaStatus, error) {
 	rows := make([]ReplicaStatus, len(c.servers))
 	forEach(len(c.servers), len(c.servers), func(i int) {
@@ -263,12 +319,13 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, q
 		row.Err = err
 		return row
 	}
+	var trailer metadata.MD
 	resp, err := svc.GetCopysetStatus(actx, &chunkserverpb.CopysetStatusRequest{
 		LogicPoolId: proto.Uint32(cs.Pool),
 		CopysetId:   proto.Uint32(cs.Copyset),
 		Peer:        &commonpb.Peer{Address: proto.String(self)},
 		QueryHash:   proto.Bool(queryHash),
-	})
+	}, grpc.Trailer(&trailer))
 	if err != nil {
 		row.Err = &serverError{Err: err}
 		return row
@@ -293,6 +350,15 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, q
 	row.Epoch = resp.GetEpoch()
 	row.ReadOnly = resp.GetReadOnly()
 	row.Hash = resp.GetHash()
+	if queryHash {
+		row.HashApplied, row.HasHashApplied = trailerInt(trailer, appliedTrailerKey)
+	}
+	if v := trailer.Get(peersTrailerKey); len(v) > 0 {
+		row.Config, row.HasConfig = splitTrailerList(v), true
+	}
+	if v := trailer.Get(committedPeersTrailerKey); len(v) > 0 {
+		row.CommittedConfig, row.HasCommitted = splitTrailerList(v), true
+	}
 	return row
 }
 

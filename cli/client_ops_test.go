@@ -58,7 +58,13 @@ func TestParseCloneLocation(t *testing.T) {
 }
 
 func TestCompareHashes(t *testing.T) {
-	ok := func(h string) ReplicaHash { return ReplicaHash{Hosted: true, Replied: true, Hash: h} }
+	ok := func(h string) ReplicaHash {
+		return ReplicaHash{Hosted: true, Replied: true, Hash: h, Applied: 10, HasApplied: true}
+	}
+	at := func(h string, applied int64) ReplicaHash {
+		return ReplicaHash{Hosted: true, Replied: true, Hash: h, Applied: applied, HasApplied: true}
+	}
+	noIndex := func(h string) ReplicaHash { return ReplicaHash{Hosted: true, Replied: true, Hash: h} }
 	absent := ReplicaHash{Replied: true, Status: chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST}
 	failed := ReplicaHash{Hosted: true, Err: errors.New("down")}
 	for _, tc := range []struct {
@@ -67,17 +73,24 @@ func TestCompareHashes(t *testing.T) {
 		consistent bool
 		hash       string
 		mismatch   []bool
+		unsettled  bool
 	}{
-		{"agree", []ReplicaHash{ok("1"), ok("1"), ok("1")}, true, "1", []bool{false, false, false}},
-		{"one differs", []ReplicaHash{ok("1"), ok("2"), ok("1")}, false, "1", []bool{false, true, false}},
-		{"tie", []ReplicaHash{ok("1"), absent, ok("2")}, false, "", []bool{true, false, true}},
-		{"all differ", []ReplicaHash{ok("1"), ok("2"), ok("3")}, false, "", []bool{true, true, true}},
-		{"not hosted ignored", []ReplicaHash{absent, ok("1"), ok("1")}, true, "1", []bool{false, false, false}},
-		{"a failure is not consistent", []ReplicaHash{ok("1"), failed, ok("1")}, false, "1", []bool{false, false, false}},
-		{"nobody hosts it", []ReplicaHash{absent, absent}, false, "", []bool{false, false}},
+		{"agree", []ReplicaHash{ok("1"), ok("1"), ok("1")}, true, "1", []bool{false, false, false}, false},
+		{"one differs", []ReplicaHash{ok("1"), ok("2"), ok("1")}, false, "1", []bool{false, true, false}, false},
+		{"tie", []ReplicaHash{ok("1"), absent, ok("2")}, false, "", []bool{true, false, true}, false},
+		{"all differ", []ReplicaHash{ok("1"), ok("2"), ok("3")}, false, "", []bool{true, true, true}, false},
+		{"not hosted ignored", []ReplicaHash{absent, ok("1"), ok("1")}, true, "1", []bool{false, false, false}, false},
+		{"a failure is not consistent", []ReplicaHash{ok("1"), failed, ok("1")}, false, "1", []bool{false, false, false}, false},
+		{"nobody hosts it", []ReplicaHash{absent, absent}, false, "", []bool{false, false}, false},
+		// Replicas that differ at different applied indices are not called
+		// different: the followers have not applied the leader's last write.
+		{"followers behind", []ReplicaHash{at("2", 11), at("1", 10), at("1", 10)}, false, "1", []bool{false, false, false}, true},
+		{"two at one index differ", []ReplicaHash{at("2", 11), at("1", 11), at("1", 10)}, false, "1", []bool{true, false, false}, false},
+		{"equal at different indices", []ReplicaHash{at("1", 11), at("1", 10)}, true, "1", []bool{false, false}, false},
+		{"no index reported", []ReplicaHash{noIndex("1"), noIndex("2"), noIndex("1")}, false, "1", []bool{false, false, false}, true},
 	} {
 		hc := CompareHashes(tc.rows)
-		if hc.Consistent != tc.consistent || hc.Hash != tc.hash || !reflect.DeepEqual(hc.Mismatch, tc.mismatch) {
+		if hc.Consistent != tc.consistent || hc.Hash != tc.hash || !reflect.DeepEqual(hc.Mismatch, tc.mismatch) || hc.Unsettled != tc.unsettled {
 			t.Errorf("%s: %+v; want consistent %v hash %q mismatch %v", tc.name, hc, tc.consistent, tc.hash, tc.mismatch)
 		}
 	}

@@ -3,8 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -64,7 +68,36 @@ type ReplicaHash struct {
 	Status  chunkserverpb.CHUNK_OP_STATUS
 	Replied bool
 	Hash    string // crc32c as a decimal string; "0" for a missing chunk
-	Err     error  // non-nil when the server could not be asked or did not answer SUCCESS
+	// Applied is the replica's applied index the hash covers, when the
+	// server reported it (HasApplied; see appliedTrailerKey).
+	Applied    int64
+	HasApplied bool
+	Err        error // non-nil when the server could not be asked or did not answer SUCCESS
+}
+
+// Response trailers of chunkraft servers beyond the Curve messages
+// (chunkserver/copyset_service.go).
+const (
+	appliedTrailerKey        = "chunkraft-hash-applied"    // the applied index a hash was taken at
+	peersTrailerKey          = "chunkraft-peers"           // the replica's newest configuration, peer ids joined by commas
+	committedPeersTrailerKey = "chunkraft-committed-peers" // its newest committed configuration
+)
+
+// splitTrailerList parses a comma-separated trailer value.
+func splitTrailerList(v []string) []string {
+	var out []string
+	for _, p := range strings.Split(strings.Join(v, ","), ",") {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// trailerInt parses an integer trailer; false when absent or malformed.
+func trailerInt(md metadata.MD, key string) (int64, bool) {
+	v, err := strconv.ParseInt(firstValue(md, key), 10, 64)
+	return v, err == nil
 }
 
 // ChunkHashes asks every configured server, in parallel, for the hash of
@@ -100,8 +133,10 @@ func (c *Client) chunkHashesOn(ctx context.Context, id ChunkID, offset, length u
 		row := ReplicaHash{Server: servers[i]}
 		var hash string
 		st, err := c.onServer(ctx, row.Server, func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, error) {
-			resp, err := svc.GetChunkHash(ctx, req)
+			var trailer metadata.MD
+			resp, err := svc.GetChunkHash(ctx, req, grpc.Trailer(&trailer))
 			hash = resp.GetHash()
+			row.Applied, row.HasApplied = trailerInt(trailer, appliedTrailerKey)
 			return resp.GetStatus(), err
 		})
 		switch {
@@ -124,11 +159,17 @@ type HashCheck struct {
 	// Consistent: at least one replica answered, every server that may host
 	// the copyset answered, and all hashes are equal.
 	Consistent bool
+	// Diverged: two replicas at the same applied index report different
+	// hashes, so their data differs. Unsettled: hashes differ, but only
+	// between replicas at different (or unreported) applied indices: a
+	// replica that has not applied the latest writes yet differs too, so
+	// nothing is proven; compare again once they have.
+	Diverged, Unsettled bool
 	// Hash is the hash most replicas reported; "" when no replica answered or
 	// the top counts tie (then no hash can be called the right one).
 	Hash string
 	// Mismatch[i] marks row i as a replica whose hash differs from Hash (every
-	// answering replica when there is a tie).
+	// answering replica when there is a tie), when Diverged.
 	Mismatch []bool
 	Replicas int // rows with a hash
 	Distinct int // distinct hashes among them
@@ -136,10 +177,13 @@ type HashCheck struct {
 }
 
 // CompareHashes compares the hashes of ChunkHashes rows. Rows of servers that
-// do not host the copyset are ignored.
+// do not host the copyset are ignored. Replicas are called different
+// (Diverged, Mismatch) only when two of them at the same applied index
+// differ.
 func CompareHashes(rows []ReplicaHash) HashCheck {
 	hc := HashCheck{Mismatch: make([]bool, len(rows))}
 	count := map[string]int{}
+	var at []indexedHash
 	for _, r := range rows {
 		switch {
 		case r.Err != nil:
@@ -147,9 +191,12 @@ func CompareHashes(rows []ReplicaHash) HashCheck {
 		case r.Hosted:
 			hc.Replicas++
 			count[r.Hash]++
+			at = append(at, indexedHash{r.Hash, r.Applied, r.HasApplied})
 		}
 	}
 	hc.Distinct = len(count)
+	hc.Diverged = hc.Distinct > 1 && diverged(at)
+	hc.Unsettled = hc.Distinct > 1 && !hc.Diverged
 	best, tie := 0, false
 	for h, n := range count {
 		switch {
@@ -163,12 +210,53 @@ func CompareHashes(rows []ReplicaHash) HashCheck {
 		hc.Hash = ""
 	}
 	for i, r := range rows {
-		if r.Err == nil && r.Hosted && (tie || r.Hash != hc.Hash) {
+		if hc.Diverged && r.Err == nil && r.Hosted && (tie || r.Hash != hc.Hash) {
 			hc.Mismatch[i] = true
 		}
 	}
 	hc.Consistent = hc.Replicas > 0 && hc.Distinct == 1 && hc.Failed == 0
 	return hc
+}
+
+// indexedHash is one replica's hash and the applied index it covers.
+type indexedHash struct {
+	hash    string
+	applied int64
+	known   bool // applied was reported
+}
+
+// diverged reports whether two replicas at the same applied index report
+// different hashes.
+func diverged(hs []indexedHash) bool {
+	_, d := divergedAt(hs)
+	return d
+}
+
+// hashSettle bounds how long the replica hash comparisons wait for
+// replicas to reach a common applied index (a variable for tests), and
+// hashPoll is the pause between their rounds.
+var hashSettle = 5 * time.Second
+
+const hashPoll = 100 * time.Millisecond
+
+// SettledChunkHashes is ChunkHashes repeated until the replicas can be
+// compared: every hash is equal, or two replicas at the same applied index
+// differ (a divergence), or wait (at most) has passed with the replicas at
+// different applied indices (CompareHashes' Unsettled). Followers apply a
+// write a moment after the leader acknowledged it; the leader's GetChunkHash
+// makes them learn its commit index at once. Rows with errors end it too.
+func (c *Client) SettledChunkHashes(ctx context.Context, id ChunkID, offset, length uint32, wait time.Duration) ([]ReplicaHash, HashCheck, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		rows, err := c.ChunkHashes(ctx, id, offset, length)
+		if err != nil {
+			return rows, CompareHashes(rows), err
+		}
+		hc := CompareHashes(rows)
+		if !hc.Unsettled || hc.Failed > 0 || !time.Now().Before(deadline) || !sleepCtx(ctx, hashPoll) {
+			return rows, hc, nil
+		}
+	}
 }
 
 // EpochResult is one server's answer to UpdateEpoch.

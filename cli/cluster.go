@@ -27,15 +27,19 @@ func newClusterCommand(a *app) *cobra.Command {
 
 type clusterCopysetJSON struct {
 	CopysetID
-	Health      string   `json:"health"`
-	Details     []string `json:"details,omitempty"`
-	Leader      string   `json:"leader"`
-	Peers       []string `json:"peers"`
-	Term        int64    `json:"term"`
-	Committed   int64    `json:"committedIndex"`
-	MinApplied  int64    `json:"minAppliedIndex"`
-	Epoch       uint64   `json:"epoch"`
-	Unreachable []string `json:"unreachable,omitempty"`
+	Health  string   `json:"health"`
+	Details []string `json:"details,omitempty"`
+	Leader  string   `json:"leader"`
+	Peers   []string `json:"peers"`
+	// Configured: peers are the configuration the leader reports (else the
+	// replicas that answered).
+	Configured  bool           `json:"configured"`
+	Stale       []StaleReplica `json:"stale,omitempty"`
+	Term        int64          `json:"term"`
+	Committed   int64          `json:"committedIndex"`
+	MinApplied  int64          `json:"minAppliedIndex"`
+	Epoch       uint64         `json:"epoch"`
+	Unreachable []string       `json:"unreachable,omitempty"`
 }
 
 type clusterStatusJSON struct {
@@ -46,7 +50,7 @@ type clusterStatusJSON struct {
 }
 
 // healthOrder is the order of the summary line.
-var healthOrder = []string{HealthOK, HealthLagging, HealthUnderReplicated, HealthNoLeader, HealthBroken, HealthMissing}
+var healthOrder = []string{HealthOK, HealthStale, HealthLagging, HealthUnderReplicated, HealthNoLeader, HealthBroken, HealthMissing}
 
 // healthSummary renders counts as "16 copysets: 15 ok, 1 lagging".
 func healthSummary(total int, counts map[string]int) string {
@@ -63,26 +67,36 @@ func newClusterStatusCommand(a *app) *cobra.Command {
 	var cf copysetFlags
 	var lag int64
 	var replicas int
+	var wait waitFlag
 	cmd := &cobra.Command{
-		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3]",
+		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3] [--wait [duration]]",
 		Short: "One table of every copyset with its health; fails if any is unhealthy",
 		Long: `Asks every server in --servers for its replica of each copyset and prints one
-row per copyset: the leader, the peers known (replicas that answered, plus a
-leader they name that did not), the leader's term, commit index and epoch, the
-lowest applied index, and the health:
+row per copyset: the leader, the peers (the configuration the leader has; from
+servers older than that, the replicas that answered plus a leader they name),
+the leader's term, commit index and epoch, the lowest applied index of the
+members, and the health:
 
   ok                everything below is fine
-  lagging           a replica's applied index is more than --lag behind the leader's commit index
-  under-replicated  fewer healthy replicas answer than --replicas or than the peers known
+  stale             a replica that answered is not in the leader's configuration (removed
+                    while its server was away); DETAIL names its server: move it to the
+                    trash with copyset delete-broken --server S
+  lagging           a member's applied index is more than --lag behind the leader's commit
+                    index, or it has applied nothing yet (a new replica still empty)
+  under-replicated  fewer healthy members answer than --replicas or than the configuration has
   no-leader         no replica that answered is the leader
   broken            a replica is in state ERROR (an I/O error stopped it)
   missing           no replica answered at all
 
 The most severe problem names the health; DETAIL lists them all. A summary line
 follows. Exits non-zero unless every copyset is ok. List every chunkserver in
---servers: GetCopysetStatus does not report the configuration, so a server
-left out looks like a missing replica.`,
-		Args: cobra.NoArgs,
+--servers: a server left out is a server not looked at.
+
+With --wait [duration] (alone: 1m) it first waits until every member of every
+copyset has applied the leader's commit index as of the start of the wait
+(progress on stderr), then prints the table; if the time runs out it prints
+the table and fails naming the replicas still behind.`,
+		Args: wait.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			copysets, err := cf.list()
 			if err != nil {
@@ -96,9 +110,18 @@ left out looks like a missing replica.`,
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
 				all := make([][]ReplicaStatus, len(copysets))
-				forEach(len(copysets), statusParallelism, func(i int) {
-					all[i], _ = c.CopysetStatus(ctx, copysets[i])
-				})
+				round := func() {
+					forEach(len(copysets), statusParallelism, func(i int) {
+						all[i], _ = c.CopysetStatus(ctx, copysets[i])
+					})
+				}
+				round()
+				var waitErr error
+				if wait.d > 0 {
+					if waitErr = c.waitApplied(ctx, clusterCatchUps(copysets, all), wait.d, cmd.ErrOrStderr()); waitErr == nil {
+						round()
+					}
+				}
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -113,8 +136,8 @@ left out looks like a missing replica.`,
 						peers = []string{}
 					}
 					j.Copysets[i] = clusterCopysetJSON{CopysetID: cs, Health: h.Health, Details: h.Details, Leader: h.Leader,
-						Peers: peers, Term: h.Term, Committed: h.Committed, MinApplied: h.MinApplied, Epoch: h.Epoch,
-						Unreachable: h.Unreachable}
+						Peers: peers, Configured: h.Configured, Stale: h.Stale, Term: h.Term, Committed: h.Committed,
+						MinApplied: h.MinApplied, Epoch: h.Epoch, Unreachable: h.Unreachable}
 					rows[i] = []string{u64(uint64(cs.Copyset)), h.Leader, strings.Join(h.Peers, ","), i64(h.Term),
 						i64(h.Committed), i64(h.MinApplied), u64(h.Epoch), h.Health, strings.Join(h.Details, "; ")}
 					if h.Answering == 0 {
@@ -136,6 +159,9 @@ left out looks like a missing replica.`,
 				if !p.isJSON() {
 					fmt.Fprintln(p.w, j.Summary)
 				}
+				if waitErr != nil {
+					return waitErr
+				}
 				if !j.Healthy {
 					var parts []string
 					for _, h := range healthOrder[1:] {
@@ -153,6 +179,7 @@ left out looks like a missing replica.`,
 	addCopysetRangeFlags(cmd, &cf)
 	cmd.Flags().Int64Var(&lag, "lag", 100, "log entries a replica's applied index may trail the leader's commit index")
 	cmd.Flags().IntVar(&replicas, "replicas", 3, "replicas every copyset should have")
+	addWaitFlag(cmd, &wait, "first wait this long at most for every member to apply the leader's commit index")
 	return cmd
 }
 
@@ -222,15 +249,20 @@ func newClusterCheckCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check-consistency [--pool 1] [--copyset 1-16] [--chunks 1-64] [--wait 10s]",
 		Short: "Compare the replicas of every copyset; fails on any difference",
-		Long: `For each copyset: waits (up to --wait) until every replica that answers has
-applied the same log index, then compares the hash of each replica's copyset
-data (GetCopysetStatus queryHash). When those differ, or the replicas report
-none, it compares GetChunkHash of each chunk in --chunks across the replicas
-to name the chunks that differ (there is no RPC that lists a copyset's chunks,
-so give the ids in use). Prints one row per copyset and a summary line; exits
-non-zero on any mismatch, on replicas that did not converge and on servers
-that could not be asked. Run it while clients are not writing. A mismatching
-range can be rewritten from the leader's copy with scan repair.`,
+		Long: `For each copyset: compares the hash of each replica's copyset data
+(GetCopysetStatus queryHash), each taken at an applied index the replica
+reports. Equal hashes are consistent. Different hashes count only between
+replicas at the same applied index (twice in a row): a follower applies a
+write a moment after the leader acknowledged it (the leader's hash query
+tells the followers its commit index at once), so until the replicas meet at
+one index it asks again, up to --wait; if they never do (writes keep coming)
+the copyset is not-converged, not INCONSISTENT. When the hashes differ, or the
+replicas report none, it compares GetChunkHash of each chunk in --chunks
+across the replicas to name the chunks that differ (there is no RPC that lists
+a copyset's chunks, so give the ids in use). Prints one row per copyset and a
+summary line; exits non-zero on any mismatch, on replicas that did not
+converge and on servers that could not be asked. A mismatching range can be
+rewritten from the leader's copy with scan repair.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			copysets, err := cf.list()
@@ -259,7 +291,7 @@ range can be rewritten from the leader's copy with scan repair.`,
 	}
 	addCopysetRangeFlags(cmd, &cf)
 	cmd.Flags().StringVar(&chunks, "chunks", "1-64", "chunk ids to compare when copyset hashes differ or are not reported")
-	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for replicas to reach the same applied index")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for replicas with different hashes to reach the same applied index")
 	return cmd
 }
 

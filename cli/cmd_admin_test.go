@@ -247,7 +247,7 @@ func TestCommandCopysetAdmin(t *testing.T) {
 	if jerr := json.Unmarshal([]byte(out), &rows); jerr != nil || len(rows) != 3 || !rows[2].Mismatch || rows[0].Mismatch || rows[0].Hash == "" {
 		t.Errorf("status --hash json: %v\n%s", jerr, out)
 	}
-	if err == nil || !strings.Contains(err.Error(), "replica hashes differ in 1 of 1 copysets") {
+	if err == nil || !strings.Contains(err.Error(), "replica hashes differ at the same applied index in 1 of 1 copysets") {
 		t.Errorf("status --hash with a diverged replica: %v", err)
 	}
 	out, _ = run(t, srv, nil, "copyset", "status", "--pool", "1", "--copyset", "3", "--hash")
@@ -748,8 +748,9 @@ func TestCommandCheckConsistency(t *testing.T) {
 		t.Errorf("no copyset hash, consistent:\n%s", out)
 	}
 
-	// Replicas that do not reach the same applied index.
-	fc.with(func() { fc.noHash = false; fc.csApplied[cs3] = map[int]int64{1: 7} })
+	// Replicas that do not reach the same applied index: server 1 keeps
+	// answering from one index back, with an older hash.
+	fc.with(func() { fc.noHash = false; fc.behind[1] = 1 << 20 })
 	start := time.Now()
 	out, err = run(t, srv, nil, "cluster", "check-consistency", "--copyset", "3", "--wait", "300ms")
 	if err == nil || !strings.Contains(err.Error(), "applied indices still differ after 300ms") || !strings.Contains(out, "not-converged") {
@@ -760,7 +761,7 @@ func TestCommandCheckConsistency(t *testing.T) {
 	}
 
 	// A server that cannot be asked may hold a replica.
-	fc.with(func() { fc.csApplied = map[CopysetID]map[int]int64{} })
+	fc.with(func() { fc.behind[1] = 0 })
 	dead := deadAddr(t)
 	_, err = run(t, append(srv, dead), nil, "cluster", "check-consistency", "--copyset", "3")
 	if err == nil || !strings.Contains(err.Error(), "could not ask "+dead) {

@@ -122,9 +122,14 @@ type replicaJSON struct {
 	Last      int64  `json:"lastIndex"`
 	Epoch     uint64 `json:"epoch"`
 	ReadOnly  bool   `json:"readOnly,omitempty"`
-	Hash      string `json:"hash,omitempty"`
-	Mismatch  bool   `json:"mismatch,omitempty"`
-	Error     string `json:"error,omitempty"`
+	// Member: whether the replica is in the configuration the leader has;
+	// absent when no leader reported one.
+	Member      *bool  `json:"member,omitempty"`
+	Hash        string `json:"hash,omitempty"`
+	HashApplied *int64 `json:"hashAppliedIndex,omitempty"` // the applied index the hash covers
+	Mismatch    bool   `json:"mismatch,omitempty"`
+	NotCompared bool   `json:"notCompared,omitempty"` // hashes differ, but never at a common applied index
+	Error       string `json:"error,omitempty"`
 }
 
 func newCopysetStatusCommand(a *app) *cobra.Command {
@@ -135,12 +140,18 @@ func newCopysetStatusCommand(a *app) *cobra.Command {
 		Short: "Show every replica of copysets (asks all --servers)",
 		Long: `Asks every server in --servers for its replica of each copyset and prints one
 row per replica. Servers that do not host the copyset are left out; servers that
-cannot be asked get a row with the error. Fails if a copyset was found nowhere.
+cannot be asked get a row with the error. MEMBER says whether the replica is in
+the raft configuration the leader has (no: a stale replica, see copyset
+delete-broken); a member no server in --servers reported gets a row of its own
+in state NotAnswering. Fails if a copyset was found nowhere.
 
-With --hash each replica also reports the hash of its copyset data (HASH);
-replicas whose hash differs from the most common one of the copyset are marked
-MISMATCH and the command fails. Replicas agree only at the same applied index:
-under writes use cluster check-consistency, which waits for that.`,
+With --hash each replica also reports the hash of its copyset data (HASH) and
+the applied index it covers (HASH-APPLIED). Replicas are compared at the same
+applied index: while hashes differ only between replicas at different indices
+(a follower applies a write a moment after the leader), it asks again, for up
+to 5s. Replicas at the same index whose hash differs from the most common one
+are marked MISMATCH and the command fails; if they never reach a common index
+(writes keep coming) they are marked "not compared" and it fails saying so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			copysets, err := cf.list()
@@ -151,7 +162,7 @@ under writes use cluster check-consistency, which waits for that.`,
 				all := make([][]ReplicaStatus, len(copysets))
 				forEach(len(copysets), statusParallelism, func(i int) {
 					if hash {
-						all[i], _ = c.CopysetHashes(ctx, copysets[i])
+						all[i], _ = c.SettledCopysetHashes(ctx, copysets[i], hashSettle)
 					} else {
 						all[i], _ = c.CopysetStatus(ctx, copysets[i])
 					}
@@ -168,67 +179,97 @@ under writes use cluster check-consistency, which waits for that.`,
 	return cmd
 }
 
-// hashMismatches marks the hosted rows whose copyset hash differs from the
-// most common one (every row on a tie). Rows without a hash are not compared.
-func hashMismatches(rows []ReplicaStatus) []bool {
-	hr := make([]ReplicaHash, len(rows))
-	for i, r := range rows {
-		hr[i] = ReplicaHash{Server: r.Server, Hosted: r.Err == nil && r.Hosted && r.Hash != "", Hash: r.Hash}
-	}
-	return CompareHashes(hr).Mismatch
-}
-
 func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus, hash bool) error {
 	var js []replicaJSON
-	var rows [][]string
-	var missing, differ []CopysetID
+	var missing, differ, unsettled []CopysetID
 	anyErr := false
 	for i, cs := range copysets {
 		hosted := 0
-		var mismatch []bool
+		var hc HashCheck
 		if hash {
-			mismatch = hashMismatches(all[i])
+			hc = compareCopysetHashes(all[i])
 		}
-		marked := false
+		conf := LeaderConfig(all[i])
+		seen := map[string]bool{}
+		without := map[string]bool{} // servers that answered they do not host it
 		for k, r := range all[i] {
 			if r.Err == nil && !r.Hosted {
+				without[r.Server] = true
 				continue
 			}
 			j := replicaJSON{CopysetID: cs, Server: r.Server, Error: errText(r.Err)}
+			name := r.Peer
+			if name == "" {
+				name, _ = PeerID(r.Server)
+			}
+			seen[name] = true
+			if conf.Known {
+				member := conf.Member(name)
+				j.Member = &member
+			}
 			if r.Hosted {
 				hosted++
 				j.Peer, j.Leader, j.Term, j.Epoch, j.ReadOnly = r.Peer, r.Leader, r.Term, r.Epoch, r.ReadOnly
 				j.State = StateName(r.State)
 				j.Committed, j.Applied, j.First, j.Last = r.Committed, r.Applied, r.First, r.Last
 				j.Hash = r.Hash
-				if hash && mismatch[k] {
-					j.Mismatch, marked = true, true
+				if r.HasHashApplied {
+					j.HashApplied = &all[i][k].HashApplied
 				}
+				j.Mismatch = hash && hc.Mismatch[k]
+				j.NotCompared = hash && hc.Unsettled && r.Hash != ""
 			} else {
 				anyErr = true
 			}
 			js = append(js, j)
 		}
+		for _, m := range conf.Peers {
+			if seen[m] {
+				continue
+			}
+			addr, _ := PeerAddr(m)
+			yes := true
+			why := "a member in the leader's configuration, but not in --servers"
+			if without[addr] {
+				why = "a member in the leader's configuration, but its server does not host the copyset"
+			}
+			js = append(js, replicaJSON{CopysetID: cs, Server: addr, Peer: m, State: stateNotAnswering, Member: &yes, Error: why})
+			anyErr = true
+		}
 		if hosted == 0 {
 			missing = append(missing, cs)
 		}
-		if marked {
+		if hc.Diverged {
 			differ = append(differ, cs)
 		}
+		if hc.Unsettled {
+			unsettled = append(unsettled, cs)
+		}
 	}
+	var rows [][]string
 	for _, j := range js {
+		member := ""
+		if j.Member != nil {
+			member = map[bool]string{true: "yes", false: "no"}[*j.Member]
+		}
 		row := []string{strconv.FormatUint(uint64(j.Copyset), 10), j.Server}
-		if j.Error != "" {
-			row = append(row, "ERROR", "", "", "", "", "", "", "")
+		switch {
+		case j.State == stateNotAnswering:
+			row = append(row, j.State, "", "", "", "", "", "", "", member)
 			if hash {
-				row = append(row, "", "")
+				row = append(row, "", "", "")
 			}
-		} else {
+		case j.Error != "":
+			row = append(row, "ERROR", "", "", "", "", "", "", "", member)
+			if hash {
+				row = append(row, "", "", "")
+			}
+		default:
 			state := j.State
 			if j.ReadOnly {
 				state += " (read-only)"
 			}
-			row = append(row, state, j.Leader, i64(j.Term), i64(j.Committed), i64(j.Applied), i64(j.First), i64(j.Last), u64(j.Epoch))
+			row = append(row, state, j.Leader, i64(j.Term), i64(j.Committed), i64(j.Applied), i64(j.First), i64(j.Last), u64(j.Epoch), member)
 			if hash {
 				check := "ok"
 				switch {
@@ -236,8 +277,14 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 					check = "no hash"
 				case j.Mismatch:
 					check = "MISMATCH"
+				case j.NotCompared:
+					check = "not compared"
 				}
-				row = append(row, j.Hash, check)
+				at := ""
+				if j.HashApplied != nil {
+					at = i64(*j.HashApplied)
+				}
+				row = append(row, j.Hash, at, check)
 			}
 		}
 		if anyErr {
@@ -245,9 +292,9 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 		}
 		rows = append(rows, row)
 	}
-	header := []string{"COPYSET", "SERVER", "STATE", "LEADER", "TERM", "COMMITTED", "APPLIED", "FIRST", "LAST", "EPOCH"}
+	header := []string{"COPYSET", "SERVER", "STATE", "LEADER", "TERM", "COMMITTED", "APPLIED", "FIRST", "LAST", "EPOCH", "MEMBER"}
 	if hash {
-		header = append(header, "HASH", "CHECK")
+		header = append(header, "HASH", "HASH-APPLIED", "CHECK")
 	}
 	if anyErr {
 		header = append(header, "ERROR")
@@ -262,11 +309,19 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 		return fmt.Errorf("no server reported a replica of %d of %d copysets (first: %s)", len(missing), len(copysets), missing[0])
 	}
 	if len(differ) > 0 {
-		return fmt.Errorf("replica hashes differ in %d of %d copysets (first: %s); replicas at different applied indices differ until they catch up",
+		return fmt.Errorf("replica hashes differ at the same applied index in %d of %d copysets (first: %s)",
 			len(differ), len(copysets), differ[0])
+	}
+	if len(unsettled) > 0 {
+		return fmt.Errorf("replica hashes of %d of %d copysets not compared (first: %s): the replicas did not reach a common applied index within %s; "+
+			"writes are still arriving, run it again when they pause", len(unsettled), len(copysets), unsettled[0], hashSettle)
 	}
 	return nil
 }
+
+// stateNotAnswering is the state copyset status shows for a member of the
+// leader's configuration that no server in --servers reported.
+const stateNotAnswering = "NotAnswering"
 
 type serverCopysetsJSON struct {
 	Server   string   `json:"server"`
@@ -348,12 +403,17 @@ func newCopysetDeleteBrokenCommand(a *app) *cobra.Command {
 	var server string
 	cmd := &cobra.Command{
 		Use:   "delete-broken --server host:port --pool P --copyset C",
-		Short: "Move a server's broken replica of copysets to its trash",
+		Short: "Move a server's broken or stale replica of copysets to its trash",
 		Long: `Sends DeleteBrokenCopyset to --server for each copyset: a replica that failed
-to load or was stopped by an error moves to the server's trash directory
-(purged later); a loaded, healthy replica is refused with COPYSET_IS_HEALTHY.
-To take a healthy replica off a server, use peer remove. Prints one row per
-copyset; fails unless every copyset was deleted. --servers is not used.`,
+to load or was stopped by an error, or a stale one, moves to the server's trash
+directory (purged later). Stale (cluster status names them): a replica removed
+from its copyset while its server was away, which never learns it and stays a
+candidate; the server asks the copyset's leader and moves the replica only
+when the leader's committed configuration does not name it. A member is
+refused with COPYSET_IS_HEALTHY, and the server's reason is printed; when the
+leader cannot be asked the command fails saying so. To take a member off a
+server, use peer remove. Prints one row per copyset; fails unless every
+copyset was deleted. --servers is not used.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			copysets, err := cf.list()

@@ -15,8 +15,11 @@
 // checked against the chunk geometry (ChunkSize, BlockSize) and sn before it
 // is sent; a request that breaks a rule is refused naming the rule.
 // A few calls go to every configured server instead of the leader:
-// ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (a
-// per-server fence that raft does not replicate).
+// ChunkHashes (compare replicas at one applied index, see CompareHashes and
+// SettledChunkHashes) and UpdateEpoch (a per-server fence that raft does not
+// replicate). Beyond the Curve messages, chunkraft servers send a few gRPC
+// response trailers the client reads: the applied index a hash covers and a
+// replica's configuration (client_replica.go).
 //
 // Admin calls: membership changes (AddPeer, RemovePeer, ChangePeers) and
 // integrity jobs (Scan) go to the copyset's leader; those services answer a

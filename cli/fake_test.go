@@ -6,11 +6,13 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -61,6 +63,9 @@ type fakeCluster struct {
 	resets    map[int]*chunkserverpb.ResetPeerRequest2
 	refuse    map[string]codes.Code // method -> error code the leader answers with
 	invalid   bool                  // WriteChunk answers INVALID_REQUEST (a rule the client does not check)
+	conf      map[CopysetID][]int   // the configuration every replica of a copyset reports, overriding its replicas
+	behind    map[int]int           // the next hash answers of a server come from one index back, with an older hash
+	noIndex   bool                  // hash answers carry no applied index trailer
 }
 
 type fakeSnap struct {
@@ -123,6 +128,8 @@ func newFakeClusterAt(t *testing.T, addrs []string) *fakeCluster {
 		config:    map[int]map[string]string{},
 		resets:    map[int]*chunkserverpb.ResetPeerRequest2{},
 		refuse:    map[string]codes.Code{},
+		conf:      map[CopysetID][]int{},
+		behind:    map[int]int{},
 	}
 	for i, addr := range addrs {
 		lis, err := net.Listen("tcp", addr)
@@ -524,7 +531,37 @@ func (f *fakeChunkService) GetChunkHash(ctx context.Context, req *chunkserverpb.
 	if c.corrupt[f.s.i] {
 		data[0] ^= 0xff
 	}
-	return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, strconv.FormatUint(uint64(crc32.Checksum(data, castagnoli)), 10))
+	hash := strconv.FormatUint(uint64(crc32.Checksum(data, castagnoli)), 10)
+	if c.hashAt(ctx, f.s.i, c.appliedOf(f.s.i, CopysetID{Pool: req.GetLogicPoolId(), Copyset: req.GetCopysetId()})) {
+		hash = "older"
+	}
+	return reply(chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, hash)
+}
+
+// appliedOf is server i's applied index of cs. Called with c.mu held.
+func (c *fakeCluster) appliedOf(i int, cs CopysetID) int64 {
+	if a, ok := c.csApplied[cs][i]; ok {
+		return a
+	}
+	if a, ok := c.applied[i]; ok {
+		return a
+	}
+	return c.commit
+}
+
+// hashAt sends the applied index of a hash answer of server i as a trailer
+// (unless noIndex): applied, or one less while the server is behind, which
+// it reports (the caller then answers an older hash). Called with c.mu held.
+func (c *fakeCluster) hashAt(ctx context.Context, i int, applied int64) bool {
+	behind := c.behind[i] > 0
+	if behind {
+		c.behind[i]--
+		applied--
+	}
+	if !c.noIndex {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(appliedTrailerKey, strconv.FormatInt(applied, 10)))
+	}
+	return behind
 }
 
 // UpdateEpoch is a per-server fence: lower than the stored epoch is refused.
@@ -635,13 +672,7 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 	if req.GetPeer().GetAddress() != f.s.id {
 		return &chunkserverpb.CopysetStatusResponse{Status: chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN.Enum()}, nil
 	}
-	applied, ok := c.csApplied[cs][f.s.i]
-	if !ok {
-		applied, ok = c.applied[f.s.i]
-	}
-	if !ok {
-		applied = c.commit
-	}
+	applied := c.appliedOf(f.s.i, cs)
 	r := &chunkserverpb.CopysetStatusResponse{
 		Status:            chunkserverpb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS.Enum(),
 		State:             proto.Uint32(4), // braft follower
@@ -667,7 +698,19 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 	}
 	if req.GetQueryHash() && !c.noHash {
 		r.Hash = proto.String(c.copysetHash(f.s.i, cs))
+		if c.hashAt(ctx, f.s.i, applied) {
+			r.Hash = proto.String("older")
+		}
 	}
+	conf, ok := c.conf[cs]
+	if !ok {
+		conf = c.replicas(cs)
+	}
+	ids := make([]string, len(conf))
+	for k, m := range conf {
+		ids[k] = c.servers[m].id
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(peersTrailerKey, strings.Join(ids, ","), committedPeersTrailerKey, strings.Join(ids, ",")))
 	return r, nil
 }
 

@@ -13,7 +13,8 @@ const (
 	HealthBroken          = "broken"           // a replica is in state ERROR (5)
 	HealthNoLeader        = "no-leader"        // no replica that answered is the leader
 	HealthUnderReplicated = "under-replicated" // fewer healthy replicas answer than the copyset has peers
-	HealthLagging         = "lagging"          // a replica applied too far behind the leader's commit index
+	HealthLagging         = "lagging"          // a replica applied too far behind the leader's commit index, or nothing yet
+	HealthStale           = "stale"            // a replica is not in the configuration the leader has
 	HealthOK              = "ok"
 )
 
@@ -35,16 +36,30 @@ type CopysetHealth struct {
 	Health  string   // one of the Health* values: the most severe problem
 	Details []string // every problem found, most severe first
 	Leader  string   // peer id of the replica in state LEADER, "" if none answered
-	// Peers are the members known: the replicas that answered plus a leader
-	// they name that did not answer, sorted. (GetCopysetStatus does not
-	// report the configuration itself.)
-	Peers       []string
+	// Peers are the members: the configuration the leader reports
+	// (Configured), else the replicas that answered plus a leader they name
+	// that did not answer; sorted.
+	Peers      []string
+	Configured bool
+	// Stale are the replicas that answered but are not in the leader's
+	// configuration (removed while they were away): they never rejoin and
+	// can be moved to their server's trash (copyset delete-broken).
+	Stale       []StaleReplica
 	Answering   int      // replicas that answered
 	Unreachable []string // servers that could not be asked (they may host a replica)
 	Term        int64    // the leader's term (the highest reported without a leader)
 	Committed   int64    // the leader's commit index (the highest without a leader)
 	MinApplied  int64    // the lowest applied index of the replicas that answered
 	Epoch       uint64   // the leader's configuration epoch (the highest without a leader)
+}
+
+// StaleReplica is a replica outside its copyset's configuration.
+type StaleReplica struct {
+	Peer   string `json:"peer"`
+	Server string `json:"server"` // the address it answered on
+	// Empty: the replica knows no configuration at all: an empty one made
+	// for a peer add that has not happened (yet).
+	Empty bool `json:"empty,omitempty"`
 }
 
 // OK reports whether the copyset is healthy.
@@ -56,6 +71,45 @@ func replicaName(r ReplicaStatus) string {
 		return r.Peer
 	}
 	return r.Server
+}
+
+// Membership is a copyset's raft configuration as its leader reports it.
+type Membership struct {
+	Known  bool     // a leader that answered reported its configuration
+	Leader string   // that leader's peer id
+	Peers  []string // the configuration's peer ids, sorted
+	// Committed: the configuration has committed (else a change is under way).
+	Committed bool
+	// Previous are the peers of the committed configuration while a change
+	// is under way (a peer being removed is still a member until it commits).
+	Previous []string
+}
+
+// Member reports whether peer is in the configuration, or in the committed
+// one a change under way replaces.
+func (m Membership) Member(peer string) bool {
+	return slices.Contains(m.Peers, peer) || slices.Contains(m.Previous, peer)
+}
+
+// LeaderConfig returns the configuration of the leader among rows (the
+// replica in state LEADER with the highest term), when it reported one.
+func LeaderConfig(rows []ReplicaStatus) Membership {
+	var leader *ReplicaStatus
+	for i, r := range rows {
+		if r.Err == nil && r.Hosted && r.State == StateLeader && (leader == nil || r.Term > leader.Term) {
+			leader = &rows[i]
+		}
+	}
+	if leader == nil || !leader.HasConfig {
+		return Membership{}
+	}
+	peers := slices.Clone(leader.Config)
+	slices.Sort(peers)
+	m := Membership{Known: true, Leader: replicaName(*leader), Peers: peers, Committed: leader.ConfigCommitted()}
+	if !m.Committed {
+		m.Previous = leader.CommittedConfig
+	}
+	return m
 }
 
 // ClassifyCopyset classifies a copyset from the CopysetStatus rows of every
@@ -82,6 +136,18 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 		return h
 	}
 
+	conf := LeaderConfig(hosted)
+	if conf.Known {
+		var in []ReplicaStatus
+		for _, r := range hosted {
+			if conf.Member(replicaName(r)) {
+				in = append(in, r)
+			} else {
+				h.Stale = append(h.Stale, StaleReplica{Peer: replicaName(r), Server: r.Server, Empty: r.HasConfig && len(r.Config) == 0})
+			}
+		}
+		hosted = in
+	}
 	var leader *ReplicaStatus
 	members := map[string]bool{}
 	named := map[string]bool{} // leaders the replicas name
@@ -110,6 +176,9 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 		h.Peers = append(h.Peers, m)
 	}
 	slices.Sort(h.Peers)
+	if conf.Known {
+		h.Peers, h.Configured = conf.Peers, true
+	}
 	if leader != nil {
 		h.Leader = replicaName(*leader)
 		h.Term, h.Committed, h.Epoch = leader.Term, leader.Committed, leader.Epoch
@@ -133,6 +202,15 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 	}
 	if want := max(opt.Replicas, len(h.Peers)); healthy < want {
 		msg := fmt.Sprintf("%d of %d replicas healthy and answering", healthy, want)
+		var silent []string
+		for _, m := range conf.Peers {
+			if !members[m] {
+				silent = append(silent, m)
+			}
+		}
+		if len(silent) > 0 {
+			msg += "; members not answering: " + strings.Join(silent, ",")
+		}
 		if len(h.Unreachable) > 0 {
 			msg += fmt.Sprintf("; %s could not be asked", strings.Join(h.Unreachable, ","))
 		}
@@ -140,14 +218,27 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 	}
 	if leader != nil {
 		for _, r := range hosted {
-			if behind := leader.Committed - r.Applied; behind > opt.Lag {
+			switch behind := leader.Committed - r.Applied; {
+			case r.Applied == 0 && leader.Committed > 0:
+				problems[HealthLagging] = append(problems[HealthLagging],
+					fmt.Sprintf("%s has applied nothing yet (the leader's commit is %d)", replicaName(r), leader.Committed))
+			case behind > opt.Lag:
 				problems[HealthLagging] = append(problems[HealthLagging],
 					fmt.Sprintf("%s applied %d, %d behind the leader's commit %d", replicaName(r), r.Applied, behind, leader.Committed))
 			}
 		}
 	}
+	for _, st := range h.Stale {
+		msg := fmt.Sprintf("%s on %s is not in the configuration leader %s has (%s): a stale replica; move it to trash with copyset delete-broken --server %s",
+			st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","), st.Server)
+		if st.Empty {
+			msg = fmt.Sprintf("%s on %s is an empty replica not in the configuration leader %s has (%s): add it with peer add, or restart its server to drop it",
+				st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","))
+		}
+		problems[HealthStale] = append(problems[HealthStale], msg)
+	}
 	h.Health = HealthOK
-	for _, level := range []string{HealthBroken, HealthNoLeader, HealthUnderReplicated, HealthLagging} {
+	for _, level := range []string{HealthBroken, HealthNoLeader, HealthUnderReplicated, HealthLagging, HealthStale} {
 		if len(problems[level]) == 0 {
 			continue
 		}

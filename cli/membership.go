@@ -62,8 +62,9 @@ func (f *peerFlags) check() error {
 func newPeerAddCommand(a *app) *cobra.Command {
 	var f peerFlags
 	var create bool
+	var wait waitFlag
 	cmd := &cobra.Command{
-		Use:   "add --pool P --copyset C --peer host:port [--create=false]",
+		Use:   "add --pool P --copyset C --peer host:port [--create=false] [--wait [duration]]",
 		Short: "Add a peer to a copyset (waits until the change has committed)",
 		Long: `Adds a replica on another server in two steps. First (unless --create=false)
 it sends CreateCopysetNode to the new peer with the copyset's current peers
@@ -71,10 +72,13 @@ it sends CreateCopysetNode to the new peer with the copyset's current peers
 an empty replica that waits to be added; one it already has is left alone.
 Then it sends AddPeer to the copyset's leader, which answers once the new
 configuration has committed, and prints the old and new peers. The new replica
-catches up from the leader (a snapshot, then the log): watch it with
-cluster status, then remove the peer it replaces. Adding a member again
-changes nothing. scripts/cluster.sh add-server starts a new local server.`,
-		Args: cobra.NoArgs,
+catches up from the leader (a snapshot, then the log): with --wait [duration]
+(alone: 1m) the command waits until the new replica has applied the leader's
+commit index as of the change (progress on stderr) and fails if the time runs
+out; without it, watch it with cluster status. Then remove the peer it
+replaces. Adding a member again changes nothing. scripts/cluster.sh add-server
+starts a new local server.`,
+		Args: wait.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {
 				return err
@@ -96,12 +100,19 @@ changes nothing. scripts/cluster.sh add-server starts a new local server.`,
 				if err != nil {
 					return err
 				}
-				return printMembership(a.printer(cmd), ch, made)
+				if err := printMembership(a.printer(cmd), ch, made); err != nil {
+					return err
+				}
+				if wait.d > 0 {
+					return c.WaitCaughtUp(ctx, cs, f.peer, wait.d, cmd.ErrOrStderr())
+				}
+				return nil
 			})
 		},
 	}
 	addPeerFlags(cmd, &f)
 	cmd.Flags().BoolVar(&create, "create", true, "first create an empty replica on the new peer (CreateCopysetNode with the current peers)")
+	addWaitFlag(cmd, &wait, "then wait this long at most for the new replica to apply the leader's commit index")
 	return cmd
 }
 

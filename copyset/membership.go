@@ -48,8 +48,10 @@ import (
 // meanwhile) keeps an orphan replica. If its log holds the removal entry,
 // the orphan never campaigns, Removed reports it and
 // CopysetService.DeleteBrokenCopyset moves it to the trash; if not, it asks
-// for votes the members refuse and looks healthy: delete its directory
-// with the server stopped.
+// for votes the members refuse and stays a candidate (a stale replica):
+// DeleteBrokenCopyset asks the copyset's leader for its configuration and,
+// when that has committed without this server, moves it to the trash too
+// (Manager.DeleteStale).
 
 // ErrInvalidPeers wraps a membership request whose peer set is unusable
 // (empty, duplicated, without this server where it must be there).
@@ -203,6 +205,7 @@ func (w *configWatchFSM) Apply(l *raft.Log) any { return w.ApplyBatch([]*raft.Lo
 
 // configApplied runs on the FSM goroutine for each committed configuration.
 func (n *Node) configApplied(index uint64, conf raft.Configuration) {
+	n.noteCommitted(index, conf)
 	if confHas(conf, n.local) {
 		n.wasMember.Store(true)
 		return
@@ -221,9 +224,56 @@ func (n *Node) configApplied(index uint64, conf raft.Configuration) {
 // snapshotInstalled notes the configuration of a snapshot received from the
 // leader and installed.
 func (n *Node) snapshotInstalled(id string) {
-	if rec, err := n.snaps.readRecord(id); err == nil && confHas(rec.Meta.Configuration, n.local) {
+	rec, err := n.snaps.readRecord(id)
+	if err != nil {
+		return
+	}
+	n.noteCommitted(rec.Meta.ConfigurationIndex, rec.Meta.Configuration)
+	if confHas(rec.Meta.Configuration, n.local) {
 		n.wasMember.Store(true)
 	}
+}
+
+// committedConf is a configuration known to have committed, and the index
+// of its entry.
+type committedConf struct {
+	index uint64
+	peers []PeerID
+}
+
+// noteCommitted records conf, committed at index, unless a newer one is
+// known.
+func (n *Node) noteCommitted(index uint64, conf raft.Configuration) {
+	next := &committedConf{index: index, peers: confPeers(conf)}
+	for {
+		old := n.committed.Load()
+		if (old != nil && old.index > index) || n.committed.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// CommittedPeers returns the peers of the newest configuration this
+// replica knows to have committed (applied here, or in a snapshot it
+// holds); false before it knows any (a replica restarted without a
+// snapshot learns its configuration again as its log is applied). The
+// leader's is the copyset's membership; Peers may be newer, while a
+// change is under way.
+func (n *Node) CommittedPeers() ([]PeerID, bool) {
+	c := n.committed.Load()
+	if c == nil {
+		return nil, false
+	}
+	return slices.Clone(c.peers), true
+}
+
+// confPeers returns the peer ids of conf.
+func confPeers(conf raft.Configuration) []PeerID {
+	out := make([]PeerID, 0, len(conf.Servers))
+	for _, s := range conf.Servers {
+		out = append(out, PeerID(s.ID))
+	}
+	return out
 }
 
 // Removed reports whether this replica has been taken out of its copyset:
@@ -549,13 +599,39 @@ func (m *Manager) dropIfRemoved(n *Node) {
 	n.memberMu.Lock()
 	removed := n.Removed()
 	n.memberMu.Unlock()
-	if !removed || !m.detach(n) {
+	if !removed {
 		return
 	}
-	m.log.Info("dropping replica removed from its copyset", "pool", n.group.Pool(), "copyset", n.group.Copyset())
-	if _, err := m.retire(n.group, n); err != nil {
+	if _, err := m.drop(n); err != nil && !errors.Is(err, ErrNotHosted) {
 		m.log.Error("drop removed replica", "group", n.group, "err", err)
 	}
+}
+
+// drop takes n out of the hosted replicas, if it is still the one of its
+// group, and moves it to the trash (ErrNotHosted when it is not). Called
+// with lifeMu held.
+func (m *Manager) drop(n *Node) (string, error) {
+	if !m.detach(n) {
+		return "", fmt.Errorf("drop copyset %s: %w", n.group, ErrNotHosted)
+	}
+	m.log.Info("dropping replica removed from its copyset", "pool", n.group.Pool(), "copyset", n.group.Copyset())
+	return m.retire(n.group, n)
+}
+
+// DeleteStale moves n, a replica the caller has found to be outside its
+// copyset's committed configuration (asking the leader: a replica removed
+// while its server was away never learns it and stays a candidate), to the
+// trash. It fails (wrapping ErrNotHosted) when n is no longer the hosted
+// replica of its group.
+func (m *Manager) DeleteStale(n *Node) error {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	path, err := m.drop(n)
+	if err != nil {
+		return fmt.Errorf("delete stale copyset %s: %w", n.group, err)
+	}
+	m.log.Info("stale copyset replica moved to trash", "group", n.group, "path", path)
+	return nil
 }
 
 // detach takes n out of the hosted replicas if it is still the one of its

@@ -147,8 +147,12 @@ type Node struct {
 	readyTerm atomic.Uint64
 	readyMu   sync.Mutex
 	reads     readBatcher
-	props     proposer // batches proposals into raft entries (propose.go)
-	lease     lease    // read lease of this leader (lease.go)
+	// shared is a commit index this leader has made its followers learn
+	// (ShareCommit): every state machine entry up to it has been sent to
+	// them with a commit index covering it.
+	shared atomic.Uint64
+	props  proposer // batches proposals into raft entries (propose.go)
+	lease  lease    // read lease of this leader (lease.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -166,6 +170,9 @@ type Node struct {
 	// removal notices, waited for by Close.
 	memberMu  sync.Mutex
 	wasMember atomic.Bool
+	// committed is the newest configuration this replica knows to have
+	// committed: applied here, or in a snapshot it holds.
+	committed atomic.Pointer[committedConf]
 	onRemoved func(*Node)
 	bg        background
 
@@ -272,6 +279,9 @@ func openNode(c nodeConfig) (*Node, error) {
 		onRemoved: c.onRemoved,
 	}
 	n.wasMember.Store(knownMember(c.local, latest, hasSnap, stores))
+	if hasSnap {
+		n.noteCommitted(latest.Meta.ConfigurationIndex, latest.Meta.Configuration)
+	}
 	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
 	snaps.files = f.files
 	f.restore = func(man snapManifest) (map[Kind]StateMachine, error) {
@@ -477,17 +487,30 @@ func (n *Node) ReadBarrier(ctx context.Context) (uint64, error) {
 // instead of at the next AppendEntries, which on an idle copyset is up to
 // twice CommitTimeout away: it appends a barrier entry, which goes out at
 // once carrying the current commit index, and waits until the barrier is
-// applied here. A caller that needs the followers to apply what it just
-// committed (a scan op whose replicas report back) calls it; nothing else
-// should, since every call is one more raft entry.
+// applied here. A call when every state machine entry committed so far has
+// already been shared this way appends nothing, so idle callers are free.
+// Callers that need the followers to apply what has committed (a scan op
+// whose replicas report back, a replica hash compared across replicas)
+// call it; nothing else should, since a call after new writes is one more
+// raft entry.
 func (n *Node) ShareCommit(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
+	ci := n.raft.CommitIndex()
+	if target, err := n.lastFSMIndex(ci); err == nil && target <= n.shared.Load() {
+		return nil
+	}
 	if err := n.await(ctx, n.raft.Barrier(n.applyTimeout(ctx))); err != nil {
 		return fmt.Errorf("copyset %s: share commit index: %w", n.group, err)
 	}
-	return nil
+	// The barrier's AppendEntries carried a commit index of at least ci.
+	for {
+		old := n.shared.Load()
+		if old >= ci || n.shared.CompareAndSwap(old, ci) {
+			return nil
+		}
+	}
 }
 
 // ensureLeaderReady makes sure this leader has applied an entry of its own
@@ -598,11 +621,7 @@ func (n *Node) Peers() ([]PeerID, error) {
 	if err := fut.Error(); err != nil {
 		return nil, fmt.Errorf("get configuration of copyset %s: %w", n.group, err)
 	}
-	var out []PeerID
-	for _, s := range fut.Configuration().Servers {
-		out = append(out, PeerID(s.ID))
-	}
-	return out, nil
+	return confPeers(fut.Configuration()), nil
 }
 
 // Status returns the replica's current raft status.

@@ -498,15 +498,39 @@ func TestShareCommitLetsFollowersApply(t *testing.T) {
 	if err := leader.ShareCommit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for _, f := range followers {
-		for f.AppliedIndex() < index {
-			if time.Now().After(deadline) {
-				t.Fatalf("follower applied %d, want >= %d after ShareCommit", f.AppliedIndex(), index)
+	waitFollowers := func(index uint64) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for _, f := range followers {
+			for f.AppliedIndex() < index {
+				if time.Now().After(deadline) {
+					t.Fatalf("follower applied %d, want >= %d after ShareCommit", f.AppliedIndex(), index)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	waitFollowers(index)
+
+	// Nothing committed since: ShareCommit appends nothing. After a new
+	// write it shares again.
+	last := leader.Status().LastIndex
+	for range 3 {
+		if err := leader.ShareCommit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := leader.Status().LastIndex; got != last {
+		t.Fatalf("idle ShareCommit appended entries: last index %d -> %d", last, got)
+	}
+	index, _, err = leader.Propose(ctx, fileOp("k", "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.ShareCommit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFollowers(index)
 }
 
 // TestStatusCountsLeaderChanges: every replica counts the first election
