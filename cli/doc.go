@@ -9,8 +9,8 @@
 // backoff until an overall deadline. Every RPC attempt has its own, shorter
 // timeout so that a dead or stopped leader cannot use up the whole deadline.
 // A few calls go to every configured server instead of the leader:
-// ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (a
-// per-server fence that raft does not replicate).
+// ChunkHashes (compare replicas, see CompareHashes) and UpdateEpoch (each
+// server commits the fence to the copysets it hosts).
 //
 // Admin calls: membership changes (AddPeer, RemovePeer, ChangePeers) and
 // integrity jobs (Scan) go to the copyset's leader; those services answer a
