@@ -78,8 +78,10 @@ var methodRoles = map[string]role{
 	"/curve.chunkserver.IntegrityService/CancelJob":   roleAdmin,
 	"/curve.chunkserver.IntegrityService/PauseJob":    roleAdmin,
 	"/curve.chunkserver.IntegrityService/ResumeJob":   roleAdmin,
-	// Server to server: raft traffic and scan maps (server certs are admin).
+	// Server to server: raft traffic, scan maps and epoch fences (server
+	// certs are admin).
 	"/chunkraft.raft.RaftTransport/":               roleAdmin,
+	"/chunkraft.raft.Fences/":                      roleAdmin,
 	"/curve.chunkserver.ScanService/FollowScanMap": roleAdmin,
 }
 

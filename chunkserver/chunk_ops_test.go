@@ -291,8 +291,10 @@ func TestApplyIOErrorStopsOnlyThatCopyset(t *testing.T) {
 
 // TestSnapshotInstallChunkData: a follower stopped while more than the
 // trailing logs are written catches up via InstallSnapshot and ends
-// byte-identical, clone and COW snapshot included; every server restarted
-// after snapshot + truncation serves all data.
+// byte-identical, clone and COW snapshot included, and knowing the epoch
+// fence raised while it was down (the snapshot carries the copyset's fence
+// table); every server restarted after snapshot + truncation serves all
+// data.
 func TestSnapshotInstallChunkData(t *testing.T) {
 	c := startTestCluster(t, 3, func(cfg *Config) {
 		cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs = 32, 8
@@ -302,6 +304,10 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 	l := c.leader(t)
 	f := (l + 1) % 3
 	c.stop(f)
+	eresp, err := c.chunk(l).UpdateEpoch(context.Background(), &pb.UpdateEpochRequest{FileId: proto.Uint64(5), Epoch: proto.Uint64(2)})
+	if err != nil || eresp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+		t.Fatalf("UpdateEpoch on the leader: %v %v", eresp.GetStatus(), err)
+	}
 	for i := range 100 {
 		c.write(t, uint64(1+i%3), 1, uint32(i)*4096, block(byte(i)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
@@ -330,6 +336,9 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 	// The install is counted when the swap finishes, which may be just
 	// after the data is visible: poll for it.
 	waitInstalled(t, c, f)
+	if c.servers[f].fences.epochs.allowed(5, 1) {
+		t.Fatal("the follower installed a snapshot without the copyset's fence of file 5")
+	}
 	// Every server restarted after snapshot + truncation serves all data.
 	for i := range c.servers {
 		c.stop(i)

@@ -21,6 +21,7 @@ type chunkService struct {
 	copysets *copyset.Manager
 	layout   datastore.Options // chunk geometry for request validation
 	epochs   *epochMap
+	fences   *fencer
 	admit    *admission
 	sources  *cloneSource
 	metrics  *metrics
@@ -108,6 +109,17 @@ func (s *chunkService) failed(req *pb.ChunkRequest, what string, err error) *pb.
 	return resp
 }
 
+// notWritable maps a WaitWritable error: REDIRECTED on a follower, else
+// OVERLOAD, which clients retry on the same leader (a new leader that has
+// not learned its copyset's fences yet).
+func (s *chunkService) notWritable(req *pb.ChunkRequest, err error) *pb.ChunkResponse {
+	if st, _ := redirectOr(err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD); st == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
+		return s.failed(req, "", err)
+	}
+	s.log.Warn("leader not writable yet", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(), "err", err)
+	return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD)
+}
+
 // resultStatus maps a leader's apply result to a status.
 func resultStatus(res any) pb.CHUNK_OP_STATUS {
 	switch r := res.(type) {
@@ -139,8 +151,10 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 
 // mutate runs the checks every mutating request passes, in order, and
 // proposes it: the in-flight limit (OVERLOAD), validation
-// (INVALID_REQUEST), the epoch fence (EPOCH_TOO_OLD), the copyset
-// (COPYSET_NOTEXIST), a broken replica (DISK_FAIL), free space (NOSPACE).
+// (INVALID_REQUEST), the copyset (COPYSET_NOTEXIST), a broken replica
+// (DISK_FAIL), a leader that knows its copyset's fences (REDIRECTED on a
+// follower, OVERLOAD while a new leader cannot yet: fence.go), the epoch
+// fence (EPOCH_TOO_OLD), free space (NOSPACE).
 // Nothing is proposed when one fails. prepare, if set, runs on the leader
 // after the checks and may replace the data to propose (RecoverChunk).
 func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkRequest, data []byte, valid func() error,
@@ -155,15 +169,18 @@ func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkReque
 			return s.finish(op, start, s.invalid(op, req, err), 0)
 		}
 	}
-	if req.FileId != nil && req.Epoch != nil && !s.epochs.allowed(req.GetFileId(), req.GetEpoch()) {
-		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD), 0)
-	}
 	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
 	if n == nil {
 		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0)
 	}
 	if n.Broken() != nil {
 		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL), 0)
+	}
+	if err := n.WaitWritable(ctx); err != nil {
+		return s.finish(op, start, s.notWritable(req, err), 0)
+	}
+	if req.FileId != nil && req.Epoch != nil && !s.epochs.allowed(req.GetFileId(), req.GetEpoch()) {
+		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD), 0)
 	}
 	if s.admit.readOnly() {
 		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE), 0)
@@ -478,8 +495,10 @@ func (s *chunkService) GetChunkHash(ctx context.Context, req *pb.GetChunkHashReq
 const chunkHashAttempts = 5
 
 // UpdateEpoch raises the server's fence for a file; a lower epoch than the
-// stored one is EPOCH_TOO_OLD. Not replicated: clients send it to every
-// chunkserver of the file.
+// stored one is EPOCH_TOO_OLD. The fence is then committed in the log of
+// every copyset this server hosts (fence.go); SUCCESS once it is, else
+// FAILURE_UNKNOWN (logged: the fence holds on this server, a retry
+// finishes spreading it).
 func (s *chunkService) UpdateEpoch(ctx context.Context, req *pb.UpdateEpochRequest) (*pb.UpdateEpochResponse, error) {
 	if req.FileId == nil || req.Epoch == nil {
 		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)}, nil
@@ -487,6 +506,11 @@ func (s *chunkService) UpdateEpoch(ctx context.Context, req *pb.UpdateEpochReque
 	err := s.epochs.update(req.GetFileId(), req.GetEpoch())
 	switch {
 	case err == nil:
+		if err := s.fences.propagate(ctx, fenceTable{req.GetFileId(): req.GetEpoch()}); err != nil {
+			s.log.Error("update epoch: fence not committed in every copyset", "file", req.GetFileId(),
+				"epoch", req.GetEpoch(), "err", err)
+			return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)}, nil
+		}
 		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)}, nil
 	case errors.Is(err, errEpochTooOld):
 		return &pb.UpdateEpochResponse{Status: status(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)}, nil

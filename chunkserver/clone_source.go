@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/location"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -47,11 +44,7 @@ type cloneSource struct {
 	objects  objstore.Store
 	seeds    []string // servers asked for leaders of copysets not hosted here
 	local    func(ctx context.Context, n *copyset.Node, chunk uint64, p []byte, off uint32) error
-	maxMsg   int
-	creds    grpc.DialOption // transport credentials for other servers (tls.go)
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns    *connCache // to other servers (credentials from tls.go, max message size)
 }
 
 // fetch fills p with the source bytes for clone data offset off.
@@ -93,7 +86,7 @@ func (c *cloneSource) readChunk(ctx context.Context, g copyset.GroupID, chunk ui
 	var lastErr error = fmt.Errorf("copyset %d/%d is not hosted here and no clone_source_servers are configured", g.Pool(), g.Copyset())
 	for hops, i := 0, 0; i < len(candidates) && hops < 8; hops++ {
 		addr := candidates[i]
-		conn, err := c.conn(addr)
+		conn, err := c.conns.get(addr)
 		if err != nil {
 			lastErr = err
 			i++
@@ -128,36 +121,8 @@ func (c *cloneSource) readChunk(ctx context.Context, g copyset.GroupID, chunk ui
 	return lastErr
 }
 
-func (c *cloneSource) conn(addr string) (*grpc.ClientConn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cc, ok := c.conns[addr]; ok {
-		return cc, nil
-	}
-	creds := c.creds
-	if creds == nil {
-		creds = grpc.WithTransportCredentials(insecure.NewCredentials())
-	}
-	cc, err := grpc.NewClient(addr, creds,
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.maxMsg)))
-	if err != nil {
-		return nil, fmt.Errorf("dial clone source %s: %w", addr, err)
-	}
-	if c.conns == nil {
-		c.conns = map[string]*grpc.ClientConn{}
-	}
-	c.conns[addr] = cc
-	return cc, nil
-}
-
 func (c *cloneSource) close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
-	for _, cc := range c.conns {
-		errs = append(errs, cc.Close())
-	}
-	c.conns = nil
+	errs := []error{c.conns.close()}
 	if c.objects != nil {
 		errs = append(errs, c.objects.Close())
 	}

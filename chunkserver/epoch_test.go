@@ -45,6 +45,6 @@ func TestEpochMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	if e2.allowed(5, 1) || !e2.allowed(5, 2) || e2.allowed(6, 8) {
-		t.Fatalf("reloaded map %v", e2.m)
+		t.Fatalf("reloaded map %v", e2.table())
 	}
 }

@@ -24,28 +24,19 @@ package chunkserver
 // order by the copyset's single apply goroutine, so a scan op observes
 // exactly the chunk writes before it in the log, as in Curve.
 //
-// Persistence: integrity.jsonl in the copyset data dir (next to the chunk
-// files, listed by Files so it travels with raft snapshots). Each change
-// appends one line holding the whole state, including Applied, the log
-// index of the last job op applied; loading takes the valid line with the
-// highest Applied and ignores torn or zero-padded lines. An op whose index
-// is <= Applied is already in the state and is skipped, so a replay after a
+// Persistence: integrity.jsonl in the copyset data dir, a stateFile
+// (statefile.go): each change appends one line holding the whole state,
+// including Applied, the log index of the last job op applied; loading
+// takes the valid line with the highest Applied. An op whose index is <=
+// Applied is already in the state and is skipped, so a replay after a
 // crash, or after a snapshot install whose file is newer than the snapshot
-// index, is idempotent. Sync fsyncs the file; when it outgrows its last
-// line by far it is compacted to that line (write temp, fsync, rename). An
-// append-only file, not a file replaced on each change, because a raft
-// snapshot streams the live file at the size it had when the stream
-// started: a prefix of an append-only file is a consistent earlier state,
-// a replaced JSON document cut to the old size is not.
+// index, is idempotent.
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -53,7 +44,6 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
 )
@@ -70,9 +60,6 @@ const (
 	// MaxJobResults bounds the mismatches a job keeps; MismatchCount counts
 	// all of them.
 	MaxJobResults = 1000
-	// compactMinBytes is the size below which the state file is never
-	// compacted.
-	compactMinBytes = 1 << 20
 )
 
 // Op payload tags after the copyset op header.
@@ -285,11 +272,7 @@ type integrityMachine struct {
 	mu sync.RWMutex
 	st integrityState
 
-	// file state, used from the apply goroutine (Apply, Sync) and Close.
-	fileMu sync.Mutex
-	f      *os.File
-	size   int64
-	dirty  bool
+	file *stateFile // used from the apply goroutine (Apply, Sync) and Close
 }
 
 var _ copyset.StateMachine = (*integrityMachine)(nil)
@@ -297,20 +280,15 @@ var _ copyset.StateMachine = (*integrityMachine)(nil)
 // openIntegrityMachine loads the state file in dir, if any.
 func openIntegrityMachine(g copyset.GroupID, dir string, store *datastore.Store, reporter scanReporter, log *slog.Logger) (*integrityMachine, error) {
 	m := &integrityMachine{group: g, store: store, reporter: reporter, log: log, dir: dir}
-	path := m.path()
-	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("integrity state: %w", err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	file, b, err := openStateFile(m.path())
+	if err != nil {
 		return nil, fmt.Errorf("integrity state: %w", err)
 	}
 	st, bad := parseIntegrityState(b)
 	if bad > 0 {
-		log.Warn("integrity state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
+		log.Warn("integrity state file: skipped unreadable lines (torn write or snapshot padding)", "file", m.path(), "lines", bad)
 	}
-	m.st = st
-	m.size = int64(len(b))
+	m.st, m.file = st, file
 	return m, nil
 }
 
@@ -318,23 +296,16 @@ func openIntegrityMachine(g copyset.GroupID, dir string, store *datastore.Store,
 // Applied (the last of equals) and how many non-empty lines were invalid.
 func parseIntegrityState(b []byte) (integrityState, int) {
 	var best integrityState
-	bad := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<30)
-	for sc.Scan() {
-		line := bytes.Trim(sc.Bytes(), "\x00 \t\r")
-		if len(line) == 0 {
-			continue
-		}
+	bad := eachStateLine(b, func(line []byte) bool {
 		var st integrityState
 		if err := json.Unmarshal(line, &st); err != nil {
-			bad++
-			continue
+			return false
 		}
 		if st.Applied >= best.Applied {
 			best = st
 		}
-	}
+		return true
+	})
 	return best, bad
 }
 
@@ -383,7 +354,7 @@ func (m *integrityMachine) applyJob(index uint64, payload []byte) any {
 	}
 	m.mu.Unlock()
 	if changed {
-		if werr := m.appendLine(line); werr != nil {
+		if werr := m.file.append(line); werr != nil {
 			return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: %w", index, werr)}
 		}
 		m.logChange(index, &op, out)
@@ -525,73 +496,15 @@ func (st *integrityState) pruneTerminal(keep int) {
 	})
 }
 
-// appendLine appends one state line, compacting the file to it when the
-// file has grown far beyond it.
-func (m *integrityMachine) appendLine(line []byte) error {
-	m.fileMu.Lock()
-	defer m.fileMu.Unlock()
-	line = append(line, '\n')
-	if m.size > compactMinBytes && m.size > 8*int64(len(line)) {
-		return m.compactLocked(line)
-	}
-	if m.f == nil {
-		f, err := os.OpenFile(m.path(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return fmt.Errorf("integrity state: %w", err)
-		}
-		m.f = f
-	}
-	n, err := m.f.Write(line)
-	m.size += int64(n)
-	m.dirty = true
-	if err != nil {
-		return fmt.Errorf("integrity state: append: %w", err)
-	}
-	return nil
-}
-
-// compactLocked replaces the file with line alone, durably.
-func (m *integrityMachine) compactLocked(line []byte) error {
-	if m.f != nil {
-		m.f.Close()
-		m.f = nil
-	}
-	if err := atomicfile.WriteFile(m.path(), line, 0o644); err != nil {
-		return fmt.Errorf("integrity state: compact: %w", err)
-	}
-	m.size, m.dirty = int64(len(line)), false
-	return nil
-}
-
 // Sync implements copyset.StateMachine: fsync the state file.
-func (m *integrityMachine) Sync() error {
-	m.fileMu.Lock()
-	defer m.fileMu.Unlock()
-	if !m.dirty || m.f == nil {
-		return nil
-	}
-	if err := m.f.Sync(); err != nil {
-		return fmt.Errorf("integrity state: sync: %w", err)
-	}
-	m.dirty = false
-	return nil
-}
+func (m *integrityMachine) Sync() error { return m.file.sync() }
 
 // Files implements copyset.StateMachine.
 func (m *integrityMachine) Files() ([]string, error) { return []string{IntegrityFileName}, nil }
 
 // Close implements copyset.StateMachine. The chunk store is the chunk
 // machine's to close.
-func (m *integrityMachine) Close() error {
-	m.fileMu.Lock()
-	defer m.fileMu.Unlock()
-	if m.f == nil {
-		return nil
-	}
-	err := m.f.Close()
-	m.f = nil
-	return err
-}
+func (m *integrityMachine) Close() error { return m.file.close() }
 
 // jobs returns a copy of every job, ascending id.
 func (m *integrityMachine) jobs() []*IntegrityJob {

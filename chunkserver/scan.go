@@ -62,7 +62,6 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -232,7 +231,7 @@ type integrity struct {
 
 	mu    sync.Mutex
 	tasks map[copyset.GroupID]*scanTask // the range being scanned, per copyset led
-	conns map[string]*grpc.ClientConn
+	conns *connCache                    // to the leaders scan maps go to
 
 	runMu  sync.Mutex
 	cancel context.CancelFunc
@@ -263,7 +262,7 @@ func newIntegrity(srv *Server, log *slog.Logger) *integrity {
 	in := &integrity{
 		srv: srv, log: log.With("component", "integrity"),
 		wake: make(chan struct{}, 1), reports: make(chan *pb.ScanMap, 4096),
-		tasks: map[copyset.GroupID]*scanTask{}, conns: map[string]*grpc.ClientConn{},
+		tasks: map[copyset.GroupID]*scanTask{}, conns: newConnCache(srv.tls.peerDial()),
 		failures: map[jobKey]int{}, retryAt: map[copyset.GroupID]time.Time{},
 		rangesTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chunkraft_scan_ranges_total",
@@ -337,12 +336,7 @@ func (in *integrity) stop() {
 	in.cancel()
 	in.wg.Wait()
 	in.cancel = nil
-	in.mu.Lock()
-	for addr, c := range in.conns {
-		c.Close()
-		delete(in.conns, addr)
-	}
-	in.mu.Unlock()
+	in.conns.close()
 }
 
 // machineOf returns the integrity machine of a node, or nil.
@@ -789,7 +783,7 @@ func (in *integrity) send(ctx context.Context, sm *pb.ScanMap) {
 		if leader == "" {
 			continue
 		}
-		conn, err := in.conn(leader.Addr())
+		conn, err := in.conns.get(leader.Addr())
 		if err != nil {
 			continue
 		}
@@ -804,19 +798,4 @@ func (in *integrity) send(ctx context.Context, sm *pb.ScanMap) {
 			return
 		}
 	}
-}
-
-// conn returns a client connection to addr, shared by the sender's calls.
-func (in *integrity) conn(addr string) (*grpc.ClientConn, error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if c := in.conns[addr]; c != nil {
-		return c, nil
-	}
-	c, err := grpc.NewClient(addr, in.srv.tls.peerDial())
-	if err != nil {
-		return nil, err
-	}
-	in.conns[addr] = c
-	return c, nil
 }

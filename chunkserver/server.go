@@ -50,6 +50,7 @@ type Server struct {
 	pool     *datastore.FilePool
 	cache    *datastore.BlockCache
 	sources  *cloneSource
+	fences   *fencer // replicated epoch fences (fence.go)
 	ready    atomic.Bool
 	scans    *integrity    // IntegrityService, ScanService, scan worker (integrity*.go, scan.go)
 	rt       *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
@@ -96,6 +97,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.fences = &fencer{epochs: epochs, local: local, conns: newConnCache(s.tls.peerDial()), log: log.With("component", "fences")}
 	s.admit = &admission{
 		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
 		minFree: cfg.MinFreeBytes, diskFree: statfsFree,
@@ -144,11 +146,20 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 				store.Close()
 				return nil, err
 			}
+			mlog := log.With("pool", g.Pool(), "copyset", g.Copyset())
+			fences, err := openFenceMachine(dataDir, epochs, mlog)
+			if err != nil {
+				integ.Close()
+				store.Close()
+				return nil, err
+			}
 			return map[copyset.Kind]copyset.StateMachine{
-				copyset.KindChunk:     &chunkMachine{store: store, log: log.With("pool", g.Pool(), "copyset", g.Copyset())},
+				copyset.KindChunk:     &chunkMachine{store: store, log: mlog},
 				copyset.KindIntegrity: integ,
+				copyset.KindFence:     fences,
 			}, nil
 		},
+		LeaderPrepare: s.fences.prepare,
 		Raft: copyset.RaftOptions{
 			HeartbeatTimeout:   cfg.Raft.HeartbeatTimeout,
 			ElectionTimeout:    cfg.Raft.ElectionTimeout,
@@ -172,6 +183,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		}
 		return nil, err
 	}
+	s.fences.copysets = s.copysets
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets))
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
@@ -195,7 +207,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{
-		copysets: s.copysets, layout: ds, epochs: epochs, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
+		copysets: s.copysets, layout: ds, epochs: epochs, fences: s.fences, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
 	}
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	pb.RegisterChunkServiceServer(s.grpc, chunks)
@@ -204,6 +216,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	pb.RegisterCliService2Server(s.grpc, cli)
 	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})
 	registerUnimplemented(s.grpc)
+	registerFences(s.grpc, s.fences)
 	s.registerIntegrity()
 	s.registerConfigServices()
 	s.trans.Register(s.grpc)
@@ -242,7 +255,8 @@ func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error
 	if err != nil {
 		return fmt.Errorf("object store: %w", err)
 	}
-	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers, maxMsg: cfg.MaxMessageSize, creds: s.tls.peerDial()}
+	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers,
+		conns: newConnCache(s.tls.peerDial(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))}
 	return nil
 }
 
@@ -379,7 +393,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		cancel()
 	}
 	poolWG.Wait()
-	err := errors.Join(runErr, closeErr, s.trans.Close(), s.sources.close())
+	err := errors.Join(runErr, closeErr, s.trans.Close(), s.sources.close(), s.fences.conns.close())
 	if s.cache != nil {
 		s.cache.Close()
 	}

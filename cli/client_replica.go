@@ -268,13 +268,13 @@ type EpochResult struct {
 }
 
 // UpdateEpoch raises the epoch of file fileID on every configured server, in
-// parallel. The epoch is a per-server fence, not replicated through raft, so
-// every server must be told; once one has taken it, requests carrying an
-// older epoch for the file are refused there with EPOCH_TOO_OLD. A server
-// that already holds a newer epoch refuses the update with EPOCH_TOO_OLD.
-// Unreachable servers are retried until the client's timeout. It returns one
-// row per server in server order and an error naming every server that did
-// not take the epoch.
+// parallel. Each server stores the fence and commits it to the raft log of
+// every copyset it hosts (so every replica of those copysets, present or
+// added later, holds it); requests carrying an older epoch for the file are
+// then refused with EPOCH_TOO_OLD. A server that already holds a newer epoch
+// refuses the update with EPOCH_TOO_OLD. Unreachable servers are retried
+// until the client's timeout. It returns one row per server in server order
+// and an error naming every server that did not take the epoch.
 func (c *Client) UpdateEpoch(ctx context.Context, fileID, epoch uint64) ([]EpochResult, error) {
 	req := &chunkserverpb.UpdateEpochRequest{FileId: proto.Uint64(fileID), Epoch: proto.Uint64(epoch)}
 	rows := make([]EpochResult, len(c.servers))

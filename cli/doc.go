@@ -16,8 +16,8 @@
 // is sent; a request that breaks a rule is refused naming the rule.
 // A few calls go to every configured server instead of the leader:
 // ChunkHashes (compare replicas at one applied index, see CompareHashes and
-// SettledChunkHashes) and UpdateEpoch (a per-server fence that raft does not
-// replicate). Beyond the Curve messages, chunkraft servers send a few gRPC
+// SettledChunkHashes) and UpdateEpoch (each server commits the fence to the
+// copysets it hosts). Beyond the Curve messages, chunkraft servers send a few gRPC
 // response trailers the client reads: the applied index a hash covers and a
 // replica's configuration (client_replica.go).
 //

@@ -32,13 +32,15 @@ func newEpochUpdateCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "update --file-id F --epoch E",
 		Short: "Raise a file's epoch on every server in --servers (fails unless all take it)",
-		Long: `Sends UpdateEpoch to every server in --servers. The epoch is a per-server
-fence, not replicated: once a server has it, chunk requests carrying an older
-epoch of the file (chunk write/delete --file-id F --epoch E) are refused there
-with CHUNK_OP_STATUS_EPOCH_TOO_OLD. A server that already holds a newer epoch
-refuses the update with EPOCH_TOO_OLD. Prints one row per server; fails if any
-server refused or could not be reached within --timeout, so list every
-chunkserver in --servers.`,
+		Long: `Sends UpdateEpoch to every server in --servers. Each stores the fence and
+commits it to the raft log of every copyset it hosts, so that every replica of
+those copysets, including ones added later, holds it: chunk requests carrying
+an older epoch of the file (chunk write/delete --file-id F --epoch E) are then
+refused with CHUNK_OP_STATUS_EPOCH_TOO_OLD. A server that already holds a newer
+epoch refuses the update with EPOCH_TOO_OLD; one that could not commit it to
+every copyset it hosts answers FAILURE_UNKNOWN (run the command again). Prints
+one row per server; fails if any server refused or could not be reached within
+--timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {

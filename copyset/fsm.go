@@ -22,6 +22,8 @@ const (
 	KindChunk Kind = 1
 	// KindIntegrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops (chunkserver/integrity.go).
 	KindIntegrity Kind = 2
+	// KindFence is a copyset's epoch fences (chunkserver/fence.go).
+	KindFence Kind = 3
 )
 
 // opVersion is the version of the op header layout.

@@ -34,6 +34,9 @@ type ManagerOptions struct {
 	// SharedLog, when set, holds every copyset's raft log and term/vote
 	// (raft.log_store: shared); nil keeps one raft-boltdb file per copyset.
 	SharedLog *sharedlog.Log
+	// LeaderPrepare, when set, runs on a leader once per term before it
+	// accepts writes (Node.WaitWritable).
+	LeaderPrepare LeaderPrepare
 	// Trash configures the purge of replicas that left this server
 	// (Dir/trash, trash.go).
 	Trash TrashOptions
@@ -260,6 +263,7 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, fresh bool) (*Node, er
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
 		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved,
+		prepare: m.opts.LeaderPrepare,
 	})
 	if err != nil {
 		trans.Close()

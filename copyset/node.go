@@ -146,7 +146,12 @@ type Node struct {
 	// an entry of its own term; reads are served only in that term.
 	readyTerm atomic.Uint64
 	readyMu   sync.Mutex
-	reads     readBatcher
+	// writableTerm is the term in which this replica, as leader, has run
+	// prepare (WaitWritable); prepMu makes one caller run it.
+	writableTerm atomic.Uint64
+	prepMu       sync.Mutex
+	prepare      LeaderPrepare
+	reads        readBatcher
 	// shared is a commit index this leader has made its followers learn
 	// (ShareCommit): every state machine entry up to it has been sent to
 	// them with a commit index covering it.
@@ -192,6 +197,7 @@ type nodeConfig struct {
 	bootstrap []PeerID       // initial configuration for a new copyset, nil to reopen
 	shared    *sharedlog.Log // the server's shared log store; nil = raft-boltdb per copyset
 	onRemoved func(*Node)    // see Node.onRemoved
+	prepare   LeaderPrepare  // see WaitWritable; nil: nothing to prepare
 }
 
 // openNode starts the raft instance of a copyset in c.dir. With a
@@ -276,7 +282,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
 		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
-		onRemoved: c.onRemoved,
+		onRemoved: c.onRemoved, prepare: c.prepare,
 	}
 	n.wasMember.Store(knownMember(c.local, latest, hasSnap, stores))
 	if hasSnap {
@@ -532,6 +538,48 @@ func (n *Node) ensureLeaderReady(ctx context.Context) error {
 		return fmt.Errorf("leader barrier for copyset %s: %w", n.group, err)
 	}
 	n.readyTerm.Store(term)
+	return nil
+}
+
+// LeaderPrepare is what a replica must do, once per term in which it leads,
+// before it accepts writes (WaitWritable): the chunkserver learns the epoch
+// fences of the other members and commits them (chunkserver/fence.go). It
+// runs on the leader and must end when ctx does.
+type LeaderPrepare func(ctx context.Context, n *Node) error
+
+// WaitWritable returns nil once this leader has run the LeaderPrepare of
+// the manager in its current term; the first caller of a term runs it
+// (others wait for it), and a failure is returned to that caller and
+// retried by the next. Steady state: two atomic loads. A follower gets a
+// *NotLeaderError. Callers check it before proposing a client mutation.
+func (n *Node) WaitWritable(ctx context.Context) error {
+	term := n.raft.CurrentTerm()
+	if n.writableTerm.Load() == term {
+		return nil
+	}
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	n.prepMu.Lock()
+	defer n.prepMu.Unlock()
+	if n.writableTerm.Load() == term {
+		return nil
+	}
+	if n.prepare != nil {
+		if err := n.prepare(ctx, n); err != nil {
+			var nl *NotLeaderError
+			if errors.As(err, &nl) {
+				return err
+			}
+			return fmt.Errorf("prepare leader of copyset %s in term %d: %w", n.group, term, err)
+		}
+	}
+	// Marked only if still the leader of that term: a prepare that
+	// straddled a term change proves nothing about the new term.
+	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+		return n.notLeader()
+	}
+	n.writableTerm.Store(term)
 	return nil
 }
 
