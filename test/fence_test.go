@@ -146,7 +146,7 @@ func TestEpochFenceReachesNewServers(t *testing.T) {
 	// The repro: a new server joins copyset 2 and leads it.
 	d := c.addServer(t)
 	all := c.addrs()
-	mustChunkctl(t, all, "peer", "add", "--pool", "1", "--copyset", "2", "--peer", d.Addr)
+	mustChunkctl(t, all, "peer", "add", "--wait", "30s", "--pool", "1", "--copyset", "2", "--peer", d.Addr)
 	mustChunkctl(t, all, "leader", "transfer", "--pool", "1", "--copyset", "2", "--to", d.Addr)
 	refused(all, 2, "new server leading copyset 2")
 	refused(all, 1, "copyset 1")
@@ -170,7 +170,7 @@ func TestEpochFenceReachesNewServers(t *testing.T) {
 	// leads: copyset 1's log no longer holds the fence op.
 	e := c.addServer(t)
 	all = c.addrs()
-	mustChunkctl(t, all, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", e.Addr)
+	mustChunkctl(t, all, "peer", "add", "--wait", "30s", "--pool", "1", "--copyset", "1", "--peer", e.Addr)
 	cs1 := cli.CopysetID{Pool: 1, Copyset: 1}
 	waitSnapshotInstalled(t, e, cs1)
 	if got := serverFences(t, e.Addr); got[5] != 2 {
