@@ -393,8 +393,9 @@ func shareCommit(ctx context.Context, n *copyset.Node, log *slog.Logger) {
 // so that they reach that index at once. AppliedTrailerKey gives the index
 // the hash was taken at. A read error is FAILURE_UNKNOWN (as upstream).
 //
-// Every answer carries the replica's configuration (PeersTrailerKey,
-// ConfIndexTrailerKey): the leader's is the copyset's membership.
+// Every answer carries the replica's configuration (PeersTrailerKey, and
+// CommittedPeersTrailerKey once it knows a committed one): the leader's is
+// the copyset's membership.
 func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetStatusRequest) (*pb.CopysetStatusResponse, error) {
 	n := s.copysets.Get(copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId()))
 	if n == nil {
