@@ -1,6 +1,6 @@
 package proto_test
 
-// Contract checks for the foreign wire protocols (ARCHITECTURE.md §3): the
+// Contract checks for the foreign wire protocols (docs/architecture.md, proto/): the
 // names, numbers, syntax and streaming shape that a client generated from the
 // upstream .proto files relies on. They read the descriptors compiled into the
 // generated packages, so a drifting .proto fails here before it fails a peer.
