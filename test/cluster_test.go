@@ -68,22 +68,9 @@ func (c *cluster) proc(peerID string) *Proc {
 
 func startCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	c := &cluster{}
 	for i := 0; i < n; i++ {
-		dir := filepath.Join(t.TempDir(), fmt.Sprintf("cs%d", i))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewProc(filepath.Join(binDir, "chunkserver"), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.StartFirst(ctx); err != nil {
-			t.Fatal(err)
-		}
-		c.procs = append(c.procs, p)
+		c.addServer(t)
 	}
 	t.Cleanup(func() {
 		for _, p := range c.procs {
@@ -102,6 +89,27 @@ func startCluster(t *testing.T, n int) *cluster {
 	t.Cleanup(func() { client.Close() })
 	c.client = client
 	return c
+}
+
+// addServer starts one more chunkserver, hosting nothing yet, stopped at
+// cleanup.
+func (c *cluster) addServer(t *testing.T) *Proc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), fmt.Sprintf("cs%d", len(c.procs)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProc(filepath.Join(binDir, "chunkserver"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StartFirst(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.procs = append(c.procs, p)
+	return p
 }
 
 func (c *cluster) createCopysets(t *testing.T, count int) []cli.CopysetID {

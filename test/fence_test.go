@@ -38,27 +38,6 @@ func mustChunkctl(t *testing.T, servers []string, args ...string) string {
 	return out
 }
 
-// addServer starts one more chunkserver, hosting nothing yet, stopped at
-// cleanup.
-func (c *cluster) addServer(t *testing.T) *Proc {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir := filepath.Join(t.TempDir(), fmt.Sprintf("cs%d", len(c.procs)))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewProc(filepath.Join(binDir, "chunkserver"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.StartFirst(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c.procs = append(c.procs, p)
-	return p
-}
-
 // serverFences returns the fences a server holds (its epochMap), asked with
 // the server-to-server Fences.GetFences call.
 func serverFences(t *testing.T, addr string) map[uint64]uint64 {
