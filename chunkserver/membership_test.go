@@ -813,7 +813,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
 
 	// An empty replica waiting to be added knows nobody to ask.
-	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2)); err != nil {
+	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2), 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, why := delCopyset(2); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "knows no configuration") {
