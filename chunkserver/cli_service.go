@@ -304,7 +304,7 @@ func (s *cliService2) leaderOf(pool, cs uint32) (copyset.PeerID, error) {
 // peer and must have finished loading its copysets (its ChunkServerStatus
 // copysetLoadFin; a server that does not implement ChunkServerStatus counts
 // as loaded), else Unavailable: ask again later; it must host a replica of
-// the copyset, else FailedPrecondition (a member without one cannot lead).
+// the copyset, else InvalidArgument (a member without one cannot lead).
 func (s *cliService2) transferLeader(ctx context.Context, pool, cs uint32, leader, transferee string) error {
 	if _, err := parseOptionalPeer("leader", leader); err != nil {
 		return err
@@ -351,7 +351,7 @@ func (s *cliService2) transferLeader(ctx context.Context, pool, cs uint32, leade
 			return grpcstatus.Errorf(codes.Unavailable, "transfer leader: cannot ask %s whether it hosts copyset %d/%d: %v", to, pool, cs, err)
 		}
 		if !ok {
-			return grpcstatus.Errorf(codes.FailedPrecondition,
+			return grpcstatus.Errorf(codes.InvalidArgument,
 				"transfer leader: %s is a member of copyset %d/%d without a replica: re-create its replica first (peer add --peer %s)",
 				to, pool, cs, to.Addr())
 		}

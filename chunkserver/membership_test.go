@@ -628,6 +628,12 @@ func TestCliRequestValidation(t *testing.T) {
 				s.hosts = func(context.Context, string, copyset.GroupID) (bool, error) { return false, nil }
 			},
 			msg: "does not host"},
+		{name: "transfer: member without a replica", srv: l, call: transfer(lid, fid), want: codes.InvalidArgument,
+			setup: func(s *cliService2) {
+				s.loadFinished = func(context.Context, string) (bool, error) { return true, nil }
+				s.hosts = func(context.Context, string, copyset.GroupID) (bool, error) { return false, nil }
+			},
+			msg: "without a replica"},
 		{name: "transfer: transferee still loading", srv: l, call: transfer(lid, fid), want: codes.Unavailable,
 			setup: func(s *cliService2) { s.loadFinished = never }, msg: "not finished loading"},
 		{name: "get leader: server loading", srv: l, call: getLeader, want: codes.Unavailable,

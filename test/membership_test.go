@@ -118,7 +118,8 @@ func TestReAddRemovedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	blocks := writeBlocks(t, client, []cli.CopysetID{cs}, 600, rand.New(rand.NewPCG(17, 1)), map[string]bool{})
+	seen := map[string]bool{}
+	blocks := writeBlocks(t, client, []cli.CopysetID{cs}, 600, rand.New(rand.NewPCG(17, 1)), seen)
 
 	from := logSize(gone)
 	mustChunkctl(t, all, append([]string{"peer", "add", "--wait", "20s", "--peer", gone.Addr}, args...)...)
@@ -134,16 +135,41 @@ func TestReAddRemovedServer(t *testing.T) {
 	}
 	// Every member holds the data: with one of the others down the
 	// copyset still takes writes and reads back what was acknowledged.
-	if err := c.procs[1].Kill(syscall.SIGKILL); err != nil {
+	lost := c.procs[1]
+	if err := lost.Kill(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	readBlocks(t, client, blocks[:50])
-	writeBlocks(t, client, []cli.CopysetID{cs}, 20, rand.New(rand.NewPCG(17, 2)), map[string]bool{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.procs[1].Start(ctx); err != nil {
+	blocks = append(blocks, writeBlocks(t, client, []cli.CopysetID{cs}, 20, rand.New(rand.NewPCG(17, 2)), seen)...)
+
+	// Its disk lost while it was down, the server returns empty, a member
+	// without a replica: cluster status names it, a leadership transfer to
+	// it is refused, and peer add re-creates the replica, which catches up.
+	if err := os.RemoveAll(lost.DataDir); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(lost.DataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := lost.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, code = ctl(t, all, "cluster", "status", "--copyset", "1", "--replicas", "4")
+	if code == 0 || !strings.Contains(out, "under-replicated") || !strings.Contains(out, "members that have no replica") ||
+		!strings.Contains(out, lost.Addr+":0") {
+		t.Fatalf("cluster status with a member without a replica: exit %d\n%s", code, out)
+	}
+	out, code = ctl(t, all, "leader", "transfer", "--pool", "1", "--copyset", "1", "--to", lost.Addr)
+	if code == 0 || !strings.Contains(out, "without a replica") {
+		t.Fatalf("leader transfer to a member without a replica: exit %d\n%s", code, out)
+	}
+	mustChunkctl(t, all, append([]string{"peer", "add", "--wait", "20s", "--peer", lost.Addr}, args...)...)
+	waitMembers(t, all, all, cs, 10*time.Second)
+	mustChunkctl(t, all, "cluster", "status", "--copyset", "1", "--replicas", "4")
+	mustChunkctl(t, all, "leader", "transfer", "--pool", "1", "--copyset", "1", "--to", lost.Addr)
+	readBlocks(t, client, blocks)
 }
 
 // TestKillNewReplicaRightAfterAdd is issue 17's second reproduction: a new
