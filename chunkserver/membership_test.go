@@ -628,6 +628,12 @@ func TestCliRequestValidation(t *testing.T) {
 				s.hosts = func(context.Context, string, copyset.GroupID) (bool, error) { return false, nil }
 			},
 			msg: "does not host"},
+		{name: "transfer: member without a replica", srv: l, call: transfer(lid, fid), want: codes.InvalidArgument,
+			setup: func(s *cliService2) {
+				s.loadFinished = func(context.Context, string) (bool, error) { return true, nil }
+				s.hosts = func(context.Context, string, copyset.GroupID) (bool, error) { return false, nil }
+			},
+			msg: "without a replica"},
 		{name: "transfer: transferee still loading", srv: l, call: transfer(lid, fid), want: codes.Unavailable,
 			setup: func(s *cliService2) { s.loadFinished = never }, msg: "not finished loading"},
 		{name: "get leader: server loading", srv: l, call: getLeader, want: codes.Unavailable,
@@ -813,7 +819,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
 
 	// An empty replica waiting to be added knows nobody to ask.
-	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2)); err != nil {
+	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2), 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, why := delCopyset(2); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "knows no configuration") {
@@ -869,6 +875,19 @@ func TestDeleteStaleReplica(t *testing.T) {
 	}
 	if len(asked) != 2 || c.mbNode(f) != nil || !c.mbTrashed(f, c.group) {
 		t.Fatalf("stale replica: asked %v, still loaded %v, trashed %v", asked, c.mbNode(f) != nil, c.mbTrashed(f, c.group))
+	}
+	// An empty replica created to be added but never added asks the peers
+	// its copyset had when it was created: trashed once the leader's
+	// committed configuration leaves it out.
+	g3 := copyset.NewGroupID(c.group.Pool(), 3)
+	if _, err := c.servers[f].Copysets().Join(context.Background(), g3, 9, without); err != nil {
+		t.Fatal(err)
+	}
+	if st, why := delCopyset(3); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
+		t.Fatalf("empty replica never added: %v %q", st, why)
+	}
+	if c.servers[f].Copysets().Get(g3) != nil || !c.mbTrashed(f, g3) {
+		t.Fatal("empty replica never added: not moved to the trash")
 	}
 }
 
