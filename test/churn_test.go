@@ -236,10 +236,30 @@ func (ch *churn) move(readd bool) {
 	if former {
 		why = "move (re-add of a former member)"
 		ch.n.readds++
+		ch.waitDropped(cs, p, why)
 	}
 	ch.n.moves++
 	if ch.add(cs, p, why) {
 		ch.trim(cs, peerOf(p), "", why)
+	}
+}
+
+// waitDropped waits (up to 10 s) until the former member p no longer hosts
+// its old replica of cs, so that its re-add starts from an empty replica
+// that must catch up past its own removal.
+func (ch *churn) waitDropped(cs cli.CopysetID, p *Proc, why string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, hosting := ch.membership(cs, 5*time.Second)
+		if !slices.Contains(hosting, peerOf(p)) {
+			ch.logf("%v: %s: %s holds no replica any more", cs, why, p.Addr)
+			return
+		}
+		if time.Now().After(deadline) {
+			ch.logf("%v: %s: %s still holds its old replica after 10s; re-adding it as it is", cs, why, p.Addr)
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }
 
