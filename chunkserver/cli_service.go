@@ -213,11 +213,7 @@ func (s *cliService2) checkJoinable(ctx context.Context, n *copyset.Node, adds [
 		if slices.Contains(peers, p) || p == s.copysets.Local() {
 			continue
 		}
-		hosts := s.hosts
-		if hosts == nil {
-			hosts = s.probeHosts
-		}
-		ok, err := hosts(ctx, p.Addr(), n.Group())
+		ok, err := s.peerHosts(ctx, p.Addr(), n.Group())
 		if err != nil {
 			return grpcstatus.Errorf(codes.Unavailable, "add peer: cannot ask %s whether it hosts copyset %d/%d: %v",
 				p, n.Group().Pool(), n.Group().Copyset(), err)
@@ -248,6 +244,14 @@ func probePeer(ctx context.Context, dial grpc.DialOption, addr string, call func
 	ctx, cancel := context.WithTimeout(ctx, probeTimeoutCli)
 	defer cancel()
 	return call(ctx, cc)
+}
+
+// peerHosts is hosts, or probeHosts unless a test set hosts.
+func (s *cliService2) peerHosts(ctx context.Context, addr string, g copyset.GroupID) (bool, error) {
+	if s.hosts != nil {
+		return s.hosts(ctx, addr, g)
+	}
+	return s.probeHosts(ctx, addr, g)
 }
 
 // probeHosts asks the server at addr (GetCopysetStatus) whether it has a
@@ -299,7 +303,8 @@ func (s *cliService2) leaderOf(pool, cs uint32) (copyset.PeerID, error) {
 // finished. It must reach the current leader. A named transferee must be a
 // peer and must have finished loading its copysets (its ChunkServerStatus
 // copysetLoadFin; a server that does not implement ChunkServerStatus counts
-// as loaded), else Unavailable: ask again later.
+// as loaded), else Unavailable: ask again later; it must host a replica of
+// the copyset, else InvalidArgument (a member without one cannot lead).
 func (s *cliService2) transferLeader(ctx context.Context, pool, cs uint32, leader, transferee string) error {
 	if _, err := parseOptionalPeer("leader", leader); err != nil {
 		return err
@@ -340,6 +345,15 @@ func (s *cliService2) transferLeader(ctx context.Context, pool, cs uint32, leade
 		}
 		if !fin {
 			return grpcstatus.Errorf(codes.Unavailable, "transfer leader: %s has not finished loading its copysets", to)
+		}
+		ok, err := s.peerHosts(ctx, to.Addr(), n.Group())
+		if err != nil {
+			return grpcstatus.Errorf(codes.Unavailable, "transfer leader: cannot ask %s whether it hosts copyset %d/%d: %v", to, pool, cs, err)
+		}
+		if !ok {
+			return grpcstatus.Errorf(codes.InvalidArgument,
+				"transfer leader: %s is a member of copyset %d/%d without a replica: re-create its replica first (peer add --peer %s)",
+				to, pool, cs, to.Addr())
 		}
 	}
 	if err := n.TransferLeader(ctx, to); err != nil {

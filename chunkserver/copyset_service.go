@@ -47,6 +47,9 @@ type peerReplica struct {
 	// (hasCommitted; CommittedPeersTrailerKey).
 	committed    []copyset.PeerID
 	hasCommitted bool
+	lastIndex    uint64 // its last log index
+	// committedIndex is the log index of committed (0: not reported).
+	committedIndex uint64
 }
 
 func copysetStatus(s pb.COPYSET_OP_STATUS) *pb.COPYSET_OP_STATUS { return &s }
@@ -64,10 +67,18 @@ func parsePeers(in []string) ([]copyset.PeerID, error) {
 	return out, nil
 }
 
-// create makes one copyset and maps the outcome to a status.
+// create makes one copyset and maps the outcome to a status. peers without
+// this server are the current members of a copyset this server is to join:
+// the new, empty replica is created only once the copyset's leader has
+// said how far its log goes (the replica's join marker, see copyset.Join).
 func (s *copysetService) create(ctx context.Context, pool, cs uint32, peers []copyset.PeerID) pb.COPYSET_OP_STATUS {
 	g := copyset.NewGroupID(pool, cs)
-	_, err := s.copysets.Create(ctx, g, peers)
+	var err error
+	if slices.Contains(peers, s.copysets.Local()) || s.copysets.Get(g) != nil {
+		_, err = s.copysets.Create(ctx, g, peers)
+	} else {
+		err = s.join(ctx, g, peers)
+	}
 	switch {
 	case err == nil:
 		s.log.Info("copyset created", "pool", pool, "copyset", cs, "peers", peers)
@@ -78,6 +89,32 @@ func (s *copysetService) create(ctx context.Context, pool, cs uint32, peers []co
 		s.log.Error("create copyset", "pool", pool, "copyset", cs, "err", err)
 		return pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN
 	}
+}
+
+// join creates an empty replica of g, whose current peers are peers, to be
+// added by its leader.
+func (s *copysetService) join(ctx context.Context, g copyset.GroupID, peers []copyset.PeerID) error {
+	best, bestID, failures := s.findLeader(ctx, g, peers)
+	if best == nil {
+		msg := fmt.Sprintf("no leader found among %v", peers)
+		if len(failures) > 0 {
+			msg += " (" + strings.Join(failures, "; ") + ")"
+		}
+		return fmt.Errorf("join copyset %s: %s: a new replica needs its leader's last log index", g, msg)
+	}
+	// Configurations up to the leader's last index are older than the add
+	// still to come, unless this server is a member already (the leader
+	// lists a member whose replica was lost, being re-created): then the
+	// committed configuration naming it counts.
+	after := best.lastIndex
+	if best.hasCommitted && best.committedIndex > 0 && slices.Contains(best.committed, s.copysets.Local()) {
+		after = best.committedIndex - 1
+	}
+	if _, err := s.copysets.Join(ctx, g, after, peers); err != nil {
+		return err
+	}
+	s.log.Info("empty replica created to be added", "pool", g.Pool(), "copyset", g.Copyset(), "leader", bestID, "after", after)
+	return nil
 }
 
 // CreateCopysetNode creates a replica of one copyset on this server with
@@ -191,11 +228,37 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 		return false, "", err
 	}
 	if len(own) == 0 && n.Leader() == "" {
-		return false, "", errors.New("cannot tell whether this replica is a member: it knows no configuration " +
-			"(an empty replica waiting to be added); the server drops such a replica when it restarts")
+		// An empty replica waiting to be added: ask the peers its copyset
+		// had when it was created.
+		own, _ = n.JoinPeers()
 	}
-	ask := append(slices.Clone(own), n.Leader())
-	asked := map[copyset.PeerID]bool{local: true, "": true}
+	if len(own) == 0 && n.Leader() == "" {
+		return false, "", errors.New("cannot tell whether this replica is a member: it knows no configuration " +
+			"(an empty replica waiting to be added)")
+	}
+	best, bestID, failures := s.findLeader(ctx, n.Group(), append(slices.Clone(own), n.Leader()))
+	switch {
+	case best == nil && len(failures) > 0:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v (%s)",
+			own, strings.Join(failures, "; "))
+	case best == nil:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v", own)
+	case !best.hasCommitted:
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s does not report a committed configuration", bestID)
+	case slices.Contains(best.committed, local):
+		return false, fmt.Sprintf("%s is a member of the configuration leader %s has (%v)", local, bestID, best.committed), nil
+	case slices.Contains(best.conf, local):
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s is adding it back (%v, not committed yet); retry", bestID, best.conf)
+	}
+	return true, fmt.Sprintf("%s is not in the committed configuration leader %s has (%v)", local, bestID, best.committed), nil
+}
+
+// findLeader asks peers (and the leaders they name, up to staleProbeHops
+// away) for their replica of g and returns the one in state leader with the
+// highest term (nil if none) and the failures to ask.
+func (s *copysetService) findLeader(ctx context.Context, g copyset.GroupID, peers []copyset.PeerID) (*peerReplica, copyset.PeerID, []string) {
+	ask := peers
+	asked := map[copyset.PeerID]bool{s.copysets.Local(): true, "": true}
 	var best *peerReplica
 	var bestID copyset.PeerID
 	var failures []string
@@ -215,7 +278,7 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				answers[i], errs[i] = s.askPeer(ctx, p.Addr(), n.Group())
+				answers[i], errs[i] = s.askPeer(ctx, p.Addr(), g)
 			}()
 		}
 		wg.Wait()
@@ -230,20 +293,7 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 			}
 		}
 	}
-	switch {
-	case best == nil && len(failures) > 0:
-		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v (%s)",
-			own, strings.Join(failures, "; "))
-	case best == nil:
-		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: no leader found among %v", own)
-	case !best.hasCommitted:
-		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s does not report a committed configuration", bestID)
-	case slices.Contains(best.committed, local):
-		return false, fmt.Sprintf("%s is a member of the configuration leader %s has (%v)", local, bestID, best.committed), nil
-	case slices.Contains(best.conf, local):
-		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s is adding it back (%v, not committed yet); retry", bestID, best.conf)
-	}
-	return true, fmt.Sprintf("%s is not in the committed configuration leader %s has (%v)", local, bestID, best.committed), nil
+	return best, bestID, failures
 }
 
 // askPeer is peerStatus, over gRPC unless a test replaced it.
@@ -269,9 +319,13 @@ func (s *copysetService) askPeer(ctx context.Context, addr string, g copyset.Gro
 			return fmt.Errorf("copyset status: %v", resp.GetStatus())
 		}
 		r = peerReplica{hosted: true, leading: resp.GetState() == braftLeader, term: uint64(resp.GetTerm()),
-			leader: copyset.PeerID(resp.GetLeader().GetAddress()), conf: splitPeers(trailer.Get(PeersTrailerKey))}
+			leader: copyset.PeerID(resp.GetLeader().GetAddress()), conf: splitPeers(trailer.Get(PeersTrailerKey)),
+			lastIndex: uint64(resp.GetLastIndex())}
 		if v := trailer.Get(CommittedPeersTrailerKey); len(v) > 0 {
 			r.committed, r.hasCommitted = splitPeers(v), true
+		}
+		if v := trailer.Get(CommittedIndexTrailerKey); len(v) > 0 {
+			r.committedIndex, _ = strconv.ParseUint(v[0], 10, 64)
 		}
 		return nil
 	})
@@ -323,6 +377,9 @@ const (
 	// in its snapshot), when it knows one; it differs from PeersTrailerKey
 	// while a change is under way.
 	CommittedPeersTrailerKey = "chunkraft-committed-peers"
+	// CommittedIndexTrailerKey (GetCopysetStatus, with
+	// CommittedPeersTrailerKey) is the log index of that configuration.
+	CommittedIndexTrailerKey = "chunkraft-committed-index"
 )
 
 // joinPeers renders peer ids as a trailer value.
@@ -425,6 +482,9 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 	}
 	if peers, ok := n.CommittedPeers(); ok {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(CommittedPeersTrailerKey, joinPeers(peers)))
+	}
+	if idx, ok := n.CommittedIndex(); ok {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(CommittedIndexTrailerKey, strconv.FormatUint(idx, 10)))
 	}
 	st := n.Status()
 	var pendingIndex, pendingSize, applying int64

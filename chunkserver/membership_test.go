@@ -628,6 +628,12 @@ func TestCliRequestValidation(t *testing.T) {
 				s.hosts = func(context.Context, string, copyset.GroupID) (bool, error) { return false, nil }
 			},
 			msg: "does not host"},
+		{name: "transfer: member without a replica", srv: l, call: transfer(lid, fid), want: codes.InvalidArgument,
+			setup: func(s *cliService2) {
+				s.loadFinished = func(context.Context, string) (bool, error) { return true, nil }
+				s.hosts = func(context.Context, string, copyset.GroupID) (bool, error) { return false, nil }
+			},
+			msg: "without a replica"},
 		{name: "transfer: transferee still loading", srv: l, call: transfer(lid, fid), want: codes.Unavailable,
 			setup: func(s *cliService2) { s.loadFinished = never }, msg: "not finished loading"},
 		{name: "get leader: server loading", srv: l, call: getLeader, want: codes.Unavailable,
@@ -813,7 +819,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
 
 	// An empty replica waiting to be added knows nobody to ask.
-	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2)); err != nil {
+	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2), 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, why := delCopyset(2); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "knows no configuration") {

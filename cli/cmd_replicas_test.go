@@ -120,8 +120,13 @@ func TestCommandStaleAndMembers(t *testing.T) {
 		t.Errorf("cluster status with a member not answering: %v", err)
 	}
 	out, _ = run(t, srv, nil, "cluster", "status", "--copyset", "3")
+	if !strings.Contains(out, "members that have no replica") || !strings.Contains(out, fc.servers[3].id) ||
+		strings.Contains(out, "members not answering") {
+		t.Errorf("cluster status with a member whose server hosts no replica:\n%s", out)
+	}
+	out, _ = run(t, srv[:3], nil, "cluster", "status", "--copyset", "3")
 	if !strings.Contains(out, "members not answering: "+fc.servers[3].id) {
-		t.Errorf("cluster status with a member not answering:\n%s", out)
+		t.Errorf("cluster status with a member not in --servers:\n%s", out)
 	}
 }
 

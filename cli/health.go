@@ -202,11 +202,26 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 	}
 	if want := max(opt.Replicas, len(h.Peers)); healthy < want {
 		msg := fmt.Sprintf("%d of %d replicas healthy and answering", healthy, want)
-		var silent []string
+		// A member whose server answered without a replica holds no data
+		// although it counts in every quorum: named apart.
+		empty := map[string]bool{}
+		for _, r := range rows {
+			if id, err := PeerID(r.Server); err == nil && r.Err == nil && !r.Hosted {
+				empty[id] = true
+			}
+		}
+		var silent, noReplica []string
 		for _, m := range conf.Peers {
-			if !members[m] {
+			switch {
+			case members[m]:
+			case empty[m]:
+				noReplica = append(noReplica, m)
+			default:
 				silent = append(silent, m)
 			}
+		}
+		if len(noReplica) > 0 {
+			msg += "; members that have no replica (their server answers without one; re-create it with peer add): " + strings.Join(noReplica, ",")
 		}
 		if len(silent) > 0 {
 			msg += "; members not answering: " + strings.Join(silent, ",")
@@ -232,8 +247,8 @@ func ClassifyCopyset(cs CopysetID, rows []ReplicaStatus, opt HealthOptions) Copy
 		msg := fmt.Sprintf("%s on %s is not in the configuration leader %s has (%s): a stale replica; move it to trash with copyset delete-broken --server %s",
 			st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","), st.Server)
 		if st.Empty {
-			msg = fmt.Sprintf("%s on %s is an empty replica not in the configuration leader %s has (%s): add it with peer add, or restart its server to drop it",
-				st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","))
+			msg = fmt.Sprintf("%s on %s is an empty replica not in the configuration leader %s has (%s): add it with peer add, or move it to trash with copyset delete-broken --server %s",
+				st.Peer, st.Server, conf.Leader, strings.Join(conf.Peers, ","), st.Server)
 		}
 		problems[HealthStale] = append(problems[HealthStale], msg)
 	}

@@ -89,7 +89,10 @@ func (m *Manager) groupDir(g GroupID) string {
 
 // Load reopens every copyset found under the data dir. A directory whose
 // raft store holds no state is the remains of a create that never
-// finished (it was never acknowledged) and is removed.
+// finished (it was never acknowledged) and is removed, unless it is a
+// replica created to be added (its join marker, join.go, is durable before
+// the create is acknowledged): that one is reopened empty and waits for its
+// leader, which may have added it already.
 func (m *Manager) Load(ctx context.Context) error {
 	entries, err := os.ReadDir(filepath.Join(m.opts.Dir, "copysets"))
 	if err != nil {
@@ -121,7 +124,7 @@ func (m *Manager) loadOne(g GroupID) error {
 	if !dirExists(dir) {
 		return nil // moved to the trash meanwhile
 	}
-	if !m.hasRaftState(g, dir) {
+	if _, joined, _ := readJoinMarker(dir); !joined && !m.hasRaftState(g, dir) {
 		m.log.Warn("removing copyset whose creation never finished", "group", g)
 		m.dropSharedLog(g)
 		if err := os.RemoveAll(dir); err != nil {
@@ -205,7 +208,7 @@ func (m *Manager) Create(ctx context.Context, g GroupID, peers []PeerID) (*Node,
 		seen[p] = true
 	}
 	if !seen[m.opts.Local] {
-		return m.Join(ctx, g)
+		return m.Join(ctx, g, 0, peers)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create copyset %s: %w", g, err)
@@ -217,12 +220,13 @@ func (m *Manager) Create(ctx context.Context, g GroupID, peers []PeerID) (*Node,
 
 // open starts the node for g; with bootstrap peers it creates it.
 func (m *Manager) open(g GroupID, bootstrap []PeerID) (*Node, error) {
-	return m.openMode(g, bootstrap, bootstrap != nil)
+	return m.openMode(g, bootstrap, nil)
 }
 
-// openMode is open; fresh says g must be new (no directory yet), with or
-// without a bootstrap configuration.
-func (m *Manager) openMode(g GroupID, bootstrap []PeerID, fresh bool) (*Node, error) {
+// openMode is open; g must be new (no directory yet) with bootstrap peers
+// or a join marker (a new empty replica to be added, written first).
+func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*Node, error) {
+	fresh := bootstrap != nil || join != nil
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -263,7 +267,7 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, fresh bool) (*Node, er
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
 		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved,
-		prepare: m.opts.LeaderPrepare,
+		prepare: m.opts.LeaderPrepare, join: join,
 	})
 	if err != nil {
 		trans.Close()

@@ -116,13 +116,14 @@ func openLogStores(shared *sharedlog.Log, group GroupID, dir string, cacheSize i
 
 // knownMember reports whether this replica's durable state shows it as a
 // member: the newest snapshot's configuration or the first log entry (the
-// bootstrap configuration of a copyset never snapshotted) names local.
-func knownMember(local PeerID, snap snapRecord, hasSnap bool, stores *logStores) bool {
-	if hasSnap && confHas(snap.Meta.Configuration, local) {
+// bootstrap configuration of a copyset never snapshotted) names local, in
+// an entry after joinAfter (join.go).
+func knownMember(local PeerID, joinAfter uint64, snap snapRecord, hasSnap bool, stores *logStores) bool {
+	if hasSnap && snap.Meta.ConfigurationIndex > joinAfter && confHas(snap.Meta.Configuration, local) {
 		return true
 	}
 	first, err := stores.first()
-	if err != nil || first == 0 {
+	if err != nil || first == 0 || first <= joinAfter {
 		return false
 	}
 	var l raft.Log
@@ -206,12 +207,16 @@ func (w *configWatchFSM) Apply(l *raft.Log) any { return w.ApplyBatch([]*raft.Lo
 // configApplied runs on the FSM goroutine for each committed configuration.
 func (n *Node) configApplied(index uint64, conf raft.Configuration) {
 	n.noteCommitted(index, conf)
+	// A replica that joined empty applies the configurations older than its
+	// add first (join.go): they neither make it a member nor remove it.
+	if !n.countsForMembership(index) {
+		return
+	}
 	if confHas(conf, n.local) {
 		n.wasMember.Store(true)
 		return
 	}
-	// A replica that joined empty applies the older configurations without
-	// it first; only one that was a member is removed.
+	// Only a replica that was a member is removed.
 	if len(conf.Servers) == 0 || !n.wasMember.Load() {
 		return
 	}
@@ -229,7 +234,7 @@ func (n *Node) snapshotInstalled(id string) {
 		return
 	}
 	n.noteCommitted(rec.Meta.ConfigurationIndex, rec.Meta.Configuration)
-	if confHas(rec.Meta.Configuration, n.local) {
+	if n.countsForMembership(rec.Meta.ConfigurationIndex) && confHas(rec.Meta.Configuration, n.local) {
 		n.wasMember.Store(true)
 	}
 }
@@ -265,6 +270,16 @@ func (n *Node) CommittedPeers() ([]PeerID, bool) {
 		return nil, false
 	}
 	return slices.Clone(c.peers), true
+}
+
+// CommittedIndex returns the log index of the configuration CommittedPeers
+// returns; false before it knows one.
+func (n *Node) CommittedIndex() (uint64, bool) {
+	c := n.committed.Load()
+	if c == nil {
+		return 0, false
+	}
+	return c.index, true
 }
 
 // confPeers returns the peer ids of conf.
@@ -536,14 +551,21 @@ func (m *Manager) Local() PeerID { return m.opts.Local }
 
 // Join opens an empty replica of copyset g that has no configuration: it
 // never campaigns and waits for the leader to add it (AddPeer) and send it
-// the log or a snapshot. ErrExist if this server already has g.
-//
-// A joined replica that has received nothing yet is removed by the next
-// Load (nothing to keep); create it again if the server restarted before
-// AddPeer.
-func (m *Manager) Join(ctx context.Context, g GroupID) (*Node, error) {
+// the log or a snapshot. ErrExist if this server already has g. after is a
+// log index of the copyset before the add (the leader's last index now) and
+// peers its current peers: both go into the replica's join marker, durable
+// when Join returns (join.go), so the replica survives a restart before it
+// received anything and ignores configurations up to after. With after 0
+// every configuration counts (a copyset whose earlier members never
+// included this server).
+func (m *Manager) Join(ctx context.Context, g GroupID, after uint64, peers []PeerID) (*Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("join copyset %s: %w", g, err)
+	}
+	if peers != nil {
+		if err := checkPeerSet(peers); err != nil {
+			return nil, fmt.Errorf("join copyset %s: %w", g, err)
+		}
 	}
 	m.lifeMu.Lock()
 	defer m.lifeMu.Unlock()
@@ -551,7 +573,7 @@ func (m *Manager) Join(ctx context.Context, g GroupID) (*Node, error) {
 	if m.opts.SharedLog != nil && m.Get(g) == nil && !dirExists(dir) && m.hasRaftState(g, dir) {
 		return nil, fmt.Errorf("join copyset %s: the shared log holds raft state of it", g)
 	}
-	return m.openMode(g, nil, true)
+	return m.openMode(g, nil, &joinMarker{After: after, Peers: slices.Clone(peers)})
 }
 
 // noteRemoved queues n for the manager's lifecycle goroutine. It is called

@@ -175,6 +175,12 @@ type Node struct {
 	// removal notices, waited for by Close.
 	memberMu  sync.Mutex
 	wasMember atomic.Bool
+	// joined: created empty to be added (join.go); configurations at or
+	// before joinAfter are older than that add and say nothing about this
+	// replica's membership.
+	joined    bool
+	joinAfter uint64
+	joinPeers []PeerID
 	// committed is the newest configuration this replica knows to have
 	// committed: applied here, or in a snapshot it holds.
 	committed atomic.Pointer[committedConf]
@@ -198,6 +204,9 @@ type nodeConfig struct {
 	shared    *sharedlog.Log // the server's shared log store; nil = raft-boltdb per copyset
 	onRemoved func(*Node)    // see Node.onRemoved
 	prepare   LeaderPrepare  // see WaitWritable; nil: nothing to prepare
+	// join, when set, is written as the join marker before raft opens
+	// (a new replica created to be added, join.go).
+	join *joinMarker
 }
 
 // openNode starts the raft instance of a copyset in c.dir. With a
@@ -214,6 +223,15 @@ func openNode(c nodeConfig) (*Node, error) {
 		return nil, err
 	}
 	latest, hasSnap, err := snaps.latest()
+	if err != nil {
+		return nil, err
+	}
+	if c.join != nil {
+		if err := writeJoinMarker(c.dir, *c.join); err != nil {
+			return nil, err
+		}
+	}
+	join, joined, err := readJoinMarker(c.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -283,8 +301,9 @@ func openNode(c nodeConfig) (*Node, error) {
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
 		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
 		onRemoved: c.onRemoved, prepare: c.prepare,
+		joined: joined, joinAfter: join.After, joinPeers: join.Peers,
 	}
-	n.wasMember.Store(knownMember(c.local, latest, hasSnap, stores))
+	n.wasMember.Store(knownMember(c.local, n.joinAfter, latest, hasSnap, stores))
 	if hasSnap {
 		n.noteCommitted(latest.Meta.ConfigurationIndex, latest.Meta.Configuration)
 	}
