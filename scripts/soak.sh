@@ -21,7 +21,8 @@
 # five servers of its own, replicas moved, re-added, leaders transferred and
 # killed during adds, new replicas killed during snapshot installs, servers
 # paused, under verified load) runs for CHURN_SECONDS (default: the soak's
-# duration) with CHURN_SEED when set.
+# duration) with CHURN_SEED when set; on a failure its servers' logs are kept
+# in $CLUSTER_DIR/churn-logs.
 #
 # Prints rounds, faults injected, operations checked, acknowledged writes
 # lost (verify mismatches; must be 0) and the churn test's counts. Exit
@@ -59,6 +60,7 @@ export METRICS_BASE_PORT="${METRICS_BASE_PORT:-9800}"
 if [[ -z "${CLUSTER_DIR:-}" ]]; then
     CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/chunkraft-soak.XXXXXX")"
 fi
+mkdir -p "$CLUSTER_DIR"
 export CLUSTER_DIR
 CLUSTER="$ROOT/scripts/cluster.sh"
 BENCH="$ROOT/bin/chunkbench"
@@ -221,6 +223,7 @@ churn_secs="${CHURN_SECONDS:-$total}"
 log "membership churn: go test ./test/ -run TestMembershipChurn with CHUNKRAFT_CHURN_DURATION=${churn_secs}s${CHURN_SEED:+ CHUNKRAFT_CHURN_SEED=$CHURN_SEED}"
 set +e
 (cd "$ROOT" && CHUNKRAFT_CHURN_DURATION="${churn_secs}s" CHUNKRAFT_CHURN_SEED="${CHURN_SEED:-}" \
+    CHUNKRAFT_CHURN_LOGS="$CLUSTER_DIR/churn-logs" \
     go test ./test/ -run '^TestMembershipChurn$' -count=1 -timeout "$((churn_secs * 2 + 900))s" -v) >"$CLUSTER_DIR/soak.churn.txt" 2>&1
 churn_rc=$?
 set -e

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,8 @@ import (
 //	CHUNKRAFT_CHURN_SEED      the seed (default: the clock; always printed)
 //	CHUNKRAFT_CHURN_DURATION  how long faults run (default 20s; the run also
 //	                          completes one action of every kind first)
+//	CHUNKRAFT_CHURN_LOGS      a directory the servers' logs are copied to
+//	                          when the test fails (cs<i>.log)
 const (
 	churnServers  = 5
 	churnCopysets = 3
@@ -60,8 +63,8 @@ func churnEnv(t *testing.T) (int64, time.Duration) {
 
 // churnCounts are what the run did; the summary line prints them.
 type churnCounts struct {
-	moves, readds, transfers, refused, killLeaderAdds, killInstalls, pauseKills int
-	kills, installs, addFailures, noReplicaAfterAdd                             int
+	moves, readds, transfers, transferFailures, killLeaderAdds, killInstalls, pauseKills int
+	kills, installs, addFailures, noReplicaAfterAdd                                      int
 }
 
 // churn is the state of one TestMembershipChurn run.
@@ -283,7 +286,7 @@ func (ch *churn) transfer() {
 	_, err := ch.c.client.TransferLeader(ctx, cs, to)
 	cancel()
 	if err != nil {
-		ch.n.refused++
+		ch.n.transferFailures++
 		ch.logf("%v: transfer leader %s -> %s: %v", cs, m.Leader, to, err)
 		return
 	}
@@ -414,6 +417,24 @@ func TestMembershipChurn(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 17))
 	c := startClusterWithConfig(t, churnServers, churnConfig)
 	ch := &churn{t: t, c: c, rng: rng, start: time.Now(), former: map[cli.CopysetID]map[string]bool{}}
+	if dir := os.Getenv("CHUNKRAFT_CHURN_LOGS"); dir != "" {
+		t.Cleanup(func() {
+			if !t.Failed() {
+				return
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Logf("keep server logs: %v", err)
+				return
+			}
+			for i, p := range c.procs {
+				dst := filepath.Join(dir, fmt.Sprintf("cs%d.log", i))
+				if err := os.WriteFile(dst, []byte(readLog(p)), 0o644); err != nil {
+					t.Logf("keep server logs: %v", err)
+				}
+			}
+			t.Logf("server logs copied to %s (cs<i>.log: %v in that order)", dir, c.addrs())
+		})
+	}
 
 	// Copysets on three random servers each.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -525,6 +546,22 @@ func TestMembershipChurn(t *testing.T) {
 		}
 	}
 	defer stopLoad()
+	// The summary, also when the test stops early.
+	var noReplica, outside, leaderless int
+	consistency := "not run"
+	defer func() {
+		for _, p := range c.procs {
+			ch.n.installs += strings.Count(readLog(p), "snapshot installed")
+		}
+		n := ch.n
+		t.Logf("churn summary: seed %d, %s, actions: moves %d (re-adds %d), transfers %d (failed %d), kills %d "+
+			"(leader during add %d, new replica during install %d, during a SIGSTOP %d), snapshot installs %d, "+
+			"adds never completed %d, new members not caught up %d; writes acknowledged %d, failed %d, reads checked %d, "+
+			"mismatches %d; members without replica %d, replicas outside the configuration %d, copysets without leader %d, check-consistency %s",
+			seed, time.Since(ch.start).Round(time.Second), n.moves, n.readds, n.transfers, n.transferFailures, n.kills,
+			n.killLeaderAdds, n.killInstalls, n.pauseKills, n.installs, n.addFailures, n.noReplicaAfterAdd,
+			acked.Load(), failed.Load(), reads.Load(), mismatches.Load(), noReplica, outside, leaderless, consistency)
+	}()
 
 	// The churn: first one action of every kind (a move first, so that
 	// there is a former member to re-add), in random order, then random
@@ -571,7 +608,6 @@ func TestMembershipChurn(t *testing.T) {
 
 	// Every copyset led, its configuration exactly the servers hosting a
 	// replica (a removed replica may take a moment to go).
-	var noReplica, outside, leaderless int
 	for _, cs := range ch.copysets {
 		var m cli.Membership
 		var hosting []string
@@ -609,23 +645,11 @@ func TestMembershipChurn(t *testing.T) {
 	}
 	out, code := ctl(t, c.addrs(), "cluster", "check-consistency", "--pool", "1", "--copyset", strings.Join(list, ","),
 		"--chunks", fmt.Sprintf("1-%d", 20+churnBulk), "--wait", "20s")
-	consistency := "ok"
+	consistency = "ok"
 	if code != 0 {
 		consistency = fmt.Sprintf("FAILED (exit %d)", code)
 		t.Errorf("check-consistency: exit %d:\n%s", code, out)
 	}
-	for _, p := range c.procs {
-		ch.n.installs += strings.Count(readLog(p), "snapshot installed")
-	}
-
-	n := ch.n
-	t.Logf("churn summary: seed %d, %s, actions: moves %d (re-adds %d), transfers %d (failed %d), kills %d "+
-		"(leader during add %d, new replica during install %d, during a SIGSTOP %d), snapshot installs %d, "+
-		"adds never completed %d, new members not caught up %d; writes acknowledged %d, failed %d, reads checked %d, "+
-		"mismatches %d; members without replica %d, replicas outside the configuration %d, copysets without leader %d, check-consistency %s",
-		seed, time.Since(ch.start).Round(time.Second), n.moves, n.readds, n.transfers, n.refused, n.kills,
-		n.killLeaderAdds, n.killInstalls, n.pauseKills, n.installs, n.addFailures, n.noReplicaAfterAdd,
-		acked.Load(), failed.Load(), reads.Load(), mismatches.Load(), noReplica, outside, leaderless, consistency)
 	if acked.Load() == 0 {
 		t.Error("no write was acknowledged during the churn")
 	}
