@@ -876,6 +876,19 @@ func TestDeleteStaleReplica(t *testing.T) {
 	if len(asked) != 2 || c.mbNode(f) != nil || !c.mbTrashed(f, c.group) {
 		t.Fatalf("stale replica: asked %v, still loaded %v, trashed %v", asked, c.mbNode(f) != nil, c.mbTrashed(f, c.group))
 	}
+	// An empty replica created to be added but never added asks the peers
+	// its copyset had when it was created: trashed once the leader's
+	// committed configuration leaves it out.
+	g3 := copyset.NewGroupID(c.group.Pool(), 3)
+	if _, err := c.servers[f].Copysets().Join(context.Background(), g3, 9, without); err != nil {
+		t.Fatal(err)
+	}
+	if st, why := delCopyset(3); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
+		t.Fatalf("empty replica never added: %v %q", st, why)
+	}
+	if c.servers[f].Copysets().Get(g3) != nil || !c.mbTrashed(f, g3) {
+		t.Fatal("empty replica never added: not moved to the trash")
+	}
 }
 
 // trailerStream is the grpc.ServerTransportStream of a handler called

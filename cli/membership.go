@@ -76,8 +76,13 @@ catches up from the leader (a snapshot, then the log): with --wait [duration]
 (alone: 1m) the command waits until the new replica has applied the leader's
 commit index as of the change (progress on stderr) and fails if the time runs
 out; without it, watch it with cluster status. Then remove the peer it
-replaces. Adding a member again changes nothing. scripts/cluster.sh add-server
-starts a new local server.`,
+replaces. Adding a member again changes nothing in the configuration; when
+that member's server has no replica (its disk was lost), the first step
+re-creates it and the replica catches up: the repair of a member without a
+replica. The created replica is durable before the add is proposed, and the
+leader refuses to add a peer that hosts none (--create=false on a server
+without a replica fails). scripts/cluster.sh add-server starts a new local
+server.`,
 		Args: wait.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {

@@ -31,7 +31,14 @@ import (
 // A new replica joins empty: Manager.Join (CreateCopysetNode with peers that
 // do not include the server) opens a replica with no configuration, which
 // never campaigns; AddPeer on the leader then makes it a voter and the
-// leader sends it the log (or a snapshot with the data files).
+// leader sends it the log (or a snapshot with the data files). Its join
+// marker (join.go), durable before the add is proposed, keeps it across a
+// restart before it received anything and makes it ignore the
+// configurations older than its add, so a server removed before and added
+// again does not drop its new replica on the strength of its own removal
+// (caught up from the log, or told by a removal notice about the earlier
+// replica: the notice names the removal entry, which is not newer than the
+// marker's index).
 //
 // A removed replica drops itself: when a committed configuration without
 // this server is applied here after one with it, the manager closes the
