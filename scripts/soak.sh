@@ -17,13 +17,22 @@
 # Then, if the chunkserver package has a linearizability test (go test -list
 # Linearizab), it is run with CHUNKRAFT_LIN_DURATION set to half the soak.
 #
+# Then the membership-churn test (go test ./test/ -run TestMembershipChurn:
+# five servers of its own, replicas moved, re-added, leaders transferred and
+# killed during adds, new replicas killed during snapshot installs, servers
+# paused, under verified load) runs for CHURN_SECONDS (default: the soak's
+# duration) with CHURN_SEED when set; on a failure its servers' logs are kept
+# in $CLUSTER_DIR/churn-logs.
+#
 # Prints rounds, faults injected, operations checked, acknowledged writes
-# lost (verify mismatches; must be 0). Exit status: 0 clean; 1 a loss, a
-# failed round or a failed linearizability test. The cluster is torn down on
+# lost (verify mismatches; must be 0) and the churn test's counts. Exit
+# status: 0 clean; 1 a loss, a failed round, a failed linearizability test
+# or a failed churn test. The cluster is torn down on
 # exit; its data is deleted only when the soak passed.
 #
 # Environment: ROUND_SECONDS (60), QUIET_SECONDS (15), FAULT_INTERVAL (10),
-# SPAN (chunk space per copyset, 2m), CLUSTER_DIR, BASE_PORT, METRICS_BASE_PORT.
+# SPAN (chunk space per copyset, 2m), CHURN_SECONDS, CHURN_SEED, CLUSTER_DIR,
+# BASE_PORT, METRICS_BASE_PORT.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,12 +45,22 @@ ROUND_SECONDS="${ROUND_SECONDS:-60}"
 QUIET_SECONDS="${QUIET_SECONDS:-15}"
 FAULT_INTERVAL="${FAULT_INTERVAL:-10}"
 SPAN="${SPAN:-2m}"
+CHURN_SECONDS="${CHURN_SECONDS:-}"
+if [[ -n "$CHURN_SECONDS" ]] && ! [[ "$CHURN_SECONDS" =~ ^[0-9]+$ && "$CHURN_SECONDS" -ge 1 ]]; then
+    echo "soak.sh: CHURN_SECONDS must be a positive whole number, got '$CHURN_SECONDS'" >&2
+    exit 1
+fi
+if [[ -n "${CHURN_SEED:-}" ]] && ! [[ "$CHURN_SEED" =~ ^-?[0-9]+$ ]]; then
+    echo "soak.sh: CHURN_SEED must be an integer, got '$CHURN_SEED'" >&2
+    exit 1
+fi
 NSERVERS=3
 export BASE_PORT="${BASE_PORT:-8800}"
 export METRICS_BASE_PORT="${METRICS_BASE_PORT:-9800}"
 if [[ -z "${CLUSTER_DIR:-}" ]]; then
     CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/chunkraft-soak.XXXXXX")"
 fi
+mkdir -p "$CLUSTER_DIR"
 export CLUSTER_DIR
 CLUSTER="$ROOT/scripts/cluster.sh"
 BENCH="$ROOT/bin/chunkbench"
@@ -200,6 +219,24 @@ else
     log "no linearizability test in ./chunkserver/ (go test -list Linearizab found none): skipped"
 fi
 
+churn_secs="${CHURN_SECONDS:-$total}"
+log "membership churn: go test ./test/ -run TestMembershipChurn with CHUNKRAFT_CHURN_DURATION=${churn_secs}s${CHURN_SEED:+ CHUNKRAFT_CHURN_SEED=$CHURN_SEED}"
+set +e
+(cd "$ROOT" && CHUNKRAFT_CHURN_DURATION="${churn_secs}s" CHUNKRAFT_CHURN_SEED="${CHURN_SEED:-}" \
+    CHUNKRAFT_CHURN_LOGS="$CLUSTER_DIR/churn-logs" \
+    go test ./test/ -run '^TestMembershipChurn$' -count=1 -timeout "$((churn_secs * 2 + 900))s" -v) >"$CLUSTER_DIR/soak.churn.txt" 2>&1
+churn_rc=$?
+set -e
+churn_line="$(grep -o 'churn summary: .*' "$CLUSTER_DIR/soak.churn.txt" | tail -n 1 || true)"
+# count NAME prints the number after NAME in the churn summary line ("?" if absent).
+count() { grep -oE "$1 -?[0-9]+" <<<"$churn_line" | head -n 1 | grep -oE -- '-?[0-9]+$' || echo "?"; }
+if ((churn_rc == 0)); then churn="passed"; else churn="FAILED (exit $churn_rc; log $CLUSTER_DIR/soak.churn.txt)"; fi
+if [[ -z "$churn_line" ]]; then
+    tail -n 20 "$CLUSTER_DIR/soak.churn.txt" >&2
+    churn_rc=$((churn_rc == 0 ? 1 : churn_rc))
+    churn="FAILED (no summary line; log $CLUSTER_DIR/soak.churn.txt)"
+fi
+
 echo
 echo "soak summary ($MINUTES min, $(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo "  rounds                     $rounds (failed to run: $failed_rounds)"
@@ -208,7 +245,13 @@ echo "  operations                 $ops ok, $errors failed (indeterminate)"
 echo "  operations checked         $checked reads verified, $unwritten reads of blocks not written yet"
 echo "  acknowledged writes lost   $lost"
 echo "  linearizability            $lin"
-if ((lost > 0 || failed_rounds > 0 || lin_rc != 0)); then
+echo "  membership churn           $churn (seed $(count 'seed'), ${churn_secs}s)"
+echo "    moves                    $(count 'moves') (re-adds $(count 're-adds')), leader transfers $(count 'transfers')"
+echo "    kills                    $(count 'kills') (leader during an add $(count 'leader during add'), new replica during its install $(count 'new replica during install'), during a SIGSTOP $(count 'during a SIGSTOP'))"
+echo "    snapshot installs        $(count 'snapshot installs')"
+echo "    writes                   $(count 'writes acknowledged') acknowledged, $(count 'reads checked') reads checked, $(count 'mismatches') mismatches"
+echo "    members without replica  $(count 'members without replica') (replicas outside the configuration $(count 'replicas outside the configuration'), copysets without leader $(count 'copysets without leader'))"
+if ((lost > 0 || failed_rounds > 0 || lin_rc != 0 || churn_rc != 0)); then
     exit 1
 fi
 passed=1

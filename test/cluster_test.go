@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/cli"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
@@ -68,9 +69,16 @@ func (c *cluster) proc(peerID string) *Proc {
 
 func startCluster(t *testing.T, n int) *cluster {
 	t.Helper()
+	return startClusterWithConfig(t, n, "")
+}
+
+// startClusterWithConfig is startCluster with config (YAML, when not empty)
+// in every server's data dir as chunkserver.yaml, loaded at every start.
+func startClusterWithConfig(t *testing.T, n int, config string) *cluster {
+	t.Helper()
 	c := &cluster{}
 	for i := 0; i < n; i++ {
-		c.addServer(t)
+		c.addServerWithConfig(t, config)
 	}
 	t.Cleanup(func() {
 		for _, p := range c.procs {
@@ -93,7 +101,11 @@ func startCluster(t *testing.T, n int) *cluster {
 
 // addServer starts one more chunkserver, hosting nothing yet, stopped at
 // cleanup.
-func (c *cluster) addServer(t *testing.T) *Proc {
+func (c *cluster) addServer(t *testing.T) *Proc { return c.addServerWithConfig(t, "") }
+
+// addServerWithConfig is addServer with config (YAML, when not empty) in
+// the server's data dir as chunkserver.yaml, loaded at every start.
+func (c *cluster) addServerWithConfig(t *testing.T, config string) *Proc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -104,6 +116,14 @@ func (c *cluster) addServer(t *testing.T) *Proc {
 	p, err := NewProc(filepath.Join(binDir, "chunkserver"), dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if config != "" {
+		if err := os.MkdirAll(p.DataDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p.DataDir, chunkserver.ConfigFileName), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := p.StartFirst(ctx); err != nil {
 		t.Fatal(err)
