@@ -142,16 +142,14 @@ type Node struct {
 	snaps  *snapshotStore
 	trans  *GroupTransport
 
-	// readyTerm is the term in which this replica, as leader, has applied
-	// an entry of its own term; reads are served only in that term.
-	readyTerm atomic.Uint64
-	readyMu   sync.Mutex
-	// writableTerm is the term in which this replica, as leader, has run
-	// prepare (WaitWritable); prepMu makes one caller run it.
-	writableTerm atomic.Uint64
-	prepMu       sync.Mutex
-	prepare      LeaderPrepare
-	reads        readBatcher
+	// ready: this replica, as leader, has applied an entry of its own
+	// term; reads are served only in that term.
+	ready termOnce
+	// writable: this replica, as leader, has run prepare in the term
+	// (WaitWritable).
+	writable termOnce
+	prepare  LeaderPrepare
+	reads    readBatcher
 	// shared is a commit index this leader has made its followers learn
 	// (ShareCommit): every state machine entry up to it has been sent to
 	// them with a commit index covering it.
@@ -541,22 +539,39 @@ func (n *Node) ShareCommit(ctx context.Context) error {
 // ensureLeaderReady makes sure this leader has applied an entry of its own
 // term, so its commit index covers everything an earlier leader committed.
 func (n *Node) ensureLeaderReady(ctx context.Context) error {
-	term := n.raft.CurrentTerm()
-	if n.readyTerm.Load() == term {
-		return nil
-	}
-	n.readyMu.Lock()
-	defer n.readyMu.Unlock()
-	if n.readyTerm.Load() == term {
-		return nil
-	}
-	if err := n.await(ctx, n.raft.Barrier(n.applyTimeout(ctx))); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return n.notLeader()
+	return n.ready.do(n.raft.CurrentTerm(), func() error {
+		if err := n.await(ctx, n.raft.Barrier(n.applyTimeout(ctx))); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				return n.notLeader()
+			}
+			return fmt.Errorf("leader barrier for copyset %s: %w", n.group, err)
 		}
-		return fmt.Errorf("leader barrier for copyset %s: %w", n.group, err)
+		return nil
+	})
+}
+
+// termOnce records the raft term in which a leader step succeeded, so that
+// it runs once per term: do is one atomic load once it has.
+type termOnce struct {
+	term atomic.Uint64
+	mu   sync.Mutex // one caller runs the step; the others wait for it
+}
+
+// do runs step unless it already succeeded in term. A failed step is
+// returned to its caller and run again by the next.
+func (o *termOnce) do(term uint64, step func() error) error {
+	if o.term.Load() == term {
+		return nil
 	}
-	n.readyTerm.Store(term)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.term.Load() == term {
+		return nil
+	}
+	if err := step(); err != nil {
+		return err
+	}
+	o.term.Store(term)
 	return nil
 }
 
@@ -573,33 +588,26 @@ type LeaderPrepare func(ctx context.Context, n *Node) error
 // *NotLeaderError. Callers check it before proposing a client mutation.
 func (n *Node) WaitWritable(ctx context.Context) error {
 	term := n.raft.CurrentTerm()
-	if n.writableTerm.Load() == term {
-		return nil
-	}
-	if n.raft.State() != raft.Leader {
-		return n.notLeader()
-	}
-	n.prepMu.Lock()
-	defer n.prepMu.Unlock()
-	if n.writableTerm.Load() == term {
-		return nil
-	}
-	if n.prepare != nil {
-		if err := n.prepare(ctx, n); err != nil {
-			var nl *NotLeaderError
-			if errors.As(err, &nl) {
-				return err
-			}
-			return fmt.Errorf("prepare leader of copyset %s in term %d: %w", n.group, term, err)
+	return n.writable.do(term, func() error {
+		if n.raft.State() != raft.Leader {
+			return n.notLeader()
 		}
-	}
-	// Marked only if still the leader of that term: a prepare that
-	// straddled a term change proves nothing about the new term.
-	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
-		return n.notLeader()
-	}
-	n.writableTerm.Store(term)
-	return nil
+		if n.prepare != nil {
+			if err := n.prepare(ctx, n); err != nil {
+				var nl *NotLeaderError
+				if errors.As(err, &nl) {
+					return err
+				}
+				return fmt.Errorf("prepare leader of copyset %s in term %d: %w", n.group, term, err)
+			}
+		}
+		// Marked only if still the leader of that term: a prepare that
+		// straddled a term change proves nothing about the new term.
+		if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
+			return n.notLeader()
+		}
+		return nil
+	})
 }
 
 // lastFSMIndex returns the highest index <= ci whose entry reaches the FSM,

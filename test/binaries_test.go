@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os/exec"
 	"path/filepath"
@@ -9,14 +10,23 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // runBin runs a built binary and returns its stdout, stderr and exit code.
 func runBin(t *testing.T, name string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	return runBinIn(t, nil, name, args...)
+}
+
+// runBinIn is runBin with stdin; the binary gets a minute.
+func runBinIn(t *testing.T, stdin []byte, name string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = &stdout, &stderr, bytes.NewReader(stdin)
 	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
@@ -25,8 +35,8 @@ func runBin(t *testing.T, name string, args ...string) (string, string, int) {
 	case errors.As(err, &exit):
 		return stdout.String(), stderr.String(), exit.ExitCode()
 	}
-	t.Fatalf("%s %v: %v", name, args, err)
-	return "", "", 0
+	t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	return "", "", -1
 }
 
 // Every binary prints its build: module, commit when the toolchain stamped

@@ -28,14 +28,10 @@ func ctl(t *testing.T, servers []string, args ...string) (string, int) {
 	return out + errOut, code
 }
 
-// mustChunkctl is chunkctl that fails the test on a non-zero exit.
-func mustChunkctl(t *testing.T, servers []string, args ...string) string {
+// mustChunkctl is mustCtl with a 20 s client timeout.
+func mustChunkctl(t *testing.T, servers []string, args ...string) {
 	t.Helper()
-	out, code := ctl(t, servers, args...)
-	if code != 0 {
-		t.Fatalf("chunkctl %s: exit %d:\n%s", strings.Join(args, " "), code, out)
-	}
-	return out
+	mustCtl(t, servers, nil, append([]string{"--timeout", "20s"}, args...)...)
 }
 
 // serverFences returns the fences a server holds (its epochMap), asked with

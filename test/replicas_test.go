@@ -3,9 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,21 +17,7 @@ import (
 // stderr and exit code.
 func chunkctl(t *testing.T, servers []string, stdin []byte, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "chunkctl"), append([]string{"--servers", strings.Join(servers, ",")}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errOut, bytes.NewReader(stdin)
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return out.String(), errOut.String(), 0
-	case errors.As(err, &ee):
-		return out.String(), errOut.String(), ee.ExitCode()
-	}
-	t.Fatalf("chunkctl %s: %v", strings.Join(args, " "), err)
-	return "", "", -1
+	return runBinIn(t, stdin, "chunkctl", append([]string{"--servers", strings.Join(servers, ",")}, args...)...)
 }
 
 // mustCtl is chunkctl that fails the test on a non-zero exit.
