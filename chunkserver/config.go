@@ -65,6 +65,12 @@ type Config struct {
 	// start (Curve's finishload_margin); ChunkServerStatus reports
 	// copysetLoadFin once every copyset on disk is within it.
 	CopysetLoadMargin uint64 `yaml:"copyset_load_margin"`
+	// StaleReplicaCheck is how often the server looks for replicas that
+	// have heard from no leader for that long, asks their copyset's leader
+	// whether this server is still a member, and moves those the leader no
+	// longer lists to the trash (stale_sweep.go). 0 turns the sweep off
+	// (copyset delete-broken still removes them).
+	StaleReplicaCheck time.Duration `yaml:"stale_replica_check"`
 
 	// MaxConcurrentStreams bounds the concurrent gRPC streams (calls) on one
 	// client connection; more wait for a free one instead of piling up in
@@ -129,6 +135,7 @@ func DefaultConfig() Config {
 		ReadCacheBytes:    64 << 20,
 		MinFreeBytes:      256 << 20,
 		CopysetLoadMargin: 2000,
+		StaleReplicaCheck: 10 * time.Second,
 		Raft: RaftConfig{
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
@@ -389,6 +396,9 @@ func (c *Config) Validate() error {
 	c.ObjectStore.ApplyDefaults(c.DataDir)
 	if err := c.ObjectStore.Validate(); err != nil {
 		return fmt.Errorf("config: object_store: %w", err)
+	}
+	if c.StaleReplicaCheck < 0 {
+		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)
 	}
 	if c.MaxInflight < 0 {
 		return fmt.Errorf("config: max_inflight %d must not be negative", c.MaxInflight)

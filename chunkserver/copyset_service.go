@@ -179,6 +179,7 @@ func (s *copysetService) CreateCopysetNode2(ctx context.Context, req *pb.Copyset
 // to tell says why in the IntegrityErrorTrailerKey trailer.
 func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.CopysetRequest) (*pb.CopysetResponse, error) {
 	g := copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId())
+	start := time.Now()
 	err := s.copysets.DeleteBroken(g)
 	why := ""
 	if n := s.copysets.Get(g); errors.Is(err, copyset.ErrHealthy) && n != nil {
@@ -187,7 +188,7 @@ func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.Copyse
 		case verr != nil:
 			err = verr
 		case stale:
-			if err = s.copysets.DeleteStale(n); err == nil {
+			if err = s.copysets.DeleteStale(n, start); err == nil {
 				s.log.Warn("stale copyset replica deleted to trash", "pool", g.Pool(), "copyset", g.Copyset(), "reason", reason)
 				return &pb.CopysetResponse{Status: copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS)}, nil
 			}
@@ -223,10 +224,11 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 	if n.IsLeader() {
 		return false, fmt.Sprintf("%s leads the copyset, so it is a member", local), nil
 	}
-	own, err := n.Peers()
+	own, ownIndex, err := n.Configuration()
 	if err != nil {
 		return false, "", err
 	}
+	namesLocal := slices.Contains(own, local)
 	if len(own) == 0 && n.Leader() == "" {
 		// An empty replica waiting to be added: ask the peers its copyset
 		// had when it was created.
@@ -249,6 +251,11 @@ func (s *copysetService) verifyStale(ctx context.Context, n *copyset.Node) (stal
 		return false, fmt.Sprintf("%s is a member of the configuration leader %s has (%v)", local, bestID, best.committed), nil
 	case slices.Contains(best.conf, local):
 		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: leader %s is adding it back (%v, not committed yet); retry", bestID, best.conf)
+	case namesLocal && ownIndex > best.lastIndex:
+		// A deposed leader that has not noticed yet: this replica holds a
+		// configuration naming it that the leader's log has not reached.
+		return false, "", fmt.Errorf("cannot tell whether this replica is still a member: it holds a configuration naming it "+
+			"at index %d, beyond the last index of leader %s (%d)", ownIndex, bestID, best.lastIndex)
 	}
 	return true, fmt.Sprintf("%s is not in the committed configuration leader %s has (%v)", local, bestID, best.committed), nil
 }

@@ -50,7 +50,8 @@ type Server struct {
 	pool     *datastore.FilePool
 	cache    *datastore.BlockCache
 	sources  *cloneSource
-	fences   *fencer // replicated epoch fences (fence.go)
+	fences   *fencer     // replicated epoch fences (fence.go)
+	stale    *staleSweep // deletes replicas their copyset no longer has (stale_sweep.go)
 	ready    atomic.Bool
 	scans    *integrity    // IntegrityService, ScanService, scan worker (integrity*.go, scan.go)
 	rt       *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
@@ -211,7 +212,9 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	pb.RegisterChunkServiceServer(s.grpc, chunks)
-	pb.RegisterCopysetServiceServer(s.grpc, &copysetService{copysets: s.copysets, admit: s.admit, log: log, dial: s.tls.peerDial()})
+	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, dial: s.tls.peerDial()}
+	pb.RegisterCopysetServiceServer(s.grpc, copysets)
+	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	cli := &cliService2{copysets: s.copysets, ready: &s.ready, dial: s.tls.peerDial()}
 	pb.RegisterCliService2Server(s.grpc, cli)
 	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})
@@ -351,6 +354,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	if loadErr == nil {
 		s.ready.Store(true)
 		s.rt.startLoadCheck()
+		s.stale.start()
 		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		s.log.Info("copysets loaded", "count", len(s.copysets.List()))
 	}
@@ -374,6 +378,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// so inbound raft calls for them fail at once. Peers keep their pipeline
 	// streams to us open, so a graceful gRPC stop gets a short grace only.
 	s.rt.stopLoadCheck()
+	s.stale.stop()
 	closeErr := s.copysets.Close()
 	s.scans.stop()
 	stopPool()

@@ -232,7 +232,8 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 	if m.closed {
 		return nil, fmt.Errorf("open copyset %s: manager closed", g)
 	}
-	if _, ok := m.nodes[g]; ok {
+	if n, ok := m.nodes[g]; ok {
+		n.claim()
 		return nil, fmt.Errorf("copyset %s: %w", g, ErrExist)
 	}
 	dir := m.groupDir(g)
@@ -272,6 +273,9 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 	if err != nil {
 		trans.Close()
 		return fail(err)
+	}
+	if join != nil {
+		n.claim() // the create request that made it
 	}
 	m.nodes[g] = n
 	return n, nil

@@ -58,7 +58,9 @@ import (
 // for votes the members refuse and stays a candidate (a stale replica):
 // DeleteBrokenCopyset asks the copyset's leader for its configuration and,
 // when that has committed without this server, moves it to the trash too
-// (Manager.DeleteStale).
+// (Manager.DeleteStale, stale.go); the chunkserver's stale sweep does
+// the same on its own for a replica that has heard from no leader for a
+// while.
 
 // ErrInvalidPeers wraps a membership request whose peer set is unusable
 // (empty, duplicated, without this server where it must be there).
@@ -645,22 +647,6 @@ func (m *Manager) drop(n *Node) (string, error) {
 	}
 	m.log.Info("dropping replica removed from its copyset", "pool", n.group.Pool(), "copyset", n.group.Copyset())
 	return m.retire(n.group, n)
-}
-
-// DeleteStale moves n, a replica the caller has found to be outside its
-// copyset's committed configuration (asking the leader: a replica removed
-// while its server was away never learns it and stays a candidate), to the
-// trash. It fails (wrapping ErrNotHosted) when n is no longer the hosted
-// replica of its group.
-func (m *Manager) DeleteStale(n *Node) error {
-	m.lifeMu.Lock()
-	defer m.lifeMu.Unlock()
-	path, err := m.drop(n)
-	if err != nil {
-		return fmt.Errorf("delete stale copyset %s: %w", n.group, err)
-	}
-	m.log.Info("stale copyset replica moved to trash", "group", n.group, "path", path)
-	return nil
 }
 
 // detach takes n out of the hosted replicas if it is still the one of its

@@ -184,6 +184,11 @@ type Node struct {
 	committed atomic.Pointer[committedConf]
 	onRemoved func(*Node)
 	bg        background
+	// opened is when this replica was opened; claimed the last time (unix
+	// nanoseconds) a create request named it (Manager.Create or Join
+	// answering ErrExist), which holds off DeleteStale (stale.go).
+	opened  time.Time
+	claimed atomic.Int64
 
 	// leaderChanges counts raft's leader observations naming a leader.
 	leaderChanges atomic.Uint64
@@ -299,7 +304,7 @@ func openNode(c nodeConfig) (*Node, error) {
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
 		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
 		onRemoved: c.onRemoved, prepare: c.prepare,
-		joined: joined, joinAfter: join.After, joinPeers: join.Peers,
+		joined: joined, joinAfter: join.After, joinPeers: join.Peers, opened: time.Now(),
 	}
 	n.wasMember.Store(knownMember(c.local, n.joinAfter, latest, hasSnap, stores))
 	if hasSnap {
@@ -692,11 +697,19 @@ func (n *Node) TransferLeader(ctx context.Context, to PeerID) error {
 
 // Peers returns the current configuration's peer ids.
 func (n *Node) Peers() ([]PeerID, error) {
+	peers, _, err := n.Configuration()
+	return peers, err
+}
+
+// Configuration returns the peer ids of the newest configuration this
+// replica has (committed or not) and the log index of its entry (0 for
+// none).
+func (n *Node) Configuration() ([]PeerID, uint64, error) {
 	fut := n.raft.GetConfiguration()
 	if err := fut.Error(); err != nil {
-		return nil, fmt.Errorf("get configuration of copyset %s: %w", n.group, err)
+		return nil, 0, fmt.Errorf("get configuration of copyset %s: %w", n.group, err)
 	}
-	return confPeers(fut.Configuration()), nil
+	return confPeers(fut.Configuration()), fut.Index(), nil
 }
 
 // Status returns the replica's current raft status.

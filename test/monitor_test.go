@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,8 +189,8 @@ func promAlerts(ctx context.Context, base string) ([]string, error) {
 	return alerts, nil
 }
 
-// metricNames returns the metric names a server's /metrics exposes.
-func metricNames(t *testing.T, addr string) map[string]bool {
+// scrape returns a server's /metrics page.
+func scrape(t *testing.T, addr string) []byte {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -200,6 +201,13 @@ func metricNames(t *testing.T, addr string) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// metricNames returns the metric names a server's /metrics exposes.
+func metricNames(t *testing.T, addr string) map[string]bool {
+	t.Helper()
+	b := scrape(t, addr)
 	names := map[string]bool{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if line == "" || line[0] == '#' {
@@ -210,6 +218,24 @@ func metricNames(t *testing.T, addr string) map[string]bool {
 		}
 	}
 	return names
+}
+
+// metricValue returns the value of an unlabelled metric on a server's
+// /metrics (the test fails when it is missing).
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	b := scrape(t, addr)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s on %s: %q", name, addr, line)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s is not on %s/metrics", name, addr)
+	return 0
 }
 
 // promWait retries cond every 200 ms until it returns nil or d passes.

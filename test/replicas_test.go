@@ -101,15 +101,14 @@ func TestHashRightAfterWrite(t *testing.T) {
 	}
 }
 
-// TestStaleReplicaCleanup: a replica removed while its server is down, and
-// not told of it (the remover restarted, so its removal notice is gone),
-// stays a candidate outside the configuration. cluster status calls it
-// stale and names its server; delete-broken on that server moves it to the
-// trash after the server has asked the leader; a member is still refused.
-func TestStaleReplicaCleanup(t *testing.T) {
-	c := startCluster(t, 3)
+// staleReplica makes a stale replica: a 3-server cluster (each server
+// started with config) with one copyset; one follower (victim) is stopped,
+// removed, and started again after the remover restarted (so that its
+// removal notice is gone). other is the remaining follower.
+func staleReplica(t *testing.T, config string) (c *cluster, srv []string, victim, other *Proc) {
+	c = startClusterWithConfig(t, 3, config)
 	cs := c.createCopysets(t, 1)[0]
-	srv := c.addrs()
+	srv = c.addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	mustCtl(t, srv, make([]byte, 4096), "chunk", "write", "--pool", "1", "--copyset", "1", "--chunk", "3", "--sn", "1")
@@ -118,7 +117,6 @@ func TestStaleReplicaCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var victim, other *Proc
 	for _, p := range c.procs {
 		switch {
 		case p.Addr+":0" == leader:
@@ -146,7 +144,17 @@ func TestStaleReplicaCleanup(t *testing.T) {
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return c, srv, victim, other
+}
 
+// TestStaleReplicaCleanup: a replica removed while its server is down, and
+// not told of it (the remover restarted, so its removal notice is gone),
+// stays a candidate outside the configuration. With the stale sweep off,
+// cluster status calls it stale and names its server; delete-broken on
+// that server moves it to the trash after the server has asked the leader;
+// a member is still refused.
+func TestStaleReplicaCleanup(t *testing.T) {
+	_, srv, victim, other := staleReplica(t, "stale_replica_check: 0s\n")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		out, _, code := chunkctl(t, srv, nil, "cluster", "status", "--copyset", "1")
@@ -163,7 +171,7 @@ func TestStaleReplicaCleanup(t *testing.T) {
 		!strings.Contains(out+stderr, "COPYSET_IS_HEALTHY") || !strings.Contains(stderr, "member") {
 		t.Errorf("delete-broken of a member: exit %d\n%s%s", code, out, stderr)
 	}
-	out = mustCtl(t, srv, nil, "copyset", "delete-broken", "--server", victim.Addr, "--pool", "1", "--copyset", "1")
+	out := mustCtl(t, srv, nil, "copyset", "delete-broken", "--server", victim.Addr, "--pool", "1", "--copyset", "1")
 	if !strings.Contains(out, "deleted") {
 		t.Errorf("delete-broken of the stale replica:\n%s", out)
 	}
@@ -178,6 +186,38 @@ func TestStaleReplicaCleanup(t *testing.T) {
 
 	// The server can join again: peer add --wait returns once its new
 	// replica has applied the leader's commit index.
+	mustCtl(t, srv, nil, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", victim.Addr, "--wait", "20s")
+	out = mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1")
+	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr) {
+		t.Errorf("cluster status after adding %s back:\n%s", victim.Addr, out)
+	}
+}
+
+// TestStaleReplicaSwept: the same stale replica, with the stale sweep on
+// (the default): its server asks the copyset's leader on its own and moves
+// the replica to the trash; the copyset ends with exactly its two members,
+// each holding a replica, and the server can be added back.
+func TestStaleReplicaSwept(t *testing.T) {
+	_, srv, victim, _ := staleReplica(t, "stale_replica_check: 2s\n")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(readLog(victim), "stale replica moved to trash") {
+		if time.Now().After(deadline) {
+			out, _, _ := chunkctl(t, srv, nil, "cluster", "status", "--copyset", "1")
+			t.Fatalf("%s never swept its stale replica:\n%s", victim.Addr, out)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	trash, _ := filepath.Glob(filepath.Join(victim.DataDir, "trash", "*"))
+	if len(trash) != 1 {
+		t.Errorf("trash of %s: %v", victim.Addr, trash)
+	}
+	if v := metricValue(t, victim.MetricsAddr, "chunkraft_stale_replicas_deleted_total"); v != 1 {
+		t.Errorf("chunkraft_stale_replicas_deleted_total on %s = %v, want 1", victim.Addr, v)
+	}
+	out := mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1", "--replicas", "2", "--wait", "20s")
+	if !strings.Contains(out, "1 copysets: 1 ok") || strings.Contains(out, victim.Addr) {
+		t.Errorf("cluster status after the sweep:\n%s", out)
+	}
 	mustCtl(t, srv, nil, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", victim.Addr, "--wait", "20s")
 	out = mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1")
 	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr) {
