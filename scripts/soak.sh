@@ -248,7 +248,7 @@ echo "  linearizability            $lin"
 echo "  membership churn           $churn (seed $(count 'seed'), ${churn_secs}s)"
 echo "    moves                    $(count 'moves') (re-adds $(count 're-adds')), leader transfers $(count 'transfers')"
 echo "    kills                    $(count 'kills') (leader during an add $(count 'leader during add'), new replica during its install $(count 'new replica during install'), during a SIGSTOP $(count 'during a SIGSTOP'))"
-echo "    snapshot installs        $(count 'snapshot installs')"
+echo "    snapshot installs        $(count 'snapshot installs'), stale replicas swept $(count 'stale replicas swept')"
 echo "    writes                   $(count 'writes acknowledged') acknowledged, $(count 'reads checked') reads checked, $(count 'mismatches') mismatches"
 echo "    members without replica  $(count 'members without replica') (replicas outside the configuration $(count 'replicas outside the configuration'), copysets without leader $(count 'copysets without leader'))"
 if ((lost > 0 || failed_rounds > 0 || lin_rc != 0 || churn_rc != 0)); then

@@ -65,7 +65,7 @@ func churnEnv(t *testing.T) (int64, time.Duration) {
 // churnCounts are what the run did; the summary line prints them.
 type churnCounts struct {
 	moves, readds, transfers, transferFailures, killLeaderAdds, killInstalls, pauseKills int
-	kills, installs, addFailures, noReplicaAfterAdd                                      int
+	kills, installs, swept, addFailures, noReplicaAfterAdd                               int
 }
 
 // churn is the state of one TestMembershipChurn run.
@@ -553,14 +553,15 @@ func TestMembershipChurn(t *testing.T) {
 	defer func() {
 		for _, p := range c.procs {
 			ch.n.installs += strings.Count(readLog(p), "snapshot installed")
+			ch.n.swept += strings.Count(readLog(p), "stale replica moved to trash")
 		}
 		n := ch.n
 		t.Logf("churn summary: seed %d, %s, actions: moves %d (re-adds %d), transfers %d (failed %d), kills %d "+
-			"(leader during add %d, new replica during install %d, during a SIGSTOP %d), snapshot installs %d, "+
+			"(leader during add %d, new replica during install %d, during a SIGSTOP %d), snapshot installs %d, stale replicas swept %d, "+
 			"adds never completed %d, new members not caught up %d; writes acknowledged %d, failed %d, reads checked %d, "+
 			"mismatches %d; members without replica %d, replicas outside the configuration %d, copysets without leader %d, check-consistency %s",
 			seed, time.Since(ch.start).Round(time.Second), n.moves, n.readds, n.transfers, n.transferFailures, n.kills,
-			n.killLeaderAdds, n.killInstalls, n.pauseKills, n.installs, n.addFailures, n.noReplicaAfterAdd,
+			n.killLeaderAdds, n.killInstalls, n.pauseKills, n.installs, n.swept, n.addFailures, n.noReplicaAfterAdd,
 			acked.Load(), failed.Load(), reads.Load(), mismatches.Load(), noReplica, outside, leaderless, consistency)
 	}()
 
