@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
-	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -224,8 +219,6 @@ func (rt *runtimeState) probeLeader(ctx context.Context, g copyset.GroupID, lead
 
 // Copyset data hash (GetCopysetStatus queryHash).
 
-var crc32cTable = crc32.MakeTable(crc32.Castagnoli)
-
 // hashAttempts bounds how often copysetHash retries while applies keep
 // changing the data under it.
 const hashAttempts = 50
@@ -238,7 +231,7 @@ const hashAttempts = 50
 func copysetHash(ctx context.Context, n *copyset.Node) (hash uint32, applied uint64, err error) {
 	applied, err = atRest(ctx, n, hashAttempts, func(m *chunkMachine) error {
 		var herr error
-		hash, herr = hashChunkData(m.store)
+		hash, herr = m.store.DataHash()
 		return herr
 	})
 	if errors.Is(err, errKeptApplying) {
@@ -289,43 +282,6 @@ func atRest(ctx context.Context, n *copyset.Node, attempts int, read func(*chunk
 		return before.Applied, nil
 	}
 	return 0, errKeptApplying
-}
-
-// hashChunkData computes the crc32c (Castagnoli) of store's data: the data
-// region of every chunk file in ascending chunk id, then the data region of
-// every chunk snapshot file (chunk_<id>_snap_<sn>) in ascending chunk id (a
-// chunk has at most one snapshot). A data region is the ChunkSize bytes
-// after the meta page: exactly the bytes GetChunkHash over the whole chunk
-// hashes, so meta pages (which may lag on disk) do not count. The files are
-// read raw, without checking the per-block checksums, so a replica whose
-// data was corrupted on disk hashes differently instead of failing.
-func hashChunkData(store *datastore.Store) (uint32, error) {
-	opts := store.Options()
-	fsys := opts.FS
-	if fsys == nil {
-		fsys = datastore.OSFS{}
-	}
-	buf := make([]byte, 1<<20)
-	var h uint32
-	for _, name := range store.Files() {
-		f, err := fsys.OpenFile(filepath.Join(opts.Dir, name), os.O_RDONLY, 0)
-		if err != nil {
-			return 0, fmt.Errorf("hash %s: %w", name, err)
-		}
-		for off := int64(0); off < int64(opts.ChunkSize); {
-			b := buf[:min(int64(len(buf)), int64(opts.ChunkSize)-off)]
-			n, err := f.ReadAt(b, int64(opts.PageSize)+off)
-			if err != nil && !errors.Is(err, io.EOF) {
-				f.Close()
-				return 0, fmt.Errorf("hash %s: %w", name, err)
-			}
-			clear(b[n:]) // a short file reads as zeros past its end
-			h = crc32.Update(h, crc32cTable, b)
-			off += int64(len(b))
-		}
-		f.Close()
-	}
-	return h, nil
 }
 
 func formatHash(h uint32) string { return strconv.FormatUint(uint64(h), 10) }

@@ -204,3 +204,31 @@ func TestGetChunkHashDefaultSize(t *testing.T) {
 		t.Fatalf("GetChunkHash: %s, %v; want %s", got, err, want)
 	}
 }
+
+// TestDataHash: DataHash is the crc32c of every chunk's whole data in
+// chunk id order; it reads the data region raw, so a byte corrupted on
+// disk changes the hash instead of failing it.
+func TestDataHash(t *testing.T) {
+	s, dir := openTest(t)
+	a, b := blocksData(7, 0, testBlocks), blocksData(8, 2, 1)
+	mustWrite(t, s, 2, 1, b, 2*testBlock)
+	mustWrite(t, s, 1, 1, a, 0)
+	full := append(append([]byte(nil), a...), make([]byte, testChunkSize)...)
+	copy(full[testChunkSize+2*testBlock:], b)
+	want := stdcrc32.Checksum(full, stdCastagnoli)
+	if got, err := s.DataHash(); err != nil || got != want {
+		t.Fatalf("DataHash: %08x, %v; want %08x", got, err, want)
+	}
+
+	f, err := os.OpenFile(filepath.Join(dir, chunkFileName(2)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, s.g.dataOff+2*testBlock); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, err := s.DataHash(); err != nil || got == want {
+		t.Fatalf("DataHash after corrupting chunk 2 on disk: %08x, %v; want a different hash and no error", got, err)
+	}
+}
