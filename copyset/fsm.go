@@ -12,19 +12,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Kind names the state machine an operation is dispatched to.
+// Kind names the state machine an operation is dispatched to. A kind's
+// number is part of the raft log format; the numbers are assigned in one
+// table outside this package (internal/kinds), never reused or renumbered.
 type Kind uint8
-
-// Registered state machine kinds. A kind's number is part of the raft log
-// format: never reuse or renumber one.
-const (
-	// KindChunk is the chunk store (chunkserver/datastore ops).
-	KindChunk Kind = 1
-	// KindIntegrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops (chunkserver/integrity.go).
-	KindIntegrity Kind = 2
-	// KindFence is a copyset's epoch fences (chunkserver/fence.go).
-	KindFence Kind = 3
-)
 
 // opVersion is the version of the op header layout.
 const opVersion = 1
@@ -94,8 +85,10 @@ type fsm struct {
 	machines atomic.Pointer[machineSet]
 	log      *slog.Logger
 
+	// reg is the machine specs the machines were opened from.
+	reg *registry
 	// restore swaps in a received snapshot; set by the node.
-	restore func(m snapManifest) (map[Kind]StateMachine, error)
+	restore func(m snapManifest) (*machineSet, error)
 
 	applied atomic.Uint64 // highest index handed to this FSM and applied
 	epoch   atomic.Uint64 // configuration entries applied
@@ -112,17 +105,9 @@ type fsm struct {
 // replaced whole when a snapshot is installed.
 type machineSet [256]StateMachine
 
-func newMachineSet(machines map[Kind]StateMachine) *machineSet {
-	var set machineSet
-	for k, m := range machines {
-		set[k] = m
-	}
-	return &set
-}
-
-func newFSM(machines map[Kind]StateMachine, log *slog.Logger) *fsm {
-	f := &fsm{log: log, notify: make(chan struct{})}
-	f.machines.Store(newMachineSet(machines))
+func newFSM(reg *registry, machines *machineSet, log *slog.Logger) *fsm {
+	f := &fsm{reg: reg, log: log, notify: make(chan struct{})}
+	f.machines.Store(machines)
 	return f
 }
 
@@ -294,7 +279,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", man.Index, err)
 	}
-	f.machines.Store(newMachineSet(machines))
+	f.machines.Store(machines)
 	f.epoch.Store(man.Epoch)
 	f.setApplied(man.Index, true)
 	return nil
@@ -308,6 +293,9 @@ func (f *fsm) files() ([]string, error) {
 			continue
 		}
 		names, err := m.Files()
+		if err == nil {
+			err = f.reg.checkFiles(Kind(k), names)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list files of state machine %d: %w", k, err)
 		}
