@@ -43,21 +43,53 @@ func DecodeOp(op []byte) (Kind, []byte, error) {
 }
 
 // StateMachine is one replicated state machine hosted on a copyset (the
-// chunk store, later sync tasks, DM subtasks, disagg locks).
+// chunk store, integrity jobs, fences; later sync tasks, DM subtasks,
+// disagg locks), registered by a MachineSpec (machine.go).
+//
+// What a snapshot means for a machine. A local raft snapshot copies no data:
+// the copyset calls Sync on every machine and records the index (snapshot.go).
+// Sending a snapshot to a follower streams the machine's Files live: the list
+// and each file's size are taken when the stream starts, and the bytes are
+// read afterwards while Apply goes on. Each file is sent cut at that size
+// (zero-padded if it shrank, left out if it is gone, read from whatever file
+// is at its path when it is read), so a file written in place may arrive
+// with parts newer than others. The follower loads what it received as its
+// state and replays the log from the snapshot index + 1. Hence:
+//   - Any prefix of a file, as the stream may cut it (a torn last record
+//     included), must load as a valid state: the state as of some log index
+//     at or before that of the file it was cut from, never a half-applied op.
+//   - What the stream sends must hold every op up to the snapshot index (Sync
+//     made it durable before the snapshot; a file rewritten since, e.g.
+//     compacted, must hold it in every prefix the stream may cut). It may
+//     hold later ops too.
+//   - Apply must recognise and skip what the loaded state already reflects
+//     (by an index stamped in the state, as integrity does), or apply ops
+//     that give the same result whatever of them the state holds already
+//     (chunk writes at fixed offsets).
 type StateMachine interface {
 	// Apply applies one committed operation's payload at log index. It is
 	// called in log order from one goroutine and must be deterministic and
-	// idempotent (a crash replays from the last durable point). The result
-	// is handed to the proposer on the leader and dropped elsewhere. It must
-	// not block on the network.
+	// idempotent: a crash replays from the last durable point, a snapshot
+	// install from the snapshot index (see above). The result is handed to
+	// the proposer on the leader and dropped elsewhere. It may never block
+	// on the network: the apply goroutine is shared by every machine of the
+	// copyset and every proposer waits on it; work that needs a peer goes to
+	// a goroutine the machine owns. Ops of a Batch machine may share an
+	// index with other ops.
 	Apply(index uint64, payload []byte) any
-	// Sync makes everything applied so far durable. It is called before a
-	// raft snapshot lets the log up to the applied index be truncated.
+	// Sync makes everything applied so far durable (data and the directory
+	// entries of new files). It is called between applies before a raft
+	// snapshot, which lets raft truncate the log up to the applied index:
+	// once Sync returns, no crash may lose an op applied before it, since
+	// its log entry may be gone.
 	Sync() error
 	// Files lists the machine's files, relative to the copyset data
-	// directory, in the order a snapshot streams them to a follower.
+	// directory (inside the spec's Dir when it names one), in the order a
+	// snapshot streams them to a follower.
 	Files() ([]string, error)
-	// Close releases the machine's resources. No Apply follows.
+	// Close releases the machine's resources. No Apply follows. It is
+	// called at shutdown and before a received snapshot replaces the data
+	// directory (the machine is then opened again on the new files).
 	Close() error
 }
 
