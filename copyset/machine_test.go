@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -142,5 +143,70 @@ func TestManagerRejectsBadSpecs(t *testing.T) {
 	_, err := NewManager(ManagerOptions{Dir: t.TempDir(), Machines: []MachineSpec{{Kind: 5, Name: "x"}}})
 	if err == nil || err.Error() != "copyset manager: machine spec x (kind 5): no Open function" {
 		t.Fatalf("NewManager: %v", err)
+	}
+}
+
+// subFileMachine is a fileMachine in its own directory sub of the data
+// dir, listing its files relative to the data dir.
+type subFileMachine struct {
+	fileMachine
+	sub string
+}
+
+func (m *subFileMachine) Files() ([]string, error) {
+	names, err := m.fileMachine.Files()
+	for i, name := range names {
+		names[i] = m.sub + "/" + name
+	}
+	return names, err
+}
+
+// A machine in its own directory: its files reach a follower by snapshot
+// install into the same directory, and the follower keeps applying there.
+func TestMachineDirSnapshotInstall(t *testing.T) {
+	root := t.TempDir()
+	g := NewGroupID(1, 1)
+	specs := []MachineSpec{{Kind: kindFile, Name: "sub", Dir: "sub", Open: func(env MachineEnv, _ Machines) (StateMachine, error) {
+		return &subFileMachine{fileMachine: fileMachine{dir: env.Dir}, sub: "sub"}, nil
+	}}}
+	var servers []*testServer
+	defer func() { stopAll(servers) }()
+	for i := range 3 {
+		servers = append(servers, startTestServerWith(t, "127.0.0.1:0", filepath.Join(root, strconv.Itoa(i)), fastRaft(), specs))
+	}
+	peers := []PeerID{servers[0].peer(), servers[1].peer(), servers[2].peer()}
+	for _, s := range servers {
+		if _, err := s.mgr.Create(context.Background(), g, peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := waitLeader(t, g, servers...)
+	victim := slices.IndexFunc(servers, func(s *testServer) bool { return s.mgr.Get(g) != leader })
+	vs := servers[victim]
+	vs.stop()
+	servers[victim] = nil
+	live := slices.DeleteFunc(slices.Clone(servers), func(s *testServer) bool { return s == nil })
+	for i := range 100 {
+		propose(t, g, live, fileOp("f"+strconv.Itoa(i%9), "v"+strconv.Itoa(i)))
+	}
+	leader = waitLeader(t, g, live...)
+	if err := leader.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	servers[victim] = startTestServerWith(t, vs.addr, vs.dir, fastRaft(), specs)
+	waitCaughtUp(t, g, leader, servers[victim])
+	follower := servers[victim].mgr.Get(g)
+	eventually(t, func() error {
+		return sameDirs(t, filepath.Join(leader.Dir(), "data", "sub"), filepath.Join(follower.Dir(), "data", "sub"))
+	})
+	if got := dirContents(t, filepath.Join(follower.Dir(), "data", "sub")); got["f8"] != "v98" {
+		t.Fatalf("follower's sub dir after install: %v", got)
+	}
+	recs, err := follower.snaps.records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(recs, func(r snapRecord) bool { return r.Received && r.Installed }) {
+		t.Fatalf("the follower caught up without a snapshot install: %+v", recs)
 	}
 }
