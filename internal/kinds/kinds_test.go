@@ -19,3 +19,16 @@ func TestTableNumbersUnique(t *testing.T) {
 		numbers[e.Number], names[e.Name] = e.Name, true
 	}
 }
+
+// Every constant has its row.
+func TestTableListsEveryKind(t *testing.T) {
+	rows := map[uint8]string{}
+	for _, e := range Table {
+		rows[e.Number] = e.Name
+	}
+	for n, name := range map[uint8]string{Chunk: "chunk", Integrity: "integrity", Fence: "fence", Sync: "sync", Disagg: "disagg", DM: "dm"} {
+		if rows[n] != name {
+			t.Errorf("kind %d: table row %q, want %q", n, rows[n], name)
+		}
+	}
+}
