@@ -10,6 +10,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
 )
@@ -46,7 +47,7 @@ func encodeChunkOp(req *pb.ChunkRequest, data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode chunk op: %w", err)
 	}
-	copyset.PutOpHeader(head, copyset.KindChunk)
+	copyset.PutOpHeader(head, kinds.Chunk)
 	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], uint32(len(head)-copyset.OpHeaderLen-4))
 	if len(data) == 0 {
 		return head, nil

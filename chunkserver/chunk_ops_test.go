@@ -190,7 +190,7 @@ func TestCloneChunksInCluster(t *testing.T) {
 	if got := c.read(t, 10, 0, 8192); !bytes.Equal(got, append(block(9), block(7)...)) {
 		t.Fatal("recovered clone lost data after its source was deleted")
 	}
-	info, err := chunkStore(c.servers[c.leader(t)].Copysets().Get(c.group)).GetChunkInfo(10)
+	info, err := mustChunkStore(t, c.servers[c.leader(t)].Copysets().Get(c.group)).GetChunkInfo(10)
 	if err != nil || info.Location != "" {
 		t.Fatalf("fully recovered clone still has a location: %+v %v", info, err)
 	}

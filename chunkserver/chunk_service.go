@@ -64,11 +64,6 @@ func (s *chunkService) node(pool, cs uint32) *copyset.Node {
 	return s.copysets.Get(copyset.NewGroupID(pool, cs))
 }
 
-// chunkStore returns the chunk state machine's store of a node.
-func chunkStore(n *copyset.Node) *datastore.Store {
-	return n.StateMachine(copyset.KindChunk).(*chunkMachine).store
-}
-
 // redirectOr maps a not-leader error to REDIRECTED (with the leader hint)
 // and any other error to fallback.
 func redirectOr(err error, fallback pb.CHUNK_OP_STATUS) (pb.CHUNK_OP_STATUS, string) {
@@ -336,7 +331,10 @@ func (s *chunkService) RecoverChunk(ctx context.Context, req *pb.ChunkRequest) (
 // the local chunk, unwritten blocks of a clone chunk from its source. It
 // returns how many blocks came from the source.
 func (s *chunkService) readMerged(ctx context.Context, n *copyset.Node, chunk uint64, buf []byte, off uint32) (int, error) {
-	store := chunkStore(n)
+	store, err := chunkStore(n)
+	if err != nil {
+		return 0, err
+	}
 	for attempt := 0; ; attempt++ {
 		unwritten, err := store.ReadChunkClone(chunk, buf, off)
 		if err != nil || len(unwritten) == 0 {
@@ -410,7 +408,11 @@ func (s *chunkService) ReadChunkSnapshot(ctx context.Context, req *pb.ChunkReque
 	}
 	return s.read(ctx, "read_snapshot", req, valid, func(n *copyset.Node) *pb.ChunkResponse {
 		buf := make([]byte, req.GetSize())
-		if err := chunkStore(n).ReadChunkSnapshot(req.GetChunkId(), req.GetSn(), buf, req.GetOffset()); err != nil {
+		store, err := chunkStore(n)
+		if err == nil {
+			err = store.ReadChunkSnapshot(req.GetChunkId(), req.GetSn(), buf, req.GetOffset())
+		}
+		if err != nil {
 			return s.storeFailed(req, err)
 		}
 		resp := chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
@@ -425,7 +427,11 @@ func (s *chunkService) GetChunkInfo(ctx context.Context, req *pb.GetChunkInfoReq
 	creq := &pb.ChunkRequest{LogicPoolId: req.LogicPoolId, CopysetId: req.CopysetId, ChunkId: req.ChunkId}
 	var sns []uint64
 	resp := s.read(ctx, "info", creq, func() error { return nil }, func(n *copyset.Node) *pb.ChunkResponse {
-		info, err := chunkStore(n).GetChunkInfo(req.GetChunkId())
+		store, err := chunkStore(n)
+		if err != nil {
+			return s.storeFailed(creq, err)
+		}
+		info, err := store.GetChunkInfo(req.GetChunkId())
 		switch {
 		case errors.Is(err, datastore.ErrChunkNotExist):
 		case err != nil:
@@ -478,7 +484,10 @@ func (s *chunkService) GetChunkHash(ctx context.Context, req *pb.GetChunkHashReq
 	applied, err := atRest(ctx, n, chunkHashAttempts, hashNow)
 	switch {
 	case errors.Is(err, errKeptApplying):
-		err = hashNow(n.StateMachine(copyset.KindChunk).(*chunkMachine))
+		var m *chunkMachine
+		if m, err = chunkMachineOf(n); err == nil {
+			err = hashNow(m)
+		}
 	case err == nil:
 		setAppliedTrailer(ctx, applied)
 	}

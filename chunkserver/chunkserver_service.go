@@ -264,9 +264,9 @@ func atRest(ctx context.Context, n *copyset.Node, attempts int, read func(*chunk
 		if !before.Idle {
 			continue
 		}
-		m, ok := n.StateMachine(copyset.KindChunk).(*chunkMachine)
-		if !ok {
-			return 0, errors.New("copyset has no chunk store open")
+		m, err := chunkMachineOf(n)
+		if err != nil {
+			return 0, err
 		}
 		rerr := read(m)
 		after, err := n.ApplyState()

@@ -17,8 +17,6 @@ import (
 	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
-
-	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
 // Runtime configuration (ConfigService).
@@ -78,9 +76,10 @@ type runtimeState struct {
 	load loadState
 }
 
-// registerConfigServices sets up the runtime state from the server's
-// configuration and registers ConfigService and ChunkServerService.
-func (s *Server) registerConfigServices() {
+// setupRuntime sets up the runtime state (ConfigService and
+// ChunkServerService, registered in services.go) from the server's
+// configuration.
+func (s *Server) setupRuntime() {
 	level := new(slog.LevelVar)
 	if l, err := ParseLogLevel(s.cfg.LogLevel); err == nil {
 		level.Set(l)
@@ -93,12 +92,6 @@ func (s *Server) registerConfigServices() {
 	rt.load.margin = s.cfg.CopysetLoadMargin
 	rt.registerBuiltinKeys()
 	s.rt = rt
-	rt.register(s.grpc)
-}
-
-func (rt *runtimeState) register(g *grpc.Server) {
-	pb.RegisterConfigServiceServer(g, &configService{rt: rt})
-	pb.RegisterChunkServerServiceServer(g, &chunkServerService{rt: rt})
 }
 
 // SetConfigFile sets the file ConfigService Set persists runtime changes

@@ -5,4 +5,6 @@
 //
 // It wires copyset (replication) to chunkserver/datastore (chunk files). It
 // must not import cli/ or cmd/.
+//
+// Must not import: cli/..., cmd/..., test/...
 package chunkserver

@@ -5,7 +5,7 @@ package chunkserver
 // added peer, a replaced server, a replica restored from a snapshot, a
 // restarted one.
 //
-//   - The fence op (KindFence, a marshalled raftpb.FenceOp of (fileId,
+//   - The fence op (kinds.Fence, a marshalled raftpb.FenceOp of (fileId,
 //     epoch) pairs) raises the server's epochMap on every replica that
 //     applies it, and the copyset's own fence table (fences.jsonl in the
 //     copyset data dir, a stateFile). Applying is deterministic, monotonic
@@ -46,12 +46,12 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
 
@@ -70,7 +70,7 @@ type fenceState struct {
 	Fences fenceTable `json:"fences"`
 }
 
-// fenceMachine is the KindFence state machine of one copyset.
+// fenceMachine is the kinds.Fence state machine of one copyset.
 type fenceMachine struct {
 	epochs *epochMap
 	file   *stateFile
@@ -116,7 +116,7 @@ func encodeFenceOp(t fenceTable) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode fence op: %w", err)
 	}
-	copyset.PutOpHeader(out, copyset.KindFence)
+	copyset.PutOpHeader(out, kinds.Fence)
 	return out, nil
 }
 
@@ -348,6 +348,3 @@ func (f *fencer) forward(ctx context.Context, leader copyset.PeerID, req *raftpb
 	}
 	return nil
 }
-
-// registerFences serves the Fences service on g.
-func registerFences(g *grpc.Server, f *fencer) { raftpb.RegisterFencesServer(g, f) }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
@@ -41,7 +42,7 @@ func applyFences(t *testing.T, m *fenceMachine, index uint64, u fenceTable) any 
 		t.Fatal(err)
 	}
 	kind, payload, err := copyset.DecodeOp(op)
-	if err != nil || kind != copyset.KindFence {
+	if err != nil || kind != kinds.Fence {
 		t.Fatalf("fence op decodes to kind %d, %v", kind, err)
 	}
 	return m.Apply(index, payload)

@@ -1,7 +1,7 @@
 package chunkserver
 
 // Integrity jobs are replicated state: every copyset hosts a state machine
-// of kind copyset.KindIntegrity that holds the copyset's scan jobs and
+// of kind kinds.Integrity that holds the copyset's scan jobs and
 // applies two kinds of ops, both proposed by the leader only:
 //
 //   - job ops (JSON jobOp): schedule, start, progress, pause, resume,
@@ -18,7 +18,7 @@ package chunkserver
 //     index and reports it (followers through ScanService.FollowScanMap
 //     from a goroutine; the leader through the apply result).
 //
-// Scan ops travel under KindIntegrity rather than KindChunk so that the
+// Scan ops travel under kinds.Integrity rather than kinds.Chunk so that the
 // machine that reports them (it knows the copyset and the server's
 // reporter) is the one that applies them; both kinds are applied in log
 // order by the copyset's single apply goroutine, so a scan op observes
@@ -44,6 +44,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
 )
@@ -246,7 +247,7 @@ func encodeJobOp(op *jobOp) ([]byte, error) {
 		return nil, fmt.Errorf("encode integrity op: %w", err)
 	}
 	out := make([]byte, copyset.OpHeaderLen+1+len(b))
-	copyset.PutOpHeader(out, copyset.KindIntegrity)
+	copyset.PutOpHeader(out, kinds.Integrity)
 	out[copyset.OpHeaderLen] = integrityOpJob
 	copy(out[copyset.OpHeaderLen+1:], b)
 	return out, nil
@@ -261,7 +262,7 @@ type scanReporter interface {
 	jobsChanged(g copyset.GroupID)
 }
 
-// integrityMachine is the KindIntegrity state machine of one copyset.
+// integrityMachine is the kinds.Integrity state machine of one copyset.
 type integrityMachine struct {
 	group    copyset.GroupID
 	store    *datastore.Store // the copyset's chunk store, read by scan ops

@@ -94,12 +94,10 @@ type IntegrityCopysetReport struct {
 	Jobs         []*IntegrityJob `json:"jobs"`
 }
 
-// registerIntegrity builds the server's scan machinery and registers
-// IntegrityService, ScanService and the scan metrics.
-func (s *Server) registerIntegrity() {
+// setupIntegrity builds the server's scan machinery (IntegrityService and
+// ScanService, registered in services.go) and registers the scan metrics.
+func (s *Server) setupIntegrity() {
 	s.scans = newIntegrity(s, s.log)
-	pb.RegisterIntegrityServiceServer(s.grpc, &integrityService{in: s.scans})
-	pb.RegisterScanServiceServer(s.grpc, &scanService{in: s.scans})
 	for _, r := range mismatchReasons {
 		s.scans.mismatches.WithLabelValues(r) // 0 from start-up: increase() sees the first
 	}
@@ -111,7 +109,7 @@ func (s *Server) registerIntegrity() {
 }
 
 // openIntegrity opens the integrity machine of copyset g (the
-// StateMachines factory calls it).
+// integrity machine spec in machines.go opens it).
 func (s *Server) openIntegrity(g copyset.GroupID, dataDir string, store *datastore.Store) (*integrityMachine, error) {
 	var rep scanReporter
 	if s.scans != nil {

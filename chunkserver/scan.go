@@ -59,6 +59,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,7 +143,7 @@ func encodeScanOp(g copyset.GroupID, chunk uint64, off, size uint32) ([]byte, er
 		return nil, fmt.Errorf("encode scan op: %w", err)
 	}
 	out := make([]byte, copyset.OpHeaderLen+1+len(b))
-	copyset.PutOpHeader(out, copyset.KindIntegrity)
+	copyset.PutOpHeader(out, kinds.Integrity)
 	out[copyset.OpHeaderLen] = integrityOpScan
 	copy(out[copyset.OpHeaderLen+1:], b)
 	return out, nil
@@ -339,12 +340,6 @@ func (in *integrity) stop() {
 	in.conns.close()
 }
 
-// machineOf returns the integrity machine of a node, or nil.
-func machineOf(n *copyset.Node) *integrityMachine {
-	m, _ := n.StateMachine(copyset.KindIntegrity).(*integrityMachine)
-	return m
-}
-
 // run is the worker loop.
 func (in *integrity) run(ctx context.Context) {
 	var last time.Time
@@ -420,7 +415,7 @@ func (in *integrity) throttle(ctx context.Context, last *time.Time) bool {
 // reports whether the job moved.
 func (in *integrity) step(ctx context.Context, n *copyset.Node, m *integrityMachine, job *IntegrityJob) bool {
 	g := n.Group()
-	store := chunkStore(n)
+	store := m.store
 	if job.State == JobWaiting {
 		op := &jobOp{Type: opStart, ID: job.ID, Now: time.Now().Unix(), Total: len(store.ListChunks())}
 		return in.proposeStep(ctx, n, job, op) == nil

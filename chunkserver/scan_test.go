@@ -732,7 +732,7 @@ func TestHashRangeFoldsMeta(t *testing.T) {
 	c := startTestCluster(t, 1)
 	c.write(t, 1, 1, 4<<20, block(9), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	c.write(t, 2, 3, 4<<20, block(9), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	store := chunkStore(c.servers[0].Copysets().Get(c.group))
+	store := mustChunkStore(t, c.servers[0].Copysets().Get(c.group))
 	h := func(chunk uint64, off uint32) uint32 {
 		v, err := hashRange(store, chunk, off, 4<<20)
 		if err != nil {

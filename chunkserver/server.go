@@ -20,17 +20,12 @@ import (
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
-	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
-	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
-	datasyncpb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 )
 
 // Server is one chunkserver process: a gRPC listener serving every seed
@@ -131,35 +126,11 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
 	}
 	s.copysets, err = copyset.NewManager(copyset.ManagerOptions{
-		SharedLog:  s.shared,
-		Dir:        cfg.DataDir,
-		Local:      local,
-		Transports: s.trans,
-		StateMachines: func(g copyset.GroupID, dataDir string) (map[copyset.Kind]copyset.StateMachine, error) {
-			opts := layout
-			opts.Dir = dataDir
-			store, err := datastore.Open(opts)
-			if err != nil {
-				return nil, err
-			}
-			integ, err := s.openIntegrity(g, dataDir, store)
-			if err != nil {
-				store.Close()
-				return nil, err
-			}
-			mlog := log.With("pool", g.Pool(), "copyset", g.Copyset())
-			fences, err := openFenceMachine(dataDir, epochs, mlog)
-			if err != nil {
-				integ.Close()
-				store.Close()
-				return nil, err
-			}
-			return map[copyset.Kind]copyset.StateMachine{
-				copyset.KindChunk:     &chunkMachine{store: store, log: mlog},
-				copyset.KindIntegrity: integ,
-				copyset.KindFence:     fences,
-			}, nil
-		},
+		SharedLog:     s.shared,
+		Dir:           cfg.DataDir,
+		Local:         local,
+		Transports:    s.trans,
+		Machines:      s.machineSpecs(layout, epochs),
 		LeaderPrepare: s.fences.prepare,
 		Raft: copyset.RaftOptions{
 			HeartbeatTimeout:   cfg.Raft.HeartbeatTimeout,
@@ -211,22 +182,16 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		copysets: s.copysets, layout: ds, epochs: epochs, fences: s.fences, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
 	}
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
-	pb.RegisterChunkServiceServer(s.grpc, chunks)
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, dial: s.tls.peerDial()}
-	pb.RegisterCopysetServiceServer(s.grpc, copysets)
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
-	cli := &cliService2{copysets: s.copysets, ready: &s.ready, dial: s.tls.peerDial()}
-	pb.RegisterCliService2Server(s.grpc, cli)
-	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})
-	registerUnimplemented(s.grpc)
-	registerFences(s.grpc, s.fences)
-	s.registerIntegrity()
-	s.registerConfigServices()
-	s.trans.Register(s.grpc)
+	s.setupIntegrity()
+	s.setupRuntime()
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	s.registerServices(curveServices{
+		chunks: chunks, copysets: copysets,
+		cli: &cliService2{copysets: s.copysets, ready: &s.ready, dial: s.tls.peerDial()},
+	})
 	return s, nil
 }
 
@@ -263,15 +228,6 @@ func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error
 	return nil
 }
 
-// registerUnimplemented registers the seed services whose issues have not
-// landed yet. Every call answers gRPC Unimplemented: honest, not faked.
-func registerUnimplemented(g *grpc.Server) {
-	datasyncpb.RegisterDataCollectorServer(g, datasyncpb.UnimplementedDataCollectorServer{})
-	datasyncpb.RegisterSyncToolServer(g, datasyncpb.UnimplementedSyncToolServer{})
-	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
-	tikvpb.RegisterTikvServer(g, tikvpb.UnimplementedTikvServer{})
-}
-
 func (s *Server) countCopysets() (hosted, leading float64) {
 	for _, n := range s.copysets.List() {
 		hosted++
@@ -285,7 +241,7 @@ func (s *Server) countCopysets() (hosted, leading float64) {
 func (s *Server) crcFailures() float64 {
 	var n uint64
 	for _, node := range s.copysets.List() {
-		if m, ok := node.StateMachine(copyset.KindChunk).(*chunkMachine); ok {
+		if m, err := chunkMachineOf(node); err == nil {
 			n += m.store.Stats().CRCFailures
 		}
 	}

@@ -39,4 +39,6 @@
 // Dependency rule: cli talks to servers only through the generated protocol
 // packages under proto/. It must not import chunkserver/, copyset/ or any other
 // server-side package, so that it can be built and used without the server.
+//
+// Must not import: chunkserver/..., copyset/..., internal/kinds, cmd/..., test/...
 package cli

@@ -1,10 +1,13 @@
 // Package copyset runs one hashicorp/raft group per copyset and everything a
 // group needs on a chunkserver: group and peer identities (id.go), the node
 // that owns one raft instance (node.go), the manager of all groups of a
-// server (manager.go), the FSM that dispatches replicated operations to the
-// state machines registered on a copyset (fsm.go), proposal batching
-// (propose.go: concurrent ops of kinds that never use the log index, today
-// KindChunk, share one raft entry), the leader's read lease (lease.go), the
+// server (manager.go), the registry of the state machines every copyset
+// hosts (machine.go: the server hands the manager one MachineSpec per kind;
+// MachineOf looks a machine up by kind and type), the FSM that dispatches
+// replicated operations to them (fsm.go; StateMachine's doc is the contract a
+// machine must keep, snapshots included), proposal batching (propose.go:
+// concurrent ops of kinds whose spec says Batch, the chunk store's, share one
+// raft entry), the leader's read lease (lease.go), the
 // raft log store (logstore.go, fronted by a cache of recent entries bounded
 // in count and bytes, logcache.go) and the multiplexed gRPC raft transport
 // (transport*.go, heartbeats batched per peer server in
@@ -12,7 +15,8 @@
 // copies by the codec in transport_wire.go).
 //
 // The package replicates opaque operations: it knows nothing about chunks,
-// sync tasks or locks. It must not import chunkserver/, cli/, sync/, dm/ or
+// sync tasks or locks, and names no machine kind (their numbers are in
+// internal/kinds). It must not import chunkserver/, cli/, sync/, dm/ or
 // disagg/; of this module it imports only proto/chunkraft, copyset/sharedlog,
 // internal/atomicfile, internal/grpcbuf and internal/slogbridge.
 //
@@ -28,4 +32,6 @@
 //   - Reads are served by a leader that holds its lease or has just
 //     verified leadership with a quorum, after applying everything committed
 //     when the read arrived.
+//
+// Must not import: chunkserver/..., cli/..., cmd/..., test/..., internal/kinds, integrity/..., sync/..., dm/..., disagg/...
 package copyset

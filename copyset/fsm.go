@@ -12,19 +12,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Kind names the state machine an operation is dispatched to.
+// Kind names the state machine an operation is dispatched to. A kind's
+// number is part of the raft log format; the numbers are assigned in one
+// table outside this package (internal/kinds), never reused or renumbered.
 type Kind uint8
-
-// Registered state machine kinds. A kind's number is part of the raft log
-// format: never reuse or renumber one.
-const (
-	// KindChunk is the chunk store (chunkserver/datastore ops).
-	KindChunk Kind = 1
-	// KindIntegrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops (chunkserver/integrity.go).
-	KindIntegrity Kind = 2
-	// KindFence is a copyset's epoch fences (chunkserver/fence.go).
-	KindFence Kind = 3
-)
 
 // opVersion is the version of the op header layout.
 const opVersion = 1
@@ -52,21 +43,53 @@ func DecodeOp(op []byte) (Kind, []byte, error) {
 }
 
 // StateMachine is one replicated state machine hosted on a copyset (the
-// chunk store, later sync tasks, DM subtasks, disagg locks).
+// chunk store, integrity jobs, fences; later sync tasks, DM subtasks,
+// disagg locks), registered by a MachineSpec (machine.go).
+//
+// What a snapshot means for a machine. A local raft snapshot copies no data:
+// the copyset calls Sync on every machine and records the index (snapshot.go).
+// Sending a snapshot to a follower streams the machine's Files live: the list
+// and each file's size are taken when the stream starts, and the bytes are
+// read afterwards while Apply goes on. Each file is sent cut at that size
+// (zero-padded if it shrank, left out if it is gone, read from whatever file
+// is at its path when it is read), so a file written in place may arrive
+// with parts newer than others. The follower loads what it received as its
+// state and replays the log from the snapshot index + 1. Hence:
+//   - Any prefix of a file, as the stream may cut it (a torn last record
+//     included), must load as a valid state: the state as of some log index
+//     at or before that of the file it was cut from, never a half-applied op.
+//   - What the stream sends must hold every op up to the snapshot index (Sync
+//     made it durable before the snapshot; a file rewritten since, e.g.
+//     compacted, must hold it in every prefix the stream may cut). It may
+//     hold later ops too.
+//   - Apply must recognise and skip what the loaded state already reflects
+//     (by an index stamped in the state, as integrity does), or apply ops
+//     that give the same result whatever of them the state holds already
+//     (chunk writes at fixed offsets).
 type StateMachine interface {
 	// Apply applies one committed operation's payload at log index. It is
 	// called in log order from one goroutine and must be deterministic and
-	// idempotent (a crash replays from the last durable point). The result
-	// is handed to the proposer on the leader and dropped elsewhere. It must
-	// not block on the network.
+	// idempotent: a crash replays from the last durable point, a snapshot
+	// install from the snapshot index (see above). The result is handed to
+	// the proposer on the leader and dropped elsewhere. It may never block
+	// on the network: the apply goroutine is shared by every machine of the
+	// copyset and every proposer waits on it; work that needs a peer goes to
+	// a goroutine the machine owns. Ops of a Batch machine may share an
+	// index with other ops.
 	Apply(index uint64, payload []byte) any
-	// Sync makes everything applied so far durable. It is called before a
-	// raft snapshot lets the log up to the applied index be truncated.
+	// Sync makes everything applied so far durable (data and the directory
+	// entries of new files). It is called between applies before a raft
+	// snapshot, which lets raft truncate the log up to the applied index:
+	// once Sync returns, no crash may lose an op applied before it, since
+	// its log entry may be gone.
 	Sync() error
 	// Files lists the machine's files, relative to the copyset data
-	// directory, in the order a snapshot streams them to a follower.
+	// directory (inside the spec's Dir when it names one), in the order a
+	// snapshot streams them to a follower.
 	Files() ([]string, error)
-	// Close releases the machine's resources. No Apply follows.
+	// Close releases the machine's resources. No Apply follows. It is
+	// called at shutdown and before a received snapshot replaces the data
+	// directory (the machine is then opened again on the new files).
 	Close() error
 }
 
@@ -94,8 +117,10 @@ type fsm struct {
 	machines atomic.Pointer[machineSet]
 	log      *slog.Logger
 
+	// reg is the machine specs the machines were opened from.
+	reg *registry
 	// restore swaps in a received snapshot; set by the node.
-	restore func(m snapManifest) (map[Kind]StateMachine, error)
+	restore func(m snapManifest) (*machineSet, error)
 
 	applied atomic.Uint64 // highest index handed to this FSM and applied
 	epoch   atomic.Uint64 // configuration entries applied
@@ -112,17 +137,9 @@ type fsm struct {
 // replaced whole when a snapshot is installed.
 type machineSet [256]StateMachine
 
-func newMachineSet(machines map[Kind]StateMachine) *machineSet {
-	var set machineSet
-	for k, m := range machines {
-		set[k] = m
-	}
-	return &set
-}
-
-func newFSM(machines map[Kind]StateMachine, log *slog.Logger) *fsm {
-	f := &fsm{log: log, notify: make(chan struct{})}
-	f.machines.Store(newMachineSet(machines))
+func newFSM(reg *registry, machines *machineSet, log *slog.Logger) *fsm {
+	f := &fsm{reg: reg, log: log, notify: make(chan struct{})}
+	f.machines.Store(machines)
 	return f
 }
 
@@ -294,7 +311,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", man.Index, err)
 	}
-	f.machines.Store(newMachineSet(machines))
+	f.machines.Store(machines)
 	f.epoch.Store(man.Epoch)
 	f.setApplied(man.Index, true)
 	return nil
@@ -308,6 +325,9 @@ func (f *fsm) files() ([]string, error) {
 			continue
 		}
 		names, err := m.Files()
+		if err == nil {
+			err = f.reg.checkFiles(Kind(k), names)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list files of state machine %d: %w", k, err)
 		}

@@ -20,9 +20,9 @@ import (
 func FuzzDecodeOp(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{opVersion})
-	f.Add([]byte{opVersion, byte(KindChunk)})
-	f.Add([]byte{opVersion, byte(KindIntegrity), 1, 2, 3})
-	f.Add([]byte{2, byte(KindChunk), 0})
+	f.Add([]byte{opVersion, byte(kindBatch)})
+	f.Add([]byte{opVersion, byte(kindSolo), 1, 2, 3})
+	f.Add([]byte{2, byte(kindBatch), 0})
 	f.Add([]byte{0, 0})
 	f.Fuzz(func(t *testing.T, op []byte) {
 		kind, payload, err := DecodeOp(op)

@@ -19,18 +19,16 @@ import (
 // ErrExist is returned by Manager.Create for a copyset this server hosts.
 var ErrExist = errors.New("copyset already exists")
 
-// StateMachineFactory builds the state machines of one copyset whose data
-// lives under dataDir. It is called once per open of the copyset.
-type StateMachineFactory func(group GroupID, dataDir string) (map[Kind]StateMachine, error)
-
 // ManagerOptions configure a Manager.
 type ManagerOptions struct {
-	Dir           string            // server data dir; copysets live in Dir/copysets/<group>
-	Local         PeerID            // this server's peer id "ip:port:0"
-	Transports    *TransportManager // the server's raft transport
-	StateMachines StateMachineFactory
-	Raft          RaftOptions
-	Logger        *slog.Logger
+	Dir        string            // server data dir; copysets live in Dir/copysets/<group>
+	Local      PeerID            // this server's peer id "ip:port:0"
+	Transports *TransportManager // the server's raft transport
+	// Machines are the state machines of every copyset, opened in this
+	// order each time a copyset opens (machine.go).
+	Machines []MachineSpec
+	Raft     RaftOptions
+	Logger   *slog.Logger
 	// SharedLog, when set, holds every copyset's raft log and term/vote
 	// (raft.log_store: shared); nil keeps one raft-boltdb file per copyset.
 	SharedLog *sharedlog.Log
@@ -46,6 +44,7 @@ type ManagerOptions struct {
 type Manager struct {
 	opts ManagerOptions
 	log  *slog.Logger
+	reg  *registry
 
 	mu     sync.RWMutex
 	nodes  map[GroupID]*Node
@@ -70,17 +69,30 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	reg, err := newRegistry(opts.Machines)
+	if err != nil {
+		return nil, fmt.Errorf("copyset manager: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Join(opts.Dir, "copysets"), 0o755); err != nil {
 		return nil, fmt.Errorf("copyset manager: %w", err)
 	}
 	m := &Manager{
-		opts: opts, log: opts.Logger, nodes: make(map[GroupID]*Node),
+		opts: opts, log: opts.Logger, reg: reg, nodes: make(map[GroupID]*Node),
 		trash: opts.Trash.withDefaults(), kick: make(chan struct{}, 1), loopDone: make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stopLoop = cancel
 	go m.runLifecycle(ctx)
 	return m, nil
+}
+
+// openMachines opens the state machines of copyset g on dataDir.
+func (m *Manager) openMachines(g GroupID, dataDir string) (*machineSet, error) {
+	set, err := m.reg.open(g, dataDir, m.log.With("pool", g.Pool(), "copyset", g.Copyset()))
+	if err != nil {
+		return nil, fmt.Errorf("open state machines of copyset %s: %w", g, err)
+	}
+	return set, nil
 }
 
 func (m *Manager) groupDir(g GroupID) string {
@@ -259,12 +271,8 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 	}
 	n, err := openNode(nodeConfig{
 		group: g, dir: dir, local: m.opts.Local, trans: trans,
-		machines: func() (map[Kind]StateMachine, error) {
-			machines, err := m.opts.StateMachines(g, dataDir)
-			if err != nil {
-				return nil, fmt.Errorf("open state machines of copyset %s: %w", g, err)
-			}
-			return machines, nil
+		reg: m.reg, machines: func() (*machineSet, error) {
+			return m.openMachines(g, dataDir)
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
 		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved,

@@ -790,11 +790,11 @@ func (m *Manager) recoverCluster(g GroupID, conf raft.Configuration, epoch, appl
 			epoch++
 		}
 	}
-	machines, err := m.opts.StateMachines(g, filepath.Join(dir, "data"))
+	machines, err := m.openMachines(g, filepath.Join(dir, "data"))
 	if err != nil {
-		return fmt.Errorf("open state machines: %w", err)
+		return err
 	}
-	rf := recoveryFSM{newFSM(machines, log)}
+	rf := recoveryFSM{newFSM(m.reg, machines, log)}
 	defer rf.closeMachines()
 	rf.epoch.Store(epoch + 1)
 	cfg := raft.DefaultConfig()

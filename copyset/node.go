@@ -200,7 +200,8 @@ type nodeConfig struct {
 	dir       string // the copyset's directory
 	local     PeerID
 	trans     *GroupTransport
-	machines  func() (map[Kind]StateMachine, error) // opens the state machines on dir/data
+	reg       *registry                   // the machine specs
+	machines  func() (*machineSet, error) // opens the state machines on dir/data
 	opts      RaftOptions
 	log       *slog.Logger
 	bootstrap []PeerID       // initial configuration for a new copyset, nil to reopen
@@ -242,7 +243,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := newFSM(machines, c.log)
+	f := newFSM(c.reg, machines, c.log)
 	if hasSnap {
 		// NoSnapshotRestoreOnStart: the data dir already holds everything up
 		// to the snapshot index; raft replays the log after it.
@@ -312,7 +313,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	}
 	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
 	snaps.files = f.files
-	f.restore = func(man snapManifest) (map[Kind]StateMachine, error) {
+	f.restore = func(man snapManifest) (*machineSet, error) {
 		id := snaps.takePending()
 		if id == "" {
 			return nil, errors.New("no received snapshot is staged")
@@ -416,8 +417,9 @@ func (n *Node) Snapshot(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// StateMachine returns the state machine registered for kind, or nil.
-func (n *Node) StateMachine(kind Kind) StateMachine { return n.fsm.machine(kind) }
+// Machines returns the state machines open on the copyset now (a snapshot
+// install replaces them all). Look one up with MachineOf.
+func (n *Node) Machines() Machines { return Machines{n.fsm.machines.Load()} }
 
 // Group returns the copyset's group id.
 func (n *Node) Group() GroupID { return n.group }

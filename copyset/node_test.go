@@ -78,8 +78,8 @@ func startTestServer(t *testing.T, addr, dir string, opts RaftOptions) *testServ
 }
 
 // startTestServerWith is startTestServer with the copysets' state machines
-// made by machines (nil: a fileMachine under kindFile).
-func startTestServerWith(t *testing.T, addr, dir string, opts RaftOptions, machines func(g GroupID, dataDir string) map[Kind]StateMachine) *testServer {
+// registered by machines (nil: a fileMachine under kindFile).
+func startTestServerWith(t *testing.T, addr, dir string, opts RaftOptions, machines []MachineSpec) *testServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -100,14 +100,14 @@ func startTestServerWith(t *testing.T, addr, dir string, opts RaftOptions, machi
 		}
 		s.shared = shared
 	}
+	if machines == nil {
+		machines = []MachineSpec{{Kind: kindFile, Name: "file", Open: func(env MachineEnv, _ Machines) (StateMachine, error) {
+			return &fileMachine{dir: env.DataDir, failOn: s.failOn}, nil
+		}}}
+	}
 	s.mgr, err = NewManager(ManagerOptions{
 		Dir: dir, Local: local, Transports: s.tm, Raft: opts, Logger: log, SharedLog: shared,
-		StateMachines: func(g GroupID, dataDir string) (map[Kind]StateMachine, error) {
-			if machines != nil {
-				return machines(g, dataDir), nil
-			}
-			return map[Kind]StateMachine{kindFile: &fileMachine{dir: dataDir, failOn: s.failOn}}, nil
-		},
+		Machines: machines,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,9 @@ import (
 //
 // Every op of an envelope is applied at the envelope's log index, so only
 // kinds whose machines do not use the index to recognise replays may be
-// batched (batchable). An envelope is applied op by op, in order, exactly as
+// batched (MachineSpec.Batch, registry.batchable: the chunk machine never
+// looks at the index; the integrity machine recognises replayed jobs by it,
+// so its ops go alone). An envelope is applied op by op, in order, exactly as
 // the same ops in consecutive entries would be, so replay stays idempotent.
 
 // opBatchVersion is the first byte of a batch envelope. It shares the
@@ -47,13 +49,6 @@ const (
 	maxBatchOps   = 256
 	maxBatchBytes = 1 << 20
 )
-
-// batchable reports whether op may share a log entry (and so a log index)
-// with other ops. The chunk machine never looks at the index; the integrity
-// machine recognises replayed jobs by it, so its ops go alone.
-func batchable(op []byte) bool {
-	return len(op) >= OpHeaderLen && op[0] == opVersion && Kind(op[1]) == KindChunk
-}
 
 // encodeBatch packs ops (at least two) into one envelope.
 func encodeBatch(ops [][]byte) []byte {
@@ -125,7 +120,8 @@ type inflightBatch struct {
 // which drains the queue into raft.Apply, and the waiter, which answers the
 // proposers of each entry in log order when its future completes.
 type proposer struct {
-	n *Node
+	n   *Node
+	reg *registry // which kinds batch
 
 	mu     sync.Mutex
 	queue  []*proposal
@@ -145,7 +141,7 @@ type proposer struct {
 }
 
 func (p *proposer) start(n *Node) {
-	p.n = n
+	p.n, p.reg = n, n.fsm.reg
 	p.wake = make(chan struct{}, 1)
 	p.inflight = make(chan inflightBatch, 64)
 	if k := n.opts.MaxInflightEntries; k > 0 {
@@ -212,7 +208,7 @@ func (p *proposer) runBatcher() {
 		pending = p.take(pending[:0])
 		for rest := pending; len(rest) > 0; {
 			slot := false
-			if p.slots != nil && !entryFull(rest) {
+			if p.slots != nil && !p.reg.entryFull(rest) {
 				// Wait for a slot; what arrives meanwhile joins rest
 				// (behind it, so log order stays arrival order).
 				if !p.acquire() {
@@ -244,22 +240,22 @@ func (p *proposer) take(dst []*proposal) []*proposal {
 
 // joins reports whether op may join an entry that holds n ops of size
 // bytes, the first of them first.
-func joins(first []byte, n, size int, op []byte) bool {
-	return batchable(first) && batchable(op) && n < maxBatchOps && size+len(op) <= maxBatchBytes
+func (r *registry) joins(first []byte, n, size int, op []byte) bool {
+	return r.batchable(first) && r.batchable(op) && n < maxBatchOps && size+len(op) <= maxBatchBytes
 }
 
 // entryFull reports whether the entry dispatch would build from reqs is
 // as large as it may get (a lone unbatchable op, or an envelope at its op
 // or byte limit), so waiting for more proposals cannot grow it.
-func entryFull(reqs []*proposal) bool {
+func (r *registry) entryFull(reqs []*proposal) bool {
 	first, size := reqs[0].op, len(reqs[0].op)
 	for i, pr := range reqs[1:] {
-		if !joins(first, i+1, size, pr.op) {
+		if !r.joins(first, i+1, size, pr.op) {
 			return true
 		}
 		size += len(pr.op)
 	}
-	return !batchable(first) || size >= maxBatchBytes
+	return !r.batchable(first) || size >= maxBatchBytes
 }
 
 // dispatch hands one entry built from a prefix of reqs to raft and returns
@@ -276,7 +272,7 @@ func (p *proposer) dispatch(reqs []*proposal, slot bool) int {
 		taken   int
 	)
 	for _, pr := range reqs {
-		if len(props) > 0 && !joins(props[0].op, len(props), size, pr.op) {
+		if len(props) > 0 && !p.reg.joins(props[0].op, len(props), size, pr.op) {
 			break
 		}
 		taken++

@@ -14,9 +14,36 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// Test kinds: ops of kindBatch may share an entry (like chunk ops), ops of
+// kindSolo may not (like integrity ops).
+const (
+	kindBatch Kind = 1
+	kindSolo  Kind = 2
+)
+
+// testRegistry registers kindBatch (batching) and kindSolo.
+func testRegistry(t *testing.T) *registry {
+	t.Helper()
+	open := func(MachineEnv, Machines) (StateMachine, error) { return &recordMachine{}, nil }
+	r, err := newRegistry([]MachineSpec{
+		{Kind: kindBatch, Name: "batch", Batch: true, Open: open},
+		{Kind: kindSolo, Name: "solo", Open: open},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// fixedMachine registers m under kind on every copyset.
+func fixedMachine(kind Kind, batch bool, m StateMachine) []MachineSpec {
+	return []MachineSpec{{Kind: kind, Name: "fixed", Batch: batch,
+		Open: func(MachineEnv, Machines) (StateMachine, error) { return m, nil }}}
+}
+
 func chunkOp(payload string) []byte {
 	op := make([]byte, OpHeaderLen, OpHeaderLen+len(payload))
-	PutOpHeader(op, KindChunk)
+	PutOpHeader(op, kindBatch)
 	return append(op, payload...)
 }
 
@@ -52,12 +79,13 @@ func TestBatchEnvelopeRoundTrip(t *testing.T) {
 
 func TestBatchable(t *testing.T) {
 	other := make([]byte, OpHeaderLen)
-	PutOpHeader(other, KindIntegrity)
+	PutOpHeader(other, kindSolo)
+	reg := testRegistry(t)
 	for _, tc := range []struct {
 		op   []byte
 		want bool
-	}{{chunkOp("x"), true}, {other, false}, {nil, false}, {[]byte{opBatchVersion, byte(KindChunk)}, false}} {
-		if got := batchable(tc.op); got != tc.want {
+	}{{chunkOp("x"), true}, {other, false}, {nil, false}, {[]byte{opBatchVersion, byte(kindBatch)}, false}} {
+		if got := reg.batchable(tc.op); got != tc.want {
 			t.Errorf("batchable(%x) = %v, want %v", tc.op, got, tc.want)
 		}
 	}
@@ -80,7 +108,7 @@ func (m *recordMachine) Close() error             { return nil }
 
 func TestFSMAppliesEnvelope(t *testing.T) {
 	m := &recordMachine{}
-	f := newFSM(map[Kind]StateMachine{KindChunk: m}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f := newFSM(testRegistry(t), &machineSet{kindBatch: m}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var broken *FatalError
 	f.onBroken = func(_ uint64, fe *FatalError) { broken = fe }
 	out := f.ApplyBatch([]*raft.Log{
@@ -155,9 +183,7 @@ func TestInflightWindowPacksWaitingProposals(t *testing.T) {
 	m := &gateMachine{gate: make(chan struct{}), holding: make(chan struct{}), index: map[string]uint64{}}
 	opts := fastRaft()
 	opts.MaxInflightEntries = 1
-	s := startTestServerWith(t, "127.0.0.1:0", t.TempDir(), opts, func(GroupID, string) map[Kind]StateMachine {
-		return map[Kind]StateMachine{KindChunk: m}
-	})
+	s := startTestServerWith(t, "127.0.0.1:0", t.TempDir(), opts, fixedMachine(kindBatch, true, m))
 	defer s.stop()
 	g := NewGroupID(1, 1)
 	if _, err := s.mgr.Create(context.Background(), g, []PeerID{s.peer()}); err != nil {

@@ -3,4 +3,6 @@
 // TiKV/TiFlash disaggregated) with upstream names and field numbers, the
 // internal chunkraft.* services, and the generated Go code beside each file.
 // Regenerate with `make proto`. Generated packages import nothing of ours.
+//
+// Must not import: github.com/chunkraft/chunkraft/..., !proto/...
 package proto

@@ -4,4 +4,6 @@
 //
 // Helpers here start and stop processes; they must not import chunkserver/
 // or copyset/ internals (tests see the server only over the wire).
+//
+// Must not import: chunkserver/..., copyset/...
 package test

@@ -91,4 +91,6 @@
 // copyset package), gRPC, generated protobuf code, prometheus, nor any other
 // package of this module. Callers map its sentinel errors (see errors.go)
 // onto protocol status codes.
+//
+// Must not import: github.com/chunkraft/chunkraft/..., github.com/hashicorp/raft/..., google.golang.org/grpc/..., google.golang.org/protobuf/..., github.com/prometheus/...
 package datastore

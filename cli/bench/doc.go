@@ -50,4 +50,6 @@
 // write is a Put of its BS bytes and a block read a linearizable Range of
 // the key, round robin over connections to every member. Prefill, Verify,
 // the histogram and the reports work unchanged.
+//
+// Must not import: chunkserver/..., copyset/..., internal/kinds, cmd/..., test/...
 package bench

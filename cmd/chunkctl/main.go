@@ -1,4 +1,3 @@
-// Command chunkctl is the admin CLI of chunkraft; see package cli.
 package main
 
 import (

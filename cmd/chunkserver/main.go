@@ -1,6 +1,3 @@
-// Command chunkserver runs one chunkraft chunkserver: the copysets on its
-// data dir, the seed gRPC services and raft on one port, and metrics,
-// health and pprof over HTTP. See `chunkserver --help`.
 package main
 
 import (

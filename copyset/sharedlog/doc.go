@@ -105,4 +105,6 @@
 // internal/bufpool (standard library only): it depends on the standard
 // library, hashicorp/raft (for the interfaces and raft.Log) and
 // klauspost/crc32, so that it can be tested and benchmarked on its own.
+//
+// Must not import: github.com/chunkraft/chunkraft/..., !internal/bufpool
 package sharedlog

@@ -10,4 +10,6 @@
 // A buffer handed to Put must come from Get of the same Pool and must no
 // longer be referenced by anyone. The package imports only the standard
 // library.
+//
+// Must not import: github.com/chunkraft/chunkraft/...
 package bufpool

@@ -18,4 +18,6 @@
 // received message instead of copying them (copyset's AppendEntries codec,
 // chunkserver's ChunkRequest codec). It imports only grpc and
 // internal/bufpool.
+//
+// Must not import: github.com/chunkraft/chunkraft/..., !internal/bufpool
 package grpcbuf

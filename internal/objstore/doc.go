@@ -38,4 +38,6 @@
 //
 // This package deliberately imports nothing else from chunkraft so it can be
 // used (and tested) on its own.
+//
+// Must not import: github.com/chunkraft/chunkraft/...
 package objstore

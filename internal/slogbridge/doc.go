@@ -13,4 +13,6 @@
 //
 // It imports only log/slog and the two logging interfaces; any package may
 // use it.
+//
+// Must not import: github.com/chunkraft/chunkraft/...
 package slogbridge

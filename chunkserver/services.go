@@ -1,0 +1,53 @@
+package chunkserver
+
+import (
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
+	datasyncpb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+)
+
+// curveServices are the Curve chunkserver services newServer builds.
+type curveServices struct {
+	chunks   *chunkService
+	copysets *copysetService
+	cli      *cliService2
+}
+
+// registerServices registers every gRPC service the server answers on
+// s.grpc: this is the one place a service is added. The server's parts
+// (s.scans, s.rt, s.fences, s.trans, s.health) are set up before.
+func (s *Server) registerServices(curve curveServices) {
+	g := s.grpc
+	// The Curve chunkserver protocol.
+	pb.RegisterChunkServiceServer(g, curve.chunks)
+	pb.RegisterCopysetServiceServer(g, curve.copysets)
+	pb.RegisterCliService2Server(g, curve.cli)
+	pb.RegisterCliServiceServer(g, &cliService{core: curve.cli})
+	pb.RegisterChunkServerServiceServer(g, &chunkServerService{rt: s.rt})
+	// chunkraft's own: runtime configuration, integrity jobs and range
+	// scans (integrity*.go, scan.go).
+	pb.RegisterConfigServiceServer(g, &configService{rt: s.rt})
+	pb.RegisterIntegrityServiceServer(g, &integrityService{in: s.scans})
+	pb.RegisterScanServiceServer(g, &scanService{in: s.scans})
+	// Between chunkservers: raft traffic of every copyset, epoch fences.
+	s.trans.Register(g)
+	raftpb.RegisterFencesServer(g, s.fences)
+	registerUnimplemented(g)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+}
+
+// registerUnimplemented registers the seed services whose issues have not
+// landed yet. Every call answers gRPC Unimplemented: honest, not faked.
+func registerUnimplemented(g *grpc.Server) {
+	datasyncpb.RegisterDataCollectorServer(g, datasyncpb.UnimplementedDataCollectorServer{})
+	datasyncpb.RegisterSyncToolServer(g, datasyncpb.UnimplementedSyncToolServer{})
+	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
+	tikvpb.RegisterTikvServer(g, tikvpb.UnimplementedTikvServer{})
+}

@@ -1,0 +1,36 @@
+package kinds
+
+// The kinds. Reserved numbers belong to services that have not landed:
+// nothing registers them yet, and nothing else may take them.
+const (
+	// Chunk is the chunk store of a copyset (chunkserver/chunk_fsm.go).
+	Chunk = 1
+	// Integrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops
+	// (chunkserver/integrity.go).
+	Integrity = 2
+	// Fence is a copyset's epoch fences (chunkserver/fence.go).
+	Fence = 3
+	// Sync is reserved for sync tasks (sync/).
+	Sync = 4
+	// Disagg is reserved for disaggregated locks (disagg/).
+	Disagg = 5
+	// DM is reserved for DM subtasks (dm/).
+	DM = 6
+)
+
+// Entry is one row of the table.
+type Entry struct {
+	Number   uint8
+	Name     string
+	Reserved bool // no machine registers it yet
+}
+
+// Table lists every kind ever assigned, in number order.
+var Table = []Entry{
+	{Chunk, "chunk", false},
+	{Integrity, "integrity", false},
+	{Fence, "fence", false},
+	{Sync, "sync", true},
+	{Disagg, "disagg", true},
+	{DM, "dm", true},
+}
