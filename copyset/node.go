@@ -45,6 +45,10 @@ type RaftOptions struct {
 	// NoReadLease makes every batch of reads verify leadership with a
 	// quorum round instead of using the leader's read lease (lease.go).
 	NoReadLease bool
+	// MaxPinnedEntries bounds the entries a log retention pin may hold
+	// back from truncation, from the pin to the last index (logpin.go;
+	// default 65536).
+	MaxPinnedEntries uint64
 }
 
 func (o *RaftOptions) withDefaults() RaftOptions {
@@ -77,6 +81,9 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	}
 	if r.TrailingLogs == 0 {
 		r.TrailingLogs = 10240
+	}
+	if r.MaxPinnedEntries == 0 {
+		r.MaxPinnedEntries = DefaultMaxPinnedEntries
 	}
 	return r
 }
@@ -139,6 +146,7 @@ type Node struct {
 	raft   *raft.Raft
 	fsm    *fsm
 	stores *logStores
+	pins   *logPins // log retention pins (logpin.go)
 	snaps  *snapshotStore
 	trans  *GroupTransport
 
@@ -300,9 +308,10 @@ func openNode(c nodeConfig) (*Node, error) {
 			return fail(fmt.Errorf("bootstrap copyset %s: %w", c.group, err))
 		}
 	}
+	stores.cache.pins = newLogPins(c.group, opts.MaxPinnedEntries, c.log)
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
-		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
+		fsm: f, stores: stores, pins: stores.cache.pins, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
 		onRemoved: c.onRemoved, prepare: c.prepare,
 		joined: joined, joinAfter: join.After, joinPeers: join.Peers, opened: time.Now(),
 	}
@@ -747,6 +756,7 @@ func (n *Node) Close() error {
 			errs = append(errs, err)
 		}
 		n.bg.close()
+		n.pins.releaseAll()
 		if err := n.fsm.closeMachines(); err != nil {
 			errs = append(errs, err)
 		}
