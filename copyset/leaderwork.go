@@ -29,7 +29,15 @@ import (
 // A run starts as soon as the replica leads, before it has applied its
 // predecessors' entries: work that reads the state machines waits first
 // (Node.ReadBarrier, or Node.WaitWritable before proposing client-visible
-// changes). Broken replicas get no run.
+// changes). Broken replicas get no run. A run must not call Stop of its
+// own worker (Stop waits for it).
+//
+// The integrity scan worker (chunkserver/scan.go) today polls
+// Manager.List for copysets it leads; on a LeaderWorker it is one run per
+// led copyset: wait for the copyset's next job (woken by the machine's
+// jobsChanged through a channel of that copyset, or the poll interval),
+// take the server-wide range throttle shared by all runs, step the job;
+// its 200 ms retry after a failed step is RetryDelay.
 
 // LeaderWork is the function a LeaderWorker runs on a copyset it leads. It
 // must return soon after ctx ends.

@@ -238,11 +238,11 @@ func TestLogEntryRead(t *testing.T) {
 	if e, err := n.LogEntry(1); err != nil || e.Type != LogEntryConfiguration {
 		t.Fatalf("bootstrap entry: %+v %v", e, err)
 	}
-	commit := n.raft.CommitIndex()
-	for _, i := range []uint64{0, commit + 1} {
-		if _, err := n.LogEntry(i); !errors.Is(err, ErrLogBeyondLast) {
-			t.Fatalf("index %d: %v", i, err)
-		}
+	if _, err := n.LogEntry(0); !errors.Is(err, ErrLogCompacted) {
+		t.Fatalf("index 0: %v", err)
+	}
+	if _, err := n.LogEntry(n.raft.CommitIndex() + 1); !errors.Is(err, ErrLogBeyondLast) {
+		t.Fatalf("index past the commit index: %v", err)
 	}
 
 	batch := &raft.Log{Index: 9, Term: 2, Type: raft.LogCommand, Data: encodeBatch([][]byte{fileOp("x", "1"), append([]byte{opVersion, 201}, "y"...)})}

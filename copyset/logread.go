@@ -62,8 +62,11 @@ type LogEntry struct {
 // error naming the index. Reads of recent entries come from the log cache,
 // older ones from the log store.
 func (n *Node) LogEntry(index uint64) (LogEntry, error) {
+	if index == 0 {
+		return LogEntry{}, fmt.Errorf("copyset %s: index 0: %w (log indexes start at 1)", n.group, ErrLogCompacted)
+	}
 	commit := n.raft.CommitIndex()
-	if index == 0 || index > commit {
+	if index > commit {
 		return LogEntry{}, fmt.Errorf("copyset %s: index %d: %w (commit index %d)", n.group, index, ErrLogBeyondLast, commit)
 	}
 	var l raft.Log
