@@ -140,13 +140,14 @@ func (m *Manager) stopLeaderWorkers() {
 // cancels every run and waits for them.
 func (w *LeaderWorker) loop(ctx context.Context) {
 	defer close(w.done)
-	runs := map[*Node]*leaderRun{}     // the current run of each copyset
-	stopping := map[*Node]*leaderRun{} // cancelled runs not yet returned
-	finished := map[*Node]uint64{}     // term in which the run returned nil
-	retryAt := map[*Node]time.Time{}   // when a failed run may start again
+	rs := &leaderRuns{
+		runs: map[*Node]*leaderRun{}, stopping: map[*Node]*leaderRun{},
+		finished: map[*Node]uint64{}, retryAt: map[*Node]time.Time{},
+	}
+	runs, stopping := rs.runs, rs.stopping
 	for {
 		changed := w.m.work.changed.wait()
-		next := w.reconcile(ctx, runs, stopping, finished, retryAt)
+		next := w.reconcile(ctx, rs)
 		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
@@ -161,7 +162,7 @@ func (w *LeaderWorker) loop(ctx context.Context) {
 			}
 			return
 		case r := <-w.ended:
-			w.runEnded(r, runs, stopping, finished, retryAt)
+			w.runEnded(r, rs)
 		case <-changed:
 		case <-t.C:
 		}
@@ -169,27 +170,36 @@ func (w *LeaderWorker) loop(ctx context.Context) {
 	}
 }
 
+// leaderRuns is the state of a worker's loop, owned by its goroutine.
+type leaderRuns struct {
+	runs     map[*Node]*leaderRun // the current run of each copyset
+	stopping map[*Node]*leaderRun // cancelled runs not yet returned
+	finished map[*Node]uint64     // term in which the run returned nil
+	retryAt  map[*Node]time.Time  // when a failed run may start again
+}
+
 // runEnded records the end of run r.
-func (w *LeaderWorker) runEnded(r *leaderRun, runs, stopping map[*Node]*leaderRun, finished map[*Node]uint64, retryAt map[*Node]time.Time) {
-	if stopping[r.n] == r {
-		delete(stopping, r.n)
+func (w *LeaderWorker) runEnded(r *leaderRun, rs *leaderRuns) {
+	if rs.stopping[r.n] == r {
+		delete(rs.stopping, r.n)
 		return
 	}
-	delete(runs, r.n)
+	delete(rs.runs, r.n)
 	r.cancel()
 	if r.err == nil {
-		finished[r.n] = r.term
+		rs.finished[r.n] = r.term
 		return
 	}
 	w.log.Warn("leader work failed; retrying", "pool", r.n.group.Pool(), "copyset", r.n.group.Copyset(),
 		"term", r.term, "err", r.err, "retry_in", w.opts.RetryDelay)
-	retryAt[r.n] = time.Now().Add(w.opts.RetryDelay)
+	rs.retryAt[r.n] = time.Now().Add(w.opts.RetryDelay)
 }
 
 // reconcile cancels the runs of copysets no longer led in their run's term
 // and starts runs on led copysets that have none, and returns how long
 // until it should look again.
-func (w *LeaderWorker) reconcile(ctx context.Context, runs, stopping map[*Node]*leaderRun, finished map[*Node]uint64, retryAt map[*Node]time.Time) time.Duration {
+func (w *LeaderWorker) reconcile(ctx context.Context, rs *leaderRuns) time.Duration {
+	runs, stopping, finished, retryAt := rs.runs, rs.stopping, rs.finished, rs.retryAt
 	nodes := w.m.List()
 	hosted := make(map[*Node]bool, len(nodes))
 	for _, n := range nodes {
