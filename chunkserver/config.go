@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"go.yaml.in/yaml/v3"
 )
@@ -113,6 +114,11 @@ type RaftConfig struct {
 	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
 	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
 	TrailingLogs      uint64        `yaml:"trailing_logs"`
+	// MaxPinnedEntries bounds a log retention pin (copyset/logpin.go): a
+	// pin may hold back truncation of at most this many entries behind a
+	// copyset's last index; a compaction moves a pin further behind up
+	// and its holder is told.
+	MaxPinnedEntries uint64 `yaml:"max_pinned_entries"`
 	// ReadLease lets a leader serve linearizable reads without a quorum
 	// round while a quorum acknowledged its heartbeats within the last
 	// 3/4 heartbeat_timeout (copyset/lease.go); false asks a quorum
@@ -149,6 +155,7 @@ func DefaultConfig() Config {
 			SnapshotThreshold:  8192,
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,
+			MaxPinnedEntries:   copyset.DefaultMaxPinnedEntries,
 			ReadLease:          true,
 		},
 		MaxConcurrentStreams: 1024,
@@ -386,6 +393,9 @@ func (c *Config) Validate() error {
 	case "trace", "debug", "info", "warn", "error", "off":
 	default:
 		return fmt.Errorf("config: raft.log_level %q: want trace, debug, info, warn, error or off", c.Raft.LogLevel)
+	}
+	if c.Raft.MaxPinnedEntries < 1 {
+		return fmt.Errorf("config: raft.max_pinned_entries %d must be at least 1", c.Raft.MaxPinnedEntries)
 	}
 	if c.Raft.LogStore != "boltdb" && c.Raft.LogStore != "shared" {
 		return fmt.Errorf("config: raft.log_store %q: want boltdb or shared", c.Raft.LogStore)

@@ -55,6 +55,7 @@ func TestConfigValidate(t *testing.T) {
 		{"gc percent zero", func(c *Config) { c.GCPercent = 0 }, "gc_percent"},
 		{"gc percent below -1", func(c *Config) { c.GCPercent = -2 }, "gc_percent"},
 		{"gc off", func(c *Config) { c.GCPercent = -1 }, ""},
+		{"no pinned entries", func(c *Config) { c.Raft.MaxPinnedEntries = 0 }, "raft.max_pinned_entries 0 must be at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,7 +8,7 @@ package chunkserver
 //   - The fence op (kinds.Fence, a marshalled raftpb.FenceOp of (fileId,
 //     epoch) pairs) raises the server's epochMap on every replica that
 //     applies it, and the copyset's own fence table (fences.jsonl in the
-//     copyset data dir, a stateFile). Applying is deterministic, monotonic
+//     copyset data dir, a copyset/statefile file). Applying is deterministic, monotonic
 //     (an epoch never goes down) and idempotent under replay; a table that
 //     cannot be persisted stops the replica (copyset.FatalError), it is
 //     never skipped.
@@ -51,6 +51,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/statefile"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
@@ -73,7 +74,7 @@ type fenceState struct {
 // fenceMachine is the kinds.Fence state machine of one copyset.
 type fenceMachine struct {
 	epochs *epochMap
-	file   *stateFile
+	file   *statefile.File
 	log    *slog.Logger
 	table  fenceTable // the copyset's fences; used by the apply goroutine only
 }
@@ -84,12 +85,12 @@ var _ copyset.StateMachine = (*fenceMachine)(nil)
 // server's epochMap with it.
 func openFenceMachine(dir string, epochs *epochMap, log *slog.Logger) (*fenceMachine, error) {
 	path := filepath.Join(dir, FenceFileName)
-	file, b, err := openStateFile(path)
+	file, b, err := statefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("fence table: %w", err)
 	}
 	table := fenceTable{}
-	bad := eachStateLine(b, func(line []byte) bool {
+	bad := statefile.EachLine(b, func(line []byte) bool {
 		var st fenceState
 		if err := json.Unmarshal(line, &st); err != nil {
 			return false
@@ -151,7 +152,7 @@ func (m *fenceMachine) Apply(index uint64, payload []byte) any {
 	if next, changed := m.table.merge(u); changed {
 		line, err := json.Marshal(fenceState{Fences: next})
 		if err == nil {
-			err = m.file.append(line)
+			err = m.file.Append(line)
 		}
 		if err != nil {
 			return &copyset.FatalError{Err: fmt.Errorf("apply fence op at index %d: %w", index, err)}
@@ -165,13 +166,13 @@ func (m *fenceMachine) Apply(index uint64, payload []byte) any {
 }
 
 // Sync implements copyset.StateMachine.
-func (m *fenceMachine) Sync() error { return m.file.sync() }
+func (m *fenceMachine) Sync() error { return m.file.Sync() }
 
 // Files implements copyset.StateMachine.
 func (m *fenceMachine) Files() ([]string, error) { return []string{FenceFileName}, nil }
 
 // Close implements copyset.StateMachine.
-func (m *fenceMachine) Close() error { return m.file.close() }
+func (m *fenceMachine) Close() error { return m.file.Close() }
 
 // fencer is the server side of the replicated fences: the Fences service,
 // the leader preparation and UpdateEpoch's proposals.

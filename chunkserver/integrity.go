@@ -24,8 +24,8 @@ package chunkserver
 // order by the copyset's single apply goroutine, so a scan op observes
 // exactly the chunk writes before it in the log, as in Curve.
 //
-// Persistence: integrity.jsonl in the copyset data dir, a stateFile
-// (statefile.go): each change appends one line holding the whole state,
+// Persistence: integrity.jsonl in the copyset data dir, a state file
+// (copyset/statefile): each change appends one line holding the whole state,
 // including Applied, the log index of the last job op applied; loading
 // takes the valid line with the highest Applied. An op whose index is <=
 // Applied is already in the state and is skipped, so a replay after a
@@ -44,6 +44,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/statefile"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
@@ -273,7 +274,7 @@ type integrityMachine struct {
 	mu sync.RWMutex
 	st integrityState
 
-	file *stateFile // used from the apply goroutine (Apply, Sync) and Close
+	file *statefile.File // used from the apply goroutine (Apply, Sync) and Close
 }
 
 var _ copyset.StateMachine = (*integrityMachine)(nil)
@@ -281,7 +282,7 @@ var _ copyset.StateMachine = (*integrityMachine)(nil)
 // openIntegrityMachine loads the state file in dir, if any.
 func openIntegrityMachine(g copyset.GroupID, dir string, store *datastore.Store, reporter scanReporter, log *slog.Logger) (*integrityMachine, error) {
 	m := &integrityMachine{group: g, store: store, reporter: reporter, log: log, dir: dir}
-	file, b, err := openStateFile(m.path())
+	file, b, err := statefile.Open(m.path())
 	if err != nil {
 		return nil, fmt.Errorf("integrity state: %w", err)
 	}
@@ -297,7 +298,7 @@ func openIntegrityMachine(g copyset.GroupID, dir string, store *datastore.Store,
 // Applied (the last of equals) and how many non-empty lines were invalid.
 func parseIntegrityState(b []byte) (integrityState, int) {
 	var best integrityState
-	bad := eachStateLine(b, func(line []byte) bool {
+	bad := statefile.EachLine(b, func(line []byte) bool {
 		var st integrityState
 		if err := json.Unmarshal(line, &st); err != nil {
 			return false
@@ -355,7 +356,7 @@ func (m *integrityMachine) applyJob(index uint64, payload []byte) any {
 	}
 	m.mu.Unlock()
 	if changed {
-		if werr := m.file.append(line); werr != nil {
+		if werr := m.file.Append(line); werr != nil {
 			return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: %w", index, werr)}
 		}
 		m.logChange(index, &op, out)
@@ -498,14 +499,14 @@ func (st *integrityState) pruneTerminal(keep int) {
 }
 
 // Sync implements copyset.StateMachine: fsync the state file.
-func (m *integrityMachine) Sync() error { return m.file.sync() }
+func (m *integrityMachine) Sync() error { return m.file.Sync() }
 
 // Files implements copyset.StateMachine.
 func (m *integrityMachine) Files() ([]string, error) { return []string{IntegrityFileName}, nil }
 
 // Close implements copyset.StateMachine. The chunk store is the chunk
 // machine's to close.
-func (m *integrityMachine) Close() error { return m.file.close() }
+func (m *integrityMachine) Close() error { return m.file.Close() }
 
 // jobs returns a copy of every job, ascending id.
 func (m *integrityMachine) jobs() []*IntegrityJob {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/statefile"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
@@ -681,7 +682,7 @@ func TestIntegrityStateReplayAndReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Size() > 2*compactMinBytes {
+	if st.Size() > 2*statefile.CompactMinBytes {
 		t.Fatalf("state file not compacted: %d bytes", st.Size())
 	}
 	m3.Close()

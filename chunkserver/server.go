@@ -143,6 +143,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
+			MaxPinnedEntries:   cfg.Raft.MaxPinnedEntries,
 			NoReadLease:        !cfg.Raft.ReadLease,
 			Logger:             raftLog,
 		},
@@ -157,7 +158,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}
 	s.fences.copysets = s.copysets
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
-	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets))
+	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries))
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{

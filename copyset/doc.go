@@ -9,7 +9,9 @@
 // concurrent ops of kinds whose spec says Batch, the chunk store's, share one
 // raft entry), the leader's read lease (lease.go), the
 // raft log store (logstore.go, fronted by a cache of recent entries bounded
-// in count and bytes, logcache.go) and the multiplexed gRPC raft transport
+// in count and bytes, logcache.go), reading committed entries by index
+// (logread.go) and log retention pins that hold back truncation for a
+// consumer following the log (logpin.go), and the multiplexed gRPC raft transport
 // (transport*.go, heartbeats batched per peer server in
 // transport_heartbeat.go, AppendEntries payloads passed through gRPC without
 // copies by the codec in transport_wire.go).

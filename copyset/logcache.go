@@ -24,6 +24,9 @@ import (
 type logCache struct {
 	store    raft.LogStore
 	maxBytes int
+	// pins, when set, clamp compactions (logpin.go); only DeleteRange
+	// looks at them.
+	pins *logPins
 
 	mu    sync.Mutex
 	ring  []*raft.Log
@@ -95,8 +98,16 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 
 // DeleteRange implements raft.LogStore: it empties the cache (raft deletes
 // a suffix on conflict and a prefix on compaction; both are rare) and
-// deletes [min, max] from the store.
+// deletes [min, max] from the store, or, for a compaction held back by log
+// pins, the part of it below the lowest pin (logpin.go).
 func (c *logCache) DeleteRange(min, max uint64) error {
+	if c.pins != nil {
+		return c.pins.deleteRange(c.store, min, max, c.deleteRange)
+	}
+	return c.deleteRange(min, max)
+}
+
+func (c *logCache) deleteRange(min, max uint64) error {
 	c.mu.Lock()
 	clear(c.ring)
 	c.bytes, c.lo = 0, 0

@@ -24,6 +24,7 @@ const logCacheBytes = 4 << 20
 // logStores is what a node needs from its raft log storage.
 type logStores struct {
 	log    raft.LogStore    // cached view handed to raft
+	cache  *logCache        // log, as its type
 	stable raft.StableStore // term and vote
 	first  func() (uint64, error)
 	close  func() error
@@ -47,7 +48,7 @@ func openBoltLogStore(dir string, cacheSize int) (*logStores, error) {
 		store.Close()
 		return nil, fmt.Errorf("open log cache: %w", err)
 	}
-	return &logStores{log: cached, stable: store, first: store.FirstIndex, close: store.Close}, nil
+	return &logStores{log: cached, cache: cached, stable: store, first: store.FirstIndex, close: store.Close}, nil
 }
 
 // openSharedLogStore returns copyset group's view of the server's shared,
@@ -62,5 +63,5 @@ func openSharedLogStore(shared *sharedlog.Log, group GroupID, cacheSize int) (*l
 	if err != nil {
 		return nil, fmt.Errorf("open log cache: %w", err)
 	}
-	return &logStores{log: cached, stable: gs, first: gs.FirstIndex, close: func() error { return nil }}, nil
+	return &logStores{log: cached, cache: cached, stable: gs, first: gs.FirstIndex, close: func() error { return nil }}, nil
 }

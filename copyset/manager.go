@@ -61,6 +61,8 @@ type Manager struct {
 	kick     chan struct{}
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
+	// work is the leader-only workers (leaderwork.go).
+	work leaderWork
 }
 
 // NewManager returns a manager with no copysets open; call Load to reopen
@@ -275,7 +277,7 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 			return m.openMachines(g, dataDir)
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
-		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved,
+		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved, onState: m.work.changed.fire,
 		prepare: m.opts.LeaderPrepare, join: join,
 	})
 	if err != nil {
@@ -286,6 +288,7 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 		n.claim() // the create request that made it
 	}
 	m.nodes[g] = n
+	m.work.changed.fire()
 	return n, nil
 }
 
@@ -308,9 +311,10 @@ func (m *Manager) List() []*Node {
 	return out
 }
 
-// Close stops every replica and the lifecycle goroutine. The manager
-// cannot be used afterwards.
+// Close stops the leader workers, then every replica and the lifecycle
+// goroutine. The manager cannot be used afterwards.
 func (m *Manager) Close() error {
+	m.stopLeaderWorkers()
 	m.stopLoop()
 	<-m.loopDone
 	m.lifeMu.Lock()

@@ -45,6 +45,10 @@ type RaftOptions struct {
 	// NoReadLease makes every batch of reads verify leadership with a
 	// quorum round instead of using the leader's read lease (lease.go).
 	NoReadLease bool
+	// MaxPinnedEntries bounds the entries a log retention pin may hold
+	// back from truncation, from the pin to the last index (logpin.go;
+	// default 65536).
+	MaxPinnedEntries uint64
 }
 
 func (o *RaftOptions) withDefaults() RaftOptions {
@@ -77,6 +81,9 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	}
 	if r.TrailingLogs == 0 {
 		r.TrailingLogs = 10240
+	}
+	if r.MaxPinnedEntries == 0 {
+		r.MaxPinnedEntries = DefaultMaxPinnedEntries
 	}
 	return r
 }
@@ -139,6 +146,7 @@ type Node struct {
 	raft   *raft.Raft
 	fsm    *fsm
 	stores *logStores
+	pins   *logPins // log retention pins (logpin.go)
 	snaps  *snapshotStore
 	trans  *GroupTransport
 
@@ -192,6 +200,9 @@ type Node struct {
 
 	// leaderChanges counts raft's leader observations naming a leader.
 	leaderChanges atomic.Uint64
+	// onState, when set, is told (on raft's goroutine, must not block) of
+	// every raft state change of this replica (leaderwork.go).
+	onState func()
 }
 
 // nodeConfig is everything openNode needs.
@@ -207,6 +218,7 @@ type nodeConfig struct {
 	bootstrap []PeerID       // initial configuration for a new copyset, nil to reopen
 	shared    *sharedlog.Log // the server's shared log store; nil = raft-boltdb per copyset
 	onRemoved func(*Node)    // see Node.onRemoved
+	onState   func()         // see Node.onState
 	prepare   LeaderPrepare  // see WaitWritable; nil: nothing to prepare
 	// join, when set, is written as the join marker before raft opens
 	// (a new replica created to be added, join.go).
@@ -301,10 +313,11 @@ func openNode(c nodeConfig) (*Node, error) {
 			return fail(fmt.Errorf("bootstrap copyset %s: %w", c.group, err))
 		}
 	}
+	stores.cache.pins = newLogPins(c.group, opts.MaxPinnedEntries, c.log)
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
-		fsm: f, stores: stores, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
-		onRemoved: c.onRemoved, prepare: c.prepare,
+		fsm: f, stores: stores, pins: stores.cache.pins, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
+		onRemoved: c.onRemoved, onState: c.onState, prepare: c.prepare,
 		joined: joined, joinAfter: join.After, joinPeers: join.Peers, opened: time.Now(),
 	}
 	n.wasMember.Store(knownMember(c.local, n.joinAfter, latest, hasSnap, stores))
@@ -338,11 +351,14 @@ func openNode(c nodeConfig) (*Node, error) {
 		return fail(fmt.Errorf("start raft for copyset %s: %w", c.group, err))
 	}
 	n.raft = r
-	// The filter runs on raft's goroutine at each leader change; with no
-	// channel the observation goes nowhere else.
+	// The filter runs on raft's goroutine at each leader and state change;
+	// with no channel the observation goes nowhere else.
 	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
 		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
 			n.leaderChanges.Add(1)
+		}
+		if _, ok := o.Data.(raft.RaftState); ok && n.onState != nil {
+			n.onState()
 		}
 		return false
 	}))
@@ -749,6 +765,7 @@ func (n *Node) Close() error {
 			errs = append(errs, err)
 		}
 		n.bg.close()
+		n.pins.releaseAll()
 		if err := n.fsm.closeMachines(); err != nil {
 			errs = append(errs, err)
 		}
