@@ -1,11 +1,13 @@
 package copyset
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/chunkraft/chunkraft/internal/atomicfile"
 )
@@ -80,4 +82,31 @@ func (n *Node) JoinPeers() ([]PeerID, bool) {
 		return nil, false
 	}
 	return n.joinPeers, true
+}
+
+// Join opens an empty replica of copyset g that has no configuration: it
+// never campaigns and waits for the leader to add it (AddPeer) and send it
+// the log or a snapshot. ErrExist if this server already has g. after is a
+// log index of the copyset before the add (the leader's last index now) and
+// peers its current peers: both go into the replica's join marker, durable
+// when Join returns (joinMarker), so the replica survives a restart before it
+// received anything and ignores configurations up to after. With after 0
+// every configuration counts (a copyset whose earlier members never
+// included this server).
+func (m *Manager) Join(ctx context.Context, g GroupID, after uint64, peers []PeerID) (*Node, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("join copyset %s: %w", g, err)
+	}
+	if peers != nil {
+		if err := checkPeerSet(peers); err != nil {
+			return nil, fmt.Errorf("join copyset %s: %w", g, err)
+		}
+	}
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	dir := m.groupDir(g)
+	if m.opts.SharedLog != nil && m.Get(g) == nil && !dirExists(dir) && m.hasRaftState(g, dir) {
+		return nil, fmt.Errorf("join copyset %s: the shared log holds raft state of it", g)
+	}
+	return m.openMode(g, nil, &joinMarker{After: after, Peers: slices.Clone(peers)})
 }

@@ -1,3 +1,9 @@
+// The conversion between hashicorp/raft's RPC types and the raftpb messages
+// of the raft transport (the ...ToProto and ...FromProto functions), used by
+// the outbound calls (transport_group.go, transport_pipeline.go) and the
+// inbound service (transport_server.go). How those messages are encoded on
+// the wire is transport_wire.go's.
+
 //lint:file-ignore SA1019 hashicorp/raft still fills and reads the deprecated Leader/Candidate fields (raft.go falls back to them), so the transport carries them unchanged.
 
 package copyset
@@ -130,18 +136,6 @@ func appendEntriesRequestFromProto(r *raftpb.AppendEntriesRequest) *raft.AppendE
 		Entries:           logsFromProto(r.Entries),
 		LeaderCommitIndex: r.LeaderCommitIndex,
 	}
-}
-
-// isRaftHeartbeat applies net_transport.go's rule: an AppendEntries that carries
-// a term and a leader address and nothing else.
-func isRaftHeartbeat(r *raft.AppendEntriesRequest) bool {
-	leader := r.Addr
-	if len(leader) == 0 {
-		leader = r.Leader
-	}
-	return r.Term != 0 && len(leader) != 0 &&
-		r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
-		len(r.Entries) == 0 && r.LeaderCommitIndex == 0
 }
 
 // appendEntriesResponseToProto converts raft's answer; a raft-level error

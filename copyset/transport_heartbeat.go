@@ -41,6 +41,19 @@ import (
 // stream with Unimplemented; its heartbeats then go as single AppendEntries
 // calls for heartbeatLegacyRetry before the stream is tried again.
 
+// isRaftHeartbeat applies net_transport.go's rule: an AppendEntries that carries
+// a term and a leader address and nothing else.
+func isRaftHeartbeat(r *raft.AppendEntriesRequest) bool {
+	leader := r.Addr
+	if len(leader) == 0 {
+		//lint:ignore SA1019 raft still sends the deprecated Leader field; net_transport.go falls back to it too.
+		leader = r.Leader
+	}
+	return r.Term != 0 && len(leader) != 0 &&
+		r.PrevLogEntry == 0 && r.PrevLogTerm == 0 &&
+		len(r.Entries) == 0 && r.LeaderCommitIndex == 0
+}
+
 // errHeartbeatsUnsupported fails the calls of a batch the peer did not
 // know how to take; their callers resend them as single calls.
 var errHeartbeatsUnsupported = errors.New("peer has no Heartbeats stream")

@@ -1,3 +1,9 @@
+// The raft transport's wire encoding: wireCodec, the gRPC codec registered
+// as "proto", which marshals and parses AppendEntriesRequest by hand
+// (aliasing entry payloads instead of copying them) and hands every other
+// message to gRPC's default codec. Converting raft's types to the raftpb
+// messages is transport_codec.go's.
+
 package copyset
 
 import (
