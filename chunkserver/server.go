@@ -220,6 +220,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	pb.RegisterCliServiceServer(s.grpc, &cliService{core: cli})
 	registerUnimplemented(s.grpc)
 	registerFences(s.grpc, s.fences)
+	registerCluster(s.grpc, &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.fences.conns})
 	s.registerIntegrity()
 	s.registerConfigServices()
 	s.trans.Register(s.grpc)
