@@ -1,9 +1,16 @@
 package chunkserver
 
 import (
+	"context"
 	"errors"
+	"net"
 	"slices"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 )
@@ -56,5 +63,76 @@ func TestClusterMapAssemble(t *testing.T) {
 	}
 	if resp = m.assemble(down, m.seen, false); len(resp.Copysets) != 0 || len(m.seen) != 0 {
 		t.Errorf("moved away: %v, memory %v", resp.Copysets, m.seen)
+	}
+}
+
+// fakeLocal answers LocalCopysets with replicas, or, when stall, not
+// before the caller gives up.
+type fakeLocal struct {
+	clusterpb.UnimplementedClusterServer
+	replicas []*clusterpb.Replica
+	stall    bool
+}
+
+func (f *fakeLocal) LocalCopysets(ctx context.Context, _ *clusterpb.LocalCopysetsRequest) (*clusterpb.LocalCopysetsResponse, error) {
+	if f.stall {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &clusterpb.LocalCopysetsResponse{Replicas: f.replicas}, nil
+}
+
+func serveFake(t *testing.T, f *fakeLocal) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	clusterpb.RegisterClusterServer(g, f)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// ClusterMap follows the members a seed's replicas name, stops at
+// max_servers (truncated: the third member is left out), reports a server that does not answer within
+// clusterAskTimeout and one that refuses, and refuses a bad seed.
+func TestClusterMapCrawl(t *testing.T) {
+	c := startTestCluster(t, 1)
+	stalled := serveFake(t, &fakeLocal{stall: true})
+	refusing := func() string {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		return lis.Addr().String()
+	}
+	far := []string{refusing() + ":0", refusing() + ":0", refusing() + ":0"}
+	seedFake := &fakeLocal{}
+	seed := serveFake(t, seedFake)
+	seedFake.replicas = []*clusterpb.Replica{{Pool: 1, Copyset: 9, Peer: seed + ":0", IsLeader: true, Term: 2, Members: far}}
+	svc := clusterpb.NewClusterClient(c.conns[0])
+	ctx := context.Background()
+	resp, err := svc.ClusterMap(ctx, &clusterpb.ClusterMapRequest{Seeds: []string{seed, stalled}, MaxServers: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byAddr := map[string]*clusterpb.Server{}
+	for _, s := range resp.Servers {
+		byAddr[s.Address] = s
+	}
+	local := c.servers[0].Local().Addr()
+	if !resp.Truncated || len(resp.Servers) != 5 || !byAddr[local].GetReachable() || byAddr[local].GetReplicas() != 1 ||
+		!byAddr[seed].GetReachable() || byAddr[strings.TrimSuffix(far[0], ":0")].GetReachable() ||
+		!strings.Contains(byAddr[stalled].GetError(), "DeadlineExceeded") {
+		t.Errorf("map: %v", resp)
+	}
+	if len(resp.Copysets) != 2 || resp.Copysets[1].Copyset != 9 || resp.Copysets[1].Leader != seed+":0" || !slices.Equal(resp.Copysets[1].Members, far) {
+		t.Errorf("copysets: %v", resp.Copysets)
+	}
+	if _, err := svc.ClusterMap(ctx, &clusterpb.ClusterMapRequest{Seeds: []string{"nohost"}}); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Errorf("a bad seed: %v", err)
 	}
 }
