@@ -44,6 +44,7 @@ var methodRoles = map[string]role{
 	"/curve.chunkserver.ConfigService/Dump":                   roleAny,
 	"/curve.chunkserver.IntegrityService/ListJobs":            roleAny,
 	"/curve.chunkserver.ChunkServerService/ChunkServerStatus": roleAny,
+	"/chunkraft.cluster.Cluster/ClusterMap":                   roleAny,
 	"/grpc.health.v1.Health/":                                 roleAny,
 	"/grpc.reflection.v1.ServerReflection/":                   roleAny,
 	"/grpc.reflection.v1alpha.ServerReflection/":              roleAny,
@@ -78,10 +79,11 @@ var methodRoles = map[string]role{
 	"/curve.chunkserver.IntegrityService/CancelJob":   roleAdmin,
 	"/curve.chunkserver.IntegrityService/PauseJob":    roleAdmin,
 	"/curve.chunkserver.IntegrityService/ResumeJob":   roleAdmin,
-	// Server to server: raft traffic, scan maps and epoch fences (server
-	// certs are admin).
+	// Server to server: raft traffic, scan maps, epoch fences and the
+	// cluster map's crawl (server certs are admin).
 	"/chunkraft.raft.RaftTransport/":               roleAdmin,
 	"/chunkraft.raft.Fences/":                      roleAdmin,
+	"/chunkraft.cluster.Cluster/LocalCopysets":     roleAdmin,
 	"/curve.chunkserver.ScanService/FollowScanMap": roleAdmin,
 }
 

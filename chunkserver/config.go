@@ -60,6 +60,10 @@ type Config struct {
 	// CloneSourceServers are asked for the leader of a @cs clone source's
 	// copyset when this server does not host it.
 	CloneSourceServers []string `yaml:"clone_source_servers"`
+	// ClusterSeeds are servers (host:port) the cluster map asks besides
+	// those copyset memberships lead to (cluster_map.go): name servers that
+	// host no copyset yet here, or they are found only once they do.
+	ClusterSeeds []string `yaml:"cluster_seeds"`
 
 	// CopysetLoadMargin is how many committed log entries a copyset
 	// replica may trail its leader by and still count as loaded after a
@@ -406,6 +410,11 @@ func (c *Config) Validate() error {
 	c.ObjectStore.ApplyDefaults(c.DataDir)
 	if err := c.ObjectStore.Validate(); err != nil {
 		return fmt.Errorf("config: object_store: %w", err)
+	}
+	for _, s := range c.ClusterSeeds {
+		if _, _, err := copyset.ParsePeer(s); err != nil {
+			return fmt.Errorf("config: cluster_seeds: %w", err)
+		}
 	}
 	if c.StaleReplicaCheck < 0 {
 		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)

@@ -56,6 +56,8 @@ func TestConfigValidate(t *testing.T) {
 		{"gc percent below -1", func(c *Config) { c.GCPercent = -2 }, "gc_percent"},
 		{"gc off", func(c *Config) { c.GCPercent = -1 }, ""},
 		{"no pinned entries", func(c *Config) { c.Raft.MaxPinnedEntries = 0 }, "raft.max_pinned_entries 0 must be at least 1"},
+		{"cluster seeds", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1:8200", "10.0.0.2:8200:0"} }, ""},
+		{"bad cluster seed", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1"} }, "cluster_seeds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ type Server struct {
 	sources  *cloneSource
 	fences   *fencer     // replicated epoch fences (fence.go)
 	stale    *staleSweep // deletes replicas their copyset no longer has (stale_sweep.go)
+	cluster  *clusterMap // the cluster map service (cluster_map.go)
 	ready    atomic.Bool
 	scans    *integrity    // IntegrityService, ScanService, scan worker (integrity*.go, scan.go)
 	rt       *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
@@ -187,6 +188,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	s.setupIntegrity()
 	s.setupRuntime()
+	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.fences.conns}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.registerServices(curveServices{

@@ -5,6 +5,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
@@ -35,9 +36,11 @@ func (s *Server) registerServices(curve curveServices) {
 	pb.RegisterConfigServiceServer(g, &configService{rt: s.rt})
 	pb.RegisterIntegrityServiceServer(g, &integrityService{in: s.scans})
 	pb.RegisterScanServiceServer(g, &scanService{in: s.scans})
-	// Between chunkservers: raft traffic of every copyset, epoch fences.
+	// Between chunkservers: raft traffic of every copyset, epoch fences,
+	// the cluster map (cluster_map.go).
 	s.trans.Register(g)
 	raftpb.RegisterFencesServer(g, s.fences)
+	clusterpb.RegisterClusterServer(g, s.cluster)
 	registerUnimplemented(g)
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)

@@ -252,6 +252,8 @@ func TestRequiredRole(t *testing.T) {
 		"/curve.chunkserver.ConfigService/Set":                    roleAdmin,
 		"/chunkraft.raft.RaftTransport/AppendEntriesPipeline":     roleAdmin,
 		"/curve.chunkserver.ScanService/FollowScanMap":            roleAdmin,
+		"/chunkraft.cluster.Cluster/ClusterMap":                   roleAny,
+		"/chunkraft.cluster.Cluster/LocalCopysets":                roleAdmin,
 		"/curve.chunkserver.CopysetService/SomethingNotListedYet": roleAdmin,
 	} {
 		if got := requiredRole(m); got != want {

@@ -102,74 +102,33 @@ func (c *Client) onServerRPC(parent context.Context, addr string, attempt time.D
 // *notLeaderReply redirects them.
 type leaderRPC func(ctx context.Context, cc grpc.ClientConnInterface, leader string) error
 
-// onLeaderRPC runs call against the leader of cs, for services that answer
-// with gRPC errors rather than REDIRECTED: FailedPrecondition (a follower)
-// and NotFound (the copyset is not, or no longer, there) make it find the
-// leader again, as does a *notLeaderReply (following the leader it names, a
-// few hops at most); unreachable or timed out servers are retried with
-// backoff; other errors are final. All within the client's timeout.
+// onLeaderRPC runs call against the leader of cs (chaseLeader), for
+// services that answer with gRPC errors rather than REDIRECTED:
+// FailedPrecondition (a follower) and NotFound (the copyset is not, or no
+// longer, there) make it find the leader again, as does a *notLeaderReply
+// (following the leader it names, a few hops at most); unreachable or timed
+// out servers are retried with backoff; a *finalError and any other error
+// are final. Each attempt gets attempt, all within the client's timeout.
 func (c *Client) onLeaderRPC(parent context.Context, op string, cs CopysetID, attempt time.Duration, call leaderRPC) error {
-	start := time.Now()
-	ctx, cancel := c.withDeadline(parent)
-	defer cancel()
-	bo := newBackoff()
-	var last error
-	hops := 0
-	for ctx.Err() == nil {
-		leader, err := c.leaderOf(ctx, cs)
-		if bo.final(err) {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		if err != nil {
-			last = err
-			bo.wait(ctx)
-			continue
-		}
-		addr, err := PeerAddr(leader)
-		if err != nil {
-			c.forgetLeader(cs, leader)
-			last = err
-			bo.wait(ctx)
-			continue
-		}
-		cc, err := c.conn(addr)
-		if err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		actx, acancel := context.WithTimeout(ctx, attempt)
-		err = call(actx, cc, leader)
-		acancel()
+	return c.chaseLeader(parent, opText(op), cs, attempt, func(ctx context.Context, cc *grpc.ClientConn, addr, leader string) leaderOutcome {
+		err := call(ctx, cc, leader)
 		if err == nil {
-			c.setLeader(cs, leader)
-			return nil
+			return leaderOutcome{kind: outcomeDone}
 		}
 		var fe *finalError
 		if errors.As(err, &fe) {
-			return fmt.Errorf("%s: %w", op, &serverError{Addr: addr, Err: fe.err})
+			return leaderOutcome{kind: outcomeFinal, err: &serverError{Addr: addr, Err: fe.err}}
 		}
 		var nl *notLeaderReply
 		if errors.As(err, &nl) {
-			c.forgetLeader(cs, leader)
-			last = &serverError{Addr: addr, Err: err}
-			if hint, herr := PeerID(nl.Leader); nl.Leader != "" && herr == nil && hint != leader && hops < maxRedirectHops {
-				c.setLeader(cs, hint)
-				hops++
-				continue
-			}
-			hops = 0
-			bo.wait(ctx)
-			continue
+			return leaderOutcome{kind: outcomeRedirect, hint: nl.Leader, err: &serverError{Addr: addr, Err: err}}
 		}
 		switch code := status.Code(err); {
 		case code == codes.FailedPrecondition, code == codes.NotFound, retryable(err):
-			c.forgetLeader(cs, leader)
-			last = &serverError{Addr: addr, Err: err}
-			bo.wait(ctx)
-		default:
-			return fmt.Errorf("%s: %w", op, &serverError{Addr: addr, Err: err})
+			return leaderOutcome{kind: outcomeRetry, err: &serverError{Addr: addr, Err: err}}
 		}
-	}
-	return giveUp(parent, op, start, last)
+		return leaderOutcome{kind: outcomeFinal, err: &serverError{Addr: addr, Err: err}}
+	})
 }
 
 func pbPeer(id string) *commonpb.Peer { return &commonpb.Peer{Address: proto.String(id)} }

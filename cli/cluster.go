@@ -47,6 +47,10 @@ type clusterStatusJSON struct {
 	Summary  string               `json:"summary"`
 	Counts   map[string]int       `json:"counts"`
 	Healthy  bool                 `json:"healthy"`
+	// Servers are the servers of the cluster map (absent without one);
+	// Truncated: the map stopped at its cap of servers.
+	Servers   []MapServer `json:"servers,omitempty"`
+	Truncated bool        `json:"truncated,omitempty"`
 }
 
 // healthOrder is the order of the summary line.
@@ -60,6 +64,9 @@ func healthSummary(total int, counts map[string]int) string {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[h], h))
 		}
 	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%d copysets", total)
+	}
 	return fmt.Sprintf("%d copysets: %s", total, strings.Join(parts, ", "))
 }
 
@@ -68,12 +75,15 @@ func newClusterStatusCommand(a *app) *cobra.Command {
 	var lag int64
 	var replicas int
 	var wait waitFlag
+	var showServers bool
 	cmd := &cobra.Command{
-		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3] [--wait [duration]]",
+		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3] [--wait [duration]] [--show-servers]",
 		Short: "One table of every copyset with its health; fails if any is unhealthy",
-		Long: `Asks every server in --servers for its replica of each copyset and prints one
-row per copyset: the leader, the peers (the configuration the leader has; from
-servers older than that, the replicas that answered plus a leader they name),
+		Long: `Finds every server and copyset of the cluster from the servers in --servers
+(seeds: one reachable server is enough; see below), asks every server for its
+replica of each copyset and prints one row per copyset: the leader, the peers
+(the configuration the leader has; from servers older than that, the replicas
+that answered plus a leader they name),
 the leader's term, commit index and epoch, the lowest applied index of the
 members, and the health:
 
@@ -89,8 +99,21 @@ members, and the health:
   missing           no replica answered at all
 
 The most severe problem names the health; DETAIL lists them all. A summary line
-follows. Exits non-zero unless every copyset is ok. List every chunkserver in
---servers: a server left out is a server not looked at.
+follows. Exits non-zero unless every copyset is ok.
+
+The servers come from the cluster map (chunkctl asks the first server of
+--servers that answers; it follows copyset memberships from server to server,
+and also asks the other --servers and its own cluster_seeds): --servers are
+seeds. Without --copyset every copyset the map found is shown, of every pool
+(--pool: of that pool only; a POOL column appears when there are several),
+including copysets the answering server saw earlier whose replicas are all
+down now (missing). A line after the summary counts the servers of the map
+("4 servers: 3 reachable, 1 unreachable"); --show-servers prints them as a
+table before it: replicas hosted, leaders, and the error of a server that
+could not be asked; a server named in --servers or cluster_seeds that hosts
+nothing yet is listed too (JSON always has them, as servers). Against
+servers without the cluster map, --servers are all the servers asked and
+--copyset defaults to 1-16 of pool 1.
 
 With --wait [duration] (alone: 1m) it first waits until every member of every
 copyset has applied the leader's commit index as of the start of the wait
@@ -98,8 +121,7 @@ copyset has applied the leader's commit index as of the start of the wait
 the table and fails naming the replicas still behind.`,
 		Args: wait.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			copysets, err := cf.list()
-			if err != nil {
+			if _, err := cf.list(); err != nil {
 				return err
 			}
 			if replicas < 1 {
@@ -108,7 +130,12 @@ the table and fails naming the replicas still behind.`,
 			if lag < 0 {
 				return errors.New("--lag: must not be negative")
 			}
-			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+			return a.withCluster(cmd, func(ctx context.Context, c *Client, m *ClusterMap) error {
+				copysets, err := cf.clusterList(cmd, m, true)
+				if err != nil {
+					return err
+				}
+				pools := poolsOf(copysets)
 				all := make([][]ReplicaStatus, len(copysets))
 				round := func() {
 					forEach(len(copysets), statusParallelism, func(i int) {
@@ -145,19 +172,33 @@ the table and fails naming the replicas still behind.`,
 							rows[i][k] = ""
 						}
 					}
+					if len(pools) > 1 {
+						rows[i] = append([]string{u64(uint64(cs.Pool))}, rows[i]...)
+					}
 				}
 				j.Healthy = j.Counts[HealthOK] == len(copysets)
 				j.Summary = healthSummary(len(copysets), j.Counts)
 				if down := unreachableServers(all); len(down) > 0 {
 					j.Summary += "; could not ask " + joinComma(down)
 				}
+				if m != nil {
+					j.Servers, j.Truncated = m.Servers, m.Truncated
+				}
 				p := a.printer(cmd)
 				header := []string{"COPYSET", "LEADER", "PEERS", "TERM", "COMMITTED", "APPLIED", "EPOCH", "HEALTH", "DETAIL"}
+				if len(pools) > 1 {
+					header = append([]string{"POOL"}, header...)
+				}
 				if err := p.print(j, header, rows); err != nil {
 					return err
 				}
 				if !p.isJSON() {
 					fmt.Fprintln(p.w, j.Summary)
+					if m != nil {
+						if err := printMapServers(p.w, m, showServers); err != nil {
+							return err
+						}
+					}
 				}
 				if waitErr != nil {
 					return waitErr
@@ -169,8 +210,14 @@ the table and fails naming the replicas still behind.`,
 							parts = append(parts, fmt.Sprintf("%d %s", n, h))
 						}
 					}
-					return fmt.Errorf("cluster unhealthy: %d of %d copysets of pool %d not ok (%s)",
-						len(copysets)-j.Counts[HealthOK], len(copysets), cf.pool, strings.Join(parts, ", "))
+					of := fmt.Sprintf("pool %d", cf.pool)
+					if len(pools) == 1 {
+						of = fmt.Sprintf("pool %d", pools[0])
+					} else if len(pools) > 1 {
+						of = "pools " + FormatIDList(pools)
+					}
+					return fmt.Errorf("cluster unhealthy: %d of %d copysets of %s not ok (%s)",
+						len(copysets)-j.Counts[HealthOK], len(copysets), of, strings.Join(parts, ", "))
 				}
 				return nil
 			})
@@ -180,6 +227,7 @@ the table and fails naming the replicas still behind.`,
 	cmd.Flags().Int64Var(&lag, "lag", 100, "log entries a replica's applied index may trail the leader's commit index")
 	cmd.Flags().IntVar(&replicas, "replicas", 3, "replicas every copyset should have")
 	addWaitFlag(cmd, &wait, "first wait this long at most for every member to apply the leader's commit index")
+	cmd.Flags().BoolVar(&showServers, "show-servers", false, "also print a table of the cluster map's servers (replicas, leaders, unreachable ones)")
 	return cmd
 }
 
@@ -249,9 +297,10 @@ func newClusterCheckCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check-consistency [--pool 1] [--copyset 1-16] [--chunks 1-64] [--wait 10s]",
 		Short: "Compare the replicas of every copyset; fails on any difference",
-		Long: `For each copyset: compares the hash of each replica's copyset data
-(GetCopysetStatus queryHash), each taken at an applied index the replica
-reports. Equal hashes are consistent. Different hashes count only between
+		Long: `For each copyset (those of --copyset, else every copyset of --pool the
+cluster map found; --servers are seeds, see chunkctl --help): compares the
+hash of each replica's copyset data (GetCopysetStatus queryHash), each taken
+at an applied index the replica reports. Equal hashes are consistent. Different hashes count only between
 replicas at the same applied index (twice in a row): a follower applies a
 write a moment after the leader acknowledged it (the leader's hash query
 tells the followers its commit index at once), so until the replicas meet at
@@ -265,8 +314,7 @@ converge and on servers that could not be asked. A mismatching range can be
 rewritten from the leader's copy with scan repair.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			copysets, err := cf.list()
-			if err != nil {
+			if _, err := cf.list(); err != nil {
 				return err
 			}
 			ids, err := ParseIDList(chunks)
@@ -277,7 +325,11 @@ rewritten from the leader's copy with scan repair.`,
 			for i, id := range ids {
 				chunkIDs[i] = uint64(id)
 			}
-			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+			return a.withCluster(cmd, func(ctx context.Context, c *Client, m *ClusterMap) error {
+				copysets, err := cf.clusterList(cmd, m, false)
+				if err != nil {
+					return err
+				}
 				reports := make([]ConsistencyReport, len(copysets))
 				forEach(len(copysets), consistencyParallelism, func(i int) {
 					reports[i] = c.CheckConsistency(ctx, copysets[i], chunkIDs, wait)

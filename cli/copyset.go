@@ -343,17 +343,21 @@ func newCopysetListCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--pool 1] [--copyset 1-16]",
 		Short: "List the copysets each server hosts and leads",
-		Long: `Asks every server in --servers, for each copyset of the range, whether it hosts
+		Long: `Asks every server of the cluster map (--servers are seeds; see chunkctl
+--help), for each copyset of the range, whether it hosts
 a replica (GetCopysetStatus) and prints one row per server: how many and which
 copysets it hosts, and which of them it leads. Fails if a server could not be
 asked about every copyset.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			copysets, err := cf.list()
-			if err != nil {
+			if _, err := cf.list(); err != nil {
 				return err
 			}
-			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+			return a.withCluster(cmd, func(ctx context.Context, c *Client, m *ClusterMap) error {
+				copysets, err := cf.clusterList(cmd, m, false)
+				if err != nil {
+					return err
+				}
 				list := c.HostedCopysets(ctx, copysets)
 				if err := ctx.Err(); err != nil {
 					return err

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 )
@@ -66,6 +67,10 @@ type fakeCluster struct {
 	conf      map[CopysetID][]int   // the configuration every replica of a copyset reports, overriding its replicas
 	behind    map[int]int           // the next hash answers of a server come from one index back, with an older hash
 	noIndex   bool                  // hash answers carry no applied index trailer
+	// clusterMap is what the Cluster service answers (nil: Unimplemented,
+	// a server that predates it); mapSeeds the seeds of the last request.
+	clusterMap *clusterpb.ClusterMapResponse
+	mapSeeds   []string
 }
 
 type fakeSnap struct {
@@ -143,6 +148,7 @@ func newFakeClusterAt(t *testing.T, addrs []string) *fakeCluster {
 		chunkserverpb.RegisterChunkServerServiceServer(s.gs, &fakeChunkServerService{s: s})
 		chunkserverpb.RegisterConfigServiceServer(s.gs, &fakeConfigService{s: s})
 		chunkserverpb.RegisterIntegrityServiceServer(s.gs, &fakeIntegrityService{s: s})
+		clusterpb.RegisterClusterServer(s.gs, &fakeClusterService{s: s})
 		go func() { _ = s.gs.Serve(lis) }()
 		t.Cleanup(s.gs.Stop)
 		c.servers = append(c.servers, s)
@@ -731,4 +737,21 @@ func deadAddr(t *testing.T) string {
 	a := lis.Addr().String()
 	lis.Close()
 	return a
+}
+
+// fakeClusterService answers ClusterMap with fakeCluster.clusterMap.
+type fakeClusterService struct {
+	clusterpb.UnimplementedClusterServer
+	s *fakeServer
+}
+
+func (f *fakeClusterService) ClusterMap(_ context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
+	c := f.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clusterMap == nil {
+		return nil, status.Error(codes.Unimplemented, "no Cluster service")
+	}
+	c.mapSeeds = req.GetSeeds()
+	return c.clusterMap, nil
 }

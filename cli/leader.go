@@ -196,8 +196,8 @@ func newLeaderBalanceCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "balance [--pool 1] [--copyset 1-16] [--dry-run]",
 		Short: "Spread copyset leaders evenly over the servers",
-		Long: `Counts the leaders each server holds among the copysets (asking every server in
---servers for its replicas), then moves leadership from the most loaded servers
+		Long: `Counts the leaders each server holds among the copysets (asking every server of
+the cluster map, --servers being seeds, for its replicas), then moves leadership from the most loaded servers
 to the least loaded members of the same copysets until the counts differ by at
 most one (or no member can take one more), each copyset at most once. Prints
 the moves and the leaders per server before and after. With --dry-run it only
@@ -205,11 +205,14 @@ prints the plan. Copysets without a leader are left alone. Fails if a transfer
 failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			copysets, err := cf.list()
-			if err != nil {
+			if _, err := cf.list(); err != nil {
 				return err
 			}
-			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+			return a.withCluster(cmd, func(ctx context.Context, c *Client, m *ClusterMap) error {
+				copysets, err := cf.clusterList(cmd, m, false)
+				if err != nil {
+					return err
+				}
 				cls, noLeader, unreached := leadership(ctx, c, copysets)
 				if err := ctx.Err(); err != nil {
 					return err

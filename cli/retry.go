@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -171,16 +172,71 @@ func (c *Client) leaderOf(ctx context.Context, cs CopysetID) (string, error) {
 type chunkAttempt func(ctx context.Context, svc chunkserverpb.ChunkServiceClient) (chunkserverpb.CHUNK_OP_STATUS, string, error)
 
 // onLeader runs call against the leader of cs until it returns a final
-// status: it discovers the leader, follows REDIRECTED hints, moves on when a
-// server does not host the copyset or cannot be reached, and backs off
-// between rounds, all within the client's timeout.
+// status (chaseLeader): REDIRECTED follows the hint, COPYSET_NOTEXIST and
+// retryable gRPC errors find the leader again, OVERLOAD asks the same
+// server later; SUCCESS is done and any other status is final.
+func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID, call chunkAttempt) error {
+	return c.chaseLeader(parent, op, cs, c.attemptTimeout, func(ctx context.Context, cc *grpc.ClientConn, addr, _ string) leaderOutcome {
+		st, redirect, err := call(ctx, chunkserverpb.NewChunkServiceClient(cc))
+		switch {
+		case err != nil && !retryable(err):
+			return leaderOutcome{kind: outcomeFinal, err: &serverError{Addr: addr, Err: err}}
+		case err != nil:
+			return leaderOutcome{kind: outcomeRetry, err: &serverError{Addr: addr, Err: err}}
+		}
+		switch st {
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+			return leaderOutcome{kind: outcomeDone}
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED:
+			return leaderOutcome{kind: outcomeRedirect, hint: redirect, err: fmt.Errorf("%s: %s", addr, st)}
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST:
+			return leaderOutcome{kind: outcomeRetry, err: fmt.Errorf("%s: %s", addr, st)}
+		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
+			return leaderOutcome{kind: outcomeLater, err: fmt.Errorf("%s: %s", addr, st)}
+		}
+		return leaderOutcome{kind: outcomeFinal, err: &ChunkStatusError{Status: st}}
+	})
+}
+
+// outcomeKind is what one attempt against the server believed to lead a
+// copyset came to, as chaseLeader acts on it.
+type outcomeKind int
+
+const (
+	outcomeDone     outcomeKind = iota // done: the server is the leader
+	outcomeFinal                       // err ends the operation
+	outcomeRedirect                    // not the leader: follow hint, else find it again
+	outcomeRetry                       // forget the leader, back off, find it again
+	outcomeLater                       // the same server, after a backoff (overloaded)
+)
+
+// leaderOutcome is the result of a leaderAttempt. err is the final error
+// (outcomeFinal), else what the operation reports if it gives up.
+type leaderOutcome struct {
+	kind outcomeKind
+	hint string // outcomeRedirect: the leader's peer id the server named, "" none
+	err  error
+}
+
+// leaderAttempt is one call against the server believed to lead a copyset:
+// addr is its address, leader its peer id.
+type leaderAttempt func(ctx context.Context, cc *grpc.ClientConn, addr, leader string) leaderOutcome
+
+// chaseLeader is the one leader-chasing loop of the client: it runs call
+// against the leader of cs until an attempt is done or final. It takes the
+// cached leader or discovers it (all servers at once), follows redirect
+// hints (maxRedirectHops in a row at most), forgets the leader and backs
+// off when an attempt says so, and ends at the client's timeout (each
+// attempt gets attempt at most), or when a discovery is final
+// (retryBackoff.final: the copyset is hosted nowhere, or every server has
+// refused connections for refusedGrace).
 //
 // The common case, one successful attempt at the cached leader, costs one
 // context (the attempt's, which also ends at the operation's deadline) and
 // formats nothing: the operation's own context is made only when a round
 // must discover the leader or back off, and op is formatted only when an
 // error names it.
-func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID, call chunkAttempt) error {
+func (c *Client) chaseLeader(parent context.Context, op fmt.Stringer, cs CopysetID, attempt time.Duration, call leaderAttempt) error {
 	start := time.Now()
 	deadline := start.Add(c.timeout)
 	var ctx context.Context // the whole operation's; made when first needed
@@ -227,43 +283,35 @@ func (c *Client) onLeader(parent context.Context, op fmt.Stringer, cs CopysetID,
 			retry(err)
 			continue
 		}
-		svc, err := c.chunkService(addr)
+		cc, err := c.conn(addr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		actx, acancel := context.WithDeadline(parent, minTime(deadline, time.Now().Add(c.attemptTimeout)))
-		st, redirect, err := call(actx, svc)
+		actx, acancel := context.WithDeadline(parent, minTime(deadline, time.Now().Add(attempt)))
+		o := call(actx, cc, addr, target)
 		acancel()
-		if err != nil {
-			if !retryable(err) {
-				return fmt.Errorf("%s: %w", op, &serverError{Addr: addr, Err: err})
-			}
-			c.forgetLeader(cs, target)
-			retry(&serverError{Addr: addr, Err: err})
-			continue
-		}
-		switch st {
-		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+		switch o.kind {
+		case outcomeDone:
 			c.setLeader(cs, target)
 			return nil
-		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED:
+		case outcomeFinal:
+			return fmt.Errorf("%s: %w", op, o.err)
+		case outcomeRedirect:
 			c.forgetLeader(cs, target)
-			hint, herr := PeerID(redirect)
-			if redirect != "" && herr == nil && hint != target && hops < maxRedirectHops {
-				last = fmt.Errorf("%s: %s to %s", addr, st, hint)
+			hint, herr := PeerID(o.hint)
+			if o.hint != "" && herr == nil && hint != target && hops < maxRedirectHops {
+				last = fmt.Errorf("%w to %s", o.err, hint)
 				target = hint
 				hops++
 				continue
 			}
-			retry(fmt.Errorf("%s: %s (no usable leader hint %q)", addr, st, redirect))
-		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST:
+			retry(fmt.Errorf("%w (no usable leader hint %q)", o.err, o.hint))
+		case outcomeRetry:
 			c.forgetLeader(cs, target)
-			retry(fmt.Errorf("%s: %s", addr, st))
-		case chunkserverpb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD:
-			last = fmt.Errorf("%s: %s", addr, st)
+			retry(o.err)
+		case outcomeLater:
+			last = o.err
 			bo.wait(opCtx()) // same leader, just later
-		default:
-			return fmt.Errorf("%s: %w", op, &ChunkStatusError{Status: st})
 		}
 	}
 	return giveUp(parent, op.String(), start, last)

@@ -41,9 +41,13 @@ func NewRootCommand() *cobra.Command {
 
 Servers are given as host:port (peer ids host:port:0 are accepted too). Most
 --copyset flags accept ranges: 7, 1-16, 1,3,8-10; cluster-wide commands
-(cluster, server, copyset list, leader balance) default to --pool 1 --copyset 1-16,
-the copysets scripts/cluster.sh creates. List every chunkserver in --servers
-for them: a server left out is a server not looked at.
+(cluster, server status, copyset list, leader balance) take --servers as seeds:
+one reachable server is enough, they ask it for the cluster map (every server
+and copyset found by following copyset memberships from server to server) and
+look at every server in it, and without --copyset at every copyset it found
+(cluster status: of every pool; the others: of --pool, default 1). Against
+servers without the cluster map they look at --servers only and default to
+--pool 1 --copyset 1-16, the copysets scripts/cluster.sh creates.
 Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -57,7 +61,7 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 		servers = DefaultServers
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.servers, "servers", servers, "chunkservers to talk to, host:port,...; $"+EnvServers+" sets the default")
+	pf.StringVar(&a.servers, "servers", servers, "chunkservers to talk to, host:port,... (seeds of cluster-wide commands: one reachable server is enough); $"+EnvServers+" sets the default")
 	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table or json")
 	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "deadline of each operation, retries included")
 	pf.DurationVar(&a.attemptTimeout, "attempt-timeout", DefaultAttemptTimeout, "deadline of each single RPC attempt")

@@ -71,16 +71,20 @@ func newServerStatusCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--pool 1] [--copyset 1-16]",
 		Short: "Per server: reachable, copysets loaded, copysets hosted, leaders held",
-		Long: `Asks every server in --servers for ChunkServerStatus (LOADED: every local
+		Long: `Asks every server of the cluster map (--servers are seeds; see chunkctl
+--help) for ChunkServerStatus (LOADED: every local
 copyset is loaded and caught up with its leader) and, for the copysets of the
 range, whether it hosts and leads them. Fails if a server could not be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			copysets, err := cf.list()
-			if err != nil {
+			if _, err := cf.list(); err != nil {
 				return err
 			}
-			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+			return a.withCluster(cmd, func(ctx context.Context, c *Client, m *ClusterMap) error {
+				copysets, err := cf.clusterList(cmd, m, false)
+				if err != nil {
+					return err
+				}
 				states := c.ServerStates(ctx, copysets)
 				if err := ctx.Err(); err != nil {
 					return err
