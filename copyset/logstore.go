@@ -65,3 +65,12 @@ func openSharedLogStore(shared *sharedlog.Log, group GroupID, cacheSize int) (*l
 	}
 	return &logStores{log: cached, cache: cached, stable: gs, first: gs.FirstIndex, close: func() error { return nil }}, nil
 }
+
+// openLogStores opens copyset group's raft log and stable store: its view
+// of the shared log when there is one, else its own raft-boltdb file.
+func openLogStores(shared *sharedlog.Log, group GroupID, dir string, cacheSize int) (*logStores, error) {
+	if shared != nil {
+		return openSharedLogStore(shared, group, cacheSize)
+	}
+	return openBoltLogStore(filepath.Join(dir, "raft"), cacheSize)
+}

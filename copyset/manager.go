@@ -53,7 +53,7 @@ type Manager struct {
 	// lifeMu serialises replica lifecycle steps (load, create, join,
 	// reset, drop, delete); taken before mu.
 	lifeMu sync.Mutex
-	// The lifecycle goroutine (membership.go) drops removed replicas
+	// The lifecycle goroutine (lifecycle.go) drops removed replicas
 	// queued in drops and purges the trash; stopLoop ends it.
 	trash    TrashOptions
 	dropMu   sync.Mutex
@@ -291,6 +291,9 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 	m.work.changed.fire()
 	return n, nil
 }
+
+// Local returns this server's peer id.
+func (m *Manager) Local() PeerID { return m.opts.Local }
 
 // Get returns the replica of g, or nil when this server does not host it.
 func (m *Manager) Get(g GroupID) *Node {

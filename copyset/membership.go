@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 )
 
 // Membership changes and the replica lifecycle around them.
@@ -94,15 +91,6 @@ func checkPeerSet(peers []PeerID) error {
 func isNotLeader(err error) bool {
 	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 		errors.Is(err, raft.ErrLeadershipTransferInProgress)
-}
-
-// openLogStores opens copyset group's raft log and stable store: its view
-// of the shared log when there is one, else its own raft-boltdb file.
-func openLogStores(shared *sharedlog.Log, group GroupID, dir string, cacheSize int) (*logStores, error) {
-	if shared != nil {
-		return openSharedLogStore(shared, group, cacheSize)
-	}
-	return openBoltLogStore(filepath.Join(dir, "raft"), cacheSize)
 }
 
 // knownMember reports whether this replica's durable state shows it as a
@@ -381,22 +369,3 @@ func (n *Node) ChangePeers(ctx context.Context, peers []PeerID) (old, cur []Peer
 	}
 	return old, slices.Clone(peers), nil
 }
-
-// TransferLeaderAny moves leadership to the most up-to-date follower
-// (raft's choice) and waits until the transfer has finished. It must run
-// on the leader.
-func (n *Node) TransferLeaderAny(ctx context.Context) error {
-	if n.raft.State() != raft.Leader {
-		return n.notLeader()
-	}
-	if err := n.raft.LeadershipTransfer().Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
-			return n.notLeader()
-		}
-		return fmt.Errorf("transfer leader of copyset %s: %w", n.group, err)
-	}
-	return nil
-}
-
-// Local returns this server's peer id.
-func (m *Manager) Local() PeerID { return m.opts.Local }

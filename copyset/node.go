@@ -287,7 +287,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	cfg.SnapshotInterval = opts.SnapshotInterval
 	cfg.TrailingLogs = opts.TrailingLogs
 	// A leader that removes itself steps down and its replica is dropped
-	// by the manager (membership.go) rather than raft shutting down under
+	// by the manager (lifecycle.go) rather than raft shutting down under
 	// the pending change.
 	cfg.ShutdownOnRemove = false
 	cfg.Logger = raftLogger(opts, c.log, c.group)
@@ -709,6 +709,22 @@ func (n *Node) TransferLeader(ctx context.Context, to PeerID) error {
 	}
 	if err := n.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(to.Addr())).Error(); err != nil {
 		return fmt.Errorf("transfer leader of copyset %s to %s: %w", n.group, to, err)
+	}
+	return nil
+}
+
+// TransferLeaderAny moves leadership to the most up-to-date follower
+// (raft's choice) and waits until the transfer has finished. It must run
+// on the leader.
+func (n *Node) TransferLeaderAny(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return n.notLeader()
+		}
+		return fmt.Errorf("transfer leader of copyset %s: %w", n.group, err)
 	}
 	return nil
 }
