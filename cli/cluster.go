@@ -75,9 +75,8 @@ func newClusterStatusCommand(a *app) *cobra.Command {
 	var lag int64
 	var replicas int
 	var wait waitFlag
-	var showServers bool
 	cmd := &cobra.Command{
-		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3] [--wait [duration]] [--show-servers]",
+		Use:   "status [--pool 1] [--copyset 1-16] [--lag 100] [--replicas 3] [--wait [duration]]",
 		Short: "One table of every copyset with its health; fails if any is unhealthy",
 		Long: `Finds every server and copyset of the cluster from the servers in --servers
 (seeds: one reachable server is enough; see below), asks every server for its
@@ -107,11 +106,11 @@ and also asks the other --servers and its own cluster_seeds): --servers are
 seeds. Without --copyset every copyset the map found is shown, of every pool
 (--pool: of that pool only; a POOL column appears when there are several),
 including copysets the answering server saw earlier whose replicas are all
-down now (missing). A line after the summary counts the servers of the map
-("4 servers: 3 reachable, 1 unreachable"); --show-servers prints them as a
-table before it: replicas hosted, leaders, and the error of a server that
-could not be asked; a server named in --servers or cluster_seeds that hosts
-nothing yet is listed too (JSON always has them, as servers). Against
+down now (missing). After the summary a table lists the servers of the map
+(replicas hosted, leaders, and the error of a server that could not be
+asked; a server named in --servers or cluster_seeds that hosts nothing yet
+is listed too; JSON has them as servers), and a line counts them ("4
+servers: 3 reachable, 1 unreachable"). Against
 servers without the cluster map, --servers are all the servers asked and
 --copyset defaults to 1-16 of pool 1.
 
@@ -195,7 +194,7 @@ the table and fails naming the replicas still behind.`,
 				if !p.isJSON() {
 					fmt.Fprintln(p.w, j.Summary)
 					if m != nil {
-						if err := printMapServers(p.w, m, showServers); err != nil {
+						if err := printMapServers(p.w, m); err != nil {
 							return err
 						}
 					}
@@ -227,7 +226,6 @@ the table and fails naming the replicas still behind.`,
 	cmd.Flags().Int64Var(&lag, "lag", 100, "log entries a replica's applied index may trail the leader's commit index")
 	cmd.Flags().IntVar(&replicas, "replicas", 3, "replicas every copyset should have")
 	addWaitFlag(cmd, &wait, "first wait this long at most for every member to apply the leader's commit index")
-	cmd.Flags().BoolVar(&showServers, "show-servers", false, "also print a table of the cluster map's servers (replicas, leaders, unreachable ones)")
 	return cmd
 }
 

@@ -169,7 +169,7 @@ func poolsOf(copysets []CopysetID) []uint32 {
 
 // printMapServers writes the count of m's servers ("4 servers: 3
 // reachable, 1 unreachable"), after a table of them when table is set.
-func printMapServers(w io.Writer, m *ClusterMap, table bool) error {
+func printMapServers(w io.Writer, m *ClusterMap) error {
 	down := 0
 	for _, s := range m.Servers {
 		if !s.Reachable {
@@ -183,20 +183,18 @@ func printMapServers(w io.Writer, m *ClusterMap, table bool) error {
 	if m.Truncated {
 		summary += fmt.Sprintf("; the map stopped at %d servers (more are named)", len(m.Servers))
 	}
-	if table {
-		rows := make([][]string, len(m.Servers))
-		for i, s := range m.Servers {
-			state := "ok"
-			if !s.Reachable {
-				state = "unreachable"
-			}
-			rows[i] = []string{s.Address, strconv.Itoa(s.Replicas), strconv.Itoa(s.Leads), state, s.Error}
+	rows := make([][]string, len(m.Servers))
+	for i, s := range m.Servers {
+		state := "ok"
+		if !s.Reachable {
+			state = "unreachable"
 		}
-		if err := writeTable(w, []string{"SERVER", "REPLICAS", "LEADS", "STATE", "DETAIL"}, rows); err != nil {
-			return err
-		}
-		summary += " (cluster map from " + m.From + ")"
+		rows[i] = []string{s.Address, strconv.Itoa(s.Replicas), strconv.Itoa(s.Leads), state, s.Error}
 	}
+	if err := writeTable(w, []string{"SERVER", "REPLICAS", "LEADS", "STATE", "DETAIL"}, rows); err != nil {
+		return err
+	}
+	summary += " (cluster map from " + m.From + ")"
 	_, err := fmt.Fprintln(w, summary)
 	return err
 }

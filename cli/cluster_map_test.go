@@ -28,7 +28,7 @@ func TestCommandsUseClusterMap(t *testing.T) {
 		}
 	})
 	seeds := []string{dead, srv[1]}
-	out := mustRun(t, seeds, nil, "cluster", "status", "--show-servers")
+	out := mustRun(t, seeds, nil, "cluster", "status")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 11 || !strings.HasPrefix(lines[0], "POOL  COPYSET") || !strings.HasPrefix(lines[3], "2     5 ") ||
 		lines[4] != "3 copysets: 3 ok; could not ask "+dead || !strings.HasPrefix(lines[5], "SERVER") ||
@@ -40,8 +40,9 @@ func TestCommandsUseClusterMap(t *testing.T) {
 		t.Errorf("seeds passed on: %v, want %v", fc.mapSeeds, seeds)
 	}
 	out = mustRun(t, seeds, nil, "cluster", "status", "--pool", "2")
-	if lines = strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[1], "5 ") ||
-		lines[2] != "1 copysets: 1 ok; could not ask "+dead || lines[3] != "4 servers: 3 reachable, 1 unreachable" {
+	if lines = strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 9 || !strings.HasPrefix(lines[1], "5 ") ||
+		lines[2] != "1 copysets: 1 ok; could not ask "+dead || !strings.HasPrefix(lines[3], "SERVER") ||
+		lines[8] != "4 servers: 3 reachable, 1 unreachable (cluster map from "+srv[1]+")" {
 		t.Errorf("cluster status --pool 2:\n%s", out)
 	}
 	out = mustRun(t, seeds, nil, "-o", "json", "cluster", "status", "--copyset", "7")

@@ -188,7 +188,7 @@ func TestStaleReplicaCleanup(t *testing.T) {
 	// replica has applied the leader's commit index.
 	mustCtl(t, srv, nil, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", victim.Addr, "--wait", "20s")
 	out = mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1")
-	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr) {
+	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr+":0") {
 		t.Errorf("cluster status after adding %s back:\n%s", victim.Addr, out)
 	}
 }
@@ -215,12 +215,12 @@ func TestStaleReplicaSwept(t *testing.T) {
 		t.Errorf("chunkraft_stale_replicas_deleted_total on %s = %v, want 1", victim.Addr, v)
 	}
 	out := mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1", "--replicas", "2", "--wait", "20s")
-	if !strings.Contains(out, "1 copysets: 1 ok") || strings.Contains(out, victim.Addr) {
+	if !strings.Contains(out, "1 copysets: 1 ok") || strings.Contains(out, victim.Addr+":0") {
 		t.Errorf("cluster status after the sweep:\n%s", out)
 	}
 	mustCtl(t, srv, nil, "peer", "add", "--pool", "1", "--copyset", "1", "--peer", victim.Addr, "--wait", "20s")
 	out = mustCtl(t, srv, nil, "cluster", "status", "--copyset", "1")
-	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr) {
+	if !strings.Contains(out, "1 copysets: 1 ok") || !strings.Contains(out, victim.Addr+":0") {
 		t.Errorf("cluster status after adding %s back:\n%s", victim.Addr, out)
 	}
 }
