@@ -32,7 +32,7 @@ import (
 // changes). Broken replicas get no run. A run must not call Stop of its
 // own worker (Stop waits for it).
 //
-// The integrity scan worker (chunkserver/scan.go) today polls
+// The integrity scan worker (integrity/scan.go) today polls
 // Manager.List for copysets it leads; on a LeaderWorker it is one run per
 // led copyset: wait for the copyset's next job (woken by the machine's
 // jobsChanged through a channel of that copyset, or the poll interval),
