@@ -318,8 +318,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	// Copysets load after the listener is up: peers of a restarting server
 	// must reach it while its replicas catch up.
-	s.scans.Start()
-	loadErr := s.copysets.Load(ctx)
+	loadErr := s.scans.Start()
+	if loadErr == nil {
+		loadErr = s.copysets.Load(ctx)
+	}
 	if loadErr == nil {
 		s.ready.Store(true)
 		s.rt.startLoadCheck()

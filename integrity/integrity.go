@@ -2,6 +2,7 @@ package integrity
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -41,19 +42,22 @@ type Service struct {
 	copysets *copyset.Manager // set by Attach
 	log      *slog.Logger
 	settings atomic.Pointer[ScanSettings]
-	wake     chan struct{}
 	reports  chan *pb.ScanMap
 
 	mu    sync.Mutex
-	tasks map[copyset.GroupID]*scanTask // the range being scanned, per copyset led
+	tasks map[copyset.GroupID]*scanTask     // the range being scanned, per copyset led
+	wakes map[copyset.GroupID]chan struct{} // the runs of the scan worker, per copyset led
 
 	runMu  sync.Mutex
-	cancel context.CancelFunc
+	worker *copyset.LeaderWorker
+	cancel context.CancelFunc // the sender's
 	wg     sync.WaitGroup
 
-	// worker-goroutine only
-	failures map[jobKey]int
-	retryAt  map[copyset.GroupID]time.Time
+	// gate is held by the one step of any job this server takes at a time
+	// (stepGated); it guards what follows.
+	gate     chan struct{}
+	last     time.Time      // when the last range started
+	failures map[jobKey]int // failed steps in a row, per job
 
 	rangesTotal prometheus.Counter
 	mismatches  *prometheus.CounterVec
@@ -78,9 +82,9 @@ type scanTask struct {
 func New(deps Deps) *Service {
 	in := &Service{
 		deps: deps, log: deps.Logger.With("component", "integrity"),
-		wake: make(chan struct{}, 1), reports: make(chan *pb.ScanMap, 4096),
-		tasks:    map[copyset.GroupID]*scanTask{},
-		failures: map[jobKey]int{}, retryAt: map[copyset.GroupID]time.Time{},
+		reports: make(chan *pb.ScanMap, 4096),
+		tasks:   map[copyset.GroupID]*scanTask{}, wakes: map[copyset.GroupID]chan struct{}{},
+		gate: make(chan struct{}, 1), failures: map[jobKey]int{},
 		rangesTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chunkraft_scan_ranges_total",
 			Help: "Chunk ranges whose replicas this server compared as leader of an integrity scan.",
@@ -163,7 +167,11 @@ func (in *Service) SetSettings(s ScanSettings) error {
 		return err
 	}
 	in.settings.Store(&s)
-	in.jobsChanged(0)
+	in.mu.Lock()
+	for _, ch := range in.wakes {
+		wakeUp(ch)
+	}
+	in.mu.Unlock()
 	return nil
 }
 
@@ -178,37 +186,54 @@ func (in *Service) reportScan(_ copyset.GroupID, m *pb.ScanMap) {
 	}
 }
 
-// jobsChanged implements scanReporter: wake the worker.
-func (in *Service) jobsChanged(copyset.GroupID) {
+// jobsChanged implements scanReporter: wake the worker's run on g, if
+// this server leads it.
+func (in *Service) jobsChanged(g copyset.GroupID) {
+	in.mu.Lock()
+	if ch := in.wakes[g]; ch != nil {
+		wakeUp(ch)
+	}
+	in.mu.Unlock()
+}
+
+// wakeUp signals ch (capacity 1) without blocking.
+func wakeUp(ch chan struct{}) {
 	select {
-	case in.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
 
-// Start runs the worker and the sender until Stop.
-func (in *Service) Start() {
+// Start runs the scan worker (a copyset.LeaderWorker: one run per copyset
+// this server leads) and the sender until Stop.
+func (in *Service) Start() error {
 	in.runMu.Lock()
 	defer in.runMu.Unlock()
 	if in.cancel != nil {
-		return
+		return nil
+	}
+	w, err := in.copysets.StartLeaderWorker(in.lead, copyset.LeaderWorkerOptions{Name: "integrity-scan", RetryDelay: stepRetryDelay})
+	if err != nil {
+		return fmt.Errorf("integrity: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
-	in.wg.Add(2)
-	go func() { defer in.wg.Done(); in.run(ctx) }()
+	in.worker, in.cancel = w, cancel
+	in.wg.Add(1)
 	go func() { defer in.wg.Done(); in.sendLoop(ctx) }()
+	return nil
 }
 
 // Stop ends the worker and the sender and waits for them. Call it after
-// the copysets closed: a proposal in flight then fails at once.
+// the copysets closed (which stops the worker's runs): a proposal in
+// flight then fails at once.
 func (in *Service) Stop() {
 	in.runMu.Lock()
 	defer in.runMu.Unlock()
 	if in.cancel == nil {
 		return
 	}
+	in.worker.Stop()
 	in.cancel()
 	in.wg.Wait()
-	in.cancel = nil
+	in.worker, in.cancel = nil, nil
 }

@@ -1,8 +1,10 @@
 package integrity
 
-// Scan execution. One worker goroutine per server (Service.Start, stopped
-// by Service.Stop) walks the copysets this server leads and advances
-// their integrity jobs one chunk range at a time:
+// Scan execution. The scan worker is a copyset.LeaderWorker (Service.Start,
+// Service.Stop): its run on each copyset this server leads (lead) advances
+// the copyset's integrity jobs one chunk range at a time, and the runs take
+// turns through one server-wide gate, so that the server takes one step at
+// a time:
 //
 //  1. WAITING job due (sched_time <= now, none RUNNING): propose start.
 //  2. RUNNING job: the next range is the cursor's (chunk, offset) on the
@@ -236,64 +238,91 @@ func RangeCRC(store ChunkStore, chunk uint64, off, size uint32) (uint32, error) 
 // crcValue is how a crc appears in mismatches.
 func crcValue(crc uint32) string { return fmt.Sprintf("0x%08x", crc) }
 
-// run is the worker loop.
-func (in *Service) run(ctx context.Context) {
-	var last time.Time
+// stepRetryDelay is how long a copyset's run waits after a step that
+// failed (the op did not commit) before it tries again.
+const stepRetryDelay = 200 * time.Millisecond
+
+// lead is the scan worker's run on a copyset this server leads, for one
+// term (a copyset.LeaderWork): it waits until the machine reflects the log
+// before the term, then steps the copyset's next job until there is none
+// due, waiting for the machine's jobsChanged or the poll interval; a step
+// that failed is tried again after stepRetryDelay.
+func (in *Service) lead(ctx context.Context, n *copyset.Node) error {
+	m := MachineOf(n)
+	if m == nil {
+		return nil
+	}
+	wake := in.subscribe(n.Group())
+	defer in.unsubscribe(n.Group(), wake)
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("integrity scan: %w", err)
+	}
 	for ctx.Err() == nil {
-		busy := false
-		now := time.Now()
-		for _, n := range in.copysets.List() {
-			if ctx.Err() != nil {
-				return
-			}
-			g := n.Group()
-			if t, ok := in.retryAt[g]; ok {
-				if now.Before(t) {
-					continue
-				}
-				delete(in.retryAt, g)
-			}
-			if !n.IsLeader() || n.Broken() != nil {
+		wait, woken := in.Settings().PollInterval, wake
+		if m.nextJob(time.Now().Unix()) != nil {
+			if in.stepGated(ctx, n, m) {
 				continue
 			}
-			m := MachineOf(n)
-			if m == nil {
-				continue
-			}
-			job := m.nextJob(now.Unix())
-			if job == nil {
-				continue
-			}
-			if job.State == JobRunning && !in.throttle(ctx, &last) {
-				return
-			}
-			if in.step(ctx, n, m, job) {
-				busy = true
-			} else {
-				in.retryAt[g] = time.Now().Add(200 * time.Millisecond)
-			}
-		}
-		if busy {
-			continue
-		}
-		wait := in.Settings().PollInterval
-		if len(in.retryAt) > 0 {
-			wait = min(wait, 200*time.Millisecond)
+			wait, woken = stepRetryDelay, nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-		case <-in.wake:
+		case <-woken:
 		case <-t.C:
 		}
 		t.Stop()
 	}
+	return nil
+}
+
+// subscribe returns the channel on which jobsChanged wakes the run of
+// copyset g (a run per copyset at a time: the LeaderWorker's rule).
+func (in *Service) subscribe(g copyset.GroupID) chan struct{} {
+	ch := make(chan struct{}, 1)
+	in.mu.Lock()
+	in.wakes[g] = ch
+	in.mu.Unlock()
+	return ch
+}
+
+func (in *Service) unsubscribe(g copyset.GroupID, ch chan struct{}) {
+	in.mu.Lock()
+	if in.wakes[g] == ch {
+		delete(in.wakes, g)
+	}
+	in.mu.Unlock()
+}
+
+// stepGated steps the copyset's next job holding the server's range gate:
+// one step at a time on this server (every range is read on every
+// replica), the ranges at most ScanSettings.RangesPerSecond. It reports
+// whether the job moved, or there was none any more.
+func (in *Service) stepGated(ctx context.Context, n *copyset.Node, m *Machine) bool {
+	select {
+	case in.gate <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-in.gate }()
+	job := m.nextJob(time.Now().Unix()) // it may have changed while waiting
+	if job == nil {
+		return true
+	}
+	if job.State == JobRunning && !in.throttle(ctx) {
+		return false
+	}
+	return in.step(ctx, n, m, job)
 }
 
 // throttle waits until the next range may start; false when ctx ended.
-func (in *Service) throttle(ctx context.Context, last *time.Time) bool {
+// Call it holding the gate.
+func (in *Service) throttle(ctx context.Context) bool {
 	if rate := in.Settings().RangesPerSecond; rate > 0 {
-		if d := time.Until(last.Add(time.Duration(float64(time.Second) / rate))); d > 0 {
+		if d := time.Until(in.last.Add(time.Duration(float64(time.Second) / rate))); d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-ctx.Done():
@@ -303,12 +332,12 @@ func (in *Service) throttle(ctx context.Context, last *time.Time) bool {
 			}
 		}
 	}
-	*last = time.Now()
+	in.last = time.Now()
 	return ctx.Err() == nil
 }
 
 // step advances job by one op (start, or one range and its progress). It
-// reports whether the job moved.
+// reports whether the job moved. Call it holding the gate.
 func (in *Service) step(ctx context.Context, n *copyset.Node, m *Machine, job *Job) bool {
 	g := n.Group()
 	store := m.store
