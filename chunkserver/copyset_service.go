@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/integrity"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"github.com/hashicorp/raft"
@@ -176,7 +177,7 @@ func (s *copysetService) CreateCopysetNode2(ctx context.Context, req *pb.Copyset
 // name) for their status; the one in state leader with the highest term
 // must report a committed configuration (CommittedPeersTrailerKey), and a
 // newest one (PeersTrailerKey), without this server. A refusal or a failure
-// to tell says why in the IntegrityErrorTrailerKey trailer.
+// to tell says why in the integrity.ErrorTrailerKey trailer.
 func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.CopysetRequest) (*pb.CopysetResponse, error) {
 	g := copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId())
 	start := time.Now()
@@ -207,7 +208,7 @@ func (s *copysetService) DeleteBrokenCopyset(ctx context.Context, req *pb.Copyse
 		st, why = pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN, err.Error()
 	}
 	if why != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(IntegrityErrorTrailerKey, why))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(integrity.ErrorTrailerKey, why))
 	}
 	return &pb.CopysetResponse{Status: copysetStatus(st)}, nil
 }

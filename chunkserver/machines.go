@@ -5,6 +5,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 )
 
@@ -25,14 +26,7 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 				}
 				return &chunkMachine{store: store, log: env.Logger}, nil
 			}},
-		{Kind: kinds.Integrity, Name: "integrity",
-			Open: func(env copyset.MachineEnv, opened copyset.Machines) (copyset.StateMachine, error) {
-				chunks, ok := copyset.MachineAs[*chunkMachine](opened, kinds.Chunk)
-				if !ok {
-					return nil, errors.New("the chunk machine must open before it")
-				}
-				return s.openIntegrity(env.Group, env.DataDir, chunks.store)
-			}},
+		s.scans.Spec(),
 		{Kind: kinds.Fence, Name: "fence",
 			Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 				return openFenceMachine(env.DataDir, epochs, env.Logger)
@@ -61,8 +55,29 @@ func chunkStore(n *copyset.Node) (*datastore.Store, error) {
 	return m.store, nil
 }
 
-// machineOf returns the integrity machine of n, or nil.
-func machineOf(n *copyset.Node) *integrityMachine {
-	m, _ := copyset.MachineOf[*integrityMachine](n, kinds.Integrity)
-	return m
+// scanStoreOf is integrity's Deps.Store: the chunk machine's store among
+// the machines opened before the integrity machine.
+func scanStoreOf(opened copyset.Machines) (integrity.ChunkStore, error) {
+	chunks, ok := copyset.MachineAs[*chunkMachine](opened, kinds.Chunk)
+	if !ok {
+		return nil, errors.New("the chunk machine must open before it")
+	}
+	return scanStore{chunks.store}, nil
+}
+
+// scanStore is a chunk store as integrity scans read it.
+type scanStore struct{ *datastore.Store }
+
+func (s scanStore) ChunkSize() uint32 { return s.Options().ChunkSize }
+
+func (s scanStore) ChunkMeta(id uint64) (integrity.ChunkMeta, bool, error) {
+	info, err := s.GetChunkInfo(id)
+	switch {
+	case errors.Is(err, datastore.ErrChunkNotExist):
+		return integrity.ChunkMeta{}, false, nil
+	case err != nil:
+		return integrity.ChunkMeta{}, false, err
+	}
+	return integrity.ChunkMeta{Sn: info.Sn, CorrectedSn: info.CorrectedSn, SnapSn: info.SnapSn,
+		CloneUnwritten: info.CloneUnwritten, Location: info.Location}, true, nil
 }

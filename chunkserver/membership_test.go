@@ -19,6 +19,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/integrity"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/grpc"
@@ -813,7 +814,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.GetStatus(), strings.Join(md.Get(IntegrityErrorTrailerKey), "")
+		return resp.GetStatus(), strings.Join(md.Get(integrity.ErrorTrailerKey), "")
 	}
 	del := func() (pb.COPYSET_OP_STATUS, string) { t.Helper(); return delCopyset(c.group.Copyset()) }
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}

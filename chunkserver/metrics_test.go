@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/integrity"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -77,7 +78,7 @@ func TestMetricsFromStartup(t *testing.T) {
 		}
 		want("chunkraft_chunk_request_seconds", "op="+op, zero)
 	}
-	for _, r := range mismatchReasons {
+	for _, r := range []string{integrity.ReasonDiffers, integrity.ReasonUnreadable, integrity.ReasonMissing, integrity.ReasonNoMajority} {
 		want("chunkraft_scan_mismatches_total", "reason="+r, zero)
 	}
 	want("chunkraft_scan_ranges_total", "", zero)

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/copyset/statefile"
+	"github.com/chunkraft/chunkraft/integrity"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
@@ -39,7 +36,7 @@ func (c *testCluster) integrityClient(i int) pb.IntegrityServiceClient {
 }
 
 // setScan changes the scan settings of every running server.
-func (c *testCluster) setScan(t *testing.T, f func(*ScanSettings)) {
+func (c *testCluster) setScan(t *testing.T, f func(*integrity.ScanSettings)) {
 	t.Helper()
 	for i, srv := range c.servers {
 		if c.cancels[i] == nil {
@@ -84,21 +81,21 @@ func (c *testCluster) schedule(t *testing.T, sched int32) int32 {
 }
 
 // localJob returns job id as server i has applied it, or nil.
-func (c *testCluster) localJob(i int, id int32) *IntegrityJob {
+func (c *testCluster) localJob(i int, id int32) *integrity.Job {
 	n := c.servers[i].Copysets().Get(c.group)
 	if n == nil {
 		return nil
 	}
-	if m := machineOf(n); m != nil {
-		return m.job(id)
+	if m := integrity.MachineOf(n); m != nil {
+		return m.Job(id)
 	}
 	return nil
 }
 
 // waitJob waits until the leader's job id is in state want.
-func (c *testCluster) waitJob(t *testing.T, id int32, want JobState, timeout time.Duration) *IntegrityJob {
+func (c *testCluster) waitJob(t *testing.T, id int32, want integrity.JobState, timeout time.Duration) *integrity.Job {
 	t.Helper()
-	var last *IntegrityJob
+	var last *integrity.Job
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if last = c.localJob(c.leader(t), id); last != nil && last.State == want {
 			return last
@@ -114,7 +111,7 @@ func (c *testCluster) waitJob(t *testing.T, id int32, want JobState, timeout tim
 // the leader and the /integrity endpoint; a follower refuses.
 func TestScanHealthyCopyset(t *testing.T) {
 	c := startTestCluster(t, 5)
-	c.setScan(t, func(s *ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 0, 10*time.Second })
+	c.setScan(t, func(s *integrity.ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 0, 10*time.Second })
 	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	c.write(t, 2, 1, 5<<20, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	c.write(t, 2, 1, 13<<20, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
@@ -125,7 +122,7 @@ func TestScanHealthyCopyset(t *testing.T) {
 	})
 
 	id := c.schedule(t, 0)
-	job := c.waitJob(t, id, JobFinished, 30*time.Second)
+	job := c.waitJob(t, id, integrity.JobFinished, 30*time.Second)
 	if job.Progress != 100 || job.ChunksTotal != 4 || job.ChunksDone != 4 || job.RangesScanned != 16 ||
 		job.MismatchCount != 0 || len(job.Results) != 0 || job.StartTime == 0 {
 		t.Fatalf("finished job %+v", job)
@@ -148,19 +145,19 @@ func TestScanHealthyCopyset(t *testing.T) {
 	if err != nil || resp.GetStatus() != pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_FAILURE_UNKNOWN || len(resp.GetJob()) != 0 {
 		t.Fatalf("ListJobs on a follower: %v %v", resp, err)
 	}
-	if got := trailer.Get(IntegrityLeaderTrailerKey); len(got) != 1 || got[0] != string(c.servers[l].Local()) {
+	if got := trailer.Get(integrity.LeaderTrailerKey); len(got) != 1 || got[0] != string(c.servers[l].Local()) {
 		t.Fatalf("leader hint %v, want %s", got, c.servers[l].Local())
 	}
 
 	// /integrity on the leader: the job with its counters.
 	rec := httptest.NewRecorder()
 	c.servers[l].httpHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/integrity?pool=1&copyset=1", nil))
-	var rep IntegrityReport
+	var rep integrity.Report
 	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil || rec.Code != http.StatusOK {
 		t.Fatalf("/integrity: %d %s %v", rec.Code, rec.Body, err)
 	}
 	if len(rep.Copysets) != 1 || !rep.Copysets[0].IsLeader || len(rep.Copysets[0].Jobs) != 1 ||
-		rep.Copysets[0].Jobs[0].State != JobFinished || rep.Copysets[0].Jobs[0].RangesScanned != 16 {
+		rep.Copysets[0].Jobs[0].State != integrity.JobFinished || rep.Copysets[0].Jobs[0].RangesScanned != 16 {
 		t.Fatalf("/integrity report %s", rec.Body)
 	}
 	if !strings.Contains(rec.Body.String(), `"state": "FINISHED"`) {
@@ -288,7 +285,7 @@ func (c *testCluster) flipByte(t *testing.T, i int, chunk uint64, dataOff int64)
 // chunk's sn) repairs them and a second scan is clean.
 func TestScanFindsCorruptReplicaAndRepair(t *testing.T) {
 	c := startTestCluster(t, 3)
-	c.setScan(t, func(s *ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 0, 10*time.Second })
+	c.setScan(t, func(s *integrity.ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 0, 10*time.Second })
 	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	c.write(t, 1, 1, 4<<20+4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	c.write(t, 2, 1, 8<<20, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
@@ -301,17 +298,17 @@ func TestScanFindsCorruptReplicaAndRepair(t *testing.T) {
 	c.corruptSilently(t, b, 2, 8<<20+10) // chunk 2, range [8 MiB, 12 MiB)
 
 	id := c.schedule(t, 0)
-	job := c.waitJob(t, id, JobFinished, 30*time.Second)
+	job := c.waitJob(t, id, integrity.JobFinished, 30*time.Second)
 	if job.MismatchCount != 2 || len(job.Results) != 2 || job.RangesScanned != 12 {
 		t.Fatalf("job %+v", job)
 	}
 	got := job.Results
 	if r := got[0]; r.Chunk != 1 || r.Offset != 4<<20 || r.Len != 4<<20 || r.Peer != string(c.servers[a].Local()) ||
-		r.Reason != ReasonUnreadable || r.Majority == "" || len(r.Replicas) != 3 {
+		r.Reason != integrity.ReasonUnreadable || r.Majority == "" || len(r.Replicas) != 3 {
 		t.Fatalf("first mismatch %+v", r)
 	}
 	if r := got[1]; r.Chunk != 2 || r.Offset != 8<<20 || r.Len != 4<<20 || r.Peer != string(c.servers[b].Local()) ||
-		r.Reason != ReasonDiffers || r.Value == r.Majority || r.Replicas[string(c.servers[l].Local())] != r.Majority {
+		r.Reason != integrity.ReasonDiffers || r.Value == r.Majority || r.Replicas[string(c.servers[l].Local())] != r.Majority {
 		t.Fatalf("second mismatch %+v", r)
 	}
 
@@ -328,7 +325,7 @@ func TestScanFindsCorruptReplicaAndRepair(t *testing.T) {
 	if id2 != id+1 {
 		t.Fatalf("second job id %d, want %d", id2, id+1)
 	}
-	job = c.waitJob(t, id2, JobFinished, 30*time.Second)
+	job = c.waitJob(t, id2, integrity.JobFinished, 30*time.Second)
 	if job.MismatchCount != 0 || job.RangesScanned != 12 {
 		t.Fatalf("scan after repair %+v", job)
 	}
@@ -340,8 +337,8 @@ func TestScanFindsCorruptReplicaAndRepair(t *testing.T) {
 		t.Fatalf("ListJobs: %v %v", resp, err)
 	}
 	want := []string{fmt.Sprintf("%d=2", id), fmt.Sprintf("%d=0", id2)}
-	if got := trailer.Get(IntegrityMismatchesTrailerKey); !slices.Equal(got, want) {
-		t.Errorf("ListJobs trailer %s = %q, want %q", IntegrityMismatchesTrailerKey, got, want)
+	if got := trailer.Get(integrity.MismatchesTrailerKey); !slices.Equal(got, want) {
+		t.Errorf("ListJobs trailer %s = %q, want %q", integrity.MismatchesTrailerKey, got, want)
 	}
 }
 
@@ -358,7 +355,7 @@ func TestScanJobSurvivesLeaderChange(t *testing.T) {
 	for i := range chunks {
 		c.write(t, uint64(10+i), 1, uint32(i)<<20, block(byte(i+1)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	c.setScan(t, func(s *ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 10, 10*time.Second })
+	c.setScan(t, func(s *integrity.ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 10, 10*time.Second })
 	id := c.schedule(t, 0)
 	old := c.leader(t)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -387,7 +384,7 @@ func TestScanJobSurvivesLeaderChange(t *testing.T) {
 		st != pb.INTEGRITY_JOB_STATE_INTEGRITY_OP_STATE_FINISHED {
 		t.Fatalf("job state on the new leader %v", st)
 	}
-	job := c.waitJob(t, id, JobFinished, 30*time.Second)
+	job := c.waitJob(t, id, integrity.JobFinished, 30*time.Second)
 	if job.RangesScanned != 4*chunks || job.ChunksDone != chunks || job.MismatchCount != 0 {
 		t.Fatalf("job after leader change %+v", job)
 	}
@@ -399,7 +396,7 @@ func TestScanJobSurvivesLeaderChange(t *testing.T) {
 	for i := range c.servers {
 		c.start(i, nil)
 	}
-	if got := c.waitJob(t, id, JobFinished, 10*time.Second); !reflect.DeepEqual(got, job) {
+	if got := c.waitJob(t, id, integrity.JobFinished, 10*time.Second); !reflect.DeepEqual(got, job) {
 		t.Fatalf("job after restart %+v, want %+v", got, job)
 	}
 
@@ -419,16 +416,22 @@ func TestScanJobSurvivesLeaderChange(t *testing.T) {
 	c.start(f, nil)
 	c.waitSame(t, []uint64{1})
 	waitInstalled(t, c, f)
-	if j := c.localJob(f, id2); j == nil || j.State != JobWaiting || j.SchedTime != int64(later) {
+	if j := c.localJob(f, id2); j == nil || j.State != integrity.JobWaiting || j.SchedTime != int64(later) {
 		t.Fatalf("job %d on the follower after snapshot install: %+v", id2, j)
 	}
 	if j := c.localJob(f, id); !reflect.DeepEqual(j, job) {
 		t.Fatalf("job %d on the follower after snapshot install: %+v", id, j)
 	}
-	if _, err := os.Stat(filepath.Join(c.cfgs[f].DataDir, "copysets", c.group.String(), "data", IntegrityFileName)); err != nil {
+	if _, err := os.Stat(filepath.Join(c.cfgs[f].DataDir, "copysets", c.group.String(), "data", integrity.FileName)); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// FollowScanMap return codes (CHUNK_OP_STATUS values, see integrity/scan.go).
+const (
+	scanRetRedirected = int32(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED)
+	scanRetInvalid    = int32(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)
+)
 
 // TestIntegrityServiceRPCs: the RPC surface on a cluster: schedule in the
 // future, pause/resume/cancel, refused transitions and unknown ids, the
@@ -461,16 +464,16 @@ func TestIntegrityServiceRPCs(t *testing.T) {
 		call   string
 		id     int32
 		status pb.INTEGRITY_OP_STATUS
-		state  JobState
+		state  integrity.JobState
 	}{
-		{"list", 0, ok, JobWaiting},
-		{"pause", id, ok, JobPaused},
-		{"pause", id, ok, JobPaused},
-		{"resume", id, ok, JobWaiting}, // never started: back to WAITING
-		{"cancel", id, ok, JobCanceled},
-		{"resume", id, failed, JobCanceled},
-		{"pause", id, failed, JobCanceled},
-		{"cancel", id, ok, JobCanceled},
+		{"list", 0, ok, integrity.JobWaiting},
+		{"pause", id, ok, integrity.JobPaused},
+		{"pause", id, ok, integrity.JobPaused},
+		{"resume", id, ok, integrity.JobWaiting}, // never started: back to WAITING
+		{"cancel", id, ok, integrity.JobCanceled},
+		{"resume", id, failed, integrity.JobCanceled},
+		{"pause", id, failed, integrity.JobCanceled},
+		{"cancel", id, ok, integrity.JobCanceled},
 		{"cancel", id + 7, failed, -1},
 	}
 	for i, s := range steps {
@@ -484,15 +487,15 @@ func TestIntegrityServiceRPCs(t *testing.T) {
 			}
 			continue
 		}
-		if len(resp.GetJob()) != 1 || resp.GetJob()[0].GetId() != id || JobState(resp.GetJob()[0].GetState()) != s.state ||
+		if len(resp.GetJob()) != 1 || resp.GetJob()[0].GetId() != id || integrity.JobState(resp.GetJob()[0].GetState()) != s.state ||
 			resp.GetJob()[0].GetSchedTime() != later {
 			t.Fatalf("step %d %s: jobs %v, want job %d %v", i, s.call, resp.GetJob(), id, s.state)
 		}
 	}
-	if resp := call("list", 0, IntegrityPoolMetadataKey, "2"); resp.GetStatus() != failed {
+	if resp := call("list", 0, integrity.PoolMetadataKey, "2"); resp.GetStatus() != failed {
 		t.Fatalf("list of pool 2 (not hosted): %v", resp)
 	}
-	if resp := call("list", 0, IntegrityPoolMetadataKey, "1"); resp.GetStatus() != ok || len(resp.GetJob()) != 1 {
+	if resp := call("list", 0, integrity.PoolMetadataKey, "1"); resp.GetStatus() != ok || len(resp.GetJob()) != 1 {
 		t.Fatalf("list of pool 1: %v", resp)
 	}
 
@@ -501,7 +504,7 @@ func TestIntegrityServiceRPCs(t *testing.T) {
 	l := c.leader(t)
 	sm := &pb.FollowScanMapRequest{ScanMap: &pb.ScanMap{LogicalPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1),
 		ChunkId: proto.Uint64(1), Index: proto.Uint64(5), Crc: proto.Uint32(1), Offset: proto.Uint64(0), Len: proto.Uint64(4096)}}
-	withPeer := metadata.AppendToOutgoingContext(context.Background(), ScanPeerMetadataKey, string(c.servers[(l+1)%3].Local()))
+	withPeer := metadata.AppendToOutgoingContext(context.Background(), integrity.ScanPeerMetadataKey, string(c.servers[(l+1)%3].Local()))
 	for _, tc := range []struct {
 		server int
 		ctx    context.Context
@@ -518,215 +521,6 @@ func TestIntegrityServiceRPCs(t *testing.T) {
 	}
 }
 
-// testMachine is an integrity machine on a temp dir without a store.
-func testMachine(t *testing.T, dir string) *integrityMachine {
-	t.Helper()
-	m, err := openIntegrityMachine(copyset.NewGroupID(1, 1), dir, nil, nil, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
-func testLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// applyOp applies op at index and returns the job result.
-func applyOp(t *testing.T, m *integrityMachine, index uint64, op *jobOp) jobResult {
-	t.Helper()
-	b, err := encodeJobOp(op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, ok := m.Apply(index, b[copyset.OpHeaderLen:]).(jobResult)
-	if !ok {
-		t.Fatalf("apply %s: %v", op.Type, m.Apply(index, b[copyset.OpHeaderLen:]))
-	}
-	return res
-}
-
-// TestIntegrityJobTransitions: every (state, pause|resume|cancel) pair.
-func TestIntegrityJobTransitions(t *testing.T) {
-	// reach brings a fresh job 1 into a state, returning the next index.
-	reach := func(t *testing.T, m *integrityMachine, state string) uint64 {
-		idx := uint64(1)
-		do := func(op *jobOp) {
-			t.Helper()
-			if r := applyOp(t, m, idx, op); r.err != nil {
-				t.Fatalf("setup %s: %v", op.Type, r.err)
-			}
-			idx++
-		}
-		do(&jobOp{Type: opSchedule, Pool: 1, Copyset: 1, SchedTime: 100})
-		start := &jobOp{Type: opStart, ID: 1, Now: 200, Total: 1}
-		switch state {
-		case "WAITING":
-		case "RUNNING":
-			do(start)
-		case "PAUSED(waiting)":
-			do(&jobOp{Type: opPause, ID: 1})
-		case "PAUSED(running)":
-			do(start)
-			do(&jobOp{Type: opPause, ID: 1})
-		case "CANCELED":
-			do(&jobOp{Type: opCancel, ID: 1, Now: 300})
-		case "FINISHED":
-			do(start)
-			do(&jobOp{Type: opProgress, ID: 1, From: &ScanCursor{}, To: &ScanCursor{Chunk: 1}, Finished: true, Now: 300})
-		case "FAILED":
-			do(start)
-			do(&jobOp{Type: opFail, ID: 1, Now: 300, Error: "boom"})
-		}
-		return idx
-	}
-	const refused = JobState(-1)
-	table := []struct {
-		from                string
-		pause, resume, canc JobState // resulting state, refused = error
-	}{
-		{"WAITING", JobPaused, JobWaiting, JobCanceled},
-		{"RUNNING", JobPaused, JobRunning, JobCanceled},
-		{"PAUSED(waiting)", JobPaused, JobWaiting, JobCanceled},
-		{"PAUSED(running)", JobPaused, JobRunning, JobCanceled},
-		{"CANCELED", refused, refused, JobCanceled},
-		{"FINISHED", refused, refused, refused},
-		{"FAILED", refused, refused, refused},
-	}
-	for _, row := range table {
-		for _, tc := range []struct {
-			op   string
-			want JobState
-		}{{opPause, row.pause}, {opResume, row.resume}, {opCancel, row.canc}} {
-			t.Run(row.from+"/"+tc.op, func(t *testing.T) {
-				m := testMachine(t, t.TempDir())
-				idx := reach(t, m, row.from)
-				before := m.job(1)
-				res := applyOp(t, m, idx, &jobOp{Type: tc.op, ID: 1, Now: 400})
-				if tc.want == refused {
-					if res.err == nil || !reflect.DeepEqual(m.job(1), before) {
-						t.Fatalf("%s from %s: err %v, job %+v; want refused and unchanged", tc.op, row.from, res.err, m.job(1))
-					}
-					return
-				}
-				if res.err != nil || res.job.State != tc.want || m.job(1).State != tc.want {
-					t.Fatalf("%s from %s: %v %+v, want %v", tc.op, row.from, res.err, res.job, tc.want)
-				}
-			})
-		}
-	}
-	// Unknown ids are refused.
-	m := testMachine(t, t.TempDir())
-	if r := applyOp(t, m, 1, &jobOp{Type: opPause, ID: 3}); r.err != errJobNotFound || r.job != nil {
-		t.Fatalf("pause of an unknown job: %+v", r)
-	}
-}
-
-// TestIntegrityStateReplayAndReload: progress ops refuse a stale cursor;
-// an op at or below the applied index changes nothing; the state file
-// reloads to the same state, ignoring a torn last line and snapshot zero
-// padding; it compacts when it grows.
-func TestIntegrityStateReplayAndReload(t *testing.T) {
-	dir := t.TempDir()
-	m := testMachine(t, dir)
-	applyOp(t, m, 10, &jobOp{Type: opSchedule, Pool: 1, Copyset: 1, SchedTime: 5})
-	applyOp(t, m, 11, &jobOp{Type: opStart, ID: 1, Now: 6, Total: 2})
-	mis := []ScanMismatch{{Chunk: 7, Offset: 0, Len: 4096, Index: 12, Peer: "p", Reason: ReasonDiffers, Value: "0x1", Majority: "0x2"}}
-	if r := applyOp(t, m, 13, &jobOp{Type: opProgress, ID: 1, From: &ScanCursor{}, To: &ScanCursor{Chunk: 7, Offset: 4096},
-		RangesScanned: 1, Results: mis}); r.err != nil {
-		t.Fatal(r.err)
-	}
-	// The same progress again (a second leader computed it too): refused.
-	if r := applyOp(t, m, 14, &jobOp{Type: opProgress, ID: 1, From: &ScanCursor{}, To: &ScanCursor{Chunk: 7, Offset: 4096},
-		RangesScanned: 1, Results: mis}); r.err != errStaleCursor {
-		t.Fatalf("stale progress: %v", r.err)
-	}
-	// A replayed schedule does not create a second job.
-	if r := applyOp(t, m, 10, &jobOp{Type: opSchedule, Pool: 1, Copyset: 1, SchedTime: 5}); r.job == nil || r.job.ID != 1 {
-		t.Fatalf("replayed schedule: %+v", r)
-	}
-	want := m.jobs()
-	if len(want) != 1 || want[0].MismatchCount != 1 || want[0].Cursor != (ScanCursor{Chunk: 7, Offset: 4096}) {
-		t.Fatalf("state %+v", want[0])
-	}
-	if err := m.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, IntegrityFileName)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write([]byte(`{"applied":99,"next_id":5,"jo`)) // torn write
-	f.Write(make([]byte, 100))                       // snapshot padding
-	f.Close()
-	m2 := testMachine(t, dir)
-	if got := m2.jobs(); !reflect.DeepEqual(got, want) || m2.applied() != 13 {
-		t.Fatalf("reloaded %+v (applied %d), want %+v", got, m2.applied(), want)
-	}
-	// Replay of the log after a snapshot at index 12: ops <= 13 skipped.
-	applyOp(t, m2, 13, &jobOp{Type: opProgress, ID: 1, From: &ScanCursor{}, To: &ScanCursor{Chunk: 7, Offset: 4096}, Results: mis})
-	if got := m2.jobs(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("replay changed the state: %+v", got)
-	}
-
-	// Compaction: many changes keep the file near one line.
-	m2.Close()
-	m3 := testMachine(t, dir)
-	idx := uint64(20)
-	for range 3000 {
-		applyOp(t, m3, idx, &jobOp{Type: opPause, ID: 1})
-		applyOp(t, m3, idx+1, &jobOp{Type: opResume, ID: 1})
-		idx += 2
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Size() > 2*statefile.CompactMinBytes {
-		t.Fatalf("state file not compacted: %d bytes", st.Size())
-	}
-	m3.Close()
-	m4 := testMachine(t, dir)
-	if m4.applied() != idx-1 || m4.job(1).State != JobRunning {
-		t.Fatalf("after compaction: applied %d job %+v", m4.applied(), m4.job(1))
-	}
-}
-
-// TestCompareReplicas: the majority of the members wins whatever their
-// number; unreadable and missing replicas are always reported.
-func TestCompareReplicas(t *testing.T) {
-	members := []copyset.PeerID{"a:1:0", "b:1:0", "c:1:0", "d:1:0", "e:1:0"}
-	type want struct{ peer, reason string }
-	for _, tc := range []struct {
-		name   string
-		values map[copyset.PeerID]string
-		want   []want
-	}{
-		{"all agree", map[copyset.PeerID]string{"a:1:0": "x", "b:1:0": "x", "c:1:0": "x", "d:1:0": "x", "e:1:0": "x"}, nil},
-		{"two differ, majority of five", map[copyset.PeerID]string{"a:1:0": "x", "b:1:0": "y", "c:1:0": "x", "d:1:0": "z", "e:1:0": "x"},
-			[]want{{"b:1:0", ReasonDiffers}, {"d:1:0", ReasonDiffers}}},
-		{"unreadable and missing", map[copyset.PeerID]string{"a:1:0": "x", "b:1:0": replicaUnreadable, "c:1:0": "x", "e:1:0": "x"},
-			[]want{{"b:1:0", ReasonUnreadable}, {"d:1:0", ReasonMissing}}},
-		{"no majority", map[copyset.PeerID]string{"a:1:0": "x", "b:1:0": "x", "c:1:0": "y", "d:1:0": "y"},
-			[]want{{"a:1:0", ReasonNoMajority}, {"b:1:0", ReasonNoMajority}, {"c:1:0", ReasonNoMajority}, {"d:1:0", ReasonNoMajority}, {"e:1:0", ReasonMissing}}},
-		{"only one reports", map[copyset.PeerID]string{"c:1:0": "x"},
-			[]want{{"a:1:0", ReasonMissing}, {"b:1:0", ReasonMissing}, {"d:1:0", ReasonMissing}, {"e:1:0", ReasonMissing}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var got []want
-			for _, m := range compareReplicas(members, tc.values, 1, 0, 4096, 9) {
-				got = append(got, want{m.Peer, m.Reason})
-				if len(m.Replicas) != len(members) || m.Chunk != 1 || m.Index != 9 {
-					t.Fatalf("mismatch %+v", m)
-				}
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("got %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestHashRangeFoldsMeta: two chunks with equal data but different sn
 // hash alike except in their first range.
 func TestHashRangeFoldsMeta(t *testing.T) {
@@ -735,7 +529,7 @@ func TestHashRangeFoldsMeta(t *testing.T) {
 	c.write(t, 2, 3, 4<<20, block(9), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	store := mustChunkStore(t, c.servers[0].Copysets().Get(c.group))
 	h := func(chunk uint64, off uint32) uint32 {
-		v, err := hashRange(store, chunk, off, 4<<20)
+		v, err := integrity.RangeCRC(scanStore{store}, chunk, off, 4<<20)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/hashicorp/raft"
@@ -49,9 +50,10 @@ type Server struct {
 	stale    *staleSweep // deletes replicas their copyset no longer has (stale_sweep.go)
 	cluster  *clusterMap // the cluster map service (cluster_map.go)
 	ready    atomic.Bool
-	scans    *integrity    // IntegrityService, ScanService, scan worker (integrity*.go, scan.go)
-	rt       *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
-	tls      *serverTLS    // nil: plaintext (tls.go)
+	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
+	peers    *connCache         // connections to peer chunkservers: fences, scan maps
+	rt       *runtimeState      // ConfigService, ChunkServerStatus (config_runtime.go)
+	tls      *serverTLS         // nil: plaintext (tls.go)
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
@@ -94,7 +96,9 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.fences = &fencer{epochs: epochs, local: local, conns: newConnCache(s.tls.peerDial()), log: log.With("component", "fences")}
+	s.peers = newConnCache(s.tls.peerDial())
+	s.fences = &fencer{epochs: epochs, local: local, conns: s.peers, log: log.With("component", "fences")}
+	s.scans = integrity.New(integrity.Deps{Local: local, Store: scanStoreOf, Dial: s.peers.get, Logger: log})
 	s.admit = &admission{
 		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
 		minFree: cfg.MinFreeBytes, diskFree: statfsFree,
@@ -158,8 +162,10 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		return nil, err
 	}
 	s.fences.copysets = s.copysets
+	s.scans.Attach(s.copysets)
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries))
+	s.metrics.reg.MustRegister(s.scans.Collectors()...)
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
@@ -186,7 +192,6 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, dial: s.tls.peerDial()}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
-	s.setupIntegrity()
 	s.setupRuntime()
 	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.fences.conns}
 	s.health = health.NewServer()
@@ -265,6 +270,13 @@ func (s *Server) Local() copyset.PeerID { return s.local }
 // Copysets returns the server's copyset manager.
 func (s *Server) Copysets() *copyset.Manager { return s.copysets }
 
+// ScanSettings returns the integrity scan settings in effect.
+func (s *Server) ScanSettings() integrity.ScanSettings { return s.scans.Settings() }
+
+// SetScanSettings changes the integrity scan settings at runtime; they
+// apply from the next range scanned.
+func (s *Server) SetScanSettings(v integrity.ScanSettings) error { return s.scans.SetSettings(v) }
+
 // Run listens, reopens the copysets on disk, serves until ctx is done and
 // then shuts down gracefully: listeners close, copysets stop, data syncs.
 func (s *Server) Run(ctx context.Context) error {
@@ -308,8 +320,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	// Copysets load after the listener is up: peers of a restarting server
 	// must reach it while its replicas catch up.
-	s.scans.start()
-	loadErr := s.copysets.Load(ctx)
+	loadErr := s.scans.Start()
+	if loadErr == nil {
+		loadErr = s.copysets.Load(ctx)
+	}
 	if loadErr == nil {
 		s.ready.Store(true)
 		s.rt.startLoadCheck()
@@ -339,7 +353,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.rt.stopLoadCheck()
 	s.stale.stop()
 	closeErr := s.copysets.Close()
-	s.scans.stop()
+	s.scans.Stop()
 	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
@@ -357,7 +371,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		cancel()
 	}
 	poolWG.Wait()
-	err := errors.Join(runErr, closeErr, s.trans.Close(), s.sources.close(), s.fences.conns.close())
+	err := errors.Join(runErr, closeErr, s.trans.Close(), s.sources.close(), s.peers.close())
 	if s.cache != nil {
 		s.cache.Close()
 	}
@@ -378,7 +392,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/integrity", s.scans.serveHTTP)
+	mux.Handle("/integrity", s.scans)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

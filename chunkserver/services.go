@@ -32,10 +32,9 @@ func (s *Server) registerServices(curve curveServices) {
 	pb.RegisterCliServiceServer(g, &cliService{core: curve.cli})
 	pb.RegisterChunkServerServiceServer(g, &chunkServerService{rt: s.rt})
 	// chunkraft's own: runtime configuration, integrity jobs and range
-	// scans (integrity*.go, scan.go).
+	// scans (package integrity).
 	pb.RegisterConfigServiceServer(g, &configService{rt: s.rt})
-	pb.RegisterIntegrityServiceServer(g, &integrityService{in: s.scans})
-	pb.RegisterScanServiceServer(g, &scanService{in: s.scans})
+	s.scans.Register(g)
 	// Between chunkservers: raft traffic of every copyset, epoch fences,
 	// the cluster map (cluster_map.go).
 	s.trans.Register(g)

@@ -53,7 +53,7 @@ func (e *IntegrityStatusError) Error() string {
 }
 
 // chunkraft's IntegrityService conventions beyond the proto (see the server's
-// chunkserver/integrity_service.go): the copyset's pool travels as request
+// integrity/service.go): the copyset's pool travels as request
 // metadata; a FAILURE_UNKNOWN reply carries its reason, and from a follower
 // the leader's peer id, in trailers; a SUCCESS reply carries each job's
 // mismatch count in a trailer ("<id>=<count>" per job).

@@ -32,12 +32,13 @@ import (
 // changes). Broken replicas get no run. A run must not call Stop of its
 // own worker (Stop waits for it).
 //
-// The integrity scan worker (chunkserver/scan.go) today polls
-// Manager.List for copysets it leads; on a LeaderWorker it is one run per
-// led copyset: wait for the copyset's next job (woken by the machine's
-// jobsChanged through a channel of that copyset, or the poll interval),
-// take the server-wide range throttle shared by all runs, step the job;
-// its 200 ms retry after a failed step is RetryDelay.
+// The integrity scan worker (integrity/scan.go, Service.lead) is one: its
+// run on a led copyset waits for the ReadBarrier, then for the copyset's
+// next job (woken by the machine's jobsChanged through a channel of that
+// copyset, or the poll interval), takes the server-wide range gate and
+// throttle shared by all runs and steps the job. A failed step is retried
+// inside the run after 200 ms (the failures of a job count across terms,
+// up to the job's failure), not by returning an error.
 
 // LeaderWork is the function a LeaderWorker runs on a copyset it leads. It
 // must return soon after ctx ends.

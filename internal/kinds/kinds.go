@@ -6,7 +6,7 @@ const (
 	// Chunk is the chunk store of a copyset (chunkserver/chunk_fsm.go).
 	Chunk = 1
 	// Integrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops
-	// (chunkserver/integrity.go).
+	// (integrity/machine.go).
 	Integrity = 2
 	// Fence is a copyset's epoch fences (chunkserver/fence.go).
 	Fence = 3

@@ -1,4 +1,4 @@
-package chunkserver
+package integrity
 
 // Integrity jobs are replicated state: every copyset hosts a state machine
 // of kind kinds.Integrity that holds the copyset's scan jobs and
@@ -42,7 +42,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/statefile"
 	"github.com/chunkraft/chunkraft/internal/kinds"
@@ -50,8 +49,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// IntegrityFileName is the integrity state file in a copyset's data dir.
-const IntegrityFileName = "integrity.jsonl"
+// FileName is the integrity state file in a copyset's data dir.
+const FileName = "integrity.jsonl"
 
 const (
 	// keepTerminalJobs is how many finished, canceled or failed jobs a
@@ -142,9 +141,9 @@ type ScanMismatch struct {
 	Replicas map[string]string `json:"replicas"`
 }
 
-// IntegrityJob is one replicated integrity job, as persisted and as the
+// Job is one replicated integrity job, as persisted and as the
 // /integrity endpoint reports it.
-type IntegrityJob struct {
+type Job struct {
 	ID           int32    `json:"id"`
 	Pool         uint32   `json:"pool"`
 	Copyset      uint32   `json:"copyset"`
@@ -168,7 +167,7 @@ type IntegrityJob struct {
 	Error         string         `json:"error,omitempty"`
 }
 
-func (j *IntegrityJob) clone() *IntegrityJob {
+func (j *Job) clone() *Job {
 	c := *j
 	c.Results = slices.Clone(j.Results)
 	return &c
@@ -176,7 +175,7 @@ func (j *IntegrityJob) clone() *IntegrityJob {
 
 // toPB converts to the IntegrityService message (which has no pool,
 // cursor or results: those are in the /integrity endpoint).
-func (j *IntegrityJob) toPB() *pb.IntegrityJob {
+func (j *Job) toPB() *pb.IntegrityJob {
 	return &pb.IntegrityJob{
 		Id: proto.Int32(j.ID), Copyset: proto.Int32(int32(j.Copyset)),
 		State: pb.INTEGRITY_JOB_STATE(j.State).Enum(), Progress: proto.Int32(j.Progress),
@@ -184,12 +183,12 @@ func (j *IntegrityJob) toPB() *pb.IntegrityJob {
 	}
 }
 
-// integrityState is the replicated state of one copyset's jobs; one line
+// jobsState is the replicated state of one copyset's jobs; one line
 // of the state file.
-type integrityState struct {
-	Applied uint64          `json:"applied"` // index of the last job op that changed the state
-	NextID  int32           `json:"next_id"` // the last job id assigned
-	Jobs    []*IntegrityJob `json:"jobs"`    // ascending id
+type jobsState struct {
+	Applied uint64 `json:"applied"` // index of the last job op that changed the state
+	NextID  int32  `json:"next_id"` // the last job id assigned
+	Jobs    []*Job `json:"jobs"`    // ascending id
 }
 
 // jobOp is a replicated job op.
@@ -237,7 +236,7 @@ var (
 // jobResult is the apply result of a job op: the job after the op (nil if
 // it does not exist) and why the op was refused, if it was.
 type jobResult struct {
-	job *IntegrityJob
+	job *Job
 	err error
 }
 
@@ -247,11 +246,16 @@ func encodeJobOp(op *jobOp) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode integrity op: %w", err)
 	}
-	out := make([]byte, copyset.OpHeaderLen+1+len(b))
+	return encodeOp(integrityOpJob, b), nil
+}
+
+// encodeOp builds a replicated integrity op: the op header, tag, payload.
+func encodeOp(tag byte, payload []byte) []byte {
+	out := make([]byte, copyset.OpHeaderLen+1+len(payload))
 	copyset.PutOpHeader(out, kinds.Integrity)
-	out[copyset.OpHeaderLen] = integrityOpJob
-	copy(out[copyset.OpHeaderLen+1:], b)
-	return out, nil
+	out[copyset.OpHeaderLen] = tag
+	copy(out[copyset.OpHeaderLen+1:], payload)
+	return out
 }
 
 // scanReporter receives what the integrity machines of a server produce.
@@ -263,30 +267,30 @@ type scanReporter interface {
 	jobsChanged(g copyset.GroupID)
 }
 
-// integrityMachine is the kinds.Integrity state machine of one copyset.
-type integrityMachine struct {
+// Machine is the kinds.Integrity state machine of one copyset.
+type Machine struct {
 	group    copyset.GroupID
-	store    *datastore.Store // the copyset's chunk store, read by scan ops
-	reporter scanReporter     // nil: nothing is reported
+	store    ChunkStore   // the copyset's chunk store, read by scan ops
+	reporter scanReporter // nil: nothing is reported
 	log      *slog.Logger
 	dir      string
 
 	mu sync.RWMutex
-	st integrityState
+	st jobsState
 
 	file *statefile.File // used from the apply goroutine (Apply, Sync) and Close
 }
 
-var _ copyset.StateMachine = (*integrityMachine)(nil)
+var _ copyset.StateMachine = (*Machine)(nil)
 
-// openIntegrityMachine loads the state file in dir, if any.
-func openIntegrityMachine(g copyset.GroupID, dir string, store *datastore.Store, reporter scanReporter, log *slog.Logger) (*integrityMachine, error) {
-	m := &integrityMachine{group: g, store: store, reporter: reporter, log: log, dir: dir}
+// openMachine loads the state file in dir, if any.
+func openMachine(g copyset.GroupID, dir string, store ChunkStore, reporter scanReporter, log *slog.Logger) (*Machine, error) {
+	m := &Machine{group: g, store: store, reporter: reporter, log: log, dir: dir}
 	file, b, err := statefile.Open(m.path())
 	if err != nil {
 		return nil, fmt.Errorf("integrity state: %w", err)
 	}
-	st, bad := parseIntegrityState(b)
+	st, bad := parseState(b)
 	if bad > 0 {
 		log.Warn("integrity state file: skipped unreadable lines (torn write or snapshot padding)", "file", m.path(), "lines", bad)
 	}
@@ -294,12 +298,12 @@ func openIntegrityMachine(g copyset.GroupID, dir string, store *datastore.Store,
 	return m, nil
 }
 
-// parseIntegrityState returns the state of the valid line with the highest
+// parseState returns the state of the valid line with the highest
 // Applied (the last of equals) and how many non-empty lines were invalid.
-func parseIntegrityState(b []byte) (integrityState, int) {
-	var best integrityState
+func parseState(b []byte) (jobsState, int) {
+	var best jobsState
 	bad := statefile.EachLine(b, func(line []byte) bool {
-		var st integrityState
+		var st jobsState
 		if err := json.Unmarshal(line, &st); err != nil {
 			return false
 		}
@@ -311,10 +315,10 @@ func parseIntegrityState(b []byte) (integrityState, int) {
 	return best, bad
 }
 
-func (m *integrityMachine) path() string { return filepath.Join(m.dir, IntegrityFileName) }
+func (m *Machine) path() string { return filepath.Join(m.dir, FileName) }
 
 // Apply implements copyset.StateMachine.
-func (m *integrityMachine) Apply(index uint64, payload []byte) any {
+func (m *Machine) Apply(index uint64, payload []byte) any {
 	if len(payload) == 0 {
 		return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: empty payload", index)}
 	}
@@ -327,7 +331,7 @@ func (m *integrityMachine) Apply(index uint64, payload []byte) any {
 	return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: unknown tag %d", index, payload[0])}
 }
 
-func (m *integrityMachine) applyJob(index uint64, payload []byte) any {
+func (m *Machine) applyJob(index uint64, payload []byte) any {
 	var op jobOp
 	if err := json.Unmarshal(payload, &op); err != nil {
 		m.log.Error("undecodable integrity op", "index", index, "err", err)
@@ -350,7 +354,7 @@ func (m *integrityMachine) applyJob(index uint64, payload []byte) any {
 			return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: encode state: %w", index, merr)}
 		}
 	}
-	var out *IntegrityJob
+	var out *Job
 	if job != nil {
 		out = job.clone()
 	}
@@ -367,7 +371,7 @@ func (m *integrityMachine) applyJob(index uint64, payload []byte) any {
 	return jobResult{job: out, err: err}
 }
 
-func (m *integrityMachine) logChange(index uint64, op *jobOp, job *IntegrityJob) {
+func (m *Machine) logChange(index uint64, op *jobOp, job *Job) {
 	if job == nil || (op.Type == opProgress && !op.Finished) {
 		return
 	}
@@ -376,7 +380,7 @@ func (m *integrityMachine) logChange(index uint64, op *jobOp, job *IntegrityJob)
 }
 
 // replayedJob finds the job an already applied op refers to.
-func (m *integrityMachine) replayedJob(index uint64, op *jobOp) *IntegrityJob {
+func (m *Machine) replayedJob(index uint64, op *jobOp) *Job {
 	for _, j := range m.st.Jobs {
 		if (op.Type == opSchedule && j.CreatedIndex == index) || (op.Type != opSchedule && j.ID == op.ID) {
 			return j.clone()
@@ -387,7 +391,7 @@ func (m *integrityMachine) replayedJob(index uint64, op *jobOp) *IntegrityJob {
 
 // apply applies op at index to the state and returns the job it concerns,
 // whether the state changed, and why the op was refused.
-func (st *integrityState) apply(index uint64, op *jobOp) (*IntegrityJob, bool, error) {
+func (st *jobsState) apply(index uint64, op *jobOp) (*Job, bool, error) {
 	if op.Type == opSchedule {
 		active := 0
 		for _, j := range st.Jobs {
@@ -400,12 +404,12 @@ func (st *integrityState) apply(index uint64, op *jobOp) (*IntegrityJob, bool, e
 		}
 		st.pruneTerminal(keepTerminalJobs - 1)
 		st.NextID++
-		j := &IntegrityJob{ID: st.NextID, Pool: op.Pool, Copyset: op.Copyset, State: JobWaiting,
+		j := &Job{ID: st.NextID, Pool: op.Pool, Copyset: op.Copyset, State: JobWaiting,
 			SchedTime: op.SchedTime, CreatedIndex: index}
 		st.Jobs = append(st.Jobs, j)
 		return j, true, nil
 	}
-	var j *IntegrityJob
+	var j *Job
 	for _, x := range st.Jobs {
 		if x.ID == op.ID {
 			j = x
@@ -478,7 +482,7 @@ func (st *integrityState) apply(index uint64, op *jobOp) (*IntegrityJob, bool, e
 }
 
 // pruneTerminal drops the oldest terminal jobs until at most keep remain.
-func (st *integrityState) pruneTerminal(keep int) {
+func (st *jobsState) pruneTerminal(keep int) {
 	n := 0
 	for _, j := range st.Jobs {
 		if j.State.terminal() {
@@ -489,7 +493,7 @@ func (st *integrityState) pruneTerminal(keep int) {
 	if drop <= 0 {
 		return
 	}
-	st.Jobs = slices.DeleteFunc(st.Jobs, func(j *IntegrityJob) bool {
+	st.Jobs = slices.DeleteFunc(st.Jobs, func(j *Job) bool {
 		if drop > 0 && j.State.terminal() {
 			drop--
 			return true
@@ -499,28 +503,28 @@ func (st *integrityState) pruneTerminal(keep int) {
 }
 
 // Sync implements copyset.StateMachine: fsync the state file.
-func (m *integrityMachine) Sync() error { return m.file.Sync() }
+func (m *Machine) Sync() error { return m.file.Sync() }
 
 // Files implements copyset.StateMachine.
-func (m *integrityMachine) Files() ([]string, error) { return []string{IntegrityFileName}, nil }
+func (m *Machine) Files() ([]string, error) { return []string{FileName}, nil }
 
 // Close implements copyset.StateMachine. The chunk store is the chunk
 // machine's to close.
-func (m *integrityMachine) Close() error { return m.file.Close() }
+func (m *Machine) Close() error { return m.file.Close() }
 
-// jobs returns a copy of every job, ascending id.
-func (m *integrityMachine) jobs() []*IntegrityJob {
+// Jobs returns a copy of every job, ascending id.
+func (m *Machine) Jobs() []*Job {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]*IntegrityJob, len(m.st.Jobs))
+	out := make([]*Job, len(m.st.Jobs))
 	for i, j := range m.st.Jobs {
 		out[i] = j.clone()
 	}
 	return out
 }
 
-// job returns a copy of job id, or nil.
-func (m *integrityMachine) job(id int32) *IntegrityJob {
+// Job returns a copy of job id, or nil.
+func (m *Machine) Job(id int32) *Job {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, j := range m.st.Jobs {
@@ -534,10 +538,10 @@ func (m *integrityMachine) job(id int32) *IntegrityJob {
 // nextJob returns the job the leader should work on: the running job with
 // the lowest id, else (none running) the due waiting job with the lowest
 // id.
-func (m *integrityMachine) nextJob(now int64) *IntegrityJob {
+func (m *Machine) nextJob(now int64) *Job {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	var waiting *IntegrityJob
+	var waiting *Job
 	for _, j := range m.st.Jobs {
 		switch {
 		case j.State == JobRunning:
@@ -552,8 +556,8 @@ func (m *integrityMachine) nextJob(now int64) *IntegrityJob {
 	return nil
 }
 
-// applied returns the index of the last job op in the state.
-func (m *integrityMachine) applied() uint64 {
+// Applied returns the index of the last job op in the state.
+func (m *Machine) Applied() uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.st.Applied

@@ -1,15 +1,15 @@
-package chunkserver
+package integrity
 
 // IntegrityService, ScanService and the /integrity HTTP endpoint.
 //
 // IntegrityService must reach the copyset's leader: a follower, a server
 // not hosting the copyset or a broken replica answers FAILURE_UNKNOWN (with
-// no job). The copyset is IntegrityJob.copyset of the request; its logical
-// pool is 1 unless the gRPC metadata key IntegrityPoolMetadataKey names
+// no job). The copyset is Job.copyset of the request; its logical
+// pool is 1 unless the gRPC metadata key PoolMetadataKey names
 // another. Every FAILURE_UNKNOWN carries the reason in the trailer key
-// IntegrityErrorTrailerKey and, from a follower that knows the leader, the
-// leader's peer id in IntegrityLeaderTrailerKey. The request's
-// IntegrityJob has required fields (proto2): callers fill all of them
+// ErrorTrailerKey and, from a follower that knows the leader, the
+// leader's peer id in LeaderTrailerKey. The request's
+// Job has required fields (proto2): callers fill all of them
 // (zeros where unused).
 //
 //	ScheduleJob(copyset, sched_time)  a new WAITING job; sched_time is unix
@@ -28,15 +28,15 @@ package chunkserver
 // id is FAILURE_UNKNOWN, with the job in its current state when it exists.
 // A copyset keeps its 16 newest terminal jobs and at most 64 others.
 //
-// IntegrityJob has no field for what a scan found. Every SUCCESS reply
+// Job has no field for what a scan found. Every SUCCESS reply
 // carries each of its jobs' mismatch count in the trailer key
-// IntegrityMismatchesTrailerKey, one "<id>=<count>" value per job (Curve's
+// MismatchesTrailerKey, one "<id>=<count>" value per job (Curve's
 // message is left as it is). Mismatches are logged
 // (slog Warn "integrity scan mismatch"), counted in
 // chunkraft_scan_mismatches_total{reason}, kept in the replicated job
 // state (integrity.jsonl in the copyset data dir) and served as JSON by
 // GET /integrity[?pool=P][&copyset=C] on the metrics listener (see
-// IntegrityReport): every copyset this server hosts; with pool=P those of
+// Report): every copyset this server hosts; with pool=P those of
 // pool P; with copyset=C copyset P/C alone (pool 1 unless given), 404 when
 // this server does not host it. Any replica answers with its applied view;
 // the leader's ("is_leader": true) is authoritative.
@@ -50,10 +50,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -61,93 +59,47 @@ import (
 
 // gRPC metadata keys of IntegrityService.
 const (
-	// IntegrityPoolMetadataKey (request) is the logical pool of the copyset
-	// named by IntegrityJob.copyset; 1 when absent.
-	IntegrityPoolMetadataKey = "chunkraft-logic-pool-id"
-	// IntegrityErrorTrailerKey (response trailer) says why a request got
+	// PoolMetadataKey (request) is the logical pool of the copyset
+	// named by Job.copyset; 1 when absent.
+	PoolMetadataKey = "chunkraft-logic-pool-id"
+	// ErrorTrailerKey (response trailer) says why a request got
 	// FAILURE_UNKNOWN.
-	IntegrityErrorTrailerKey = "chunkraft-error"
-	// IntegrityLeaderTrailerKey (response trailer) is the leader's peer id
+	ErrorTrailerKey = "chunkraft-error"
+	// LeaderTrailerKey (response trailer) is the leader's peer id
 	// when a follower that knows it answers FAILURE_UNKNOWN.
-	IntegrityLeaderTrailerKey = "chunkraft-leader"
-	// IntegrityMismatchesTrailerKey (response trailer of a SUCCESS) holds
+	LeaderTrailerKey = "chunkraft-leader"
+	// MismatchesTrailerKey (response trailer of a SUCCESS) holds
 	// one "<id>=<count>" value per job of the reply: the mismatches the job
-	// found so far (IntegrityJob.MismatchCount).
-	IntegrityMismatchesTrailerKey = "chunkraft-mismatches"
+	// found so far (Job.MismatchCount).
+	MismatchesTrailerKey = "chunkraft-mismatches"
 )
 
-// IntegrityReport is the JSON body of GET /integrity.
-type IntegrityReport struct {
-	Peer     string                   `json:"peer"` // the answering server
-	Copysets []IntegrityCopysetReport `json:"copysets"`
+// Report is the JSON body of GET /integrity.
+type Report struct {
+	Peer     string          `json:"peer"` // the answering server
+	Copysets []CopysetReport `json:"copysets"`
 }
 
-// IntegrityCopysetReport is one copyset's jobs as this replica has applied
+// CopysetReport is one copyset's jobs as this replica has applied
 // them.
-type IntegrityCopysetReport struct {
+type CopysetReport struct {
 	Pool     uint32 `json:"pool"`
 	Copyset  uint32 `json:"copyset"`
 	Leader   string `json:"leader"`
 	IsLeader bool   `json:"is_leader"`
 	// AppliedIndex is the log index of the last job op in this view.
-	AppliedIndex uint64          `json:"applied_index"`
-	Jobs         []*IntegrityJob `json:"jobs"`
-}
-
-// setupIntegrity builds the server's scan machinery (IntegrityService and
-// ScanService, registered in services.go) and registers the scan metrics.
-func (s *Server) setupIntegrity() {
-	s.scans = newIntegrity(s, s.log)
-	for _, r := range mismatchReasons {
-		s.scans.mismatches.WithLabelValues(r) // 0 from start-up: increase() sees the first
-	}
-	s.metrics.reg.MustRegister(s.scans.rangesTotal, s.scans.mismatches,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "chunkraft_scan_jobs_running",
-			Help: "RUNNING integrity jobs of the copysets this server leads.",
-		}, s.scans.runningJobs))
-}
-
-// openIntegrity opens the integrity machine of copyset g (the
-// integrity machine spec in machines.go opens it).
-func (s *Server) openIntegrity(g copyset.GroupID, dataDir string, store *datastore.Store) (*integrityMachine, error) {
-	var rep scanReporter
-	if s.scans != nil {
-		rep = s.scans
-	}
-	return openIntegrityMachine(g, dataDir, store, rep,
-		s.log.With("component", "integrity", "pool", g.Pool(), "copyset", g.Copyset()))
-}
-
-// ScanSettings returns the integrity scan settings in effect.
-func (s *Server) ScanSettings() ScanSettings { return s.scans.Settings() }
-
-// SetScanSettings changes the integrity scan settings at runtime; they
-// apply from the next range scanned.
-func (s *Server) SetScanSettings(v ScanSettings) error { return s.scans.setSettings(v) }
-
-func (in *integrity) runningJobs() float64 {
-	var n float64
-	for _, node := range in.srv.copysets.List() {
-		if m := machineOf(node); m != nil && node.IsLeader() {
-			for _, j := range m.jobs() {
-				if j.State == JobRunning {
-					n++
-				}
-			}
-		}
-	}
-	return n
+	AppliedIndex uint64 `json:"applied_index"`
+	Jobs         []*Job `json:"jobs"`
 }
 
 // integrityService implements curve.chunkserver.IntegrityService.
 type integrityService struct {
 	pb.UnimplementedIntegrityServiceServer
-	in *integrity
+	in *Service
 }
 
 // succeed answers SUCCESS with jobs, their mismatch counts in the trailer.
-func succeed(ctx context.Context, jobs ...*IntegrityJob) *pb.IntegrityResponse {
+func succeed(ctx context.Context, jobs ...*Job) *pb.IntegrityResponse {
 	var counts []string
 	for _, j := range jobs {
 		if j != nil {
@@ -155,12 +107,12 @@ func succeed(ctx context.Context, jobs ...*IntegrityJob) *pb.IntegrityResponse {
 		}
 	}
 	if len(counts) > 0 {
-		_ = grpc.SetTrailer(ctx, metadata.MD{IntegrityMismatchesTrailerKey: counts})
+		_ = grpc.SetTrailer(ctx, metadata.MD{MismatchesTrailerKey: counts})
 	}
 	return integrityResponse(pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS, jobs...)
 }
 
-func integrityResponse(st pb.INTEGRITY_OP_STATUS, jobs ...*IntegrityJob) *pb.IntegrityResponse {
+func integrityResponse(st pb.INTEGRITY_OP_STATUS, jobs ...*Job) *pb.IntegrityResponse {
 	resp := &pb.IntegrityResponse{Status: st.Enum()}
 	for _, j := range jobs {
 		if j != nil {
@@ -172,11 +124,11 @@ func integrityResponse(st pb.INTEGRITY_OP_STATUS, jobs ...*IntegrityJob) *pb.Int
 
 // fail answers FAILURE_UNKNOWN with the reason (and leader hint) in the
 // trailer, and job if there is one.
-func (s *integrityService) fail(ctx context.Context, what string, err error, job *IntegrityJob) *pb.IntegrityResponse {
-	md := metadata.Pairs(IntegrityErrorTrailerKey, what+": "+err.Error())
+func (s *integrityService) fail(ctx context.Context, what string, err error, job *Job) *pb.IntegrityResponse {
+	md := metadata.Pairs(ErrorTrailerKey, what+": "+err.Error())
 	var nl *copyset.NotLeaderError
 	if errors.As(err, &nl) && nl.Leader != "" {
-		md.Append(IntegrityLeaderTrailerKey, string(nl.Leader))
+		md.Append(LeaderTrailerKey, string(nl.Leader))
 	}
 	_ = grpc.SetTrailer(ctx, md)
 	s.in.log.Debug("integrity request failed", "what", what, "err", err)
@@ -185,13 +137,13 @@ func (s *integrityService) fail(ctx context.Context, what string, err error, job
 
 // leader returns the leader replica of the request's copyset and its
 // integrity machine.
-func (s *integrityService) leader(ctx context.Context, req *pb.IntegrityRequest) (*copyset.Node, *integrityMachine, error) {
+func (s *integrityService) leader(ctx context.Context, req *pb.IntegrityRequest) (*copyset.Node, *Machine, error) {
 	pool := uint64(1)
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(IntegrityPoolMetadataKey); len(v) > 0 {
+		if v := md.Get(PoolMetadataKey); len(v) > 0 {
 			p, err := strconv.ParseUint(v[0], 10, 32)
 			if err != nil {
-				return nil, nil, fmt.Errorf("metadata %s=%q: not a pool id", IntegrityPoolMetadataKey, v[0])
+				return nil, nil, fmt.Errorf("metadata %s=%q: not a pool id", PoolMetadataKey, v[0])
 			}
 			pool = p
 		}
@@ -200,7 +152,7 @@ func (s *integrityService) leader(ctx context.Context, req *pb.IntegrityRequest)
 	if cs < 0 {
 		return nil, nil, fmt.Errorf("copyset %d: negative", cs)
 	}
-	n := s.in.srv.copysets.Get(copyset.NewGroupID(uint32(pool), uint32(cs)))
+	n := s.in.copysets.Get(copyset.NewGroupID(uint32(pool), uint32(cs)))
 	switch {
 	case n == nil:
 		return nil, nil, fmt.Errorf("copyset %d/%d is not hosted on this server", pool, cs)
@@ -209,7 +161,7 @@ func (s *integrityService) leader(ctx context.Context, req *pb.IntegrityRequest)
 	case !n.IsLeader():
 		return nil, nil, &copyset.NotLeaderError{Leader: n.Leader()}
 	}
-	m := machineOf(n)
+	m := MachineOf(n)
 	if m == nil {
 		return nil, nil, fmt.Errorf("copyset %d/%d has no integrity state machine", pool, cs)
 	}
@@ -271,13 +223,13 @@ func (s *integrityService) ListJobs(ctx context.Context, req *pb.IntegrityReques
 	if _, err := n.ReadBarrier(ctx); err != nil {
 		return s.fail(ctx, "list", err, nil), nil
 	}
-	return succeed(ctx, m.jobs()...), nil
+	return succeed(ctx, m.Jobs()...), nil
 }
 
 // scanService implements curve.chunkserver.ScanService (see scan.go).
 type scanService struct {
 	pb.UnimplementedScanServiceServer
-	in *integrity
+	in *Service
 }
 
 // FollowScanMap takes a follower's scan map of the range being scanned.
@@ -287,27 +239,27 @@ func (s *scanService) FollowScanMap(ctx context.Context, req *pb.FollowScanMapRe
 
 // report returns this server's view of the integrity jobs of the copysets
 // matching pool and cs (nil = any).
-func (in *integrity) report(pool, cs *uint32) IntegrityReport {
-	rep := IntegrityReport{Peer: string(in.srv.local), Copysets: []IntegrityCopysetReport{}}
-	for _, n := range in.srv.copysets.List() {
+func (in *Service) report(pool, cs *uint32) Report {
+	rep := Report{Peer: string(in.deps.Local), Copysets: []CopysetReport{}}
+	for _, n := range in.copysets.List() {
 		g := n.Group()
 		if (pool != nil && g.Pool() != *pool) || (cs != nil && g.Copyset() != *cs) {
 			continue
 		}
-		m := machineOf(n)
+		m := MachineOf(n)
 		if m == nil {
 			continue
 		}
-		rep.Copysets = append(rep.Copysets, IntegrityCopysetReport{
+		rep.Copysets = append(rep.Copysets, CopysetReport{
 			Pool: g.Pool(), Copyset: g.Copyset(), Leader: string(n.Leader()), IsLeader: n.IsLeader(),
-			AppliedIndex: m.applied(), Jobs: m.jobs(),
+			AppliedIndex: m.Applied(), Jobs: m.Jobs(),
 		})
 	}
 	return rep
 }
 
-// serveHTTP serves GET /integrity[?pool=P][&copyset=C].
-func (in *integrity) serveHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP serves GET /integrity[?pool=P][&copyset=C].
+func (in *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	parse := func(name string) (*uint32, bool) {
 		s := q.Get(name)

@@ -1,8 +1,10 @@
-package chunkserver
+package integrity
 
-// Scan execution. One worker goroutine per server (started by Serve,
-// stopped on shutdown) walks the copysets this server leads and advances
-// their integrity jobs one chunk range at a time:
+// Scan execution. The scan worker is a copyset.LeaderWorker (Service.Start,
+// Service.Stop): its run on each copyset this server leads (lead) advances
+// the copyset's integrity jobs one chunk range at a time, and the runs take
+// turns through one server-wide gate, so that the server takes one step at
+// a time:
 //
 //  1. WAITING job due (sched_time <= now, none RUNNING): propose start.
 //  2. RUNNING job: the next range is the cursor's (chunk, offset) on the
@@ -49,20 +51,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -72,7 +69,7 @@ import (
 const ScanPeerMetadataKey = "chunkraft-scan-peer"
 
 // ScanSettings are the integrity scan's tunables. All of them may change
-// at runtime (Server.SetScanSettings); none affects what replicas apply.
+// at runtime (Service.SetSettings); none affects what replicas apply.
 type ScanSettings struct {
 	// RangesPerSecond bounds the ranges the server scans per second, over
 	// all copysets it leads (each range is read on every replica); 0 = no
@@ -142,11 +139,7 @@ func encodeScanOp(g copyset.GroupID, chunk uint64, off, size uint32) ([]byte, er
 	if err != nil {
 		return nil, fmt.Errorf("encode scan op: %w", err)
 	}
-	out := make([]byte, copyset.OpHeaderLen+1+len(b))
-	copyset.PutOpHeader(out, kinds.Integrity)
-	out[copyset.OpHeaderLen] = integrityOpScan
-	copy(out[copyset.OpHeaderLen+1:], b)
-	return out, nil
+	return encodeOp(integrityOpScan, b), nil
 }
 
 // scanResult is the apply result of a scan op.
@@ -159,16 +152,16 @@ type scanResult struct {
 // applyScan computes this replica's crc of the op's range and reports it.
 // A read failure is a result (an "unreadable" replica), never fatal: the
 // op changes nothing.
-func (m *integrityMachine) applyScan(index uint64, payload []byte) any {
+func (m *Machine) applyScan(index uint64, payload []byte) any {
 	req := &pb.ChunkRequest{}
 	if err := proto.Unmarshal(payload, req); err != nil || req.GetOpType() != pb.CHUNK_OP_TYPE_CHUNK_OP_SCAN {
 		return &copyset.FatalError{Err: fmt.Errorf("scan op at index %d: undecodable (%v)", index, err)}
 	}
-	if index <= m.applied() {
+	if index <= m.Applied() {
 		return scanResult{stale: true} // replay: the job moved on long ago
 	}
 	chunk, off, size := req.GetChunkId(), req.GetOffset(), req.GetSize()
-	crc, err := hashRange(m.store, chunk, off, size)
+	crc, err := RangeCRC(m.store, chunk, off, size)
 	sm := &pb.ScanMap{
 		LogicalPoolId: proto.Uint32(m.group.Pool()), CopysetId: proto.Uint32(m.group.Copyset()),
 		ChunkId: proto.Uint64(chunk), Index: proto.Uint64(index), Crc: proto.Uint32(crc),
@@ -185,10 +178,34 @@ func (m *integrityMachine) applyScan(index uint64, payload []byte) any {
 	return scanResult{crc: crc, err: err}
 }
 
-// hashRange returns crc32c of [off, off+size) of the chunk's data; for the
-// first range (off 0) the chunk's meta is folded in. A missing chunk hashes
-// its data as "0" and its meta as absent, alike on every replica.
-func hashRange(store *datastore.Store, chunk uint64, off, size uint32) (uint32, error) {
+// ChunkStore is what integrity reads of a copyset's chunk store (the chunk
+// machine's datastore, adapted by the server).
+type ChunkStore interface {
+	// ListChunks returns the ids of every chunk, ascending.
+	ListChunks() []uint64
+	// ChunkSize is the data bytes of every chunk.
+	ChunkSize() uint32
+	// GetChunkHash returns crc32c of [off, off+length) of a chunk's data in
+	// decimal, verifying every block's checksum; "0" for a missing chunk.
+	GetChunkHash(id uint64, off, length uint32) (string, error)
+	// ChunkMeta returns a chunk's meta; false when the chunk does not exist.
+	ChunkMeta(id uint64) (ChunkMeta, bool, error)
+}
+
+// ChunkMeta is the meta of a chunk that the crc of its first range covers.
+type ChunkMeta struct {
+	Sn, CorrectedSn, SnapSn uint64
+	// CloneUnwritten is the blocks of a clone chunk not yet written.
+	CloneUnwritten int
+	// Location is the clone source, "" for a normal chunk.
+	Location string
+}
+
+// RangeCRC is the crc a scan computes of one range on one replica: crc32c
+// of [off, off+size) of the chunk's data; for the first range (off 0) the
+// chunk's meta is folded in. A missing chunk hashes its data as "0" and
+// its meta as absent, alike on every replica.
+func RangeCRC(store ChunkStore, chunk uint64, off, size uint32) (uint32, error) {
 	h, err := store.GetChunkHash(chunk, off, size)
 	if err != nil {
 		return 0, err
@@ -201,12 +218,12 @@ func hashRange(store *datastore.Store, chunk uint64, off, size uint32) (uint32, 
 	if off != 0 {
 		return crc, nil
 	}
-	info, err := store.GetChunkInfo(chunk)
+	info, ok, err := store.ChunkMeta(chunk)
 	switch {
-	case errors.Is(err, datastore.ErrChunkNotExist):
-		return crc32.Update(crc, scanCRCTable, []byte("absent")), nil
 	case err != nil:
 		return 0, err
+	case !ok:
+		return crc32.Update(crc, scanCRCTable, []byte("absent")), nil
 	}
 	meta := make([]byte, 0, 36+len(info.Location))
 	meta = binary.BigEndian.AppendUint64(meta, info.Sn)
@@ -221,183 +238,91 @@ func hashRange(store *datastore.Store, chunk uint64, off, size uint32) (uint32, 
 // crcValue is how a crc appears in mismatches.
 func crcValue(crc uint32) string { return fmt.Sprintf("0x%08x", crc) }
 
-// integrity is a server's scan machinery: the leader-side worker, the
-// follower-side sender and the scans awaiting follower maps.
-type integrity struct {
-	srv      *Server
-	log      *slog.Logger
-	settings atomic.Pointer[ScanSettings]
-	wake     chan struct{}
-	reports  chan *pb.ScanMap
+// stepRetryDelay is how long a copyset's run waits after a step that
+// failed (the op did not commit) before it tries again.
+const stepRetryDelay = 200 * time.Millisecond
 
-	mu    sync.Mutex
-	tasks map[copyset.GroupID]*scanTask // the range being scanned, per copyset led
-	conns *connCache                    // to the leaders scan maps go to
-
-	runMu  sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	// worker-goroutine only
-	failures map[jobKey]int
-	retryAt  map[copyset.GroupID]time.Time
-
-	rangesTotal prometheus.Counter
-	mismatches  *prometheus.CounterVec
-}
-
-type jobKey struct {
-	g  copyset.GroupID
-	id int32
-}
-
-// scanTask collects the followers' maps of the range being scanned.
-type scanTask struct {
-	chunk   uint64
-	offset  uint64
-	maps    map[copyset.PeerID]*pb.ScanMap
-	changed chan struct{}
-}
-
-func newIntegrity(srv *Server, log *slog.Logger) *integrity {
-	in := &integrity{
-		srv: srv, log: log.With("component", "integrity"),
-		wake: make(chan struct{}, 1), reports: make(chan *pb.ScanMap, 4096),
-		tasks: map[copyset.GroupID]*scanTask{}, conns: newConnCache(srv.tls.peerDial()),
-		failures: map[jobKey]int{}, retryAt: map[copyset.GroupID]time.Time{},
-		rangesTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "chunkraft_scan_ranges_total",
-			Help: "Chunk ranges whose replicas this server compared as leader of an integrity scan.",
-		}),
-		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "chunkraft_scan_mismatches_total",
-			Help: "Replica mismatches found by integrity scans led by this server, by reason.",
-		}, []string{"reason"}),
+// lead is the scan worker's run on a copyset this server leads, for one
+// term (a copyset.LeaderWork): it waits until the machine reflects the log
+// before the term, then steps the copyset's next job until there is none
+// due, waiting for the machine's jobsChanged or the poll interval; a step
+// that failed is tried again after stepRetryDelay.
+func (in *Service) lead(ctx context.Context, n *copyset.Node) error {
+	m := MachineOf(n)
+	if m == nil {
+		return nil
 	}
-	def := DefaultScanSettings()
-	in.settings.Store(&def)
-	return in
-}
-
-// Settings returns the current scan settings.
-func (in *integrity) Settings() ScanSettings { return *in.settings.Load() }
-
-// setSettings validates and installs new settings; they apply from the
-// next range.
-func (in *integrity) setSettings(s ScanSettings) error {
-	if err := s.Validate(); err != nil {
-		return err
+	wake := in.subscribe(n.Group())
+	defer in.unsubscribe(n.Group(), wake)
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("integrity scan: %w", err)
 	}
-	in.settings.Store(&s)
-	in.jobsChanged(0)
-	return nil
-}
-
-// reportScan implements scanReporter: queue a map for the sender. A full
-// queue drops it (the leader records the replica as missing).
-func (in *integrity) reportScan(_ copyset.GroupID, m *pb.ScanMap) {
-	select {
-	case in.reports <- m:
-	default:
-		in.log.Warn("integrity scan: report queue full, scan map dropped", "pool", m.GetLogicalPoolId(),
-			"copyset", m.GetCopysetId(), "chunk", m.GetChunkId(), "index", m.GetIndex())
-	}
-}
-
-// jobsChanged implements scanReporter: wake the worker.
-func (in *integrity) jobsChanged(copyset.GroupID) {
-	select {
-	case in.wake <- struct{}{}:
-	default:
-	}
-}
-
-// start runs the worker and the sender until stop.
-func (in *integrity) start() {
-	in.runMu.Lock()
-	defer in.runMu.Unlock()
-	if in.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
-	in.wg.Add(2)
-	go func() { defer in.wg.Done(); in.run(ctx) }()
-	go func() { defer in.wg.Done(); in.sendLoop(ctx) }()
-}
-
-// stop ends the worker and the sender and waits for them. Call it after
-// the copysets closed: a proposal in flight then fails at once.
-func (in *integrity) stop() {
-	in.runMu.Lock()
-	defer in.runMu.Unlock()
-	if in.cancel == nil {
-		return
-	}
-	in.cancel()
-	in.wg.Wait()
-	in.cancel = nil
-	in.conns.close()
-}
-
-// run is the worker loop.
-func (in *integrity) run(ctx context.Context) {
-	var last time.Time
 	for ctx.Err() == nil {
-		busy := false
-		now := time.Now()
-		for _, n := range in.srv.copysets.List() {
-			if ctx.Err() != nil {
-				return
-			}
-			g := n.Group()
-			if t, ok := in.retryAt[g]; ok {
-				if now.Before(t) {
-					continue
-				}
-				delete(in.retryAt, g)
-			}
-			if !n.IsLeader() || n.Broken() != nil {
+		wait, woken := in.Settings().PollInterval, wake
+		if m.nextJob(time.Now().Unix()) != nil {
+			if in.stepGated(ctx, n, m) {
 				continue
 			}
-			m := machineOf(n)
-			if m == nil {
-				continue
-			}
-			job := m.nextJob(now.Unix())
-			if job == nil {
-				continue
-			}
-			if job.State == JobRunning && !in.throttle(ctx, &last) {
-				return
-			}
-			if in.step(ctx, n, m, job) {
-				busy = true
-			} else {
-				in.retryAt[g] = time.Now().Add(200 * time.Millisecond)
-			}
-		}
-		if busy {
-			continue
-		}
-		wait := in.Settings().PollInterval
-		if len(in.retryAt) > 0 {
-			wait = min(wait, 200*time.Millisecond)
+			wait, woken = stepRetryDelay, nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-		case <-in.wake:
+		case <-woken:
 		case <-t.C:
 		}
 		t.Stop()
 	}
+	return nil
+}
+
+// subscribe returns the channel on which jobsChanged wakes the run of
+// copyset g (a run per copyset at a time: the LeaderWorker's rule).
+func (in *Service) subscribe(g copyset.GroupID) chan struct{} {
+	ch := make(chan struct{}, 1)
+	in.mu.Lock()
+	in.wakes[g] = ch
+	in.mu.Unlock()
+	return ch
+}
+
+func (in *Service) unsubscribe(g copyset.GroupID, ch chan struct{}) {
+	in.mu.Lock()
+	if in.wakes[g] == ch {
+		delete(in.wakes, g)
+	}
+	in.mu.Unlock()
+}
+
+// stepGated steps the copyset's next job holding the server's range gate:
+// one step at a time on this server (every range is read on every
+// replica), the ranges at most ScanSettings.RangesPerSecond. It reports
+// whether the job moved, or there was none any more.
+func (in *Service) stepGated(ctx context.Context, n *copyset.Node, m *Machine) bool {
+	select {
+	case in.gate <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-in.gate }()
+	job := m.nextJob(time.Now().Unix()) // it may have changed while waiting
+	if job == nil {
+		return true
+	}
+	if job.State == JobRunning && !in.throttle(ctx) {
+		return false
+	}
+	return in.step(ctx, n, m, job)
 }
 
 // throttle waits until the next range may start; false when ctx ended.
-func (in *integrity) throttle(ctx context.Context, last *time.Time) bool {
+// Call it holding the gate.
+func (in *Service) throttle(ctx context.Context) bool {
 	if rate := in.Settings().RangesPerSecond; rate > 0 {
-		if d := time.Until(last.Add(time.Duration(float64(time.Second) / rate))); d > 0 {
+		if d := time.Until(in.last.Add(time.Duration(float64(time.Second) / rate))); d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-ctx.Done():
@@ -407,13 +332,13 @@ func (in *integrity) throttle(ctx context.Context, last *time.Time) bool {
 			}
 		}
 	}
-	*last = time.Now()
+	in.last = time.Now()
 	return ctx.Err() == nil
 }
 
 // step advances job by one op (start, or one range and its progress). It
-// reports whether the job moved.
-func (in *integrity) step(ctx context.Context, n *copyset.Node, m *integrityMachine, job *IntegrityJob) bool {
+// reports whether the job moved. Call it holding the gate.
+func (in *Service) step(ctx context.Context, n *copyset.Node, m *Machine, job *Job) bool {
 	g := n.Group()
 	store := m.store
 	if job.State == JobWaiting {
@@ -434,7 +359,7 @@ func (in *integrity) step(ctx context.Context, n *copyset.Node, m *integrityMach
 	if chunk == cur.Chunk {
 		off = cur.Offset
 	}
-	chunkSize := store.Options().ChunkSize
+	chunkSize := store.ChunkSize()
 	end := chunkSize
 	if off < chunkSize {
 		size := min(settings.RangeSize, chunkSize-off)
@@ -472,7 +397,7 @@ func (in *integrity) step(ctx context.Context, n *copyset.Node, m *integrityMach
 
 // proposeStep proposes a job op of the worker; a refusal (the job was
 // paused, canceled or moved on meanwhile) is not a failure of the job.
-func (in *integrity) proposeStep(ctx context.Context, n *copyset.Node, job *IntegrityJob, op *jobOp) error {
+func (in *Service) proposeStep(ctx context.Context, n *copyset.Node, job *Job, op *jobOp) error {
 	res, err := proposeJobOp(ctx, n, op)
 	if err == nil {
 		delete(in.failures, jobKey{n.Group(), job.ID})
@@ -487,7 +412,7 @@ func (in *integrity) proposeStep(ctx context.Context, n *copyset.Node, job *Inte
 
 // stepFailed counts a failure of a job on a leader that stays leader and
 // fails the job after MaxRangeFailures in a row.
-func (in *integrity) stepFailed(ctx context.Context, n *copyset.Node, job *IntegrityJob, err error) {
+func (in *Service) stepFailed(ctx context.Context, n *copyset.Node, job *Job, err error) {
 	var nl *copyset.NotLeaderError
 	if ctx.Err() != nil || errors.As(err, &nl) || !n.IsLeader() {
 		return
@@ -526,7 +451,7 @@ func proposeJobOp(ctx context.Context, n *copyset.Node, op *jobOp) (jobResult, e
 
 // scanOne proposes the scan op of one range, collects the followers' maps
 // and returns the mismatches.
-func (in *integrity) scanOne(ctx context.Context, n *copyset.Node, chunk uint64, off, size uint32, st ScanSettings) ([]ScanMismatch, error) {
+func (in *Service) scanOne(ctx context.Context, n *copyset.Node, chunk uint64, off, size uint32, st ScanSettings) ([]ScanMismatch, error) {
 	g := n.Group()
 	op, err := encodeScanOp(g, chunk, off, size)
 	if err != nil {
@@ -552,7 +477,7 @@ func (in *integrity) scanOne(ctx context.Context, n *copyset.Node, chunk uint64,
 	if err != nil {
 		return nil, err
 	}
-	local := in.srv.local
+	local := in.deps.Local
 	var expect []copyset.PeerID
 	for _, p := range peers {
 		if p != local {
@@ -626,7 +551,7 @@ func compareReplicas(members []copyset.PeerID, values map[copyset.PeerID]string,
 	return out
 }
 
-func (in *integrity) openTask(g copyset.GroupID, chunk, off uint64) *scanTask {
+func (in *Service) openTask(g copyset.GroupID, chunk, off uint64) *scanTask {
 	t := &scanTask{chunk: chunk, offset: off, maps: map[copyset.PeerID]*pb.ScanMap{}, changed: make(chan struct{}, 1)}
 	in.mu.Lock()
 	in.tasks[g] = t
@@ -634,7 +559,7 @@ func (in *integrity) openTask(g copyset.GroupID, chunk, off uint64) *scanTask {
 	return t
 }
 
-func (in *integrity) closeTask(g copyset.GroupID, t *scanTask) {
+func (in *Service) closeTask(g copyset.GroupID, t *scanTask) {
 	in.mu.Lock()
 	if in.tasks[g] == t {
 		delete(in.tasks, g)
@@ -644,7 +569,7 @@ func (in *integrity) closeTask(g copyset.GroupID, t *scanTask) {
 
 // collect waits until every peer of expect reported its map of index, the
 // timeout passed or ctx ended, and returns the maps of index it has.
-func (in *integrity) collect(ctx context.Context, t *scanTask, index uint64, expect []copyset.PeerID, timeout time.Duration) map[copyset.PeerID]*pb.ScanMap {
+func (in *Service) collect(ctx context.Context, t *scanTask, index uint64, expect []copyset.PeerID, timeout time.Duration) map[copyset.PeerID]*pb.ScanMap {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
@@ -679,7 +604,7 @@ const (
 )
 
 // followScanMap is the leader's side of ScanService.FollowScanMap.
-func (in *integrity) followScanMap(ctx context.Context, req *pb.FollowScanMapRequest) int32 {
+func (in *Service) followScanMap(ctx context.Context, req *pb.FollowScanMapRequest) int32 {
 	sm := req.GetScanMap()
 	if sm == nil {
 		return scanRetInvalid
@@ -694,7 +619,7 @@ func (in *integrity) followScanMap(ctx context.Context, req *pb.FollowScanMapReq
 		return scanRetInvalid
 	}
 	g := copyset.NewGroupID(sm.GetLogicalPoolId(), sm.GetCopysetId())
-	n := in.srv.copysets.Get(g)
+	n := in.copysets.Get(g)
 	switch {
 	case n == nil:
 		return scanRetNoCopyset
@@ -722,7 +647,7 @@ const maxConcurrentSends = 16
 
 // sendLoop sends this replica's scan maps to the copysets' leaders, a few
 // at a time so that one undeliverable map does not hold up the others.
-func (in *integrity) sendLoop(ctx context.Context) {
+func (in *Service) sendLoop(ctx context.Context) {
 	sem := make(chan struct{}, maxConcurrentSends)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -749,7 +674,7 @@ func (in *integrity) sendLoop(ctx context.Context) {
 // send delivers one map to the copyset's leader (nothing when this server
 // leads: the leader has its own result from the apply), retrying until the
 // leader's wait for it is over.
-func (in *integrity) send(ctx context.Context, sm *pb.ScanMap) {
+func (in *Service) send(ctx context.Context, sm *pb.ScanMap) {
 	g := copyset.NewGroupID(sm.GetLogicalPoolId(), sm.GetCopysetId())
 	st := in.Settings()
 	deadline := time.Now().Add(st.FollowScanMapTimeout)
@@ -767,23 +692,23 @@ func (in *integrity) send(ctx context.Context, sm *pb.ScanMap) {
 			case <-t.C:
 			}
 		}
-		n := in.srv.copysets.Get(g)
+		n := in.copysets.Get(g)
 		if n == nil {
 			return
 		}
 		leader := n.Leader()
-		if leader == in.srv.local {
+		if leader == in.deps.Local {
 			return
 		}
 		if leader == "" {
 			continue
 		}
-		conn, err := in.conns.get(leader.Addr())
+		conn, err := in.deps.Dial(leader.Addr())
 		if err != nil {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, min(per, max(time.Until(deadline), followScanRetryGap)))
-		cctx = metadata.AppendToOutgoingContext(cctx, ScanPeerMetadataKey, string(in.srv.local))
+		cctx = metadata.AppendToOutgoingContext(cctx, ScanPeerMetadataKey, string(in.deps.Local))
 		resp, err := pb.NewScanServiceClient(conn).FollowScanMap(cctx, &pb.FollowScanMapRequest{ScanMap: sm})
 		cancel()
 		if err == nil && resp.GetRetCode() != scanRetRedirected {
