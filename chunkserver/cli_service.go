@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -48,8 +47,8 @@ type cliService2 struct {
 	// loadFinished its ChunkServerStatus.copysetLoadFin.
 	hosts        func(ctx context.Context, addr string, g copyset.GroupID) (bool, error)
 	loadFinished func(ctx context.Context, addr string) (bool, error)
-	// dial holds the transport credentials of the probes (tls.go); nil = plaintext.
-	dial grpc.DialOption
+	// conns are the server's connections to the other chunkservers (probes).
+	conns *connCache
 }
 
 func (s *cliService2) node(pool, cs uint32) (*copyset.Node, error) {
@@ -230,17 +229,13 @@ func (s *cliService2) checkJoinable(ctx context.Context, n *copyset.Node, adds [
 // probeTimeoutCli bounds one probe of another server.
 const probeTimeoutCli = 3 * time.Second
 
-// probePeer runs call on a fresh connection to the chunkserver at addr,
-// within probeTimeoutCli.
-func probePeer(ctx context.Context, dial grpc.DialOption, addr string, call func(context.Context, *grpc.ClientConn) error) error {
-	if dial == nil {
-		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
-	}
-	cc, err := grpc.NewClient(addr, dial)
+// probePeer runs call on the server's connection to the chunkserver at
+// addr (conns), within probeTimeoutCli.
+func probePeer(ctx context.Context, conns *connCache, addr string, call func(context.Context, *grpc.ClientConn) error) error {
+	cc, err := conns.get(addr)
 	if err != nil {
 		return err
 	}
-	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, probeTimeoutCli)
 	defer cancel()
 	return call(ctx, cc)
@@ -258,7 +253,7 @@ func (s *cliService2) peerHosts(ctx context.Context, addr string, g copyset.Grou
 // replica of g.
 func (s *cliService2) probeHosts(ctx context.Context, addr string, g copyset.GroupID) (bool, error) {
 	var hosts bool
-	err := probePeer(ctx, s.dial, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := probePeer(ctx, s.conns, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
 		resp, err := pb.NewCopysetServiceClient(cc).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
 			LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),
 			Peer: &commonpb.Peer{Address: proto.String(addr + ":0")}, QueryHash: proto.Bool(false),
@@ -273,7 +268,7 @@ func (s *cliService2) probeHosts(ctx context.Context, addr string, g copyset.Gro
 // without that RPC (Unimplemented) counts as loaded.
 func (s *cliService2) probeLoadFinished(ctx context.Context, addr string) (bool, error) {
 	var fin bool
-	err := probePeer(ctx, s.dial, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := probePeer(ctx, s.conns, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
 		resp, err := pb.NewChunkServerServiceClient(cc).ChunkServerStatus(ctx, &pb.ChunkServerStatusRequest{})
 		if grpcstatus.Code(err) == codes.Unimplemented {
 			fin, err = true, nil

@@ -122,9 +122,8 @@ func (c *cloneSource) readChunk(ctx context.Context, g copyset.GroupID, chunk ui
 }
 
 func (c *cloneSource) close() error {
-	errs := []error{c.conns.close()}
 	if c.objects != nil {
-		errs = append(errs, c.objects.Close())
+		return c.objects.Close()
 	}
-	return errors.Join(errs...)
+	return nil
 }

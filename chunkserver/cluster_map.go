@@ -58,7 +58,7 @@ type clusterMap struct {
 	copysets *copyset.Manager
 	local    copyset.PeerID
 	seeds    []string   // cluster_seeds, host:port
-	conns    *connCache // shared with the fencer: both dial peers with the server's credentials
+	conns    *connCache // the server's connections to the other chunkservers
 
 	mu   sync.Mutex
 	seen map[copyset.GroupID][]string // copysets earlier crawls found: their members then

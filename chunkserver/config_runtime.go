@@ -16,7 +16,6 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
 )
 
 // Runtime configuration (ConfigService).
@@ -65,7 +64,7 @@ type runtimeState struct {
 	admit    *admission
 	copysets *copyset.Manager
 	local    copyset.PeerID
-	peerDial grpc.DialOption // credentials for probes of other servers (tls.go)
+	conns    *connCache // the server's connections to the other chunkservers
 
 	mu    sync.Mutex // serializes Set; guards cfg, path, level and keys
 	cfg   Config
@@ -85,7 +84,7 @@ func (s *Server) setupRuntime() {
 		level.Set(l)
 	}
 	rt := &runtimeState{
-		log: s.log, admit: s.admit, copysets: s.copysets, local: s.local, peerDial: s.tls.peerDial(),
+		log: s.log, admit: s.admit, copysets: s.copysets, local: s.local, conns: s.peers,
 		cfg: s.cfg, path: filepath.Join(s.cfg.DataDir, ConfigFileName), level: level,
 		keys: map[string]runtimeKey{},
 	}

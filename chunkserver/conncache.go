@@ -4,14 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // connCache keeps one gRPC client connection per server address, dialled
-// with opts on first use, for a component that calls other chunkservers
-// (clone sources, scan maps, fences). close closes them all; a later get
-// dials again.
+// with opts on first use: the server's one set of connections to the other
+// chunkservers, for every call it makes to them outside raft (clone
+// sources, scan maps, fences, the cluster map, leader and membership
+// probes, the load check). A cached connection to a server that went away
+// reconnects on its own, with its backoff capped at peerBackoffMax so that
+// a server that comes back is reached again within seconds (gRPC's default
+// grows to two minutes). close closes them all; a later get dials again.
 type connCache struct {
 	opts []grpc.DialOption
 
@@ -19,7 +25,17 @@ type connCache struct {
 	conns map[string]*grpc.ClientConn
 }
 
-func newConnCache(opts ...grpc.DialOption) *connCache { return &connCache{opts: opts} }
+// peerBackoffMax caps the reconnect backoff of a cached connection.
+const peerBackoffMax = 2 * time.Second
+
+func newConnCache(opts ...grpc.DialOption) *connCache {
+	return &connCache{opts: append([]grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: peerBackoffMax},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}, opts...)}
+}
 
 func (c *connCache) get(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()

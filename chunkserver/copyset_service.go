@@ -29,10 +29,10 @@ type copysetService struct {
 	copysets *copyset.Manager
 	admit    *admission
 	log      *slog.Logger
-	// dial holds the transport credentials of the probes of other servers
-	// (tls.go); nil = plaintext. peerStatus asks the server at addr for its
-	// replica of g; nil means over gRPC (tests replace it).
-	dial       grpc.DialOption
+	// conns are the server's connections to the other chunkservers
+	// (probes). peerStatus asks the server at addr for its replica of g;
+	// nil means over gRPC on conns (tests replace it).
+	conns      *connCache
 	peerStatus func(ctx context.Context, addr string, g copyset.GroupID) (peerReplica, error)
 }
 
@@ -310,7 +310,7 @@ func (s *copysetService) askPeer(ctx context.Context, addr string, g copyset.Gro
 		return s.peerStatus(ctx, addr, g)
 	}
 	var r peerReplica
-	err := probePeer(ctx, s.dial, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := probePeer(ctx, s.conns, addr, func(ctx context.Context, cc *grpc.ClientConn) error {
 		var trailer metadata.MD
 		resp, err := pb.NewCopysetServiceClient(cc).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
 			LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),

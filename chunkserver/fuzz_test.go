@@ -129,7 +129,7 @@ func newRPCFixture(f *testing.F) *rpcFixture {
 	}
 	f.Cleanup(func() { conn.Close() })
 	fx := &rpcFixture{srv: srv, conn: conn, group: copyset.NewGroupID(1, 1),
-		cs: &copysetService{copysets: srv.copysets, admit: srv.admit, log: log}}
+		cs: &copysetService{copysets: srv.copysets, admit: srv.admit, log: log, conns: srv.peers}}
 	if _, err := srv.Copysets().Create(context.Background(), fx.group, []copyset.PeerID{srv.Local()}); err != nil {
 		f.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -182,11 +181,10 @@ func (c *loadCheck) caughtUp(ctx context.Context, r loadReplica, fails *int) boo
 // probeLeader asks leader for its status of copyset g and returns its
 // committed index.
 func (rt *runtimeState) probeLeader(ctx context.Context, g copyset.GroupID, leader copyset.PeerID) (uint64, error) {
-	conn, err := grpc.NewClient(leader.Addr(), rt.peerDial)
+	conn, err := rt.conns.get(leader.Addr())
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	resp, err := pb.NewCopysetServiceClient(conn).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{

@@ -646,7 +646,7 @@ func TestCliRequestValidation(t *testing.T) {
 			if tc.cs != 0 {
 				cs = tc.cs
 			}
-			core := &cliService2{copysets: c.servers[tc.srv].Copysets(), ready: &c.servers[tc.srv].ready}
+			core := &cliService2{copysets: c.servers[tc.srv].Copysets(), ready: &c.servers[tc.srv].ready, conns: c.servers[tc.srv].peers}
 			if tc.setup != nil {
 				tc.setup(core)
 			}
@@ -795,7 +795,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 	var answers map[copyset.PeerID]peerReplica
 	var asked []copyset.PeerID
 	var mu sync.Mutex
-	svc := &copysetService{copysets: c.servers[f].Copysets(), admit: c.servers[f].admit, log: slog.New(slog.DiscardHandler),
+	svc := &copysetService{copysets: c.servers[f].Copysets(), admit: c.servers[f].admit, log: slog.New(slog.DiscardHandler), conns: c.servers[f].peers,
 		peerStatus: func(_ context.Context, addr string, _ copyset.GroupID) (peerReplica, error) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -51,7 +51,7 @@ type Server struct {
 	cluster  *clusterMap // the cluster map service (cluster_map.go)
 	ready    atomic.Bool
 	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
-	peers    *connCache         // connections to peer chunkservers: fences, scan maps
+	peers    *connCache         // connections to the other chunkservers (conncache.go)
 	rt       *runtimeState      // ConfigService, ChunkServerStatus (config_runtime.go)
 	tls      *serverTLS         // nil: plaintext (tls.go)
 }
@@ -96,7 +96,9 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.peers = newConnCache(s.tls.peerDial())
+	// One set of connections to the other chunkservers for every call this
+	// server makes to them outside raft; clone sources read whole chunks.
+	s.peers = newConnCache(s.tls.peerDial(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))
 	s.fences = &fencer{epochs: epochs, local: local, conns: s.peers, log: log.With("component", "fences")}
 	s.scans = integrity.New(integrity.Deps{Local: local, Store: scanStoreOf, Dial: s.peers.get, Logger: log})
 	s.admit = &admission{
@@ -190,15 +192,15 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		copysets: s.copysets, layout: ds, epochs: epochs, fences: s.fences, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
 	}
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
-	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, dial: s.tls.peerDial()}
+	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	s.setupRuntime()
-	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.fences.conns}
+	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.peers}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.registerServices(curveServices{
 		chunks: chunks, copysets: copysets,
-		cli: &cliService2{copysets: s.copysets, ready: &s.ready, dial: s.tls.peerDial()},
+		cli: &cliService2{copysets: s.copysets, ready: &s.ready, conns: s.peers},
 	})
 	return s, nil
 }
@@ -232,7 +234,7 @@ func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error
 		return fmt.Errorf("object store: %w", err)
 	}
 	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers,
-		conns: newConnCache(s.tls.peerDial(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))}
+		conns: s.peers}
 	return nil
 }
 
