@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -173,7 +174,7 @@ func (s *suite) same(what, got, want string) bool {
 	if got == want {
 		return true
 	}
-	s.t.Errorf("conformance: %s: state differs from the reference:\n%s", what, diff(got, want))
+	s.t.Errorf("conformance: %s: state differs (got, want):\n%s", what, diff(got, want))
 	return false
 }
 
@@ -255,7 +256,7 @@ func (s *suite) checkSyncDurable() {
 	}
 	dst := s.newDir()
 	for _, n := range names {
-		if err := copyCut(filepath.Join(src, n), filepath.Join(dst, n), -1); err != nil {
+		if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
 			s.t.Fatalf("conformance: copy %s: %v", n, err)
 		}
 	}
@@ -264,17 +265,18 @@ func (s *suite) checkSyncDurable() {
 	s.same(fmt.Sprintf("sync: files copied after Sync at index %d, opened without replay", s.log[p-1].index), s.state(cp), s.stateAt(p))
 }
 
-// checkFuzzyCopy streams the files as a snapshot install does: the list
-// and sizes taken at a Sync (the snapshot index), each file read later,
-// after a random number of further applies, cut at its listed size (zero
-// padded if it shrank, left out if gone). The copy, with the log replayed
-// from the snapshot index + 1, must converge to the source's final state;
-// so must the copy cut again to random prefixes of its files (a torn
-// stream) with the whole log replayed.
+// checkFuzzyCopy streams the files as a snapshot install does. The
+// snapshot is taken at a Sync (the snapshot index); the stream lists the
+// files and their sizes later, during an apply (so a file appended to may
+// be cut inside that apply's record); then each file is read in up to
+// three pieces, each after a random number of further applies, cut at its
+// listed size (zero padded if it shrank or is gone). The copy, with the
+// log replayed from the snapshot index + 1, must converge to the source's
+// final state.
 func (s *suite) checkFuzzyCopy() {
 	s.t.Helper()
 	want := s.stateAt(len(s.log))
-	for round := range 3 {
+	for round := range 4 {
 		snap := 1 + s.rng.IntN(len(s.log)/2)
 		src := s.newDir()
 		ms := s.open(src)
@@ -284,21 +286,9 @@ func (s *suite) checkFuzzyCopy() {
 			s.close(ms)
 			return
 		}
-		names, err := listFiles(ms, s.specs)
-		if err != nil {
-			s.t.Errorf("conformance: %v", err)
-			s.close(ms)
-			return
-		}
-		sizes := make([]int64, len(names))
-		for i, n := range names {
-			sizes[i] = -2 // gone: left out
-			if st, err := os.Stat(filepath.Join(src, n)); err == nil {
-				sizes[i] = st.Size()
-			}
-		}
-		// The apply goroutine goes on while the copier reads.
-		step := make(chan struct{})
+		// The apply goroutine goes on between the stream's listing and
+		// reads; it applies one entry per step and acknowledges it.
+		step, ack := make(chan struct{}), make(chan struct{})
 		done := make(chan struct{})
 		var fatal atomic.Pointer[string]
 		go func() {
@@ -312,28 +302,72 @@ func (s *suite) checkFuzzyCopy() {
 						fatal.Store(&msg)
 					}
 				}
+				ack <- struct{}{}
 			}
 		}()
-		dst := s.newDir()
 		sent := snap // entries the apply goroutine was told to apply
 		advance := func(n int) {
 			for ; n > 0 && sent < len(s.log); n-- {
 				step <- struct{}{}
+				<-ack
 				sent++
 			}
 		}
-		for i, n := range names {
-			advance(1 + s.rng.IntN(8))
-			if sizes[i] == -2 {
-				continue
+		sizeOf := func(name string) int64 {
+			st, err := os.Stat(filepath.Join(src, name))
+			if err != nil {
+				return -1
 			}
-			if err := copyCut(filepath.Join(src, n), filepath.Join(dst, n), sizes[i]); err != nil {
-				s.t.Errorf("conformance: stream %s: %v", n, err)
+			return st.Size()
+		}
+		finish := func() {
+			advance(len(s.log))
+			<-done
+		}
+
+		// List during one apply: each file at a size between its size
+		// before and after that apply.
+		advance(s.rng.IntN(4))
+		names, err := listFiles(ms, s.specs)
+		if err != nil {
+			finish()
+			s.close(ms)
+			s.t.Errorf("conformance: %v", err)
+			return
+		}
+		sizes := make([]int64, len(names))
+		for i, n := range names {
+			sizes[i] = sizeOf(n)
+		}
+		advance(1)
+		for i, n := range names {
+			if after := sizeOf(n); sizes[i] >= 0 && after > sizes[i] {
+				sizes[i] += s.rng.Int64N(after - sizes[i] + 1)
 			}
 		}
-		advance(len(s.log))
-		<-done
+
+		dst := s.newDir()
+		for i, n := range names {
+			if sizes[i] < 0 {
+				continue // gone when listed: left out
+			}
+			var cuts []int64
+			for range s.rng.IntN(3) {
+				cuts = append(cuts, s.rng.Int64N(sizes[i]+1))
+			}
+			slices.Sort(cuts)
+			off := int64(0)
+			for _, end := range append(cuts, sizes[i]) {
+				advance(1 + s.rng.IntN(6))
+				if err := copyRange(filepath.Join(src, n), filepath.Join(dst, n), off, end); err != nil {
+					s.t.Errorf("conformance: stream %s: %v", n, err)
+				}
+				off = end
+			}
+		}
+		finish()
 		if msg := fatal.Load(); msg != nil {
+			s.close(ms)
 			s.t.Fatalf("conformance: apply under stream: %s", *msg)
 		}
 		s.same("fuzzy copy: source after its applies", s.state(ms), want)
@@ -341,45 +375,44 @@ func (s *suite) checkFuzzyCopy() {
 
 		cp := s.open(dst)
 		s.apply(cp, s.log[snap:])
-		s.same(fmt.Sprintf("fuzzy copy (round %d): files streamed from snapshot index %d under load, log replayed from %d", round, snap, snap+1), s.state(cp), want)
+		s.same(fmt.Sprintf("fuzzy copy (round %d): files streamed from snapshot index %d under load, log replayed from %d", round, s.log[snap-1].index, s.log[snap-1].index+1), s.state(cp), want)
 		s.close(cp)
-
-		// A torn stream: every file cut to a random prefix of what came.
-		torn := s.newDir()
-		for _, n := range names {
-			st, err := os.Stat(filepath.Join(dst, n))
-			if err != nil {
-				continue
-			}
-			if err := copyCut(filepath.Join(dst, n), filepath.Join(torn, n), s.rng.Int64N(st.Size()+1)); err != nil {
-				s.t.Errorf("conformance: cut %s: %v", n, err)
-			}
-		}
-		tm := s.open(torn)
-		s.apply(tm, s.log)
-		s.same(fmt.Sprintf("torn copy (round %d): files cut to random prefixes, whole log replayed", round), s.state(tm), want)
-		s.close(tm)
 	}
 }
 
-// copyCut copies src to dst cut at size bytes, zero padded if src is
-// shorter or gone, as the snapshot stream sends it (size < 0: all of src,
-// which must exist).
-func copyCut(src, dst string, size int64) error {
-	var r io.Reader = zeros{}
-	in, err := os.Open(src)
-	switch {
-	case err == nil:
-		defer in.Close()
-		r = io.MultiReader(in, zeros{})
-	case size < 0 || !errors.Is(err, os.ErrNotExist):
+// copyRange writes bytes [off, end) of src at off in dst, zero padded
+// where src is shorter or gone, as the snapshot stream sends them.
+func copyRange(src, dst string, off, end int64) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	if size >= 0 {
-		r = io.LimitReader(r, size)
-	} else {
-		r = in
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
 	}
+	buf := make([]byte, end-off)
+	if in, err := os.Open(src); err == nil {
+		_, err = in.ReadAt(buf, off)
+		in.Close()
+		if err != nil && !errors.Is(err, io.EOF) {
+			out.Close()
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		out.Close()
+		return err
+	}
+	_, err = out.WriteAt(buf, off)
+	return errors.Join(err, out.Close())
+}
+
+// copyFile copies src to dst.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
@@ -387,15 +420,8 @@ func copyCut(src, dst string, size int64) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(out, r)
+	_, err = io.Copy(out, in)
 	return errors.Join(err, out.Close())
-}
-
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) {
-	clear(p)
-	return len(p), nil
 }
 
 // diff shows the first differing line of two states.
