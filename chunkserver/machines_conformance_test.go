@@ -37,7 +37,11 @@ func conformanceSpecs(t *testing.T, kind copyset.Kind) []copyset.MachineSpec {
 // chunkWorkload writes blocks of a few chunks at one sn: the chunk ops
 // the StateMachine contract names as idempotent by themselves (writes at
 // fixed offsets). del adds chunk deletes, cow sn bumps (so later writes
-// copy on write into chunk snapshots) and snapshot deletes.
+// copy on write into chunk snapshots) and snapshot deletes. Neither passes
+// the suite yet: a chunk or snapshot file deleted while a snapshot streams
+// arrives zero-filled and the store refuses to open it, and replaying sn
+// bumps and snapshot deletes from an earlier index changes the data. Set
+// them in TestChunkMachineConforms to see it.
 type chunkWorkload struct {
 	t        *testing.T
 	del, cow bool
