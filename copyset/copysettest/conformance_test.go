@@ -309,3 +309,28 @@ func (m *sortedKV) Close() error {
 	}
 	return nil
 }
+
+// The Sync check fails a replica whose log was truncated past what its
+// machines synced: here a recorder that saw no Sync at all.
+func TestSyncCheckCatchesTruncationWithoutSync(t *testing.T) {
+	specs := []copyset.MachineSpec{ToySpec(testKind, "toykv")}
+	c := NewCluster(t, 3, specs, FastRaft())
+	g := copyset.NewGroupID(1, 1)
+	c.Create(g)
+	var proposed []uint64
+	for i := range 60 {
+		idx, _ := c.propose(g, ToyOp(testKind, fmt.Sprintf("k%d", i%7), fmt.Sprint(i)))
+		proposed = append(proposed, idx)
+	}
+	leader := c.Leader(g)
+	c.Snapshot(leader, g)
+	if first := c.Node(leader, g).Status().FirstIndex; first <= proposed[0] {
+		t.Fatalf("leader log not truncated: first index %d", first)
+	}
+	rt := &recordingTB{TB: t}
+	s := &suite{t: rt, specs: specs}
+	rt.run(func() { s.checkSynced(c, &syncRecorder{}, g, proposed, "test") })
+	if !rt.Failed() || !strings.Contains(rt.report(), "Sync must run before the log it covers goes") {
+		t.Fatalf("the check passed a truncation without Sync: %q", rt.report())
+	}
+}
