@@ -55,10 +55,22 @@ func (ms Machines) Get(kind Kind) StateMachine {
 }
 
 // MachineAs returns the machine of kind as a T; false when there is none or
-// it is not a T.
+// it is not a T. A machine that wraps another (a test recorder, say) and
+// has an Unwrap() StateMachine method is looked through.
 func MachineAs[T StateMachine](ms Machines, kind Kind) (T, bool) {
-	m, ok := ms.Get(kind).(T)
-	return m, ok
+	m := ms.Get(kind)
+	for m != nil {
+		if t, ok := m.(T); ok {
+			return t, true
+		}
+		w, ok := m.(interface{ Unwrap() StateMachine })
+		if !ok {
+			break
+		}
+		m = w.Unwrap()
+	}
+	var zero T
+	return zero, false
 }
 
 // MachineOf returns the machine of kind on n as a T; false when the copyset
@@ -166,4 +178,36 @@ func (r *registry) checkFiles(k Kind, names []string) error {
 		}
 	}
 	return nil
+}
+
+// OpenMachines opens the machines of specs on dataDir as a copyset g does
+// (validated, in spec order, each in its Dir), without raft: for harnesses
+// that drive machines directly (copyset/copysettest). CloseMachines closes
+// them again.
+func OpenMachines(specs []MachineSpec, g GroupID, dataDir string, log *slog.Logger) (Machines, error) {
+	reg, err := newRegistry(specs)
+	if err != nil {
+		return Machines{}, err
+	}
+	set, err := reg.open(g, dataDir, log)
+	if err != nil {
+		return Machines{}, err
+	}
+	return Machines{set}, nil
+}
+
+// CloseMachines closes every machine of ms, highest kind first.
+func CloseMachines(ms Machines) error {
+	if ms.set == nil {
+		return nil
+	}
+	var errs []error
+	for k := len(ms.set) - 1; k > 0; k-- {
+		if m := ms.set[k]; m != nil {
+			if err := m.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close state machine %d: %w", k, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -210,3 +210,45 @@ func TestMachineDirSnapshotInstall(t *testing.T) {
 		t.Fatalf("the follower caught up without a snapshot install: %+v", recs)
 	}
 }
+
+// wrapMachine wraps another machine, as a test recorder does.
+type wrapMachine struct{ StateMachine }
+
+func (w *wrapMachine) Unwrap() StateMachine { return w.StateMachine }
+
+// OpenMachines opens specs as a copyset does (each in its Dir), MachineAs
+// looks through wrappers, CloseMachines closes every machine.
+func TestOpenMachinesAndUnwrap(t *testing.T) {
+	dir := t.TempDir()
+	var closed []string
+	specs := []MachineSpec{
+		{Kind: 1, Name: "a", Dir: "a", Open: func(env MachineEnv, _ Machines) (StateMachine, error) {
+			if st, err := os.Stat(env.Dir); err != nil || !st.IsDir() || env.Dir != filepath.Join(dir, "a") {
+				t.Errorf("machine a: dir %s not made: %v", env.Dir, err)
+			}
+			return &wrapMachine{&wrapMachine{&dirMachine{sub: "a", closed: &closed}}}, nil
+		}},
+		{Kind: 2, Name: "b", Open: func(_ MachineEnv, opened Machines) (StateMachine, error) {
+			if _, ok := MachineAs[*dirMachine](opened, 1); !ok {
+				t.Error("MachineAs did not look through the wrappers of machine a")
+			}
+			return &dirMachine{sub: "b", closed: &closed}, nil
+		}},
+	}
+	ms, err := OpenMachines(specs, NewGroupID(1, 1), dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := MachineAs[*wrapMachine](ms, 1); !ok {
+		t.Error("MachineAs did not find the outer wrapper")
+	}
+	if _, ok := MachineAs[*recordMachine](ms, 1); ok {
+		t.Error("MachineAs found a *recordMachine inside the wrappers")
+	}
+	if err := CloseMachines(ms); err != nil || !slices.Equal(closed, []string{"b", "a"}) {
+		t.Fatalf("CloseMachines: %v, closed %q", err, closed)
+	}
+	if _, err := OpenMachines([]MachineSpec{{Kind: 0, Name: "zero", Open: specs[1].Open}}, NewGroupID(1, 1), dir, nil); err == nil {
+		t.Fatal("OpenMachines accepted a bad spec")
+	}
+}

@@ -276,3 +276,21 @@ func TestReadRule(t *testing.T) {
 		t.Errorf("d: %v", err)
 	}
 }
+
+// testOnly are the packages only tests may import: harnesses that start
+// in-process clusters and import testing.
+var testOnly = []string{"copyset/copysettest"}
+
+// TestTestOnlyPackages: no package's non-test code imports a test-only
+// package, directly or transitively.
+func TestTestOnlyPackages(t *testing.T) {
+	module, _, pkgs := listModule(t)
+	for _, p := range pkgs {
+		for _, rel := range testOnly {
+			path := module + "/" + rel
+			if p.ImportPath != path && slices.Contains(p.Deps, path) {
+				t.Errorf("%s imports the test-only package %s in non-test code", p.ImportPath, path)
+			}
+		}
+	}
+}
