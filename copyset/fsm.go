@@ -50,14 +50,19 @@ func DecodeOp(op []byte) (Kind, []byte, error) {
 // the copyset calls Sync on every machine and records the index (snapshot.go).
 // Sending a snapshot to a follower streams the machine's Files live: the list
 // and each file's size are taken when the stream starts, and the bytes are
-// read afterwards while Apply goes on. Each file is sent cut at that size
-// (zero-padded if it shrank, left out if it is gone, read from whatever file
-// is at its path when it is read), so a file written in place may arrive
-// with parts newer than others. The follower loads what it received as its
-// state and replays the log from the snapshot index + 1. Hence:
-//   - Any prefix of a file, as the stream may cut it (a torn last record
-//     included), must load as a valid state: the state as of some log index
-//     at or before that of the file it was cut from, never a half-applied op.
+// read afterwards while Apply goes on. Each file is opened when the stream
+// reaches it and sent cut at its listed size: left out if it was gone when
+// listed, sent as gone (not created on the follower) if it is gone by the
+// time it is opened, read through to the end once open even if deleted
+// meanwhile, zero-padded if it shrank. So a file written in place may
+// arrive with parts newer than others. The follower loads what it received
+// as its state and replays the log from the snapshot index + 1. Hence:
+//   - A file cut at a size it had while the files were listed (for an
+//     append-only file: any prefix, a torn last record included) must load
+//     as a valid state: the state as of some log index at or before that of
+//     the file it was cut from, never a half-applied op. (A file created
+//     whole, by rename, at its full size, such as a chunk file, need only
+//     load at that size.)
 //   - What the stream sends must hold every op up to the snapshot index (Sync
 //     made it durable before the snapshot; a file rewritten since, e.g.
 //     compacted, must hold it in every prefix the stream may cut). It may

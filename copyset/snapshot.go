@@ -37,7 +37,9 @@ import (
 //	"CRSNAP" | u8 format version (1) | u8 kind (0 manifest only, 1 with files)
 //	u32 n | n bytes of manifest JSON
 //	kind 1 only, per file: u16 n (>0) | n bytes of name relative to the data
-//	  dir | u64 size | size bytes
+//	  dir | u64 size | size bytes; size's top bit (snapGone) set: the file
+//	  was deleted after it was listed, before its bytes were read, and the
+//	  size bytes (zeros) that follow are skipped, no file is staged
 //	kind 1 only: u16 0 (end)
 //
 // On disk, raft/snapshots/<id>/meta.json holds the raft metadata and the
@@ -54,6 +56,9 @@ const (
 	snapRetain       = 2
 	maxManifestLen   = 16 << 20
 	maxSnapNameLen   = 4096
+	// snapGone marks, in a file's size field, a file that vanished between
+	// the listing and the read (see fileSection).
+	snapGone = uint64(1) << 63
 )
 
 // snapManifest describes a snapshot. Index and Term are raft's; Epoch is
@@ -208,7 +213,15 @@ func (k *snapSink) parse(r io.Reader) error {
 		if err != nil {
 			return err
 		}
-		if err := stageFile(filepath.Join(staging, rel), br, int64(binary.BigEndian.Uint64(hdr[:8]))); err != nil {
+		size := binary.BigEndian.Uint64(hdr[:8])
+		if size&snapGone != 0 {
+			// Deleted on the leader after the listing: not staged.
+			if _, err := io.CopyN(io.Discard, br, int64(size&^snapGone)); err != nil {
+				return fmt.Errorf("skip gone file %s: %w", rel, err)
+			}
+			continue
+		}
+		if err := stageFile(filepath.Join(staging, rel), br, int64(size)); err != nil {
 			return err
 		}
 	}
@@ -455,12 +468,8 @@ func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 			}
 			return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
 		}
-		eh := make([]byte, 2+len(name)+8)
-		binary.BigEndian.PutUint16(eh, uint16(len(name)))
-		copy(eh[2:], name)
-		binary.BigEndian.PutUint64(eh[2+len(name):], uint64(st.Size()))
-		readers = append(readers, bytes.NewReader(eh), &fileSection{r: sr, path: path, size: st.Size()})
-		size += int64(len(eh)) + st.Size()
+		readers = append(readers, &fileSection{r: sr, name: name, path: path, size: st.Size()})
+		size += int64(2+len(name)+8) + st.Size()
 	}
 	readers = append(readers, bytes.NewReader([]byte{0, 0}))
 	size += 2
@@ -485,33 +494,54 @@ func (r *snapReader) Close() error {
 	return nil
 }
 
-// fileSection yields exactly size bytes of a live file: a file that shrank
-// or vanished since it was listed is padded with zeros (its later ops are
-// replayed after install), one that grew is cut.
+// fileSection yields one file's entry of the stream: its header, then
+// exactly size bytes of the live file, size being what the listing saw.
+// The file is opened when the section is reached: one that is gone by then
+// (deleted since the listing) is sent as gone (snapGone in the header, the
+// size padded with zeros) so that the follower does not create it, which
+// its replay of the deletion would expect; once open, the file reads to
+// the end even if it is deleted meanwhile (its later ops are replayed
+// after install). A file that shrank is padded with zeros, one that grew
+// is cut.
 type fileSection struct {
 	r    *snapReader
+	name string
 	path string
 	size int64
+	hdr  []byte // nil until the section is reached; what of it is left to send
 	off  int64
 	f    *os.File
 	gone bool
 }
 
 func (fs *fileSection) Read(p []byte) (int, error) {
-	if fs.off >= fs.size {
-		if fs.f != nil {
-			fs.f.Close()
-			fs.f, fs.r.open = nil, nil
-		}
-		return 0, io.EOF
-	}
-	if fs.f == nil && !fs.gone {
+	if fs.hdr == nil {
 		f, err := os.Open(fs.path)
 		if err != nil {
 			fs.gone = true
 		} else {
 			fs.f, fs.r.open = f, f
 		}
+		size := uint64(fs.size)
+		if fs.gone {
+			size |= snapGone
+		}
+		fs.hdr = make([]byte, 2+len(fs.name)+8)
+		binary.BigEndian.PutUint16(fs.hdr, uint16(len(fs.name)))
+		copy(fs.hdr[2:], fs.name)
+		binary.BigEndian.PutUint64(fs.hdr[2+len(fs.name):], size)
+	}
+	if len(fs.hdr) > 0 {
+		n := copy(p, fs.hdr)
+		fs.hdr = fs.hdr[n:]
+		return n, nil
+	}
+	if fs.off >= fs.size {
+		if fs.f != nil {
+			fs.f.Close()
+			fs.f, fs.r.open = nil, nil
+		}
+		return 0, io.EOF
 	}
 	if int64(len(p)) > fs.size-fs.off {
 		p = p[:fs.size-fs.off]

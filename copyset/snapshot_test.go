@@ -110,6 +110,74 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSnapshotFileGoneDuringStream: a file deleted after the stream's
+// listing, before its bytes are read, reaches the follower as absent (it
+// used to arrive as a file of zeros, which a chunk store cannot open); one
+// deleted while its bytes are being read arrives whole (it was open), and
+// the stream keeps its announced length.
+func TestSnapshotFileGoneDuringStream(t *testing.T) {
+	src, _ := testSnapStore(t)
+	big := make([]byte, 3<<20)
+	for i := range big {
+		big[i] = byte(i % 251)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"a", big}, {"b", []byte("bravo")}, {"c", []byte("charlie")}} {
+		if err := os.WriteFile(filepath.Join(src.dataDir, f.name), f.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src.files = func() ([]string, error) { return []string{"a", "b", "c"}, nil }
+	local, err := src.Create(1, 42, 3, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _ := snapHeader(snapKindManifest, snapManifest{Version: 1, Epoch: 5})
+	local.Write(head)
+	if err := local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	meta, rc, err := src.Open(local.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The header and the start of a: a is open now.
+	first := make([]byte, 1<<20)
+	if _, err := io.ReadFull(rc, first); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := os.Remove(filepath.Join(src.dataDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst, _ := testSnapStore(t)
+	sink, _ := dst.Create(1, meta.Index, meta.Term, raft.Configuration{}, 1, nil)
+	sink.Write(first)
+	n, err := io.Copy(sink, rc)
+	rc.Close()
+	if err != nil || n+int64(len(first)) != meta.Size {
+		t.Fatalf("copied %d of %d: %v", n+int64(len(first)), meta.Size, err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.install(dst.takePending()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dst.dataDir, "a")); string(got) != string(big) {
+		t.Errorf("a (deleted while streamed): %d bytes, want its %d bytes", len(got), len(big))
+	}
+	if _, err := os.Stat(filepath.Join(dst.dataDir, "b")); !os.IsNotExist(err) {
+		t.Errorf("b (deleted before it was streamed) was staged: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dst.dataDir, "c")); string(got) != "charlie" {
+		t.Errorf("c = %q", got)
+	}
+}
+
 // TestSnapshotInstallRollForward: a crash after the old data was moved
 // aside but before the staged data moved in is finished by recover.
 func TestSnapshotInstallRollForward(t *testing.T) {
