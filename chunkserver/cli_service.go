@@ -232,13 +232,7 @@ const probeTimeoutCli = 3 * time.Second
 // probePeer runs call on the server's connection to the chunkserver at
 // addr (conns), within probeTimeoutCli.
 func probePeer(ctx context.Context, conns *connCache, addr string, call func(context.Context, *grpc.ClientConn) error) error {
-	cc, err := conns.get(addr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeoutCli)
-	defer cancel()
-	return call(ctx, cc)
+	return conns.call(ctx, addr, probeTimeoutCli, call)
 }
 
 // peerHosts is hosts, or probeHosts unless a test set hosts.

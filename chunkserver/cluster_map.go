@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -185,17 +186,16 @@ func (m *clusterMap) askAll(ctx context.Context, wave []*crawlServer) {
 
 // ask calls LocalCopysets on addr within clusterAskTimeout.
 func (m *clusterMap) ask(ctx context.Context, addr string) ([]*clusterpb.Replica, error) {
-	cc, err := m.conns.get(addr)
-	if err != nil {
-		return nil, err
-	}
-	actx, cancel := context.WithTimeout(ctx, clusterAskTimeout)
-	defer cancel()
-	resp, err := clusterpb.NewClusterClient(cc).LocalCopysets(actx, &clusterpb.LocalCopysetsRequest{})
+	var replicas []*clusterpb.Replica
+	err := m.conns.call(ctx, addr, clusterAskTimeout, func(ctx context.Context, cc *grpc.ClientConn) error {
+		resp, err := clusterpb.NewClusterClient(cc).LocalCopysets(ctx, &clusterpb.LocalCopysetsRequest{})
+		replicas = resp.GetReplicas()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("local copysets of %s: %w", addr, err)
 	}
-	return resp.GetReplicas(), nil
+	return replicas, nil
 }
 
 // assemble builds the answer from what the crawl found and updates the

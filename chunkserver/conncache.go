@@ -1,6 +1,7 @@
 package chunkserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -52,6 +53,18 @@ func (c *connCache) get(addr string) (*grpc.ClientConn, error) {
 	}
 	c.conns[addr] = cc
 	return cc, nil
+}
+
+// call runs fn on the connection to the chunkserver at addr, with ctx
+// bounded to timeout: every call this server makes to another one.
+func (c *connCache) call(ctx context.Context, addr string, timeout time.Duration, fn func(context.Context, *grpc.ClientConn) error) error {
+	cc, err := c.get(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return fn(ctx, cc)
 }
 
 func (c *connCache) close() error {

@@ -46,6 +46,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -270,17 +271,16 @@ func (f *fencer) prepare(ctx context.Context, n *copyset.Node) error {
 
 // ask returns member p's fences.
 func (f *fencer) ask(ctx context.Context, p copyset.PeerID) (fenceTable, error) {
-	cc, err := f.conns.get(p.Addr())
+	var t fenceTable
+	err := f.conns.call(ctx, p.Addr(), fenceAskTimeout, func(ctx context.Context, cc *grpc.ClientConn) error {
+		resp, err := raftpb.NewFencesClient(cc).GetFences(ctx, &raftpb.GetFencesRequest{})
+		t = fencesTable(resp.GetFences())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	actx, cancel := context.WithTimeout(ctx, fenceAskTimeout)
-	defer cancel()
-	resp, err := raftpb.NewFencesClient(cc).GetFences(actx, &raftpb.GetFencesRequest{})
-	if err != nil {
-		return nil, err
-	}
-	return fencesTable(resp.GetFences()), nil
+	return t, nil
 }
 
 // propagate commits t in the log of every copyset this server hosts: it

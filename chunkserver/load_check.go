@@ -16,6 +16,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -181,15 +182,14 @@ func (c *loadCheck) caughtUp(ctx context.Context, r loadReplica, fails *int) boo
 // probeLeader asks leader for its status of copyset g and returns its
 // committed index.
 func (rt *runtimeState) probeLeader(ctx context.Context, g copyset.GroupID, leader copyset.PeerID) (uint64, error) {
-	conn, err := rt.conns.get(leader.Addr())
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	resp, err := pb.NewCopysetServiceClient(conn).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
-		LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),
-		Peer: &commonpb.Peer{Address: proto.String(string(leader))}, QueryHash: proto.Bool(false),
+	var resp *pb.CopysetStatusResponse
+	err := rt.conns.call(ctx, leader.Addr(), probeTimeout, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		resp, err = pb.NewCopysetServiceClient(cc).GetCopysetStatus(ctx, &pb.CopysetStatusRequest{
+			LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()),
+			Peer: &commonpb.Peer{Address: proto.String(string(leader))}, QueryHash: proto.Bool(false),
+		})
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("copyset status from leader %s: %w", leader, err)

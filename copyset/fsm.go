@@ -134,8 +134,8 @@ type fsm struct {
 	broken   atomic.Pointer[FatalError]
 	onBroken func(index uint64, err *FatalError)
 
-	mu     sync.Mutex
-	notify chan struct{} // closed and replaced whenever applied advances
+	mu      sync.Mutex // serialises moves of applied
+	applies signal     // fired whenever applied moves
 }
 
 // machineSet is the state machines of a copyset indexed by Kind. It is
@@ -143,7 +143,7 @@ type fsm struct {
 type machineSet [256]StateMachine
 
 func newFSM(reg *registry, machines *machineSet, log *slog.Logger) *fsm {
-	f := &fsm{reg: reg, log: log, notify: make(chan struct{})}
+	f := &fsm{reg: reg, log: log}
 	f.machines.Store(machines)
 	return f
 }
@@ -241,24 +241,24 @@ func (f *fsm) advance(index uint64) { f.setApplied(index, false) }
 // (a snapshot install may move it anywhere).
 func (f *fsm) setApplied(index uint64, reset bool) {
 	f.mu.Lock()
-	if index > f.applied.Load() || (reset && index != f.applied.Load()) {
+	moved := index > f.applied.Load() || (reset && index != f.applied.Load())
+	if moved {
 		f.applied.Store(index)
-		close(f.notify)
-		f.notify = make(chan struct{})
 	}
 	f.mu.Unlock()
+	if moved {
+		f.applies.fire()
+	}
 }
 
 // waitApplied blocks until the FSM has applied index, or ctx ends.
 func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
 	for {
-		f.mu.Lock()
+		// The channel first: a move after the check below fires it.
+		ch := f.applies.wait()
 		if f.applied.Load() >= index {
-			f.mu.Unlock()
 			return nil
 		}
-		ch := f.notify
-		f.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():

@@ -255,28 +255,3 @@ func (w *LeaderWorker) reconcile(ctx context.Context, rs *leaderRuns) time.Durat
 func (n *Node) leadsIn(term uint64) bool {
 	return n.IsLeader() && n.raft.CurrentTerm() == term && n.Broken() == nil
 }
-
-// signal is a broadcast: wait returns a channel closed by the next fire.
-type signal struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (s *signal) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-// fire wakes every waiter; it never blocks (it runs on raft's goroutine).
-func (s *signal) fire() {
-	s.mu.Lock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-	s.mu.Unlock()
-}

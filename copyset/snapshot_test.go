@@ -32,6 +32,27 @@ func fileEntry(name string, data []byte) []byte {
 	return append(b, data...)
 }
 
+// openLocalSnapshot takes a local snapshot of src at index 42, term 3
+// (manifest epoch 5) listing files, and opens its stream.
+func openLocalSnapshot(t *testing.T, src *snapshotStore, files ...string) (*raft.SnapshotMeta, io.ReadCloser) {
+	t.Helper()
+	src.files = func() ([]string, error) { return files, nil }
+	local, err := src.Create(1, 42, 3, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _ := snapHeader(snapKindManifest, snapManifest{Version: 1, Epoch: 5})
+	local.Write(head)
+	if err := local.Close(); err != nil {
+		t.Fatal(err)
+	}
+	meta, rc, err := src.Open(local.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta, rc
+}
+
 func TestSnapshotSinkRejectsBadNames(t *testing.T) {
 	for _, name := range []string{"../evil", "/abs", "a/../../x", "."} {
 		s, dir := testSnapStore(t)
@@ -62,20 +83,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	src, _ := testSnapStore(t)
 	os.WriteFile(filepath.Join(src.dataDir, "a"), []byte("alpha"), 0o644)
 	os.WriteFile(filepath.Join(src.dataDir, "b"), make([]byte, 100000), 0o644)
-	src.files = func() ([]string, error) { return []string{"a", "b", "gone"}, nil }
-	local, err := src.Create(1, 42, 3, raft.Configuration{}, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, _ := snapHeader(snapKindManifest, snapManifest{Version: 1, Epoch: 5})
-	local.Write(head)
-	if err := local.Close(); err != nil {
-		t.Fatal(err)
-	}
-	meta, rc, err := src.Open(local.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	meta, rc := openLocalSnapshot(t, src, "a", "b", "gone")
 	dst, _ := testSnapStore(t)
 	os.WriteFile(filepath.Join(dst.dataDir, "stale"), []byte("old"), 0o644)
 	sink, _ := dst.Create(1, meta.Index, meta.Term, raft.Configuration{}, 1, nil)
@@ -129,20 +137,7 @@ func TestSnapshotFileGoneDuringStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	src.files = func() ([]string, error) { return []string{"a", "b", "c"}, nil }
-	local, err := src.Create(1, 42, 3, raft.Configuration{}, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, _ := snapHeader(snapKindManifest, snapManifest{Version: 1, Epoch: 5})
-	local.Write(head)
-	if err := local.Close(); err != nil {
-		t.Fatal(err)
-	}
-	meta, rc, err := src.Open(local.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	meta, rc := openLocalSnapshot(t, src, "a", "b", "c")
 	// The header and the start of a: a is open now.
 	first := make([]byte, 1<<20)
 	if _, err := io.ReadFull(rc, first); err != nil {
