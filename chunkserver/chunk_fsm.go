@@ -88,15 +88,15 @@ func (m *chunkMachine) Apply(index uint64, payload []byte) any {
 	id := req.GetChunkId()
 	switch req.GetOpType() {
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
-		err = m.store.WriteChunk(id, req.GetSn(), data, req.GetOffset())
+		err = m.store.WriteChunkAt(index, id, req.GetSn(), data, req.GetOffset())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
-		err = m.store.DeleteChunk(id, req.GetSn())
+		err = m.store.DeleteChunkAt(index, id, req.GetSn())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
-		err = m.store.DeleteChunkSnapshotOrCorrectSn(id, req.GetCorrectedSn())
+		err = m.store.DeleteChunkSnapshotOrCorrectSnAt(index, id, req.GetCorrectedSn())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
-		err = m.store.CreateCloneChunk(id, req.GetSn(), req.GetCorrectedSn(), req.GetSize(), req.GetLocation())
+		err = m.store.CreateCloneChunkAt(index, id, req.GetSn(), req.GetCorrectedSn(), req.GetSize(), req.GetLocation())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
-		err = m.store.PasteChunk(id, data, req.GetOffset())
+		err = m.store.PasteChunkAt(index, id, data, req.GetOffset())
 	default:
 		err = fmt.Errorf("chunk op type %v is not replicated", req.GetOpType())
 		m.log.Error("unexpected chunk op in raft log", "index", index, "err", err)

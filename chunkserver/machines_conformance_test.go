@@ -36,15 +36,16 @@ func conformanceSpecs(t *testing.T, kind copyset.Kind) []copyset.MachineSpec {
 
 // chunkWorkload writes blocks of a few chunks at one sn: the chunk ops
 // the StateMachine contract names as idempotent by themselves (writes at
-// fixed offsets). del adds chunk deletes (on in TestChunkMachineConforms:
-// a chunk file deleted while a snapshot streams used to arrive zero-filled,
-// and the store refused to open it; the stream now sends it as gone). cow
-// adds sn bumps (so later writes copy on write into chunk snapshots) and
-// snapshot deletes; it does not pass the suite yet: replaying sn bumps and
-// snapshot deletes from an earlier index changes the data, and a fuzzy copy
-// of a chunk file can hold a block whose crc entry is from another moment,
-// which a later copy-on-write read refuses (a FatalError). Set cow in
-// TestChunkMachineConforms to see it.
+// fixed offsets). del adds chunk deletes (a chunk file deleted while a
+// snapshot streams used to arrive zero-filled, and the store refused to
+// open it; the stream now sends it as gone). cow adds sn bumps (so later
+// writes copy on write into chunk snapshots) and snapshot deletes: these
+// used to fail the suite, since replaying a write refused for an older
+// snapshot after the snapshot's deletion accepted it, and a fuzzy copy of
+// a chunk file could hold a block whose crc entry was from another moment,
+// which a later copy-on-write read refused. Ops now carry their index into
+// the store (datastore Replay) and chunks stream as images
+// (chunk_stream.go). Both are on in TestChunkMachineConforms.
 type chunkWorkload struct {
 	t        *testing.T
 	del, cow bool
@@ -118,7 +119,7 @@ func chunkState(ms copyset.Machines) (string, error) {
 }
 
 func TestChunkMachineConforms(t *testing.T) {
-	w := &chunkWorkload{t: t, del: true}
+	w := &chunkWorkload{t: t, del: true, cow: true}
 	copysettest.RunStateMachineConformance(t, conformanceSpecs(t, kinds.Chunk),
 		copysettest.Workload{Op: w.op, State: chunkState})
 }

@@ -98,6 +98,37 @@ type StateMachine interface {
 	Close() error
 }
 
+// Streamer is a StateMachine whose files a fuzzy copy cannot follow: one
+// whose Apply reads its own earlier state (the chunk store's copy-on-write
+// reads a block's older content, which a live copy may hold from a later
+// moment, or torn from its checksum). A snapshot stream then takes the
+// machine's files from Stream instead of reading its Files live: each file
+// comes as a consistent image, which must load as a state at or after the
+// snapshot index from which the replay of the log converges (the machine
+// stamps its images with the index they reflect and skips the ops before
+// it). Files still lists the machine's files for everything else.
+type Streamer interface {
+	StateMachine
+	// Stream starts a stream of the machine's files. It is called when a
+	// snapshot is opened for sending, while applies go on; the stream
+	// yields its files later, as the follower takes them.
+	Stream() (FileStream, error)
+}
+
+// FileStream yields the files of one Streamer for one snapshot stream.
+type FileStream interface {
+	// Reserve bounds, for the stream's size, what Next yields in total:
+	// the sum over its files of len(name) + 10 + len(data). It is called
+	// once, before Next.
+	Reserve() int64
+	// Next returns the next file, its name relative to the copyset data
+	// dir (inside the spec's Dir when it names one) and its whole
+	// content, or io.EOF after the last.
+	Next() (name string, data []byte, err error)
+	// Close releases the stream; no Next follows.
+	Close() error
+}
+
 // FatalError is an apply result that says the replica's state machine
 // could not apply the op (an I/O error, a full disk) and so can no longer
 // follow the log without diverging: the copyset stops on this replica (see
@@ -322,11 +353,36 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// files lists every machine's files for a snapshot stream.
-func (f *fsm) files() ([]string, error) {
-	var out []string
+// snapSource is what a snapshot stream sends of one machine: its live
+// files by name, or the files of its own stream (a Streamer).
+type snapSource struct {
+	kind   Kind
+	names  []string
+	stream FileStream
+}
+
+// sources lists what a snapshot stream sends of every machine. On error
+// the streams already started are closed.
+func (f *fsm) sources() ([]snapSource, error) {
+	var out []snapSource
+	fail := func(err error) ([]snapSource, error) {
+		for _, s := range out {
+			if s.stream != nil {
+				s.stream.Close()
+			}
+		}
+		return nil, err
+	}
 	for k, m := range f.machines.Load() {
 		if m == nil {
+			continue
+		}
+		if st, ok := m.(Streamer); ok {
+			fs, err := st.Stream()
+			if err != nil {
+				return fail(fmt.Errorf("stream state machine %d: %w", k, err))
+			}
+			out = append(out, snapSource{kind: Kind(k), stream: fs})
 			continue
 		}
 		names, err := m.Files()
@@ -334,9 +390,9 @@ func (f *fsm) files() ([]string, error) {
 			err = f.reg.checkFiles(Kind(k), names)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list files of state machine %d: %w", k, err)
+			return fail(fmt.Errorf("list files of state machine %d: %w", k, err))
 		}
-		out = append(out, names...)
+		out = append(out, snapSource{kind: Kind(k), names: names})
 	}
 	return out, nil
 }

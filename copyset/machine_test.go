@@ -107,12 +107,16 @@ func TestRegistryOpensInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFSM(r, set, slog.New(slog.DiscardHandler))
-	files, err := f.files()
+	srcs, err := f.sources()
+	var files []string
+	for _, src := range srcs {
+		files = append(files, src.names...)
+	}
 	if err != nil || !slices.Equal(files, []string{"b/state"}) {
 		t.Fatalf("files %v %v", files, err)
 	}
 	set[2].(*dirMachine).files = []string{"state"}
-	if _, err := f.files(); err == nil || !strings.Contains(err.Error(), `lists file "state" outside its dir "b"`) {
+	if _, err := f.sources(); err == nil || !strings.Contains(err.Error(), `lists file "state" outside its dir "b"`) {
 		t.Fatalf("file outside the machine's dir: %v", err)
 	}
 }

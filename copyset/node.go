@@ -325,7 +325,8 @@ func openNode(c nodeConfig) (*Node, error) {
 		n.noteCommitted(latest.Meta.ConfigurationIndex, latest.Meta.Configuration)
 	}
 	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
-	snaps.files = f.files
+	snaps.sources = f.sources
+	snaps.checkFiles = f.reg.checkFiles
 	f.restore = func(man snapManifest) (*machineSet, error) {
 		id := snaps.takePending()
 		if id == "" {

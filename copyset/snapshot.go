@@ -28,7 +28,8 @@ import (
 // applied) is a manifest only: index, term, configuration, epoch. Sending a
 // snapshot to a follower streams the manifest followed by the copyset's live
 // files as they are at that moment ("fuzzy": possibly newer than the
-// snapshot index); the follower stages them, swaps them in as its data
+// snapshot index), or, for a machine that is a Streamer, the consistent
+// images its stream yields; the follower stages them, swaps them in as its data
 // directory, and replays the log from the snapshot index on. That is correct
 // because every replicated op is idempotent under replay.
 //
@@ -41,6 +42,8 @@ import (
 //	  was deleted after it was listed, before its bytes were read, and the
 //	  size bytes (zeros) that follow are skipped, no file is staged
 //	kind 1 only: u16 0 (end)
+//	zeros up to the size raft was told (a machine stream's unused reserve,
+//	see snapReader); the transport sends them as a count
 //
 // On disk, raft/snapshots/<id>/meta.json holds the raft metadata and the
 // manifest; a received snapshot's files are staged in raft/snapshots/<id>/data
@@ -88,8 +91,10 @@ type snapshotStore struct {
 	dataDir string // <copyset>/data
 	log     *slog.Logger
 
-	// files lists the live files to stream, relative to dataDir, in order.
-	files func() ([]string, error)
+	// sources lists what to stream of each machine (fsm.sources).
+	sources func() ([]snapSource, error)
+	// checkFiles checks the names a machine's stream yields (registry).
+	checkFiles func(Kind, []string) error
 
 	mu      sync.Mutex
 	pending string // id of a received snapshot staged for Restore
@@ -447,51 +452,178 @@ func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	var names []string
-	if s.files != nil {
-		if names, err = s.files(); err != nil {
-			return nil, nil, fmt.Errorf("open snapshot %s: list files: %w", id, err)
+	var sources []snapSource
+	if s.sources != nil {
+		if sources, err = s.sources(); err != nil {
+			return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
 		}
 	}
 	sr := &snapReader{}
 	readers := []io.Reader{bytes.NewReader(head)}
 	size := int64(len(head))
-	for _, name := range names {
-		if len(name) == 0 || len(name) > maxSnapNameLen {
+	for _, src := range sources {
+		if src.stream != nil {
+			sr.streams = append(sr.streams, src.stream)
+			readers = append(readers, &streamSections{s: src.stream, kind: src.kind, check: s.checkFiles})
+			size += src.stream.Reserve()
 			continue
 		}
-		path := filepath.Join(s.dataDir, name)
-		st, err := os.Stat(path)
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // deleted since listing; replay deletes it again
+		for _, name := range src.names {
+			if len(name) == 0 || len(name) > maxSnapNameLen {
+				continue
 			}
-			return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
+			path := filepath.Join(s.dataDir, name)
+			st, err := os.Stat(path)
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					continue // deleted since listing; replay deletes it again
+				}
+				sr.Close()
+				return nil, nil, fmt.Errorf("open snapshot %s: %w", id, err)
+			}
+			readers = append(readers, &fileSection{r: sr, name: name, path: path, size: st.Size()})
+			size += int64(2+len(name)+8) + st.Size()
 		}
-		readers = append(readers, &fileSection{r: sr, name: name, path: path, size: st.Size()})
-		size += int64(2+len(name)+8) + st.Size()
 	}
-	readers = append(readers, bytes.NewReader([]byte{0, 0}))
+	readers = append(readers, &endMark{r: sr, b: []byte{0, 0}})
 	size += 2
-	sr.Reader = io.MultiReader(readers...)
+	sr.body = io.MultiReader(readers...)
+	sr.size = size
 	meta := rec.Meta
 	meta.Size = size
 	return &meta, sr, nil
 }
 
-// snapReader streams a snapshot; Close closes the file being read.
+// snapReader streams a snapshot: exactly size bytes, the body (header,
+// sections, end mark) followed by zeros up to size. The size is fixed when
+// the snapshot is opened (raft sends it ahead) and machine streams yield
+// their files later, so it counts their reserves; what they leave unused
+// pads the end, which the follower's parser skips and the transport sends
+// as a count (Padding) rather than as bytes. Close closes the file being
+// read and the machine streams.
 type snapReader struct {
-	io.Reader
-	open *os.File
+	body    io.Reader
+	size    int64
+	read    int64 // bytes of the body read so far
+	pad     int64 // zeros read so far
+	ended   bool  // the body is read to its end
+	open    *os.File
+	streams []FileStream
+}
+
+func (r *snapReader) Read(p []byte) (int, error) {
+	n := 0
+	if !r.ended {
+		var err error
+		n, err = r.body.Read(p)
+		r.read += int64(n)
+		switch {
+		case r.read > r.size:
+			return 0, fmt.Errorf("snapshot stream: %d bytes exceed the %d reserved", r.read, r.size)
+		case errors.Is(err, io.EOF):
+			r.ended = true
+		case err != nil:
+			return n, err
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+	left := r.size - r.read - r.pad
+	if left == 0 {
+		return 0, io.EOF
+	}
+	n = int(min(int64(len(p)), left))
+	clear(p[:n])
+	r.pad += int64(n)
+	return n, nil
+}
+
+// endMark is the stream's end mark; reading its last byte ends the body,
+// so that Padding knows at once that the rest is padding.
+type endMark struct {
+	r *snapReader
+	b []byte
+}
+
+func (e *endMark) Read(p []byte) (int, error) {
+	if len(e.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, e.b)
+	e.b = e.b[n:]
+	if len(e.b) == 0 {
+		e.r.ended = true
+	}
+	return n, nil
+}
+
+// Padding returns how many bytes are left to read once they are all zero
+// padding, else 0: the transport sends such a tail as a count.
+func (r *snapReader) Padding() int64 {
+	if !r.ended {
+		return 0
+	}
+	return r.size - r.read - r.pad
 }
 
 func (r *snapReader) Close() error {
+	var errs []error
 	if r.open != nil {
-		err := r.open.Close()
+		errs = append(errs, r.open.Close())
 		r.open = nil
-		return err
 	}
-	return nil
+	for _, st := range r.streams {
+		errs = append(errs, st.Close())
+	}
+	r.streams = nil
+	return errors.Join(errs...)
+}
+
+// streamSections yields the sections of one machine's FileStream, each
+// file taken from the stream when the previous one has been read.
+type streamSections struct {
+	s     FileStream
+	kind  Kind
+	check func(Kind, []string) error
+	hdr   []byte // what is left of the current section's header
+	data  []byte // and of its content
+	done  bool
+}
+
+func (ss *streamSections) Read(p []byte) (int, error) {
+	for len(ss.hdr) == 0 && len(ss.data) == 0 {
+		if ss.done {
+			return 0, io.EOF
+		}
+		name, data, err := ss.s.Next()
+		if errors.Is(err, io.EOF) {
+			ss.done = true
+			return 0, io.EOF
+		}
+		if err == nil && (len(name) == 0 || len(name) > maxSnapNameLen) {
+			err = fmt.Errorf("file name of %d bytes", len(name))
+		}
+		if err == nil && ss.check != nil {
+			err = ss.check(ss.kind, []string{name})
+		}
+		if err != nil {
+			return 0, fmt.Errorf("snapshot stream of state machine %d: %w", ss.kind, err)
+		}
+		ss.hdr = make([]byte, 2+len(name)+8)
+		binary.BigEndian.PutUint16(ss.hdr, uint16(len(name)))
+		copy(ss.hdr[2:], name)
+		binary.BigEndian.PutUint64(ss.hdr[2+len(name):], uint64(len(data)))
+		ss.data = data
+	}
+	if len(ss.hdr) > 0 {
+		n := copy(p, ss.hdr)
+		ss.hdr = ss.hdr[n:]
+		return n, nil
+	}
+	n := copy(p, ss.data)
+	ss.data = ss.data[n:]
+	return n, nil
 }
 
 // fileSection yields one file's entry of the stream: its header, then

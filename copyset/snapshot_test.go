@@ -36,7 +36,13 @@ func fileEntry(name string, data []byte) []byte {
 // (manifest epoch 5) listing files, and opens its stream.
 func openLocalSnapshot(t *testing.T, src *snapshotStore, files ...string) (*raft.SnapshotMeta, io.ReadCloser) {
 	t.Helper()
-	src.files = func() ([]string, error) { return files, nil }
+	return openLocalSnapshotOf(t, src, []snapSource{{names: files}})
+}
+
+// openLocalSnapshotOf is openLocalSnapshot streaming sources.
+func openLocalSnapshotOf(t *testing.T, src *snapshotStore, sources []snapSource) (*raft.SnapshotMeta, io.ReadCloser) {
+	t.Helper()
+	src.sources = func() ([]snapSource, error) { return sources, nil }
 	local, err := src.Create(1, 42, 3, raft.Configuration{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -265,7 +265,9 @@ var errTransportSnapshotTimeout = errors.New("snapshot transfer timed out")
 
 // InstallSnapshot implements raft.Transport. It streams exactly args.Size
 // bytes of data in SnapshotChunkSize pieces; the first message also carries
-// the request. Each chunk must be accepted within RPCTimeout, the final reply
+// the request. Once what is left of data is all zero padding (data has a
+// Padding method saying so: a copyset snapshot's snapReader), the last
+// message carries its length instead of the bytes. Each chunk must be accepted within RPCTimeout, the final reply
 // must arrive within SnapshotTimeout.
 func (g *GroupTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
 	c, err := g.client(target)
@@ -294,16 +296,23 @@ func (g *GroupTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddr
 	req := installSnapshotRequestToProto(g.group, args)
 	remaining := max(args.Size, 0)
 	chunkSize := int64(g.m.opts.SnapshotChunkSize)
+	padded, _ := data.(interface{ Padding() int64 })
 	for first := true; first || remaining > 0; first = false {
-		// A fresh buffer per message: gRPC may still reference a sent message.
-		buf := make([]byte, min(chunkSize, remaining))
-		if _, err := io.ReadFull(data, buf); err != nil {
-			// Returning cancels the stream, so the follower sees an abort,
-			// never a short snapshot.
-			return fmt.Errorf("raft transport: InstallSnapshot to %s (group %d): reading snapshot (%d of %d bytes left): %w",
-				target, g.group, remaining, args.Size, err)
+		msg := &raftpb.InstallSnapshotChunk{}
+		if padded != nil && remaining > 0 && padded.Padding() == remaining {
+			msg.Pad = remaining
+		} else {
+			// A fresh buffer per message: gRPC may still reference a sent message.
+			buf := make([]byte, min(chunkSize, remaining))
+			n, err := readSnapshotPiece(data, padded, buf, remaining)
+			msg.Data = buf[:n]
+			if err != nil {
+				// Returning cancels the stream, so the follower sees an abort,
+				// never a short snapshot.
+				return fmt.Errorf("raft transport: InstallSnapshot to %s (group %d): reading snapshot (%d of %d bytes left): %w",
+					target, g.group, remaining, args.Size, err)
+			}
 		}
-		msg := &raftpb.InstallSnapshotChunk{Data: buf}
 		if first {
 			msg.Request = req
 		}
@@ -317,7 +326,7 @@ func (g *GroupTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddr
 			}
 			return fail(err)
 		}
-		remaining -= int64(len(buf))
+		remaining -= int64(len(msg.Data)) + msg.Pad
 	}
 	watchdog.Reset(g.m.opts.SnapshotTimeout)
 	out, err := stream.CloseAndRecv()
@@ -326,6 +335,28 @@ func (g *GroupTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddr
 	}
 	installSnapshotResponseFromProto(out, resp)
 	return nil
+}
+
+// readSnapshotPiece fills buf from data, the snapshot stream with remaining
+// bytes left, except that it stops early where the rest is all padding
+// (padded, if not nil, says so), so that the padding goes as a count. A
+// stream that ends before buf is full is an error.
+func readSnapshotPiece(data io.Reader, padded interface{ Padding() int64 }, buf []byte, remaining int64) (int, error) {
+	n := 0
+	for n < len(buf) {
+		if padded != nil && n > 0 && padded.Padding() == remaining-int64(n) {
+			break
+		}
+		m, err := data.Read(buf[n:])
+		n += m
+		if err != nil && n < len(buf) {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // AppendEntriesPipeline implements raft.Transport: one bidi stream per call,

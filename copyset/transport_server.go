@@ -359,7 +359,7 @@ func (s *transportServer) installSnapshot(stream grpc.ClientStreamingServer[raft
 		for {
 			m, err := stream.Recv()
 			select {
-			case chunks <- inboundSnapshotChunk{data: m.GetData(), err: err}:
+			case chunks <- inboundSnapshotChunk{data: m.GetData(), pad: m.GetPad(), err: err}:
 			case <-done:
 				return
 			}
@@ -372,6 +372,7 @@ func (s *transportServer) installSnapshot(stream grpc.ClientStreamingServer[raft
 	req := installSnapshotRequestFromProto(first.Request)
 	rd := &inboundSnapshotReader{
 		buf:       first.Data,
+		pad:       first.GetPad(),
 		remaining: max(req.Size, 0),
 		chunks:    chunks,
 		done:      done,
@@ -391,6 +392,7 @@ func (s *transportServer) installSnapshot(stream grpc.ClientStreamingServer[raft
 
 type inboundSnapshotChunk struct {
 	data []byte
+	pad  int64 // zeros after data (InstallSnapshotChunk.pad)
 	err  error
 }
 
@@ -403,6 +405,7 @@ var (
 // used by raft's goroutine only.
 type inboundSnapshotReader struct {
 	buf       []byte
+	pad       int64 // zeros to yield after buf
 	remaining int64
 	chunks    <-chan inboundSnapshotChunk
 	done      <-chan struct{} // the handler returned
@@ -419,7 +422,7 @@ func (r *inboundSnapshotReader) Read(p []byte) (int, error) {
 	if r.remaining == 0 {
 		return 0, io.EOF
 	}
-	for len(r.buf) == 0 {
+	for len(r.buf) == 0 && r.pad == 0 {
 		if r.timer == nil {
 			r.timer = time.NewTimer(r.idle)
 		} else {
@@ -445,13 +448,22 @@ func (r *inboundSnapshotReader) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		r.buf = c.data
+		if c.pad < 0 {
+			r.err = fmt.Errorf("snapshot stream: padding of %d bytes", c.pad)
+			return 0, r.err
+		}
+		r.buf, r.pad = c.data, c.pad
 	}
 	if int64(len(p)) > r.remaining {
 		p = p[:r.remaining]
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
+	if n == 0 {
+		n = int(min(int64(len(p)), r.pad))
+		clear(p[:n])
+		r.pad -= int64(n)
+	}
 	r.remaining -= int64(n)
 	return n, nil
 }

@@ -146,6 +146,10 @@ type chunkFile struct {
 	meta MetaPage // current meta, ahead of the page on disk while metaDirty
 	snap *snapFile
 	gone bool
+	// applied is the highest log index of an op applied to this chunk
+	// (refused or not), at least meta.Index: the chunk's state reflects
+	// every op on it up to applied. Guarded by mu.
+	applied uint64
 
 	// dirty is set after every pwrite to f (after it returns, never before)
 	// and cleared by sync just before it fsyncs f, so that a write is either
@@ -165,6 +169,14 @@ type chunkFile struct {
 	// this incarnation and writers skip invalidation.
 	cacheFilled, cacheUsed atomic.Bool
 }
+
+// replayed reports whether the op at log index index is already reflected
+// in the chunk's stamped state (index below meta.Index), so that applying it
+// again must change nothing (see Replay in the package documentation). The
+// op at meta.Index itself is applied again: as the last op that changed the
+// meta, applying it again on its own result is idempotent. The caller holds
+// mu.
+func (c *chunkFile) replayed(index uint64) bool { return index != 0 && index < c.meta.Index }
 
 // isClone reports whether the chunk is a clone chunk. The caller holds mu.
 func (c *chunkFile) isClone() bool { return c.meta.Location != "" }

@@ -31,6 +31,12 @@ type Range struct {
 // success (a replay); any other existing chunk gives ErrChunkExist. The file
 // is durable when CreateCloneChunk returns.
 func (s *Store) CreateCloneChunk(id, sn, correctedSn uint64, size uint32, location string) error {
+	return s.CreateCloneChunkAt(0, id, sn, correctedSn, size, location)
+}
+
+// CreateCloneChunkAt is CreateCloneChunk as the op at raft log index index
+// (see WriteChunkAt).
+func (s *Store) CreateCloneChunkAt(index, id, sn, correctedSn uint64, size uint32, location string) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("datastore: create clone chunk %d: "+format, append([]any{id}, args...)...)
 	}
@@ -47,8 +53,11 @@ func (s *Store) CreateCloneChunk(id, sn, correctedSn uint64, size uint32, locati
 	for {
 		c, err := s.lookup("create clone", id, lockShared)
 		if err == nil {
-			m := c.meta
+			m, replayed := c.meta, c.replayed(index)
 			c.mu.RUnlock()
+			if replayed {
+				return nil
+			}
 			if m.Location == location && m.Sn == sn && m.CorrectedSn == correctedSn {
 				return nil
 			}
@@ -60,12 +69,13 @@ func (s *Store) CreateCloneChunk(id, sn, correctedSn uint64, size uint32, locati
 		}
 		c, err = s.create("create clone", id, MetaPage{
 			Version: MetaVersion, Sn: sn, CorrectedSn: correctedSn,
-			Location: location, Bits: s.g.blocks, Bitmap: newBitmap(s.g.blocks),
+			Location: location, Bits: s.g.blocks, Bitmap: newBitmap(s.g.blocks), Index: index,
 		})
 		if err != nil {
 			return err
 		}
 		if c != nil {
+			c.applied = index
 			c.mu.Unlock()
 			return nil
 		}
@@ -74,15 +84,16 @@ func (s *Store) CreateCloneChunk(id, sn, correctedSn uint64, size uint32, locati
 }
 
 // markWritten sets blocks [lo, hi) in clone chunk c's bitmap and turns c into
-// a normal chunk when all are set. The caller holds c.mu exclusively.
-func (s *Store) markWritten(c *chunkFile, lo, hi uint32) {
+// a normal chunk when all are set, for the op at log index index. The caller
+// holds c.mu exclusively.
+func (s *Store) markWritten(c *chunkFile, lo, hi uint32, index uint64) {
 	bm := bitmap(c.meta.Bitmap)
 	bm.setRange(lo, hi)
 	if bm.count() == int(s.g.blocks) {
 		c.meta.Location, c.meta.Bits, c.meta.Bitmap = "", 0, nil
 		s.stats.clones.Add(-1)
 	}
-	markMetaDirty(c)
+	markMetaDirty(c, index)
 }
 
 // PasteChunk writes the blocks of data (at offset off of chunk id) that are
@@ -91,6 +102,12 @@ func (s *Store) markWritten(c *chunkFile, lo, hi uint32) {
 // WriteChunk. On a normal chunk it does nothing; a missing chunk gives
 // ErrChunkNotExist. Replaying a paste is harmless: its blocks are set.
 func (s *Store) PasteChunk(id uint64, data []byte, off uint32) error {
+	return s.PasteChunkAt(0, id, data, off)
+}
+
+// PasteChunkAt is PasteChunk as the op at raft log index index (see
+// WriteChunkAt).
+func (s *Store) PasteChunkAt(index, id uint64, data []byte, off uint32) error {
 	if err := s.checkRange("paste", id, off, len(data)); err != nil {
 		return err
 	}
@@ -99,6 +116,10 @@ func (s *Store) PasteChunk(id uint64, data []byte, off uint32) error {
 		return err
 	}
 	defer c.mu.Unlock()
+	if c.replayed(index) {
+		return nil
+	}
+	c.applied = max(c.applied, index)
 	if !c.isClone() {
 		return nil
 	}
@@ -115,7 +136,7 @@ func (s *Store) PasteChunk(id uint64, data []byte, off uint32) error {
 		if err := s.writeData(c, a, data[(a-lo)*bs:(b-lo)*bs]); err != nil {
 			return fmt.Errorf("datastore: paste chunk %d: %w", id, err)
 		}
-		s.markWritten(c, a, b)
+		s.markWritten(c, a, b, index)
 		if !c.isClone() {
 			break // the last unwritten run was just pasted
 		}

@@ -162,6 +162,16 @@ func (s *Store) ReadChunkSnapshot(id, sn uint64, buf []byte, off uint32) error {
 //
 // Replaying it is harmless: the snapshot is gone and the corrected sn set.
 func (s *Store) DeleteChunkSnapshotOrCorrectSn(id, correctedSn uint64) error {
+	return s.DeleteChunkSnapshotOrCorrectSnAt(0, id, correctedSn)
+}
+
+// DeleteChunkSnapshotOrCorrectSnAt is DeleteChunkSnapshotOrCorrectSn as the
+// op at raft log index index (see WriteChunkAt). Before it removes a
+// snapshot it makes the chunk's meta page, stamped with index, durable
+// (after the chunk's data): a crash must not leave the snapshot gone while
+// the page on disk predates its removal, or the replay of an earlier write
+// that the snapshot made fail would succeed.
+func (s *Store) DeleteChunkSnapshotOrCorrectSnAt(index, id, correctedSn uint64) error {
 	if err := s.enter("delete snapshot or correct sn"); err != nil {
 		return err
 	}
@@ -174,6 +184,10 @@ func (s *Store) DeleteChunkSnapshotOrCorrectSn(id, correctedSn uint64) error {
 		return err
 	}
 	defer unlock(c, lockRemove)
+	if c.replayed(index) {
+		return nil
+	}
+	c.applied = max(c.applied, index)
 	m := &c.meta
 	switch {
 	case c.isClone():
@@ -182,14 +196,18 @@ func (s *Store) DeleteChunkSnapshotOrCorrectSn(id, correctedSn uint64) error {
 		return fmt.Errorf("datastore: delete snapshot or correct sn of chunk %d: corrected sn %d, chunk sn %d, corrected sn %d: %w",
 			id, correctedSn, m.Sn, m.CorrectedSn, ErrBackward)
 	}
+	if correctedSn > max(m.Sn, m.CorrectedSn) {
+		m.CorrectedSn = correctedSn
+		markMetaDirty(c, index)
+	}
 	if c.snap != nil && m.Sn > c.snap.meta.Sn {
+		markMetaDirty(c, index)
+		if err := s.syncChunk(c, true); err != nil {
+			return fmt.Errorf("datastore: delete snapshot or correct sn of chunk %d: %w", id, err)
+		}
 		if err := s.removeSnapshot(c); err != nil {
 			return fmt.Errorf("datastore: delete snapshot or correct sn of chunk %d: %w", id, err)
 		}
-	}
-	if correctedSn > max(m.Sn, m.CorrectedSn) {
-		m.CorrectedSn = correctedSn
-		markMetaDirty(c)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@
 //
 // Every chunk and snapshot file has the same length and layout:
 //
-//	[0, PageSize)                        meta page: MetaPage (MetaVersion2) or
+//	[0, PageSize)                        meta page: MetaPage (MetaVersion3) or
 //	                                     SnapMetaPage (SnapMetaVersion1)
 //	[PageSize, PageSize+ChunkSize)       data: data offset X at PageSize+X
 //	[PageSize+ChunkSize, end)            crc table: 4 bytes per block, zero-
@@ -60,22 +60,44 @@
 //   - File existence is always durable: chunk and snapshot creation
 //     (including the creating write's meta page and, for clones, location)
 //     and deletion are fsynced, file and directory, before they return.
+//
 //   - Snapshot copies are durable before the chunk blocks they preserve are
 //     overwritten (cow.go).
+//
 //   - Chunk data, checksums and meta changes after creation (sn, corrected
 //     sn, clone bitmap, clone-to-normal) are durable only after Sync; any
 //     subset of them may survive, except that a meta page on disk is never
 //     newer than the data it describes, since Sync writes it only after
 //     fsyncing the data (see [Store.Sync]).
 //
-// Every operation is idempotent under replay of the log from the last Sync:
-// writes rewrite the same data and checksums; writes refused as backward are
-// covered by a durable sn, hence durable themselves; a write finding a
-// snapshot with snap.sn >= chunk.sn does not make another; COW skips blocks
-// already in the snapshot; pastes skip blocks marked written; deletes and
-// creations of existing clones succeed again. A block whose data and
-// checksum were torn by the crash is rewritten by its replayed write before
-// anything reads it through the log.
+//   - Removing a snapshot (DeleteChunkSnapshotOrCorrectSn) first makes the
+//     chunk's meta page durable, after its data.
+//
+// # Replay
+//
+// The replicated ops come with their raft log index (WriteChunkAt and the
+// other ...At methods; the plain methods are the same ops unstamped, index
+// 0). Every change of a chunk's meta (creation, sn, corrected sn, snapshot
+// creation or removal, clone bitmap) stamps the meta with the op's index
+// ([MetaPage.Index]), and that stamp reaches the disk with the meta page.
+// An op on a chunk whose stamp is later than the op's index is skipped: the
+// chunk's state already reflects it, its data is durable with the page
+// (written after the data was fsynced), and applying it again could change
+// its outcome, since a later op may have removed the reason it was refused
+// (a write refused because an older snapshot still existed is accepted once
+// a later op has deleted the snapshot). The op at the stamp itself applies
+// again, harmlessly, as does every op after it: writes rewrite the same data
+// and checksums; a write finding a snapshot with snap.sn >= chunk.sn (made
+// by the op before a crash lost its meta page) does not make another; COW
+// skips blocks already in the snapshot; pastes skip blocks marked written;
+// deletes and creations of existing clones succeed again. A block whose
+// data and checksum were torn by the crash is rewritten by its replayed
+// write before anything reads it through the log.
+//
+// A chunk's files copied live while writes go on can mix moments, which no
+// replay repairs once a copy-on-write reads the mixed block; [Store.ChunkImage]
+// copies a chunk and its snapshot as of one moment, stamped with the index
+// of the last op on the chunk, for a snapshot stream or an export.
 //
 // # Concurrency
 //

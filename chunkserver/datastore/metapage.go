@@ -17,7 +17,7 @@ const (
 	// pages decode with ErrIncompatible.
 	MetaVersion1 uint8 = 1
 
-	// MetaVersion2 is the chunk meta page layout of this code, all integers
+	// MetaVersion2 was the chunk meta page layout before MetaVersion3, all integers
 	// little-endian (Curve's ChunkFileMetaPage with a 4-byte location
 	// length):
 	//
@@ -36,10 +36,27 @@ const (
 	//	   E+4       -      zero up to the end of the page
 	//
 	// The bytes after the checksum are written as zero and ignored on decode.
+	// Pages of this version are still read (as Index 0); none is written.
 	MetaVersion2 uint8 = 2
 
+	// MetaVersion3 is MetaVersion2 with the chunk's log index stamp after
+	// correctedSn (see MetaPage.Index), all integers little-endian:
+	//
+	//	offset    size      field
+	//	     0       1      version (= 3)
+	//	     1       8      sn
+	//	     9       8      correctedSn
+	//	    17       8      index
+	//	    25       4      locLen L
+	//	    29       L      location
+	//	  29+L       4      bits N
+	//	  33+L  ceil(N/8)   bitmap of written blocks
+	//	     E       4      crc32c (Castagnoli) of bytes [0, E)
+	//	   E+4       -      zero up to the end of the page
+	MetaVersion3 uint8 = 3
+
 	// MetaVersion is the version this code writes.
-	MetaVersion = MetaVersion2
+	MetaVersion = MetaVersion3
 
 	// SnapMetaVersion1 is the snapshot meta page layout (Curve's snapshot
 	// meta page with the "damaged" byte reserved), little-endian:
@@ -68,7 +85,8 @@ const (
 	MaxLocationLen = 3000
 
 	metaV2Fixed   = 1 + 8 + 8 + 4 + 4 + 4 // every field but location and bitmap
-	snapMetaFixed = 1 + 1 + 8 + 4 + 4     // every field but the bitmap
+	metaV3Fixed   = metaV2Fixed + 8
+	snapMetaFixed = 1 + 1 + 8 + 4 + 4 // every field but the bitmap
 )
 
 // castagnoli is the CRC32C table; klauspost/crc32 uses the CPU's CRC32C
@@ -76,7 +94,7 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // MetaPage is the decoded meta page at the start of a chunk file. Its
-// encoding is versioned (see MetaVersion2); MarshalTo and Unmarshal are pure
+// encoding is versioned (see MetaVersion3); MarshalTo and Unmarshal are pure
 // functions of their arguments, touch no file, and never panic on any input.
 //
 // A chunk is a clone chunk if and only if Location is not empty; it then has
@@ -104,6 +122,13 @@ type MetaPage struct {
 	// (see bitmap for the encoding); ceil(Bits/8) bytes, nil for a normal
 	// chunk. Unmarshal returns a fresh slice.
 	Bitmap []byte
+	// Index is the raft log index up to which this page describes the
+	// chunk: its sn, corrected sn, snapshot and clone bitmap reflect every
+	// replicated op on the chunk up to Index, and the data of every op
+	// before Index is durable with it. A replayed op on the chunk with a
+	// smaller index is skipped (see the package documentation, Replay). 0
+	// (MetaVersion2 pages, unstamped ops) stamps nothing.
+	Index uint64
 }
 
 // EncodedLen returns the number of meaningful bytes of m's encoding,
@@ -112,14 +137,16 @@ func (m *MetaPage) EncodedLen() int {
 	switch m.Version {
 	case MetaVersion2:
 		return metaV2Fixed + len(m.Location) + len(m.Bitmap)
+	case MetaVersion3:
+		return metaV3Fixed + len(m.Location) + len(m.Bitmap)
 	default:
 		return 0
 	}
 }
 
-// metaPageMax is the longest MetaVersion2 encoding for a clone chunk of
+// metaPageMax is the longest encoding (MetaVersion3) for a clone chunk of
 // blocks blocks: the minimum page size Options accept.
-func metaPageMax(blocks uint32) int { return metaV2Fixed + MaxLocationLen + bitmapLen(blocks) }
+func metaPageMax(blocks uint32) int { return metaV3Fixed + MaxLocationLen + bitmapLen(blocks) }
 
 // MarshalTo encodes m into buf and zeroes the rest of buf, so that buf can be
 // written as a whole meta page. buf is usually PageSize bytes long and must be
@@ -144,8 +171,14 @@ func (m *MetaPage) MarshalTo(buf []byte) error {
 	buf[0] = m.Version
 	binary.LittleEndian.PutUint64(buf[1:], m.Sn)
 	binary.LittleEndian.PutUint64(buf[9:], m.CorrectedSn)
-	binary.LittleEndian.PutUint32(buf[17:], uint32(len(m.Location)))
-	p := 21 + copy(buf[21:], m.Location)
+	p := 17
+	if m.Version == MetaVersion3 {
+		binary.LittleEndian.PutUint64(buf[p:], m.Index)
+		p += 8
+	}
+	binary.LittleEndian.PutUint32(buf[p:], uint32(len(m.Location)))
+	p += 4
+	p += copy(buf[p:], m.Location)
 	binary.LittleEndian.PutUint32(buf[p:], m.Bits)
 	p += 4
 	p += copy(buf[p:], m.Bitmap)
@@ -156,7 +189,7 @@ func (m *MetaPage) MarshalTo(buf []byte) error {
 
 // Unmarshal decodes a meta page from buf, which is usually the first PageSize
 // bytes of a chunk file; bytes after the encoding are ignored. It returns an
-// error wrapping ErrIncompatible if the version is not MetaVersion2,
+// error wrapping ErrIncompatible if the version is not MetaVersion2 or 3,
 // ErrFileFormat if buf is too short for the lengths it states, ErrCRC if the
 // checksum does not match, or ErrFileFormat if the checksummed fields are
 // inconsistent (see MarshalTo; also non-zero bitmap padding bits). m is
@@ -165,20 +198,26 @@ func (m *MetaPage) Unmarshal(buf []byte) error {
 	if len(buf) < 1 {
 		return fmt.Errorf("decode meta page: empty buffer: %w", ErrFileFormat)
 	}
-	if v := buf[0]; v != MetaVersion2 {
+	v := buf[0]
+	fixed, locAt := metaV2Fixed, 17
+	switch v {
+	case MetaVersion2:
+	case MetaVersion3:
+		fixed, locAt = metaV3Fixed, 25
+	default:
 		return fmt.Errorf("decode meta page: version %d: %w", v, ErrIncompatible)
 	}
 	short := func(need uint64) error {
 		return fmt.Errorf("decode meta page: %d bytes, need %d: %w", len(buf), need, ErrFileFormat)
 	}
-	if len(buf) < metaV2Fixed {
-		return short(metaV2Fixed)
+	if len(buf) < fixed {
+		return short(uint64(fixed))
 	}
-	locLen := uint64(binary.LittleEndian.Uint32(buf[17:]))
-	if need := uint64(metaV2Fixed) + locLen; uint64(len(buf)) < need {
+	locLen := uint64(binary.LittleEndian.Uint32(buf[locAt:]))
+	if need := uint64(fixed) + locLen; uint64(len(buf)) < need {
 		return short(need)
 	}
-	p := 21 + int(locLen)
+	p := locAt + 4 + int(locLen)
 	nbits := binary.LittleEndian.Uint32(buf[p:])
 	end := p + 4 + bitmapLen(nbits)
 	if need := uint64(end) + 4; uint64(len(buf)) < need {
@@ -197,11 +236,14 @@ func (m *MetaPage) Unmarshal(buf []byte) error {
 		return fmt.Errorf("decode meta page: bitmap padding bits set: %w", ErrFileFormat)
 	}
 	d := MetaPage{
-		Version:     MetaVersion2,
+		Version:     v,
 		Sn:          binary.LittleEndian.Uint64(buf[1:]),
 		CorrectedSn: binary.LittleEndian.Uint64(buf[9:]),
-		Location:    string(buf[21:p]),
+		Location:    string(buf[locAt+4 : p]),
 		Bits:        nbits,
+	}
+	if v == MetaVersion3 {
+		d.Index = binary.LittleEndian.Uint64(buf[17:])
 	}
 	if nbits > 0 {
 		d.Bitmap = append([]byte(nil), bm...)

@@ -30,6 +30,9 @@ func TestMetaPageRoundTrip(t *testing.T) {
 		{Version: MetaVersion2, Sn: 2, Location: "vol1:4096@cs", Bits: 64, Bitmap: cloneBitmap(64)},
 		{Version: MetaVersion2, Sn: 2, CorrectedSn: 5, Location: "obj@s3", Bits: 13, Bitmap: cloneBitmap(13, 0, 7, 8, 12)},
 		{Version: MetaVersion2, Sn: 1, Location: strings.Repeat("x", MaxLocationLen), Bits: 4096, Bitmap: cloneBitmap(4096, 4095)},
+		{Version: MetaVersion3, Sn: 7, CorrectedSn: 3, Index: 42},
+		{Version: MetaVersion3, Sn: 2, CorrectedSn: 5, Location: "obj@s3", Bits: 13, Bitmap: cloneBitmap(13, 0, 7, 8, 12), Index: ^uint64(0)},
+		{Version: MetaVersion3, Sn: 1, Location: strings.Repeat("x", MaxLocationLen), Bits: 4096, Bitmap: cloneBitmap(4096, 4095), Index: 1},
 	} {
 		buf := bytes.Repeat([]byte{0xAA}, 4096)
 		if err := m.MarshalTo(buf); err != nil {
@@ -77,15 +80,7 @@ func TestMetaPageLayout(t *testing.T) {
 		10, 0, 0, 0,
 		0x01, 0x02, // bit 0 in byte 0, bit 9 in byte 1 under mask 1<<1
 	}
-	if len(buf) != len(want)+4 || !bytes.Equal(buf[:len(want)], want) {
-		t.Fatalf("layout: got % x, want % x + crc", buf, want)
-	}
-	// The checksum is CRC32C over everything before it, checked against the
-	// standard library's independent implementation.
-	got := binary.LittleEndian.Uint32(buf[len(want):])
-	if w := stdcrc32.Checksum(want, stdcrc32.MakeTable(stdcrc32.Castagnoli)); got != w {
-		t.Fatalf("stored crc %#08x, want crc32c %#08x", got, w)
-	}
+	checkLayout(t, buf, want)
 	// A normal chunk: 29 bytes, crc at 25.
 	n := MetaPage{Version: MetaVersion2, Sn: 1}
 	if n.EncodedLen() != 29 {
@@ -94,6 +89,47 @@ func TestMetaPageLayout(t *testing.T) {
 	// And the table is Castagnoli: its standard check value.
 	if got := crc32.Checksum([]byte("123456789"), castagnoli); got != 0xe3069283 {
 		t.Fatalf("crc32c check value: got %#08x, want 0xe3069283", got)
+	}
+}
+
+// TestMetaPageLayoutV3 pins the version-3 layout: version 2's with the
+// index after the corrected sn.
+func TestMetaPageLayoutV3(t *testing.T) {
+	m := MetaPage{Version: MetaVersion3, Sn: 0x0102030405060708, CorrectedSn: 0x1112131415161718,
+		Index: 0x2122232425262728, Location: "ab", Bits: 10, Bitmap: cloneBitmap(10, 0, 9)}
+	buf := make([]byte, m.EncodedLen())
+	if err := m.MarshalTo(buf); err != nil {
+		t.Fatal(err)
+	}
+	want := []byte{
+		3,
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+		0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
+		0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,
+		2, 0, 0, 0, 'a', 'b',
+		10, 0, 0, 0,
+		0x01, 0x02,
+	}
+	checkLayout(t, buf, want)
+	var d MetaPage
+	if err := d.Unmarshal(buf); err != nil || d.Index != m.Index || d.Location != "ab" {
+		t.Fatalf("decoded %+v, %v", d, err)
+	}
+	if n := (&MetaPage{Version: MetaVersion3, Sn: 1}); n.EncodedLen() != 37 {
+		t.Fatalf("normal chunk EncodedLen %d, want 37", n.EncodedLen())
+	}
+}
+
+// checkLayout fails unless buf is want followed by its checksum: CRC32C
+// over everything before it, checked against the standard library's
+// independent implementation.
+func checkLayout(t *testing.T, buf, want []byte) {
+	t.Helper()
+	if len(buf) != len(want)+4 || !bytes.Equal(buf[:len(want)], want) {
+		t.Fatalf("layout: got % x, want % x + crc", buf, want)
+	}
+	if got, w := binary.LittleEndian.Uint32(buf[len(want):]), stdcrc32.Checksum(want, stdcrc32.MakeTable(stdcrc32.Castagnoli)); got != w {
+		t.Fatalf("stored crc %#08x, want crc32c %#08x", got, w)
 	}
 }
 
@@ -139,7 +175,7 @@ func TestMetaPageDecodeErrors(t *testing.T) {
 		{"short fixed part", valid[:28], ErrFileFormat},
 		{"version 0 (zeroed page)", make([]byte, 64), ErrIncompatible},
 		{"version 1 (datastore v1)", append([]byte{1}, valid[1:]...), ErrIncompatible},
-		{"version 3", append([]byte{3}, valid[1:]...), ErrIncompatible},
+		{"version 4", append([]byte{4}, valid[1:]...), ErrIncompatible},
 		{"sn bit flipped", flip(valid, 1), ErrCRC},
 		{"correctedSn bit flipped", flip(valid, 12), ErrCRC},
 		{"crc bit flipped", flip(valid, 25), ErrCRC},

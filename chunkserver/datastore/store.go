@@ -292,7 +292,8 @@ func (s *Store) loadChunk(id uint64, path string, page []byte) (*chunkFile, erro
 	if m.Location != "" {
 		s.stats.clones.Add(1)
 	}
-	return &chunkFile{id: id, path: path, inc: incSeq.Add(1), f: f, meta: m}, nil
+	m.Version = MetaVersion // the next page written for it is of this version
+	return &chunkFile{id: id, path: path, inc: incSeq.Add(1), f: f, meta: m, applied: m.Index}, nil
 }
 
 // loadSnap opens snapshot file path, named with sn.
@@ -547,9 +548,13 @@ func (s *Store) readData(c *chunkFile, lo uint32, buf []byte) error {
 	return nil
 }
 
-// markMetaDirty records that c.meta changed; Sync writes it. The caller holds
-// c.mu exclusively.
-func markMetaDirty(c *chunkFile) { c.metaDirty.Store(true) }
+// markMetaDirty records that c.meta changed, by the op at log index index
+// (0: unstamped), which becomes its Index stamp; Sync writes it. The caller
+// holds c.mu exclusively.
+func markMetaDirty(c *chunkFile, index uint64) {
+	c.meta.Index = max(c.meta.Index, index)
+	c.metaDirty.Store(true)
+}
 
 // WriteChunk writes data at offset off of chunk id on behalf of a request
 // with sequence number sn, following Curve's CSDataStore::WriteChunk:
@@ -578,17 +583,28 @@ func markMetaDirty(c *chunkFile) { c.metaDirty.Store(true) }
 // the package documentation for what a crash preserves). Applying the same
 // request twice leaves the same state, so replaying a log entry is harmless.
 func (s *Store) WriteChunk(id, sn uint64, data []byte, off uint32) error {
+	return s.WriteChunkAt(0, id, sn, data, off)
+}
+
+// WriteChunkAt is WriteChunk as the op at raft log index index (see Replay
+// in the package documentation): on a chunk whose state is stamped with a
+// later index it does nothing and succeeds.
+func (s *Store) WriteChunkAt(index, id, sn uint64, data []byte, off uint32) error {
 	if err := s.checkRange("write", id, off, len(data)); err != nil {
 		return err
 	}
 	if sn == 0 {
 		return fmt.Errorf("datastore: write chunk %d: sequence number 0: %w", id, ErrInvalidArg)
 	}
-	c, err := s.lookupOrCreate(id, sn)
+	c, err := s.lookupOrCreate(id, sn, index)
 	if err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
+	if c.replayed(index) {
+		return nil
+	}
+	c.applied = max(c.applied, index)
 	m := &c.meta
 	if sn < m.Sn || sn < m.CorrectedSn {
 		return fmt.Errorf("datastore: write chunk %d: request sn %d, chunk sn %d, corrected sn %d: %w",
@@ -609,7 +625,7 @@ func (s *Store) WriteChunk(id, sn uint64, data []byte, off uint32) error {
 	}
 	if sn > m.Sn {
 		m.Sn = sn
-		markMetaDirty(c)
+		markMetaDirty(c, index)
 	}
 	lo, hi := s.blockRange(off, len(data))
 	if c.snap != nil && sn == m.Sn && sn != m.CorrectedSn && m.Sn > c.snap.meta.Sn {
@@ -621,20 +637,20 @@ func (s *Store) WriteChunk(id, sn uint64, data []byte, off uint32) error {
 		return fmt.Errorf("datastore: write chunk %d: %w", id, err)
 	}
 	if c.isClone() {
-		s.markWritten(c, lo, hi)
+		s.markWritten(c, lo, hi, index)
 	}
 	return nil
 }
 
 // lookupOrCreate returns chunk id locked exclusively, creating it as a
-// normal chunk with sn sn if it does not exist.
-func (s *Store) lookupOrCreate(id, sn uint64) (*chunkFile, error) {
+// normal chunk with sn sn, stamped with index, if it does not exist.
+func (s *Store) lookupOrCreate(id, sn, index uint64) (*chunkFile, error) {
 	for {
 		c, err := s.lookup("write", id, lockExclusive)
 		if !isNotExist(err) {
 			return c, err
 		}
-		c, err = s.create("write", id, MetaPage{Version: MetaVersion, Sn: sn})
+		c, err = s.create("write", id, MetaPage{Version: MetaVersion, Sn: sn, Index: index})
 		if c != nil || err != nil {
 			return c, err
 		}
@@ -680,7 +696,11 @@ func (s *Store) readLive(c *chunkFile, buf []byte, off uint32) error {
 // volume this request knows of), the error wraps ErrBackward and the chunk
 // stays; sn 0 skips that check. The corrected sn is not checked (as in
 // Curve).
-func (s *Store) DeleteChunk(id, sn uint64) error {
+func (s *Store) DeleteChunk(id, sn uint64) error { return s.DeleteChunkAt(0, id, sn) }
+
+// DeleteChunkAt is DeleteChunk as the op at raft log index index (see
+// WriteChunkAt).
+func (s *Store) DeleteChunkAt(index, id, sn uint64) error {
 	if err := s.enter("delete chunk"); err != nil {
 		return err
 	}
@@ -693,6 +713,10 @@ func (s *Store) DeleteChunk(id, sn uint64) error {
 		return err
 	}
 	defer unlock(c, lockRemove)
+	if c.replayed(index) {
+		return nil
+	}
+	c.applied = max(c.applied, index)
 	if sn != 0 && sn < c.meta.Sn {
 		return fmt.Errorf("datastore: delete chunk %d: request sn %d, chunk sn %d: %w",
 			id, sn, c.meta.Sn, ErrBackward)

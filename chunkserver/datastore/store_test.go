@@ -157,7 +157,7 @@ func TestOverlappingWritesAndUnwrittenZeros(t *testing.T) {
 		t.Fatal("data not at file offset PageSize + chunk offset")
 	}
 	var m MetaPage
-	if err := m.Unmarshal(raw[:testPage]); err != nil || !reflect.DeepEqual(m, MetaPage{Version: MetaVersion2, Sn: 1}) {
+	if err := m.Unmarshal(raw[:testPage]); err != nil || !reflect.DeepEqual(m, MetaPage{Version: MetaVersion, Sn: 1}) {
 		t.Fatalf("on-disk meta page: %+v, %v", m, err)
 	}
 }

@@ -270,7 +270,8 @@ func (s *suite) checkSyncDurable() {
 // files and their sizes later, during an apply (so a file appended to may
 // be cut inside that apply's record); then each file is read in up to
 // three pieces, each after a random number of further applies, cut at its
-// listed size (zero padded if it shrank or is gone). The copy, with the
+// listed size (zero padded if it shrank or is gone). A Streamer's stream
+// starts at the listing and yields each file after further applies. The copy, with the
 // log replayed from the snapshot index + 1, must converge to the source's
 // final state.
 func (s *suite) checkFuzzyCopy() {
@@ -326,9 +327,18 @@ func (s *suite) checkFuzzyCopy() {
 		}
 
 		// List during one apply: each file at a size between its size
-		// before and after that apply.
+		// before and after that apply. A Streamer's stream starts there.
 		advance(s.rng.IntN(4))
-		names, err := listFiles(ms, s.specs)
+		names, err := listFiles(ms, s.fuzzySpecs(ms))
+		var streams []copyset.FileStream
+		for _, sp := range s.specs {
+			if st, ok := ms.Get(sp.Kind).(copyset.Streamer); ok && err == nil {
+				var fs copyset.FileStream
+				if fs, err = st.Stream(); err == nil {
+					streams = append(streams, fs)
+				}
+			}
+		}
 		if err != nil {
 			finish()
 			s.close(ms)
@@ -379,6 +389,33 @@ func (s *suite) checkFuzzyCopy() {
 			}
 			in.Close()
 		}
+		// A stream yields each file when the follower takes it.
+		for _, fs := range streams {
+			reserve, sent := fs.Reserve(), int64(0)
+			for {
+				advance(1 + s.rng.IntN(6))
+				name, data, err := fs.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					s.t.Errorf("conformance: stream: %v", err)
+					break
+				}
+				if sent += int64(len(name)) + 10 + int64(len(data)); sent > reserve {
+					s.t.Errorf("conformance: stream: %d bytes sent, %d reserved", sent, reserve)
+				}
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, name)), 0o755); err != nil {
+					s.t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dst, name), data, 0o644); err != nil {
+					s.t.Fatal(err)
+				}
+			}
+			if err := fs.Close(); err != nil {
+				s.t.Errorf("conformance: close stream: %v", err)
+			}
+		}
 		finish()
 		if msg := fatal.Load(); msg != nil {
 			s.close(ms)
@@ -392,6 +429,18 @@ func (s *suite) checkFuzzyCopy() {
 		s.same(fmt.Sprintf("fuzzy copy (round %d): files streamed from snapshot index %d under load, log replayed from %d", round, s.log[snap-1].index, s.log[snap-1].index+1), s.state(cp), want)
 		s.close(cp)
 	}
+}
+
+// fuzzySpecs are the specs whose machines stream their files live (not
+// Streamers).
+func (s *suite) fuzzySpecs(ms copyset.Machines) []copyset.MachineSpec {
+	var out []copyset.MachineSpec
+	for _, sp := range s.specs {
+		if _, ok := ms.Get(sp.Kind).(copyset.Streamer); !ok {
+			out = append(out, sp)
+		}
+	}
+	return out
 }
 
 // copyRange writes bytes [off, end) of the open file in at off in dst,

@@ -49,7 +49,11 @@ func (r *syncRecorder) wrap(specs []copyset.MachineSpec) []copyset.MachineSpec {
 				clear(d.syncs)
 			}
 			r.mu.Unlock()
-			return &recorded{StateMachine: m, r: r, dir: env.DataDir, kind: sp.Kind, kinds: kinds}, nil
+			rec := &recorded{StateMachine: m, r: r, dir: env.DataDir, kind: sp.Kind, kinds: kinds}
+			if st, ok := m.(copyset.Streamer); ok {
+				return &recordedStreamer{recorded: rec, st: st}, nil
+			}
+			return rec, nil
 		}
 		out[i] = sp
 	}
@@ -74,6 +78,14 @@ type recorded struct {
 }
 
 func (m *recorded) Unwrap() copyset.StateMachine { return m.StateMachine }
+
+// recordedStreamer is a recorded Streamer, which streams as it would.
+type recordedStreamer struct {
+	*recorded
+	st copyset.Streamer
+}
+
+func (m *recordedStreamer) Stream() (copyset.FileStream, error) { return m.st.Stream() }
 
 func (m *recorded) Apply(index uint64, payload []byte) any {
 	res := m.StateMachine.Apply(index, payload)

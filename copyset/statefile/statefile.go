@@ -23,6 +23,10 @@ type File struct {
 	f     *os.File // nil until the first Append, and after Close or a compaction
 	size  int64
 	dirty bool // appended since the last Sync
+	// torn is set when the file does not end with a line break (a torn
+	// last write, or a prefix cut by a snapshot stream): the next Append
+	// starts a new line rather than completing the fragment.
+	torn bool
 }
 
 // Open removes a compaction's leftover temp file and returns the file and
@@ -36,7 +40,7 @@ func Open(path string) (*File, []byte, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("state file: %w", err)
 	}
-	return &File{path: path, size: int64(len(b))}, b, nil
+	return &File{path: path, size: int64(len(b)), torn: len(b) > 0 && b[len(b)-1] != '\n'}, b, nil
 }
 
 // EachLine calls valid for every non-empty line of b (torn-write and
@@ -74,8 +78,14 @@ func (s *File) Append(line []byte) error {
 		}
 		s.f = f
 	}
+	if s.torn {
+		line = append([]byte{'\n'}, line...)
+	}
 	n, err := s.f.Write(line)
 	s.size += int64(n)
+	if n > 0 {
+		s.torn = line[n-1] != '\n'
+	}
 	s.dirty = true
 	if err != nil {
 		return fmt.Errorf("state file %s: append: %w", s.path, err)
@@ -92,7 +102,7 @@ func (s *File) compactLocked(line []byte) error {
 	if err := atomicfile.WriteFile(s.path, line, 0o644); err != nil {
 		return fmt.Errorf("state file %s: compact: %w", s.path, err)
 	}
-	s.size, s.dirty = int64(len(line)), false
+	s.size, s.dirty, s.torn = int64(len(line)), false, false
 	return nil
 }
 

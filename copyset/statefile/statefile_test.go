@@ -133,3 +133,34 @@ func TestCompaction(t *testing.T) {
 		t.Fatalf("temp file left: %v", err)
 	}
 }
+
+// TestAppendAfterTornTail: a file that ends inside a line (a torn write, a
+// prefix cut by a snapshot stream, zero padding) gets its next line on a
+// line of its own, so the fragment does not swallow it.
+func TestAppendAfterTornTail(t *testing.T) {
+	for _, tail := range []string{"1\n2\n3", "1\n2\n\x00\x00\x00", "1\n2\n"} {
+		path := filepath.Join(t.TempDir(), "state.jsonl")
+		if err := os.WriteFile(path, []byte(tail), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Append([]byte("4")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Append([]byte("5")); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		_, b, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := lines(b)
+		if len(got) < 2 || got[len(got)-2] != 4 || got[len(got)-1] != 5 {
+			t.Errorf("after %q: lines %v, want ... 4 5", tail, got)
+		}
+	}
+}

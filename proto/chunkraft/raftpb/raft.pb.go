@@ -980,10 +980,15 @@ func (x *InstallSnapshotRequest) GetSize() int64 {
 
 // InstallSnapshotChunk is one message of the InstallSnapshot client stream:
 // the first carries the request, every message may carry data (~1 MiB).
+// pad > 0 says that the snapshot's remaining pad bytes, after data, are all
+// zeros (the unused reserve at the end of a snapshot stream): the receiver
+// makes them instead of the sender sending them. Only the last message has
+// it.
 type InstallSnapshotChunk struct {
 	state         protoimpl.MessageState  `protogen:"open.v1"`
 	Request       *InstallSnapshotRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	Data          []byte                  `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Pad           int64                   `protobuf:"varint,3,opt,name=pad,proto3" json:"pad,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1030,6 +1035,13 @@ func (x *InstallSnapshotChunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *InstallSnapshotChunk) GetPad() int64 {
+	if x != nil {
+		return x.Pad
+	}
+	return 0
 }
 
 type InstallSnapshotResponse struct {
@@ -1173,10 +1185,11 @@ const file_chunkraft_raftpb_raft_proto_rawDesc = "" +
 	"\rconfiguration\x18\t \x01(\fR\rconfiguration\x12/\n" +
 	"\x13configuration_index\x18\n" +
 	" \x01(\x04R\x12configurationIndex\x12\x12\n" +
-	"\x04size\x18\v \x01(\x03R\x04size\"l\n" +
+	"\x04size\x18\v \x01(\x03R\x04size\"~\n" +
 	"\x14InstallSnapshotChunk\x12@\n" +
 	"\arequest\x18\x01 \x01(\v2&.chunkraft.raft.InstallSnapshotRequestR\arequest\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"z\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
+	"\x03pad\x18\x03 \x01(\x03R\x03pad\"z\n" +
 	"\x17InstallSnapshotResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.chunkraft.raft.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
