@@ -128,6 +128,20 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// A whole 16 MiB chunk and its COW snapshot fit in one packet.
+func TestWholeChunkPacket(t *testing.T) {
+	const chunkSize = 16 << 20
+	records := []*syncpb.Record{snapRecord(7, 0, fill(1, chunkSize)), cowRecord(7, 0, fill(2, chunkSize))}
+	b := mustEncode(t, header(SnapshotPoint(7, 0), SnapshotPoint(8, 0)), records)
+	p, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p.Records[0].GetSnapshot().Data, records[0].GetSnapshot().Data) || !bytes.Equal(p.Records[1].GetCowSnapshot().Data, records[1].GetCowSnapshot().Data) {
+		t.Error("the chunk's data did not round-trip")
+	}
+}
+
 // Flipping any byte of the body is caught by the crc.
 func TestDecodeCorruptBody(t *testing.T) {
 	for i, s := range samplePackets() {
