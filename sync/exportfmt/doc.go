@@ -23,7 +23,9 @@
 // # Invariants
 //
 //   - A packet covers [start_point, next_point) with next_point >= start_point;
-//     a packet whose next equals its start holds no record (a heartbeat).
+//     a packet whose next equals its start holds no record (a heartbeat; it
+//     need not be written, and the next packet, of the same name, replaces
+//     it).
 //   - A packet whose start is the start or a snapshot point holds only
 //     snapshot and COW snapshot records, each at a (chunk, offset) inside
 //     [start, next); its next may be a binlog point (the switch to the
