@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,6 +108,39 @@ func TestS3ListSkipsForeignKeys(t *testing.T) {
 	}
 	if got, err := s.List(ctx, ""); err != nil || !slices.Equal(names(got), []string{"ok"}) {
 		t.Errorf("List = %q, %v; want [ok]", names(got), err)
+	}
+}
+
+// A Put up to MaxSinglePutSize is one PutObject request, never a multipart
+// upload (minio-go's own threshold is 16 MiB).
+func TestS3SinglePut(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reqs []string
+	endpoint := fakes3.Start(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				mu.Lock()
+				reqs = append(reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	s := mustS3(t, testS3Config(endpoint, "single", "p"))
+	mu.Lock()
+	reqs = nil // the bucket's creation
+	mu.Unlock()
+	data := randBytes(8, 20<<20)
+	mustPut(t, t.Context(), s, "big", data)
+	mu.Lock()
+	got := slices.Clone(reqs)
+	mu.Unlock()
+	if len(got) != 1 || got[0] != "PUT /single/p/big?" {
+		t.Errorf("a %d-byte Put sent %q; want one PutObject", len(data), got)
+	}
+	if back := mustRead(t, t.Context(), s, "big", 0, len(data)); !slices.Equal(back, data) {
+		t.Error("wrong bytes")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
 func mustParse(t *testing.T, raw string) URL {
@@ -297,4 +298,11 @@ type bigStore struct{ objstore.Store }
 
 func (bigStore) Stat(_ context.Context, name string) (objstore.ObjectInfo, error) {
 	return objstore.ObjectInfo{Name: name, Size: MaxGetSize + 1}, nil
+}
+
+// Every packet fits in one PutObject.
+func TestPacketsFitOnePut(t *testing.T) {
+	if exportfmt.MaxPacketSize > objstore.MaxSinglePutSize {
+		t.Errorf("a %d-byte packet would be a multipart upload (single PUT up to %d)", exportfmt.MaxPacketSize, objstore.MaxSinglePutSize)
+	}
 }

@@ -20,8 +20,9 @@
 //   - Put is atomic and durable: readers see the old object or the whole
 //     new one, and a Put that returned survives a crash (Local: temporary
 //     file under root/.objstore-tmp, fsync, rename, fsync of the directory;
-//     S3: one PutObject). A packet resent under the same name replaces
-//     itself, so no crash leaves a duplicate.
+//     S3: one PutObject, for objects up to objstore.MaxSinglePutSize, which
+//     is exportfmt.MaxPacketSize). A packet resent under the same name
+//     replaces itself, so no crash leaves a duplicate.
 //   - List is sorted by name and never shows a temporary file.
 //
 // Must not import: github.com/chunkraft/chunkraft/..., !internal/objstore
