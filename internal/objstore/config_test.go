@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 )
 
 func TestConfigYAML(t *testing.T) {
@@ -111,7 +113,7 @@ func TestOpen(t *testing.T) {
 	mustPut(t, ctx, s, "x", []byte("local"))
 	s.Close()
 
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	s, err = Open(ctx, Config{Kind: KindS3, S3: testS3Config(endpoint, "opened", "p")})
 	if err != nil {
 		t.Fatal(err)

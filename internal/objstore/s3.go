@@ -21,10 +21,11 @@ import (
 // is stored under key Prefix+n of the configured bucket. (S3 limits a whole
 // key to 1024 bytes, so a non-empty Prefix shortens the usable names.)
 //
-// ReadAt is a ranged GET, Put a PutObject (multipart above 16 MiB), Stat a
-// HEAD, Delete a RemoveObject and List a recursive ListObjects. Keys under
-// the prefix that are not valid object names (written by other tools) are
-// left out of List.
+// ReadAt is a ranged GET, Put one PutObject (a multipart upload above
+// MaxSinglePutSize, so that nothing of a smaller Put can linger as an
+// incomplete upload), Stat a HEAD, Delete a RemoveObject and List a
+// recursive ListObjects. Keys under the prefix that are not valid object
+// names (written by other tools) are left out of List.
 type S3 struct {
 	core      *minio.Core
 	transport *http.Transport
@@ -34,6 +35,9 @@ type S3 struct {
 }
 
 var _ Store = (*S3)(nil)
+
+// MaxSinglePutSize is the largest object S3.Put uploads in one PutObject.
+const MaxSinglePutSize = 64 << 20
 
 // NewS3 connects to the service cfg describes and checks that the bucket
 // exists, creating it if cfg.CreateBucket is set.
@@ -292,7 +296,7 @@ func (s *S3) Put(ctx context.Context, name string, r io.Reader, size int64) erro
 	if err := s.checkName(name); err != nil {
 		return fmt.Errorf("objstore: s3 put: %w", err)
 	}
-	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: size <= MaxSinglePutSize}
 	var err error
 	src := &exactReader{ctx: ctx, r: r, remaining: size}
 	if size == 0 {

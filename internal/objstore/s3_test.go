@@ -4,36 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/minio/minio-go/v7"
-)
 
-// newFakeS3 starts an in-memory S3 server on 127.0.0.1 and returns its
-// host:port. wrap, if non-nil, wraps the server's handler.
-func newFakeS3(t *testing.T, wrap func(http.Handler) http.Handler) string {
-	t.Helper()
-	h := gofakes3.New(s3mem.New(), gofakes3.WithLogger(gofakes3.DiscardLog())).Server()
-	if wrap != nil {
-		h = wrap(h)
-	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // gofakes3 is chatty about aborted uploads
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String()
-}
+	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+)
 
 func testS3Config(endpoint, bucket, prefix string) S3Config {
 	return S3Config{
@@ -62,7 +45,7 @@ var uniq atomic.Int64
 
 func TestS3Conformance(t *testing.T) {
 	t.Parallel()
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	// Every test gets its own prefix in one shared bucket.
 	runConformance(t, func(t *testing.T) Store {
 		return mustS3(t, testS3Config(endpoint, "conformance", fmt.Sprintf("run/t%d", uniq.Add(1))))
@@ -73,7 +56,7 @@ func TestS3ConformanceRangeIgnored(t *testing.T) {
 	t.Parallel()
 	// A server that ignores Range and always sends the whole object; every
 	// test gets its own bucket and no prefix.
-	endpoint := newFakeS3(t, func(h http.Handler) http.Handler {
+	endpoint := fakes3.Start(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			r.Header.Del("Range")
 			h.ServeHTTP(w, r)
@@ -87,7 +70,7 @@ func TestS3ConformanceRangeIgnored(t *testing.T) {
 func TestS3PrefixIsolation(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	s1 := mustS3(t, testS3Config(endpoint, "shared", "p1"))
 	s2 := mustS3(t, testS3Config(endpoint, "shared", "/p2/"))
 	all := mustS3(t, testS3Config(endpoint, "shared", ""))
@@ -116,7 +99,7 @@ func TestS3PrefixIsolation(t *testing.T) {
 func TestS3ListSkipsForeignKeys(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	s := mustS3(t, testS3Config(endpoint, "foreign", "pfx"))
 	for _, key := range []string{"pfx/ok", "pfx/a//b", "pfx/dir/", "pfx/../up", "pfxsibling", "other/x"} {
 		if _, err := s.core.Client.PutObject(ctx, "foreign", key, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
@@ -128,10 +111,43 @@ func TestS3ListSkipsForeignKeys(t *testing.T) {
 	}
 }
 
+// A Put up to MaxSinglePutSize is one PutObject request, never a multipart
+// upload (minio-go's own threshold is 16 MiB).
+func TestS3SinglePut(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reqs []string
+	endpoint := fakes3.Start(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				mu.Lock()
+				reqs = append(reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	s := mustS3(t, testS3Config(endpoint, "single", "p"))
+	mu.Lock()
+	reqs = nil // the bucket's creation
+	mu.Unlock()
+	data := randBytes(8, 20<<20)
+	mustPut(t, t.Context(), s, "big", data)
+	mu.Lock()
+	got := slices.Clone(reqs)
+	mu.Unlock()
+	if len(got) != 1 || got[0] != "PUT /single/p/big?" {
+		t.Errorf("a %d-byte Put sent %q; want one PutObject", len(data), got)
+	}
+	if back := mustRead(t, t.Context(), s, "big", 0, len(data)); !slices.Equal(back, data) {
+		t.Error("wrong bytes")
+	}
+}
+
 func TestS3Bucket(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	cfg := testS3Config(endpoint, "later", "")
 	cfg.CreateBucket = false
 	if _, err := NewS3(ctx, cfg); err == nil || !strings.Contains(err.Error(), "does not exist") {
@@ -147,7 +163,7 @@ func TestS3Bucket(t *testing.T) {
 func TestS3EndpointURL(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	cfg := testS3Config("http://"+endpoint, "url", "")
 	cfg.Secure = true // the scheme wins
 	s := mustS3(t, cfg)
@@ -295,7 +311,7 @@ func TestS3MapsNotExist(t *testing.T) {
 func TestS3KeyLength(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	endpoint := newFakeS3(t, nil)
+	endpoint := fakes3.Start(t, nil)
 	name := longName(MaxNameLen)
 	// Without a prefix a name of MaxNameLen bytes fits...
 	mustPut(t, ctx, mustS3(t, testS3Config(endpoint, "keylen", "")), name, []byte("x"))

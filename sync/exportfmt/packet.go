@@ -1,0 +1,260 @@
+package exportfmt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/klauspost/crc32"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+)
+
+// The packet layout (docs/sync-format.md):
+//
+//	offset  size  field
+//	0       6     magic "CRSYNC"
+//	6       1     format version (Version)
+//	7       4     header length H, uint32 little-endian
+//	11      H     PacketHeader, protobuf
+//	11+H    L     Body, protobuf; L = header.body_length
+//
+// and the packet is exactly 11+H+L bytes.
+const (
+	// Magic starts every packet.
+	Magic = "CRSYNC"
+	// Version is the packet format version this package writes and reads.
+	Version = 1
+	// PrefixSize is the size of the fixed prefix before the header.
+	PrefixSize = len(Magic) + 1 + 4
+
+	// MaxPacketSize bounds a whole packet: Encode refuses to make a bigger
+	// one and Decode to read one. It holds one 16 MiB chunk's data several
+	// times over and stays far below the server's gRPC message limit.
+	MaxPacketSize = 64 << 20
+	// MaxHeaderSize bounds the encoded PacketHeader.
+	MaxHeaderSize = 64 << 10
+)
+
+// castagnoli is the CRC-32C table (klauspost/crc32 uses the CPU's
+// instructions for it where present).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC-32C (Castagnoli) of b, the checksum of a packet
+// body and of a manifest.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// Packet is a decoded packet.
+type Packet struct {
+	// Header is the packet's header as decoded.
+	Header *syncpb.PacketHeader
+	// Start and Next are the header's points, parsed.
+	Start, Next Point
+	// Records are the body's records, in order.
+	Records []*syncpb.Record
+	// Size is the encoded size in bytes.
+	Size int
+}
+
+// Encode encodes a packet of the copyset, points and finished flag of h
+// holding records. It fills in the header's format_version, record_count,
+// body_crc32c, body_length and the binlog records' appended_at range (h
+// itself is not modified). It checks what Decode checks: a packet Encode
+// returns decodes.
+func Encode(h *syncpb.PacketHeader, records []*syncpb.Record) ([]byte, error) {
+	if h == nil {
+		return nil, errors.New("exportfmt: encode: no header")
+	}
+	start, next, err := checkPoints(h)
+	if err != nil {
+		return nil, fmt.Errorf("exportfmt: encode: %w", err)
+	}
+	if err := checkRecords(start, next, records); err != nil {
+		return nil, fmt.Errorf("exportfmt: encode: %w", err)
+	}
+	body, err := marshal.Marshal(&syncpb.Body{Records: records})
+	if err != nil {
+		return nil, fmt.Errorf("exportfmt: encode body: %w", err)
+	}
+	hdr := proto.CloneOf(h)
+	hdr.FormatVersion = Version
+	hdr.RecordCount = uint64(len(records))
+	hdr.BodyCrc32C = Checksum(body)
+	hdr.BodyLength = uint64(len(body))
+	hdr.FirstAppendedAtMs, hdr.LastAppendedAtMs = appendedRange(records)
+	hb, err := marshal.Marshal(hdr)
+	if err != nil {
+		return nil, fmt.Errorf("exportfmt: encode header: %w", err)
+	}
+	if len(hb) > MaxHeaderSize {
+		return nil, fmt.Errorf("exportfmt: encode: header is %d bytes, more than %d", len(hb), MaxHeaderSize)
+	}
+	size := PrefixSize + len(hb) + len(body)
+	if size > MaxPacketSize {
+		return nil, fmt.Errorf("exportfmt: encode: packet would be %d bytes, more than the %d-byte limit", size, MaxPacketSize)
+	}
+	out := make([]byte, 0, size)
+	out = append(out, Magic...)
+	out = append(out, Version)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(hb)))
+	out = append(out, hb...)
+	return append(out, body...), nil
+}
+
+// Decode decodes and checks a packet (see the package invariants). The
+// packet does not alias b.
+func Decode(b []byte) (*Packet, error) {
+	p, err := decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("exportfmt: decode packet: %w", err)
+	}
+	return p, nil
+}
+
+func decode(b []byte) (*Packet, error) {
+	if len(b) > MaxPacketSize {
+		return nil, fmt.Errorf("packet is %d bytes, more than the %d-byte limit", len(b), MaxPacketSize)
+	}
+	if len(b) < PrefixSize {
+		return nil, fmt.Errorf("truncated: %d bytes, shorter than the %d-byte prefix", len(b), PrefixSize)
+	}
+	if string(b[:len(Magic)]) != Magic {
+		return nil, fmt.Errorf("bad magic %q (want %q): not a chunkraft sync packet", b[:len(Magic)], Magic)
+	}
+	if v := b[len(Magic)]; v != Version {
+		return nil, fmt.Errorf("unsupported format version %d (this reader knows %d)", v, Version)
+	}
+	hlen := uint64(binary.LittleEndian.Uint32(b[len(Magic)+1:]))
+	if hlen > MaxHeaderSize {
+		return nil, fmt.Errorf("header length %d is more than %d", hlen, MaxHeaderSize)
+	}
+	if uint64(len(b)-PrefixSize) < hlen {
+		return nil, fmt.Errorf("truncated: %d bytes, the header alone needs %d", len(b), uint64(PrefixSize)+hlen)
+	}
+	hdr := &syncpb.PacketHeader{}
+	if err := proto.Unmarshal(b[PrefixSize:PrefixSize+int(hlen)], hdr); err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	if hdr.FormatVersion != Version {
+		return nil, fmt.Errorf("header says format version %d, the prefix %d", hdr.FormatVersion, Version)
+	}
+	body := b[PrefixSize+int(hlen):]
+	if uint64(len(body)) != hdr.BodyLength {
+		if uint64(len(body)) < hdr.BodyLength {
+			return nil, fmt.Errorf("truncated: body is %d bytes, the header says %d", len(body), hdr.BodyLength)
+		}
+		return nil, fmt.Errorf("body is %d bytes, the header says %d (trailing bytes)", len(body), hdr.BodyLength)
+	}
+	if crc := Checksum(body); crc != hdr.BodyCrc32C {
+		return nil, fmt.Errorf("body crc32c is %08x, the header says %08x: the body is corrupt", crc, hdr.BodyCrc32C)
+	}
+	start, next, err := checkPoints(hdr)
+	if err != nil {
+		return nil, err
+	}
+	var bd syncpb.Body
+	if err := proto.Unmarshal(body, &bd); err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	if uint64(len(bd.Records)) != hdr.RecordCount {
+		return nil, fmt.Errorf("body has %d records, the header says %d", len(bd.Records), hdr.RecordCount)
+	}
+	if err := checkRecords(start, next, bd.Records); err != nil {
+		return nil, err
+	}
+	first, last := appendedRange(bd.Records)
+	if first != hdr.FirstAppendedAtMs || last != hdr.LastAppendedAtMs {
+		return nil, fmt.Errorf("header says appended_at range [%d, %d] ms, the records [%d, %d]",
+			hdr.FirstAppendedAtMs, hdr.LastAppendedAtMs, first, last)
+	}
+	return &Packet{Header: hdr, Start: start, Next: next, Records: bd.Records, Size: len(b)}, nil
+}
+
+// checkPoints parses the header's points and checks next >= start.
+func checkPoints(h *syncpb.PacketHeader) (start, next Point, err error) {
+	if start, err = ParsePoint(h.StartPoint); err != nil {
+		return Point{}, Point{}, fmt.Errorf("start_point: %w", err)
+	}
+	if next, err = ParsePoint(h.NextPoint); err != nil {
+		return Point{}, Point{}, fmt.Errorf("next_point: %w", err)
+	}
+	if next.Compare(start) < 0 {
+		return Point{}, Point{}, fmt.Errorf("next_point (%v) is before start_point (%v)", next, start)
+	}
+	return start, next, nil
+}
+
+// checkRecords checks the records of a packet covering [start, next).
+func checkRecords(start, next Point, records []*syncpb.Record) error {
+	if start == next && len(records) > 0 {
+		return fmt.Errorf("packet with next_point = start_point (%v) holds %d records; it may hold none", start, len(records))
+	}
+	binlog := start.Phase == PhaseBinlog
+	var lastIndex uint64
+	for i, r := range records {
+		var at Point
+		switch k := r.GetKind().(type) {
+		case *syncpb.Record_Snapshot:
+			s := k.Snapshot
+			if s == nil {
+				return fmt.Errorf("record %d: empty snapshot record", i)
+			}
+			if s.ZeroLength != 0 && len(s.Data) != 0 {
+				return fmt.Errorf("record %d: snapshot record of chunk %d has both data and zero_length", i, s.ChunkId)
+			}
+			at = SnapshotPoint(s.ChunkId, s.Offset)
+		case *syncpb.Record_CowSnapshot:
+			c := k.CowSnapshot
+			if c == nil {
+				return fmt.Errorf("record %d: empty COW snapshot record", i)
+			}
+			at = SnapshotPoint(c.ChunkId, c.Offset)
+		case *syncpb.Record_Binlog:
+			bl := k.Binlog
+			if bl == nil || bl.Op == nil {
+				return fmt.Errorf("record %d: binlog record without an op", i)
+			}
+			if len(bl.Op.Data) != 0 {
+				return fmt.Errorf("record %d: binlog record's op carries data; the payload goes in the record's data", i)
+			}
+			if bl.Index < lastIndex {
+				return fmt.Errorf("record %d: binlog index %d after index %d", i, bl.Index, lastIndex)
+			}
+			lastIndex = bl.Index
+			at = BinlogPoint(bl.Index)
+		default:
+			return fmt.Errorf("record %d: no record kind set", i)
+		}
+		if (at.Phase == PhaseBinlog) != binlog {
+			return fmt.Errorf("record %d: a %s record in a packet starting at %v", i, at.Phase, start)
+		}
+		if at.Compare(start) < 0 || at.Compare(next) >= 0 {
+			return fmt.Errorf("record %d at %v is outside the packet's [%v, %v)", i, at, start, next)
+		}
+	}
+	return nil
+}
+
+// appendedRange returns the smallest and largest appended_at_ms of the
+// binlog records (0, 0 when there are none).
+func appendedRange(records []*syncpb.Record) (first, last int64) {
+	seen := false
+	for _, r := range records {
+		bl := r.GetBinlog()
+		if bl == nil {
+			continue
+		}
+		t := bl.AppendedAtMs
+		if !seen || t < first {
+			first = t
+		}
+		if !seen || t > last {
+			last = t
+		}
+		seen = true
+	}
+	return first, last
+}
