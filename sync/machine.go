@@ -39,11 +39,7 @@ type Machine struct {
 	mu gosync.RWMutex
 	st *pb.State // replaced or changed only by Apply, under mu
 
-	file *statefile.File // appended by Apply, synced by Sync
-	// torn says the file does not end with a line end (a torn last
-	// record): the next line starts with one, so that it is not glued to
-	// the torn bytes and lost.
-	torn bool
+	file *statefile.File // appended by Apply, synced by Sync (it starts a new line after a torn tail)
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
@@ -70,7 +66,7 @@ func openMachine(dir string, log *slog.Logger) (*Machine, error) {
 	if bad > 0 {
 		log.Warn("sync state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
 	}
-	return &Machine{log: log, st: best, file: file, torn: len(b) > 0 && b[len(b)-1] != '\n'}, nil
+	return &Machine{log: log, st: best, file: file}, nil
 }
 
 // Apply implements copyset.StateMachine. The result is a Result, or a
@@ -107,13 +103,9 @@ func (m *Machine) Apply(index uint64, payload []byte) any {
 	if !changed {
 		return res
 	}
-	if m.torn {
-		line = append([]byte{'\n'}, line...)
-	}
 	if err := m.file.Append(line); err != nil {
 		return &copyset.FatalError{Err: fmt.Errorf("sync op at index %d: %w", index, err)}
 	}
-	m.torn = false
 	m.logChange(index, op, res)
 	return res
 }
