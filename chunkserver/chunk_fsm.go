@@ -1,8 +1,6 @@
 package chunkserver
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,16 +8,12 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/internal/kinds"
+	"github.com/chunkraft/chunkraft/internal/chunkop"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	"google.golang.org/protobuf/proto"
 )
 
 // chunkMachine is the chunk store of one copyset as a copyset.StateMachine.
-//
-// Op payload layout (after the copyset op header), as Curve's
-// ChunkOpRequest::Encode: a 4-byte big-endian length n, n bytes of the
-// marshalled ChunkRequest without its data field, then the raw write data.
+// Its op is internal/chunkop's (a Curve ChunkRequest and its data).
 type chunkMachine struct {
 	store *datastore.Store
 	log   *slog.Logger
@@ -33,54 +27,13 @@ type chunkResult struct {
 	err    error // detail for logs when status is not SUCCESS
 }
 
-// encodeChunkOp builds the replicated op for req carrying data.
-// The request is marshalled without its data field (set aside for the
-// call, so the payload is copied once, into the op) and req is left as it
-// was.
-func encodeChunkOp(req *pb.ChunkRequest, data []byte) ([]byte, error) {
-	saved := req.Data
-	req.Data = nil
-	size := proto.Size(req)
-	head := make([]byte, copyset.OpHeaderLen+4, copyset.OpHeaderLen+4+size)
-	head, err := proto.MarshalOptions{}.MarshalAppend(head, req)
-	req.Data = saved
-	if err != nil {
-		return nil, fmt.Errorf("encode chunk op: %w", err)
-	}
-	copyset.PutOpHeader(head, kinds.Chunk)
-	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], uint32(len(head)-copyset.OpHeaderLen-4))
-	if len(data) == 0 {
-		return head, nil
-	}
-	// bytes.Join allocates exactly the op without clearing it first, where a
-	// make would zero a 1 MiB payload only to overwrite it.
-	return bytes.Join([][]byte{head, data}, nil), nil
-}
-
-// decodeChunkOp is the inverse of encodeChunkOp on the payload (without the
-// copyset op header). data aliases payload.
-func decodeChunkOp(payload []byte) (*pb.ChunkRequest, []byte, error) {
-	if len(payload) < 4 {
-		return nil, nil, fmt.Errorf("decode chunk op: %d bytes, want at least 4", len(payload))
-	}
-	n := binary.BigEndian.Uint32(payload)
-	if uint64(n) > uint64(len(payload)-4) {
-		return nil, nil, fmt.Errorf("decode chunk op: request length %d exceeds payload %d", n, len(payload)-4)
-	}
-	req := &pb.ChunkRequest{}
-	if err := proto.Unmarshal(payload[4:4+n], req); err != nil {
-		return nil, nil, fmt.Errorf("decode chunk op: %w", err)
-	}
-	return req, payload[4+n:], nil
-}
-
 // Apply implements copyset.StateMachine. Outcomes that are the same on
 // every replica (BACKWARD, CHUNK_EXIST, a missing chunk, ...) are results;
 // a local failure (I/O error, full disk, a corrupt block under a
 // copy-on-write) is a copyset.FatalError: this replica stops instead of
 // silently diverging from the others.
 func (m *chunkMachine) Apply(index uint64, payload []byte) any {
-	req, data, err := decodeChunkOp(payload)
+	req, data, err := chunkop.Decode(payload)
 	if err != nil {
 		m.log.Error("undecodable chunk op", "index", index, "err", err)
 		return &copyset.FatalError{Err: err}

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkop"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	"google.golang.org/protobuf/proto"
 )
 
 // chunkService implements curve.chunkserver.ChunkService. Mutations go
@@ -130,7 +132,7 @@ func resultStatus(res any) pb.CHUNK_OP_STATUS {
 
 // propose replicates a chunk op and turns the outcome into a response.
 func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.ChunkRequest, data []byte) *pb.ChunkResponse {
-	op, err := encodeChunkOp(req, data)
+	op, err := chunkop.Encode(req, data)
 	if err != nil {
 		s.log.Error("encode chunk op", "err", err)
 		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)

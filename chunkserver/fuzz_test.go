@@ -11,15 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/internal/location"
-	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkop"
+	"github.com/chunkraft/chunkraft/internal/location"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 )
 
 // FuzzDecodeChunkOp: decodeChunkOp never panics, and what it accepts
@@ -30,7 +32,7 @@ func FuzzDecodeChunkOp(f *testing.F) {
 		readReq(2, 4096, 4096),
 		{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3), Location: proto.String("1/1/2:0@cs")},
 	} {
-		op, err := encodeChunkOp(req, req.GetData())
+		op, err := chunkop.Encode(req, req.GetData())
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -42,15 +44,15 @@ func FuzzDecodeChunkOp(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Add([]byte{0, 0, 0, 2, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		req, data, err := decodeChunkOp(payload)
+		req, data, err := chunkop.Decode(payload)
 		if err != nil {
 			return
 		}
-		op, err := encodeChunkOp(req, data)
+		op, err := chunkop.Encode(req, data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req2, data2, err := decodeChunkOp(op[copyset.OpHeaderLen:])
+		req2, data2, err := chunkop.Decode(op[copyset.OpHeaderLen:])
 		if err != nil {
 			t.Fatalf("re-encoded op does not decode: %v", err)
 		}

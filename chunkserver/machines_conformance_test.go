@@ -11,6 +11,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
+	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
@@ -82,7 +83,7 @@ func (w *chunkWorkload) op(rng *rand.Rand, i int) []byte {
 	default:
 		return w.op(rng, i)
 	}
-	op, err := encodeChunkOp(req, data)
+	op, err := chunkop.Encode(req, data)
 	if err != nil {
 		w.t.Fatal(err)
 	}

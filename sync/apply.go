@@ -129,6 +129,9 @@ func applyAdvance(st *pb.State, index uint64, op *pb.Advance) (Result, bool) {
 		}
 	}
 	r.Progress.SyncPoint = proto.CloneOf(op.GetNext())
+	if r.BinlogStart == 0 {
+		r.BinlogStart = op.GetBinlogStart()
+	}
 	r.Count += op.GetCount()
 	r.Status = pb.Status_RUNNING
 	if op.GetFinished() {

@@ -162,6 +162,22 @@ func TestAdvance(t *testing.T) {
 	}
 }
 
+// TestAdvanceBinlogStart: the first packet's binlog start is kept, later
+// ones do not move it.
+func TestAdvanceBinlogStart(t *testing.T) {
+	m := created(t, dspb.SyncMode_kFullAndContinuous, snapStart())
+	a := advance(1, 1, tok1, snapStart(), snapAt(2, 4096), 10, 2000, false)
+	a.BinlogStart = 17
+	if res := apply(t, m, 2, must(t)(EncodeAdvance(a))); res.Err != nil || res.Record.GetBinlogStart() != 17 {
+		t.Fatalf("first packet: %v %v", res.Record, res.Err)
+	}
+	b := advance(1, 1, tok1, snapAt(2, 4096), binlogAt(17), 1, 2100, false)
+	b.BinlogStart = 40
+	if res := apply(t, m, 3, must(t)(EncodeAdvance(b))); res.Err != nil || res.Record.GetBinlogStart() != 17 {
+		t.Fatalf("later packet: %v %v", res.Record, res.Err)
+	}
+}
+
 func TestAdvanceRefusals(t *testing.T) {
 	tests := []struct {
 		name   string

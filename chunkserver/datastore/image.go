@@ -1,6 +1,7 @@
 package datastore
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 )
@@ -22,6 +23,18 @@ type Image struct {
 	// to it (its meta page's Index). A replay skips the chunk's ops before
 	// it and applies the op at it again (see Replay in the package doc).
 	Index uint64
+
+	// Meta is the chunk's meta as in the image's meta page; ChunkData the
+	// chunk's data (a slice of Data), every block verified against its
+	// checksum. Unwritten blocks of a clone chunk read as zeros (Meta.Bitmap
+	// says which).
+	Meta      MetaPage
+	ChunkData []byte
+	// SnapMeta and SnapChunkData are the snapshot's, if it has one: the
+	// blocks SnapMeta.Bitmap marks are the snapshot's own (verified); the
+	// others read from the live chunk (ReadChunkSnapshot).
+	SnapMeta      *SnapMetaPage
+	SnapChunkData []byte
 }
 
 // FileSize is the length of every chunk and snapshot file of the store.
@@ -46,11 +59,16 @@ func (s *Store) ChunkImage(id uint64) (Image, error) {
 	m := c.meta
 	m.Version = MetaVersion
 	m.Index = max(m.Index, c.applied)
-	img := Image{Name: chunkFileName(id), Data: make([]byte, s.g.fileSize), Index: m.Index}
+	img := Image{Name: chunkFileName(id), Data: make([]byte, s.g.fileSize), Index: m.Index, Meta: m}
 	if err := readFull(c.f, img.Data); err != nil {
 		return fail(err)
 	}
 	if err := m.MarshalTo(img.Data[:s.g.pageSize]); err != nil {
+		return fail(err)
+	}
+	img.Meta.Bitmap = append([]byte(nil), m.Bitmap...)
+	img.ChunkData = img.Data[s.g.dataOff : s.g.dataOff+int64(s.g.chunkSize)]
+	if err := s.verifyImage(img.Data, fmt.Sprintf("chunk %d", id), nil); err != nil {
 		return fail(err)
 	}
 	if sp := c.snap; sp != nil {
@@ -59,8 +77,34 @@ func (s *Store) ChunkImage(id uint64) (Image, error) {
 		if err := readFull(sp.f, img.SnapData); err != nil {
 			return fail(fmt.Errorf("snapshot sn %d: %w", sp.meta.Sn, err))
 		}
+		sm := sp.meta
+		sm.Bitmap = append([]byte(nil), sm.Bitmap...)
+		img.SnapMeta = &sm
+		img.SnapChunkData = img.SnapData[s.g.dataOff : s.g.dataOff+int64(s.g.chunkSize)]
+		if err := s.verifyImage(img.SnapData, fmt.Sprintf("chunk %d snapshot sn %d", id, sm.Sn), bitmap(sm.Bitmap)); err != nil {
+			return fail(err)
+		}
 	}
 	return img, nil
+}
+
+// verifyImage checks the blocks of file image f against its crc table:
+// every block, or those marked in only if it is not nil.
+func (s *Store) verifyImage(f []byte, what string, only bitmap) error {
+	for i := range s.g.blocks {
+		if only != nil && !only.test(i) {
+			continue
+		}
+		off := s.g.dataOff + int64(i)*int64(s.g.blockSize)
+		b := f[off : off+int64(s.g.blockSize)]
+		stored := binary.LittleEndian.Uint32(f[s.g.crcTableOff(i):])
+		if got := s.g.crcEntry(b); got != stored {
+			s.stats.crcFailures.Add(1)
+			return fmt.Errorf("%s block %d (data offset %d): stored crc %#08x, computed %#08x: %w",
+				what, i, int64(i)*int64(s.g.blockSize), stored, got, ErrCRC)
+		}
+	}
+	return nil
 }
 
 // readFull reads len(buf) bytes of f from offset 0; a file that is shorter
@@ -72,4 +116,11 @@ func readFull(f File, buf []byte) error {
 		return nil
 	}
 	return err
+}
+
+// BlockMarked reports whether block i is marked in bm, a clone bitmap
+// (MetaPage.Bitmap: written) or a snapshot bitmap (SnapMetaPage.Bitmap:
+// copied). A block past the bitmap is not marked.
+func BlockMarked(bm []byte, i uint32) bool {
+	return int(i/8) < len(bm) && bitmap(bm).test(i)
 }

@@ -94,14 +94,19 @@ type SubTask struct {
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"` // the task's name
 	// progress is the whole AddSyncTaskRequest; progress.sync_point is the
 	// next point to export (inclusive), progress.token the current token.
-	Progress      *datasync.AddSyncTaskRequest `protobuf:"bytes,3,opt,name=progress,proto3" json:"progress,omitempty"`
-	Status        Status                       `protobuf:"varint,4,opt,name=status,proto3,enum=chunkraft.syncstate.Status" json:"status,omitempty"`
-	Count         uint64                       `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`                                     // records exported (accepted packets' counts)
-	LastUpdateMs  int64                        `protobuf:"varint,6,opt,name=last_update_ms,json=lastUpdateMs,proto3" json:"last_update_ms,omitempty"` // the proposer's clock, unix milliseconds
-	BinlogEnd     uint64                       `protobuf:"varint,7,opt,name=binlog_end,json=binlogEnd,proto3" json:"binlog_end,omitempty"`            // kFull: last log index to export; 0 until known
-	Message       string                       `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`                                  // why it FAILED (or was reassigned)
-	CreatedIndex  uint64                       `protobuf:"varint,9,opt,name=created_index,json=createdIndex,proto3" json:"created_index,omitempty"`   // log index of the op that created it
-	UpdatedIndex  uint64                       `protobuf:"varint,10,opt,name=updated_index,json=updatedIndex,proto3" json:"updated_index,omitempty"`  // log index of the last op that changed it
+	Progress     *datasync.AddSyncTaskRequest `protobuf:"bytes,3,opt,name=progress,proto3" json:"progress,omitempty"`
+	Status       Status                       `protobuf:"varint,4,opt,name=status,proto3,enum=chunkraft.syncstate.Status" json:"status,omitempty"`
+	Count        uint64                       `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`                                     // records exported (accepted packets' counts)
+	LastUpdateMs int64                        `protobuf:"varint,6,opt,name=last_update_ms,json=lastUpdateMs,proto3" json:"last_update_ms,omitempty"` // the proposer's clock, unix milliseconds
+	BinlogEnd    uint64                       `protobuf:"varint,7,opt,name=binlog_end,json=binlogEnd,proto3" json:"binlog_end,omitempty"`            // kFull: last log index to export; 0 until known
+	Message      string                       `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`                                  // why it FAILED (or was reassigned)
+	CreatedIndex uint64                       `protobuf:"varint,9,opt,name=created_index,json=createdIndex,proto3" json:"created_index,omitempty"`   // log index of the op that created it
+	UpdatedIndex uint64                       `protobuf:"varint,10,opt,name=updated_index,json=updatedIndex,proto3" json:"updated_index,omitempty"`  // log index of the last op that changed it
+	// binlog_start is the first log index the binlog phase exports: the
+	// applied index + 1 when the snapshot phase began (every chunk image
+	// of the snapshot phase reflects at least the index before it); 0
+	// until the first packet (kIncrementalByTimestamp: its first index).
+	BinlogStart   uint64 `protobuf:"varint,11,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +207,13 @@ func (x *SubTask) GetCreatedIndex() uint64 {
 func (x *SubTask) GetUpdatedIndex() uint64 {
 	if x != nil {
 		return x.UpdatedIndex
+	}
+	return 0
+}
+
+func (x *SubTask) GetBinlogStart() uint64 {
+	if x != nil {
+		return x.BinlogStart
 	}
 	return 0
 }
@@ -392,13 +404,17 @@ func (x *PutSubTask) GetUpdateMs() int64 {
 
 // Advance records one accepted packet [start, next).
 type Advance struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *Ref                   `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	Start         *datasync.SyncPoint    `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
-	Next          *datasync.SyncPoint    `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
-	Count         uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	UpdateMs      int64                  `protobuf:"varint,5,opt,name=update_ms,json=updateMs,proto3" json:"update_ms,omitempty"`
-	Finished      bool                   `protobuf:"varint,6,opt,name=finished,proto3" json:"finished,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Ref      *Ref                   `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Start    *datasync.SyncPoint    `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	Next     *datasync.SyncPoint    `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	Count    uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	UpdateMs int64                  `protobuf:"varint,5,opt,name=update_ms,json=updateMs,proto3" json:"update_ms,omitempty"`
+	Finished bool                   `protobuf:"varint,6,opt,name=finished,proto3" json:"finished,omitempty"`
+	// binlog_start, in the first packet of a sub-task (start = the very
+	// start point, or its first binlog point), becomes the record's
+	// binlog_start; ignored once that is set.
+	BinlogStart   uint64 `protobuf:"varint,7,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,6 +489,13 @@ func (x *Advance) GetFinished() bool {
 		return x.Finished
 	}
 	return false
+}
+
+func (x *Advance) GetBinlogStart() uint64 {
+	if x != nil {
+		return x.BinlogStart
+	}
+	return 0
 }
 
 // Touch records an empty packet (a heartbeat).
@@ -899,7 +922,7 @@ var File_chunkraft_syncstatepb_syncstate_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\n" +
-	"%chunkraft/syncstatepb/syncstate.proto\x12\x13chunkraft.syncstate\x1a!openmldb/datasync/data_sync.proto\"\xe4\x02\n" +
+	"%chunkraft/syncstatepb/syncstate.proto\x12\x13chunkraft.syncstate\x1a!openmldb/datasync/data_sync.proto\"\x87\x03\n" +
 	"\aSubTask\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -912,7 +935,8 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\amessage\x18\b \x01(\tR\amessage\x12#\n" +
 	"\rcreated_index\x18\t \x01(\x04R\fcreatedIndex\x12#\n" +
 	"\rupdated_index\x18\n" +
-	" \x01(\x04R\fupdatedIndex\"\\\n" +
+	" \x01(\x04R\fupdatedIndex\x12!\n" +
+	"\fbinlog_start\x18\v \x01(\x04R\vbinlogStart\"\\\n" +
 	"\x05State\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x129\n" +
 	"\tsub_tasks\x18\x02 \x03(\v2\x1c.chunkraft.syncstate.SubTaskR\bsubTasks\"?\n" +
@@ -925,14 +949,15 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12?\n" +
 	"\arequest\x18\x03 \x01(\v2%.openmldb.datasync.AddSyncTaskRequestR\arequest\x12\x1b\n" +
-	"\tupdate_ms\x18\x04 \x01(\x03R\bupdateMs\"\xea\x01\n" +
+	"\tupdate_ms\x18\x04 \x01(\x03R\bupdateMs\"\x8d\x02\n" +
 	"\aAdvance\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x122\n" +
 	"\x05start\x18\x02 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x05start\x120\n" +
 	"\x04next\x18\x03 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x04next\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\x12\x1b\n" +
 	"\tupdate_ms\x18\x05 \x01(\x03R\bupdateMs\x12\x1a\n" +
-	"\bfinished\x18\x06 \x01(\bR\bfinished\"P\n" +
+	"\bfinished\x18\x06 \x01(\bR\bfinished\x12!\n" +
+	"\fbinlog_start\x18\a \x01(\x04R\vbinlogStart\"P\n" +
 	"\x05Touch\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x12\x1b\n" +
 	"\tupdate_ms\x18\x02 \x01(\x03R\bupdateMs\"\x86\x01\n" +

@@ -1,0 +1,12 @@
+// Package chunkop is the codec of the chunk machine's replicated op: a
+// Curve ChunkRequest (without its data field) and the write data, behind
+// the copyset op header of kind kinds.Chunk. The chunk machine
+// (chunkserver) proposes and applies it; the sync export (sync/) reads it
+// back from the raft log.
+//
+// Payload layout (after the copyset op header), as Curve's
+// ChunkOpRequest::Encode: a 4-byte big-endian length n, n bytes of the
+// marshalled ChunkRequest without its data field, then the raw write data.
+//
+// Must not import: github.com/chunkraft/chunkraft/chunkserver/..., github.com/chunkraft/chunkraft/cli/..., github.com/chunkraft/chunkraft/sync/..., github.com/chunkraft/chunkraft/cmd/...
+package chunkop
