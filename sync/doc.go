@@ -52,5 +52,61 @@
 // Sync makes it durable, Files lists it (the StateMachine snapshot
 // contract of copyset/fsm.go).
 //
+// # Why the export is exact
+//
+// Export (export.go) makes a sub-task's packets: a snapshot phase of chunk
+// images, then a binlog phase of the raft log's chunk ops. Replaying them
+// (snapshot records, then binlog records in order) gives exactly what the
+// copyset's clients could read as of the last exported index:
+//
+//  1. The pin. When the snapshot phase starts, the exporter reads the
+//     applied index I and pins the log at B = I+1, the binlog start (sent
+//     with every packet, replicated with the first). The applied index
+//     moves only once its entry's ops are applied, so every op up to I is
+//     in the chunk store before the first image is taken; the pin keeps
+//     every entry from B on until the binlog phase has exported it. The
+//     binlog phase is the complete sequence of ops after I.
+//  2. The images. A chunk is exported from one image (datastore
+//     Store.ChunkImage: the chunk and its COW snapshot copied under the
+//     chunk's lock, as of one moment), stamped with T, the log index of the
+//     last op applied to the chunk: it holds the ops on the chunk before T,
+//     some or all of those at T (several ops can share an entry) and none
+//     after T. All its records come from that image and go in one packet
+//     (as_of_index = T); a chunk never mixes moments, which no replay
+//     repairs (a copy-on-write of a block from another moment).
+//  3. Replay. A restore rebuilds each chunk from its records, then applies
+//     the binlog from B in order, skipping a chunk's ops below its T. The
+//     ops at T apply again: that is harmless (datastore, "Replay": writes
+//     rewrite the same data, a write finds its snapshot made, COW skips
+//     copied blocks, deletes of missing chunks and snapshots succeed). From
+//     there the restored chunk goes through the source's ops from the
+//     source's state, and a chunk op's outcome is a function of the chunk's
+//     state and the op (sn guards, snapshot rules; epoch fences refuse at
+//     admission, so refused ops never reach the log), so it ends in the
+//     source's state.
+//  4. Chunks without an image: one gone when imaged (deleted after I) or
+//     not listed (deleted or created after I) has its deletion, or its
+//     whole life, in the binlog; replayed from nothing, the ops before its
+//     deletion act on an empty chunk that the deletion removes.
+//  5. Clones. An image holds what a client reads (a clone chunk's data
+//     materialised), and a CREATE_CLONE op carries the materialised data of
+//     its location, so a restore never reads the source cluster (clone
+//     sources, snapshots or read-only volumes, do not change). PASTE ops
+//     are exported as they are; a restore ignores them, the materialised
+//     data already holds what they paste.
+//  6. Resume. A new collector (perhaps on a new leader) goes on from the
+//     stored point. In the snapshot phase it keeps the stored B: it waits
+//     until its replica has applied B-1, pins B again (pins live in memory:
+//     if this replica's log no longer holds B, Export fails with ErrLogGone
+//     and the task must start again) and images the chunks left, at later
+//     moments, which 1-4 cover. A packet sent but not acknowledged is made
+//     again from the same start, so it replaces its first copy.
+//
+// So a restore is exact at the last exported index, and at every index from
+// the end of the snapshot phase (the applied index when its last image was
+// taken) on. At an index inside the snapshot phase's window it is not: a
+// chunk imaged later may hold ops after that index (a restore --until-index
+// must not go below the largest as_of_index of the snapshot records).
+//
 // Must not import: chunkserver/..., cli/..., cmd/..., test/..., integrity/..., dm/..., disagg/...
 package sync

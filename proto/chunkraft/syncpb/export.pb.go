@@ -318,8 +318,9 @@ func (*Record_CowSnapshot) isRecord_Kind() {}
 func (*Record_Binlog) isRecord_Kind() {}
 
 // SnapshotRecord is a range of a chunk's data as the snapshot phase read it,
-// live, at or after applied index as_of_index. A clone chunk's data is
-// materialised: the bytes a client reads, wherever they came from.
+// from an image of the chunk as of one moment (all the chunk's records come
+// from one image). A clone chunk's data is materialised: the bytes a client
+// reads, wherever they came from.
 type SnapshotRecord struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	ChunkId uint64                 `protobuf:"varint,1,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
@@ -331,8 +332,10 @@ type SnapshotRecord struct {
 	Offset uint32 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	// data: the bytes of the range; empty when zero_length is set.
 	Data []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
-	// as_of_index: the applied index of the copyset when the range was read
-	// (the data reflects every entry up to it, and possibly later ones).
+	// as_of_index: the log index of the last op applied to the chunk when
+	// its image was taken: the image holds every op on the chunk before it,
+	// some or all of those at it (ops can share an entry), none after it.
+	// A restore applies the chunk's binlog records from it on (inclusive).
 	AsOfIndex uint64 `protobuf:"varint,6,opt,name=as_of_index,json=asOfIndex,proto3" json:"as_of_index,omitempty"`
 	// zero_length: when not 0, the range [offset, offset+zero_length) of the
 	// chunk reads as zeros and data is empty. A record with offset 0 and
@@ -421,8 +424,10 @@ func (x *SnapshotRecord) GetZeroLength() uint32 {
 	return 0
 }
 
-// CowSnapshotRecord is a range of a chunk's COW snapshot (what
-// ReadChunkSnapshot with sn = snapshot_sn returns).
+// CowSnapshotRecord is a range of blocks copied into a chunk's COW snapshot,
+// with their snapshot content; ReadChunkSnapshot with sn = snapshot_sn reads
+// the other blocks from the chunk's data. A snapshot with no block copied
+// is one record with offset 0 and no data.
 type CowSnapshotRecord struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ChunkId    uint64                 `protobuf:"varint,1,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
@@ -512,7 +517,10 @@ type BinlogRecord struct {
 	// op: the decoded chunk operation. Its own data field is not used (left
 	// empty); the payload is in data below.
 	Op *chunkserver.ChunkRequest `protobuf:"bytes,4,opt,name=op,proto3" json:"op,omitempty"`
-	// data: the op's payload (a write's or paste's bytes).
+	// data: the op's payload (a write's or paste's bytes); for a
+	// CREATE_CLONE, the data the clone reads (its location materialised),
+	// so that a restore never reads the source cluster. PASTE records are
+	// exported as logged; a restore ignores them.
 	Data          []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
