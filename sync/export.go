@@ -177,7 +177,10 @@ func (o ExportOptions) withDefaults(src Source) ExportOptions {
 // Export exports copyset src from point from on, handing each packet to
 // send in point order; it stops at the first error of send (returned as
 // is), when a kFull export has sent its Finished packet (nil), or when ctx
-// ends (ctx.Err(), the only way a tailing export ends).
+// ends (ctx.Err(), the only way a tailing export ends). Its other errors
+// name the copyset and the point it started from; those wrapping
+// ErrLogGone or a *copyset.LogPinCappedError (the retention bound moved
+// the pin) mean the sub-task cannot go on.
 //
 // From the very start or a kSNAPSHOT point (modes kFull and
 // kFullAndContinuous) it exports the snapshot phase, then the binlog
@@ -196,12 +199,25 @@ func Export(ctx context.Context, src Source, from *dspb.SyncPoint, binlogStart u
 	if err != nil {
 		return fmt.Errorf("sync export of copyset %d/%d: %w", src.Pool(), src.Copyset(), err)
 	}
-	e := &exporter{src: src, opts: opts, send: send, binlogStart: binlogStart}
-	defer e.release()
-	if err := e.run(ctx, at); err != nil {
-		return fmt.Errorf("sync export of copyset %d/%d from %v: %w", src.Pool(), src.Copyset(), at, err)
+	e := &exporter{src: src, opts: opts, binlogStart: binlogStart}
+	e.send = func(ctx context.Context, p Packet) error {
+		if err := send(ctx, p); err != nil {
+			e.sendErr = err
+			return err
+		}
+		return nil
 	}
-	return nil
+	defer e.release()
+	err = e.run(ctx, at)
+	switch {
+	case err == nil:
+		return nil
+	case e.sendErr != nil:
+		return e.sendErr
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return ctx.Err()
+	}
+	return fmt.Errorf("sync export of copyset %d/%d from %v: %w", src.Pool(), src.Copyset(), at, err)
 }
 
 // exporter is one run of Export.
@@ -211,6 +227,7 @@ type exporter struct {
 	send        func(ctx context.Context, p Packet) error
 	pin         LogPin
 	binlogStart uint64
+	sendErr     error // the error send returned, which stopped the export
 }
 
 func (e *exporter) release() {

@@ -445,7 +445,7 @@ func TestExportHeartbeat(t *testing.T) {
 	wait("packet [6, 7)", func(p Packet) bool { return p.Count == 1 && proto.Equal(p.Next, binlogAt(7)) })
 	wait("heartbeat at 7", heartbeat(7))
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := <-done; err != context.Canceled {
 		t.Fatalf("export returned %v, want context.Canceled", err)
 	}
 	decodeChain(t, c.all())
@@ -516,7 +516,7 @@ func TestExportResume(t *testing.T) {
 		}
 		return nil
 	}
-	if err := Export(context.Background(), s, startPoint(), 0, opts, first.send); !errors.Is(err, errStop) {
+	if err := Export(context.Background(), s, startPoint(), 0, opts, first.send); err != errStop {
 		t.Fatalf("export with a failing sender: %v, want the sender's error", err)
 	}
 	if s.livePins() != 0 {
@@ -563,5 +563,36 @@ func TestExportResume(t *testing.T) {
 	}
 	if s.livePins() != 0 {
 		t.Fatalf("%d pins left", s.livePins())
+	}
+}
+
+// TestExportFullStoredEnd: a kFull export resumed in its binlog phase with
+// the stored binlog end exports up to it and no further, finished, without
+// choosing another end.
+func TestExportFullStoredEnd(t *testing.T) {
+	s := fixture(t)
+	for range 5 {
+		s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('y')))
+	}
+	var c collector
+	opts := ExportOptions{Mode: dspb.SyncMode_kFull, BinlogEnd: 8, PacketBytes: 1200,
+		OnBinlogEnd: func(context.Context, uint64) error { t.Error("binlog end chosen again"); return nil }}
+	if err := Export(context.Background(), s, binlogAt(6), 6, opts, c.send); err != nil {
+		t.Fatal(err)
+	}
+	decoded := decodeChain(t, c.all())
+	var indexes []uint64
+	for _, d := range decoded {
+		for _, r := range d.Records {
+			indexes = append(indexes, r.GetBinlog().GetIndex())
+		}
+	}
+	last := decoded[len(decoded)-1]
+	if !slices.Equal(indexes, []uint64{6, 7, 8}) || len(decoded) != 2 || !last.Header.Finished || last.Next != exportfmt.BinlogPoint(9) {
+		t.Fatalf("%d packets of records %v ending at %v finished %v; want 6-8 in two, finished at binlog 9",
+			len(decoded), indexes, last.Next, last.Header.Finished)
+	}
+	if err := Export(context.Background(), s, binlogAt(10), 6, opts, c.send); err == nil || !strings.Contains(err.Error(), "past the binlog end 8") {
+		t.Fatalf("export from beyond the binlog end: %v", err)
 	}
 }
