@@ -84,13 +84,13 @@ type exportWriter struct {
 }
 
 func (w exportWriter) op(rng *rand.Rand) []byte {
-	req := &pb.ChunkRequest{LogicPoolId: new(uint32(1)), CopysetId: new(uint32(1)), ChunkId: new(uint64(1 + rng.IntN(6)))}
+	req := &pb.ChunkRequest{LogicPoolId: new(uint32(1)), CopysetId: new(uint32(1)), ChunkId: new(uint64(1 + rng.IntN(8)))}
 	var data []byte
 	switch r := rng.IntN(100); {
 	case r < 8:
 		req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP.Enum()
 		req.CorrectedSn = new(w.sn.Load())
-	case r < 11:
+	case r < 10:
 		req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum()
 		req.Sn = new(uint64(0))
 	default:
@@ -133,12 +133,15 @@ func (w exportWriter) run(stop *atomic.Bool, seed uint64) error {
 
 // TestExportExact exports a copyset in kFullAndContinuous mode while two
 // writers change its chunks (COW snapshots, snapshot and chunk deletes,
-// ops sharing log entries); once the writers stopped and the export
-// reached the commit index, the records replayed into an empty store (the
-// snapshot records as of their images, then the binlog records in order,
-// a chunk's from its image's as_of_index on) give every chunk's info, data
-// and COW snapshot of the source. The log is truncated every 32 entries
-// meanwhile: only the export's pin keeps the binlog from its start.
+// ops sharing log entries) and the receiver lets entries apply between
+// chunk images. Its collector is restarted once inside the snapshot phase
+// (resumed from the stored point and binlog start). Once the writers
+// stopped and the export reached the commit index, the records replayed
+// into an empty store (snapshot records as of their images, then binlog
+// records in order, a chunk's from its image's as_of_index on) give every
+// chunk's info, data and COW snapshot of the source. The log is truncated
+// every 32 entries meanwhile: only the export's pin keeps the binlog from
+// its start.
 func TestExportExact(t *testing.T) {
 	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), copysettest.FastRaft())
 	g := copyset.GroupID(1<<32 | 1)
@@ -151,9 +154,26 @@ func TestExportExact(t *testing.T) {
 	var sn atomic.Uint64
 	sn.Store(1)
 	w := exportWriter{n: n, sn: &sn}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 60 { // chunks for the snapshot phase
-		c.Propose(g, w.op(rng))
+	var pre gosync.WaitGroup // chunks for the snapshot phase: 80 ops, proposed together (they share entries)
+	preErr := make(chan error, 8)
+	for i := range 8 {
+		pre.Go(func() {
+			rng := rand.New(rand.NewPCG(100+uint64(i), 2))
+			for range 10 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, _, err := n.Propose(ctx, w.op(rng))
+				cancel()
+				if err != nil {
+					preErr <- err
+					return
+				}
+			}
+		})
+	}
+	pre.Wait()
+	close(preErr)
+	for err := range preErr {
+		t.Fatalf("propose: %v", err)
 	}
 
 	var stop atomic.Bool
@@ -170,15 +190,26 @@ func TestExportExact(t *testing.T) {
 	binlogSent := 0 // binlog records sent
 	reached := make(chan struct{}, 1)
 	var target atomic.Uint64 // once set: signal when a packet reaches it
+	errInterrupt := errors.New("receiver restarts")
+	interrupted := false
 	send := func(ctx context.Context, p sync.Packet) error {
 		mu.Lock()
+		if !interrupted && len(packets) == 3 { // refuse the fourth packet once: the collector starts again
+			interrupted = true
+			mu.Unlock()
+			return errInterrupt
+		}
 		packets = append(packets, p)
 		if p.Start.GetType() == dspb.SyncType_kBINLOG {
 			binlogSent += int(p.Count)
-		} else {
-			time.Sleep(30 * time.Millisecond) // a slow receiver: writes go on between chunk images
 		}
 		mu.Unlock()
+		if p.Start.GetType() != dspb.SyncType_kBINLOG { // a slow receiver: entries are applied between chunk images
+			want, deadline := n.AppliedIndex()+8, time.Now().Add(5*time.Second)
+			for n.AppliedIndex() < want && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
 		if tg := target.Load(); tg != 0 && p.Next.GetType() == dspb.SyncType_kBINLOG && p.Next.GetOffset() > tg {
 			select {
 			case reached <- struct{}{}:
@@ -191,16 +222,27 @@ func TestExportExact(t *testing.T) {
 	defer stopExport()
 	exported := make(chan error, 1)
 	go func() {
-		exported <- sync.Export(ectx, exportSource{n: n, store: store}, exportfmt.StartPoint().Proto(), 0,
-			sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous, PacketBytes: 100 << 10,
-				Idle: 50 * time.Millisecond, Linger: 5 * time.Millisecond}, send)
+		from, binlogStart := exportfmt.StartPoint().Proto(), uint64(0)
+		for {
+			err := sync.Export(ectx, exportSource{n: n, store: store}, from, binlogStart,
+				sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous, PacketBytes: 40 << 10,
+					Idle: 50 * time.Millisecond, Linger: 5 * time.Millisecond}, send)
+			if err != errInterrupt {
+				exported <- err
+				return
+			}
+			mu.Lock() // resume from the stored point, with the stored binlog start
+			from, binlogStart = packets[len(packets)-1].Next, packets[len(packets)-1].BinlogStart
+			mu.Unlock()
+		}
 	}()
 
-	// Let the binlog phase export a few hundred ops under the writes.
+	// Let the binlog phase export some ops under the writes (not so many
+	// that they overwrite every block the snapshot phase exported).
 	deadline := time.Now().Add(8 * time.Second)
 	for {
 		mu.Lock()
-		enough := binlogSent >= 300
+		enough := binlogSent >= 40
 		mu.Unlock()
 		if enough {
 			break
@@ -244,6 +286,9 @@ func TestExportExact(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
+	if !interrupted || packets[3].Start.GetType() != dspb.SyncType_kSNAPSHOT || packets[3].Start.Pk == nil {
+		t.Fatalf("the export was not resumed inside its snapshot phase (fourth packet from %v)", packets[3].Start)
+	}
 	restored, concurrent := replayExport(t, packets, commit)
 	if concurrent == 0 {
 		t.Fatalf("no chunk image of the snapshot phase reflects an op after the binlog start: the writes did not overlap it")
