@@ -493,3 +493,48 @@ func compareStores(t *testing.T, want, got *datastore.Store) {
 	}
 	t.Logf("%d chunks equal, %d of them with a COW snapshot", len(ids), snaps)
 }
+
+// TestExportPinCapped: an export whose receiver stalls while the log grows
+// past the retention bound (RaftOptions.MaxPinnedEntries) fails with the
+// pin's *copyset.LogPinCappedError, and its pin is gone.
+func TestExportPinCapped(t *testing.T) {
+	opts := copysettest.FastRaft()
+	opts.MaxPinnedEntries = 16
+	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), opts)
+	g := copyset.GroupID(1<<32 | 2)
+	c.Create(g)
+	n := c.Node(c.Leader(g), g)
+	store, err := chunkStore(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sn atomic.Uint64
+	sn.Store(1)
+	w := exportWriter{n: n, sn: &sn}
+	rng := rand.New(rand.NewPCG(3, 4))
+	c.Propose(g, w.op(rng))
+	stalled := false
+	send := func(ctx context.Context, p sync.Packet) error {
+		if stalled {
+			return nil
+		}
+		stalled = true // the first packet: 40 entries go by and the log is compacted
+		for range 40 {
+			c.Propose(g, w.op(rng))
+		}
+		c.Snapshot(0, g)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = sync.Export(ctx, exportSource{n: n, store: store}, exportfmt.StartPoint().Proto(), 0,
+		sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous}, send)
+	var capped *copyset.LogPinCappedError
+	if !errors.As(err, &capped) {
+		t.Fatalf("export past the retention bound: %v, want a LogPinCappedError", err)
+	}
+	t.Log(err)
+	if st := n.LogPins(); st.Pins != 0 {
+		t.Fatalf("%d log pins left after the export", st.Pins)
+	}
+}
