@@ -131,6 +131,23 @@ func (w exportWriter) run(stop *atomic.Bool, seed uint64) error {
 	return nil
 }
 
+// exportCopyset starts one server with copyset 1/1 of the chunk machine
+// and returns it as a sync.Source, with a writer of it.
+func exportCopyset(t *testing.T, opts copyset.RaftOptions) (*copysettest.Cluster, copyset.GroupID, exportSource, exportWriter) {
+	t.Helper()
+	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), opts)
+	g := copyset.GroupID(1<<32 | 1)
+	c.Create(g)
+	n := c.Node(c.Leader(g), g)
+	store, err := chunkStore(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := new(atomic.Uint64)
+	sn.Store(1)
+	return c, g, exportSource{n: n, store: store}, exportWriter{n: n, sn: sn}
+}
+
 // TestExportExact exports a copyset in kFullAndContinuous mode while two
 // writers change its chunks (COW snapshots, snapshot and chunk deletes,
 // ops sharing log entries) and the receiver lets entries apply between
@@ -143,17 +160,8 @@ func (w exportWriter) run(stop *atomic.Bool, seed uint64) error {
 // every 32 entries meanwhile: only the export's pin keeps the binlog from
 // its start.
 func TestExportExact(t *testing.T) {
-	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), copysettest.FastRaft())
-	g := copyset.GroupID(1<<32 | 1)
-	c.Create(g)
-	n := c.Node(c.Leader(g), g)
-	store, err := chunkStore(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sn atomic.Uint64
-	sn.Store(1)
-	w := exportWriter{n: n, sn: &sn}
+	_, _, src, w := exportCopyset(t, copysettest.FastRaft())
+	n, store := src.n, src.store
 	var pre gosync.WaitGroup // chunks for the snapshot phase: 80 ops, proposed together (they share entries)
 	preErr := make(chan error, 8)
 	for i := range 8 {
@@ -224,7 +232,7 @@ func TestExportExact(t *testing.T) {
 	go func() {
 		from, binlogStart := exportfmt.StartPoint().Proto(), uint64(0)
 		for {
-			err := sync.Export(ectx, exportSource{n: n, store: store}, from, binlogStart,
+			err := sync.Export(ectx, src, from, binlogStart,
 				sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous, PacketBytes: 40 << 10,
 					Idle: 50 * time.Millisecond, Linger: 5 * time.Millisecond}, send)
 			if err != errInterrupt {
@@ -500,17 +508,8 @@ func compareStores(t *testing.T, want, got *datastore.Store) {
 func TestExportPinCapped(t *testing.T) {
 	opts := copysettest.FastRaft()
 	opts.MaxPinnedEntries = 16
-	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), opts)
-	g := copyset.GroupID(1<<32 | 2)
-	c.Create(g)
-	n := c.Node(c.Leader(g), g)
-	store, err := chunkStore(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sn atomic.Uint64
-	sn.Store(1)
-	w := exportWriter{n: n, sn: &sn}
+	c, g, src, w := exportCopyset(t, opts)
+	n := src.n
 	rng := rand.New(rand.NewPCG(3, 4))
 	c.Propose(g, w.op(rng))
 	stalled := false
@@ -527,7 +526,7 @@ func TestExportPinCapped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = sync.Export(ctx, exportSource{n: n, store: store}, exportfmt.StartPoint().Proto(), 0,
+	err := sync.Export(ctx, src, exportfmt.StartPoint().Proto(), 0,
 		sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous}, send)
 	var capped *copyset.LogPinCappedError
 	if !errors.As(err, &capped) {
