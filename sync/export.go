@@ -189,9 +189,11 @@ func (o ExportOptions) withDefaults(src Source) ExportOptions {
 // start (Packet.BinlogStart); from a kSNAPSHOT point (a resumed export)
 // binlogStart is the stored one, and the log must still reach back to it
 // (else an error wrapping ErrLogGone). From a kBINLOG point it exports the
-// binlog phase only. Every record of a chunk comes from one ChunkImage, so a
-// chunk never spans packets and snapshot points always have offset 0. The
-// log pin is advanced as packets are sent and released on return.
+// binlog phase only (kIncrementalByTimestamp: from FirstIndexAtOrAfter's
+// index; it tails the log like kFullAndContinuous). Every record of a
+// chunk comes from one ChunkImage, so a chunk never spans packets and
+// snapshot points always have offset 0. The log pin is advanced as
+// packets are sent and released on return.
 func Export(ctx context.Context, src Source, from *dspb.SyncPoint, binlogStart uint64, opts ExportOptions,
 	send func(ctx context.Context, p Packet) error) error {
 	opts = opts.withDefaults(src)
