@@ -627,3 +627,62 @@ func BenchmarkExportSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// TestExportWaitsForApplied: a snapshot phase resumed on a replica that has
+// not applied the entries before the binlog start waits for them (ctx
+// bounds the wait) before it images a chunk.
+func TestExportWaitsForApplied(t *testing.T) {
+	s := fixture(t)
+	s.mu.Lock()
+	s.applied = 3 // entries 4 and 5 committed, not applied yet
+	s.mu.Unlock()
+	var c collector
+	opts := ExportOptions{Mode: dspb.SyncMode_kFull}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := Export(ctx, s, snapAt(4, 0), 6, opts, c.send); err != context.DeadlineExceeded {
+		t.Fatalf("export on a replica behind the binlog start: %v, want the deadline", err)
+	}
+	if len(c.all()) != 0 || s.livePins() != 0 {
+		t.Fatalf("sent %d packets, left %d pins", len(c.all()), s.livePins())
+	}
+	c.onSend = func(Packet) error {
+		if s.AppliedIndex() < 5 {
+			t.Error("a packet was sent before the replica applied index 5")
+		}
+		return nil
+	}
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		s.mu.Lock()
+		s.applied = 5
+		s.mu.Unlock()
+	}()
+	if err := Export(context.Background(), s, snapAt(4, 0), 6, opts, c.send); err != nil {
+		t.Fatal(err)
+	}
+	if d := decodeChain(t, c.all()); len(d) == 0 || d[0].Start != exportfmt.SnapshotPoint(4, 0) {
+		t.Fatalf("resumed export: %d packets", len(d))
+	}
+}
+
+// TestExportMaterializeError: a clone whose source cannot be read stops
+// the export with an error naming the entry and the location.
+func TestExportMaterializeError(t *testing.T) {
+	s := &failingClones{fixture(t)}
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE, 9, 1, 0, nil))
+	var c collector
+	err := Export(context.Background(), s, binlogAt(6), 6, ExportOptions{Mode: dspb.SyncMode_kFull}, c.send)
+	if err == nil || !strings.Contains(err.Error(), `log index 6: materialise clone chunk 9 from "m@cs": source down`) {
+		t.Fatalf("export of a clone with an unreadable source: %v", err)
+	}
+	if len(c.all()) != 0 || s.livePins() != 0 {
+		t.Fatalf("sent %d packets, left %d pins", len(c.all()), s.livePins())
+	}
+}
+
+type failingClones struct{ *fakeSource }
+
+func (failingClones) Materialize(context.Context, string, uint32) ([]byte, error) {
+	return nil, errors.New("source down")
+}
