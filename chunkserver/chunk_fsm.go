@@ -19,6 +19,26 @@ type chunkMachine struct {
 	log   *slog.Logger
 }
 
+var _ copyset.OpApplier = (*chunkMachine)(nil)
+
+// opSeq returns the sequence number of the chunk op at position pos of log
+// entry index for the store's replay stamps: index << 8 | pos (an entry
+// holds at most copyset.MaxOpsPerEntry ops), so that an op replayed after
+// a later op of the same entry is told apart from it.
+func opSeq(index uint64, pos int) (uint64, error) {
+	if pos < 0 || pos >= copyset.MaxOpsPerEntry || index >= 1<<56 {
+		return 0, fmt.Errorf("chunk op %d of log entry %d: beyond the %d ops an entry holds", pos, index, copyset.MaxOpsPerEntry)
+	}
+	return index<<8 | uint64(pos), nil
+}
+
+// SeqIndex and SeqOp split an op sequence number (opSeq) into the log
+// index and the position of the op in its entry.
+func SeqIndex(seq uint64) uint64 { return seq >> 8 }
+
+// SeqOp is the position part of seq (see SeqIndex).
+func SeqOp(seq uint64) uint32 { return uint32(seq & 0xff) }
+
 var _ copyset.StateMachine = (*chunkMachine)(nil)
 
 // chunkResult is the apply result handed back to the proposer.
@@ -32,24 +52,32 @@ type chunkResult struct {
 // a local failure (I/O error, full disk, a corrupt block under a
 // copy-on-write) is a copyset.FatalError: this replica stops instead of
 // silently diverging from the others.
-func (m *chunkMachine) Apply(index uint64, payload []byte) any {
+func (m *chunkMachine) Apply(index uint64, payload []byte) any { return m.ApplyOp(index, 0, payload) }
+
+// ApplyOp implements copyset.OpApplier: Apply for the op at position pos
+// of its entry.
+func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
 	req, data, err := chunkop.Decode(payload)
 	if err != nil {
 		m.log.Error("undecodable chunk op", "index", index, "err", err)
 		return &copyset.FatalError{Err: err}
 	}
 	id := req.GetChunkId()
+	seq, err := opSeq(index, pos)
+	if err != nil {
+		return &copyset.FatalError{Err: err}
+	}
 	switch req.GetOpType() {
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
-		err = m.store.WriteChunkAt(index, id, req.GetSn(), data, req.GetOffset())
+		err = m.store.WriteChunkAt(seq, id, req.GetSn(), data, req.GetOffset())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
-		err = m.store.DeleteChunkAt(index, id, req.GetSn())
+		err = m.store.DeleteChunkAt(seq, id, req.GetSn())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
-		err = m.store.DeleteChunkSnapshotOrCorrectSnAt(index, id, req.GetCorrectedSn())
+		err = m.store.DeleteChunkSnapshotOrCorrectSnAt(seq, id, req.GetCorrectedSn())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
-		err = m.store.CreateCloneChunkAt(index, id, req.GetSn(), req.GetCorrectedSn(), req.GetSize(), req.GetLocation())
+		err = m.store.CreateCloneChunkAt(seq, id, req.GetSn(), req.GetCorrectedSn(), req.GetSize(), req.GetLocation())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
-		err = m.store.PasteChunkAt(index, id, data, req.GetOffset())
+		err = m.store.PasteChunkAt(seq, id, data, req.GetOffset())
 	default:
 		err = fmt.Errorf("chunk op type %v is not replicated", req.GetOpType())
 		m.log.Error("unexpected chunk op in raft log", "index", index, "err", err)

@@ -93,6 +93,16 @@ type Config struct {
 	TLS TLSConfig `yaml:"tls"`
 
 	Raft RaftConfig `yaml:"raft"`
+	// Sync configures the sync service (package sync).
+	Sync SyncConfig `yaml:"sync"`
+}
+
+// SyncConfig configures the sync service.
+type SyncConfig struct {
+	// CheckPeriod is how often a leader looks at its copysets' export
+	// sub-tasks; one with no packet for twice that is reassigned with a
+	// new token (upstream SyncTool's check period). Default 10s.
+	CheckPeriod time.Duration `yaml:"check_period"`
 }
 
 // RaftConfig holds the raft settings shared by every copyset.
@@ -164,6 +174,7 @@ func DefaultConfig() Config {
 		},
 		MaxConcurrentStreams: 1024,
 		GCPercent:            400,
+		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second},
 	}
 }
 
@@ -415,6 +426,9 @@ func (c *Config) Validate() error {
 		if _, _, err := copyset.ParsePeer(s); err != nil {
 			return fmt.Errorf("config: cluster_seeds: %w", err)
 		}
+	}
+	if c.Sync.CheckPeriod < 100*time.Millisecond {
+		return fmt.Errorf("config: sync.check_period %v must be at least 100ms", c.Sync.CheckPeriod)
 	}
 	if c.StaleReplicaCheck < 0 {
 		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)

@@ -7,6 +7,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/kinds"
+	syncsvc "github.com/chunkraft/chunkraft/sync"
 )
 
 // machineSpecs are the state machines of every copyset, in the order they
@@ -31,6 +32,7 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 			Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 				return openFenceMachine(env.DataDir, epochs, env.Logger)
 			}},
+		syncsvc.Spec(),
 	}
 }
 

@@ -1,6 +1,7 @@
 package chunkserver
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
@@ -123,4 +124,60 @@ func TestChunkMachineConforms(t *testing.T) {
 	w := &chunkWorkload{t: t, del: true, cow: true}
 	copysettest.RunStateMachineConformance(t, conformanceSpecs(t, kinds.Chunk),
 		copysettest.Workload{Op: w.op, State: chunkState})
+}
+
+// TestChunkOpsOfOneEntryReplay: two ops on one chunk in one log entry (a
+// write refused because an older snapshot exists, then the snapshot's
+// deletion) replayed over their own result: the write stays refused,
+// because the ops are stamped with their position in the entry too.
+func TestChunkOpsOfOneEntryReplay(t *testing.T) {
+	store, err := datastore.Open(datastore.Options{Dir: t.TempDir(), ChunkSize: conformanceLayout.ChunkSize, BlockSize: conformanceLayout.BlockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &chunkMachine{store: store, log: slog.New(slog.DiscardHandler)}
+	defer m.Close()
+	bs := conformanceLayout.BlockSize
+	op := func(typ pb.CHUNK_OP_TYPE, sn, cs uint64, fill byte) []byte {
+		req := &pb.ChunkRequest{OpType: typ.Enum(), LogicPoolId: new(uint32(1)), CopysetId: new(uint32(1)), ChunkId: new(uint64(1)),
+			Sn: new(sn), CorrectedSn: new(cs), Offset: new(uint32(0)), Size: new(bs)}
+		var data []byte
+		if typ == pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE {
+			data = bytes.Repeat([]byte{fill}, int(bs))
+		}
+		b, err := chunkop.Encode(req, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, payload, _ := copyset.DecodeOp(b)
+		return payload
+	}
+	apply := func(index uint64, pos int, payload []byte) chunkResult {
+		res, ok := m.ApplyOp(index, pos, payload).(chunkResult)
+		if !ok {
+			t.Fatalf("apply %d/%d: %v", index, pos, res)
+		}
+		return res
+	}
+	apply(1, 0, op(pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 1, 0, 1))
+	apply(2, 0, op(pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 0, 2)) // snapshot sn 1
+	entry := [][]byte{op(pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 3, 0, 3), op(pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP, 0, 3, 0)}
+	if res := apply(3, 0, entry[0]); res.status == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+		t.Fatal("the write needing a snapshot while an older one exists succeeded")
+	}
+	apply(3, 1, entry[1])
+	want := make([]byte, bs)
+	if err := store.ReadChunk(1, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	for pos, p := range entry {
+		apply(3, pos, p)
+	}
+	got := make([]byte, bs)
+	if err := store.ReadChunk(1, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("replaying the entry changed the chunk: block 0 is %d, was %d", got[0], want[0])
+	}
 }

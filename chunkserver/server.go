@@ -21,6 +21,8 @@ import (
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
+	syncsvc "github.com/chunkraft/chunkraft/sync"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -51,6 +53,7 @@ type Server struct {
 	cluster  *clusterMap // the cluster map service (cluster_map.go)
 	ready    atomic.Bool
 	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
+	syncs    *syncsvc.Service   // DataCollector, SyncTool, SyncInternal, the export collectors
 	peers    *connCache         // connections to the other chunkservers (conncache.go)
 	rt       *runtimeState      // ConfigService, ChunkServerStatus (config_runtime.go)
 	tls      *serverTLS         // nil: plaintext (tls.go)
@@ -101,6 +104,11 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.peers = newConnCache(s.tls.peerDial(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))
 	s.fences = &fencer{epochs: epochs, local: local, conns: s.peers, log: log.With("component", "fences")}
 	s.scans = integrity.New(integrity.Deps{Local: local, Store: scanStoreOf, Dial: s.peers.get, Logger: log})
+	s.syncs = syncsvc.New(syncsvc.Deps{Local: local, Chunks: s.syncChunksOf, Dial: s.peers.get,
+		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
+			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
+		},
+		ObjectStore: cfg.ObjectStore, CheckPeriod: cfg.Sync.CheckPeriod, Logger: log})
 	s.admit = &admission{
 		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
 		minFree: cfg.MinFreeBytes, diskFree: statfsFree,
@@ -165,9 +173,11 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}
 	s.fences.copysets = s.copysets
 	s.scans.Attach(s.copysets)
+	s.syncs.Attach(s.copysets)
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries))
 	s.metrics.reg.MustRegister(s.scans.Collectors()...)
+	s.metrics.reg.MustRegister(s.syncs.Collectors()...)
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
@@ -324,6 +334,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// must reach it while its replicas catch up.
 	loadErr := s.scans.Start()
 	if loadErr == nil {
+		loadErr = s.syncs.Start()
+	}
+	if loadErr == nil {
 		loadErr = s.copysets.Load(ctx)
 	}
 	if loadErr == nil {
@@ -356,6 +369,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.stale.stop()
 	closeErr := s.copysets.Close()
 	s.scans.Stop()
+	s.syncs.Stop()
 	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()

@@ -10,7 +10,6 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
-	datasyncpb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
 
 // curveServices are the Curve chunkserver services newServer builds.
@@ -35,6 +34,9 @@ func (s *Server) registerServices(curve curveServices) {
 	// scans (package integrity).
 	pb.RegisterConfigServiceServer(g, &configService{rt: s.rt})
 	s.scans.Register(g)
+	// The sync service (package sync): openmldb.datasync's DataCollector
+	// and SyncTool, and SyncInternal between servers.
+	s.syncs.Register(g)
 	// Between chunkservers: raft traffic of every copyset, epoch fences,
 	// the cluster map (cluster_map.go).
 	s.trans.Register(g)
@@ -48,8 +50,6 @@ func (s *Server) registerServices(curve curveServices) {
 // registerUnimplemented registers the seed services whose issues have not
 // landed yet. Every call answers gRPC Unimplemented: honest, not faked.
 func registerUnimplemented(g *grpc.Server) {
-	datasyncpb.RegisterDataCollectorServer(g, datasyncpb.UnimplementedDataCollectorServer{})
-	datasyncpb.RegisterSyncToolServer(g, datasyncpb.UnimplementedSyncToolServer{})
 	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
 	tikvpb.RegisterTikvServer(g, tikvpb.UnimplementedTikvServer{})
 }

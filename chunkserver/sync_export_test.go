@@ -63,7 +63,7 @@ func (s exportSource) ChunkImage(id uint64) (sync.ChunkImage, error) {
 		return sync.ChunkImage{}, err
 	}
 	bs := s.store.Options().BlockSize
-	out := sync.ChunkImage{ID: id, Index: img.Index, Sn: img.Meta.Sn, CorrectedSn: img.Meta.CorrectedSn,
+	out := sync.ChunkImage{ID: id, Index: SeqIndex(img.Seq), Op: SeqOp(img.Seq), Sn: img.Meta.Sn, CorrectedSn: img.Meta.CorrectedSn,
 		BlockSize: bs, Data: img.ChunkData}
 	if sm := img.SnapMeta; sm != nil {
 		out.SnapSn, out.SnapData = sm.Sn, img.SnapChunkData
@@ -316,6 +316,7 @@ func replayExport(t *testing.T, packets []sync.Packet, last uint64) (_ *datastor
 	chain := exportfmt.NewChain(1, 1)
 	type image struct {
 		sn, corrected, snapSn, asOf uint64
+		asOfOp                      uint32
 		data, snap                  []byte
 		copied                      []bool
 		cow                         bool
@@ -356,7 +357,7 @@ func replayExport(t *testing.T, packets []sync.Packet, last uint64) (_ *datastor
 				order = append(order, id)
 			}
 			if s := r.GetSnapshot(); s != nil {
-				img.sn, img.corrected, img.asOf = s.Sn, s.CorrectedSn, s.AsOfIndex
+				img.sn, img.corrected, img.asOf, img.asOfOp = s.Sn, s.CorrectedSn, s.AsOfIndex, s.AsOfOp
 				copy(img.data[s.Offset:], s.Data)
 			}
 			if cw := r.GetCowSnapshot(); cw != nil {
@@ -438,7 +439,7 @@ func replayExport(t *testing.T, packets []sync.Packet, last uint64) (_ *datastor
 		}
 		op := r.Op
 		id := op.GetChunkId()
-		if img := images[id]; img != nil && r.Index < img.asOf {
+		if img := images[id]; img != nil && (r.Index < img.asOf || r.Index == img.asOf && r.OpPosition < img.asOfOp) {
 			continue // in the image
 		}
 		var err error

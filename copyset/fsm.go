@@ -98,6 +98,26 @@ type StateMachine interface {
 	Close() error
 }
 
+// OpApplier is a StateMachine that tells apart the ops of one log entry
+// (a Batch machine's ops may share an index): the copyset calls ApplyOp,
+// with the op's position among the entry's ops (0 for an entry of one
+// op), instead of Apply. The chunk machine stamps its state with (index,
+// position), so that an op replayed after a later op of its entry is not
+// mistaken for the op at the stamp.
+type OpApplier interface {
+	StateMachine
+	ApplyOp(index uint64, pos int, payload []byte) any
+}
+
+// ApplyOp applies the op at position pos of log entry index to m:
+// ApplyOp for an OpApplier, else Apply.
+func ApplyOp(m StateMachine, index uint64, pos int, payload []byte) any {
+	if oa, ok := m.(OpApplier); ok {
+		return oa.ApplyOp(index, pos, payload)
+	}
+	return m.Apply(index, payload)
+}
+
 // Streamer is a StateMachine whose files a fuzzy copy cannot follow: one
 // whose Apply reads its own earlier state (the chunk store's copy-on-write
 // reads a block's older content, which a live copy may hold from a later
@@ -232,7 +252,7 @@ func (f *fsm) applyCommand(l *raft.Log) (any, *FatalError) {
 		}
 		results := make(batchResult, len(ops))
 		for j, op := range ops {
-			res := f.applyOp(l.Index, op)
+			res := f.applyOp(l.Index, j, op)
 			if fe, ok := res.(*FatalError); ok {
 				results[j] = fe
 				for k := j + 1; k < len(ops); k++ {
@@ -244,15 +264,16 @@ func (f *fsm) applyCommand(l *raft.Log) (any, *FatalError) {
 		}
 		return results, nil
 	}
-	res := f.applyOp(l.Index, l.Data)
+	res := f.applyOp(l.Index, 0, l.Data)
 	if fe, ok := res.(*FatalError); ok {
 		return fe, fe
 	}
 	return res, nil
 }
 
-// applyOp dispatches one op to its state machine.
-func (f *fsm) applyOp(index uint64, op []byte) any {
+// applyOp dispatches the op at position pos of entry index to its state
+// machine.
+func (f *fsm) applyOp(index uint64, pos int, op []byte) any {
 	kind, payload, err := DecodeOp(op)
 	if err != nil {
 		f.log.Error("undecodable op in raft log", "index", index, "err", err)
@@ -263,7 +284,7 @@ func (f *fsm) applyOp(index uint64, op []byte) any {
 		f.log.Error("op for unregistered state machine", "index", index, "kind", kind)
 		return fmt.Errorf("apply index %d kind %d: %w", index, kind, ErrUnknownKind)
 	}
-	return m.Apply(index, payload)
+	return ApplyOp(m, index, pos, payload)
 }
 
 func (f *fsm) advance(index uint64) { f.setApplied(index, false) }

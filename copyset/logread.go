@@ -110,3 +110,12 @@ func decodeLogEntry(g GroupID, l *raft.Log) (LogEntry, error) {
 	}
 	return e, nil
 }
+
+// LogBounds returns the first and last index of the log this replica
+// holds (first is last + 1 when it holds none): the range LogEntry can
+// read, up to the commit index.
+func (n *Node) LogBounds() (first, last uint64, err error) { return n.logBounds() }
+
+// CommitIndex returns the highest log index this replica knows to be
+// committed: LogEntry reads up to it.
+func (n *Node) CommitIndex() uint64 { return n.raft.CommitIndex() }

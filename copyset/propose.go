@@ -46,9 +46,13 @@ const opBatchVersion = 2
 // Limits of one envelope. A single op larger than maxBatchBytes is proposed
 // alone.
 const (
-	maxBatchOps   = 256
+	maxBatchOps   = MaxOpsPerEntry
 	maxBatchBytes = 1 << 20
 )
+
+// MaxOpsPerEntry is the most ops one raft log entry carries (proposal
+// batching): a machine may number an entry's ops in 8 bits.
+const MaxOpsPerEntry = 256
 
 // encodeBatch packs ops (at least two) into one envelope.
 func encodeBatch(ops [][]byte) []byte {

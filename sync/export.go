@@ -53,10 +53,11 @@ const (
 // materialised: Data is what a client reads.
 type ChunkImage struct {
 	ID uint64
-	// Index is the log index of the last op on the chunk: the image
-	// reflects every op on it before Index, some or all of the ops at Index
-	// (several ops can share an entry) and none after.
+	// Index and Op are the log index of the last op on the chunk and its
+	// position among the ops of that entry: the image reflects every op on
+	// the chunk up to (Index, Op) and none after.
 	Index           uint64
+	Op              uint32
 	Sn, CorrectedSn uint64
 	BlockSize       uint32
 	// Data is the chunk's data, the chunk size long.
@@ -319,7 +320,7 @@ func (e *exporter) pinAt(index uint64) error {
 // emit encodes and sends the packet [start, next) of records.
 func (e *exporter) emit(ctx context.Context, start, next exportfmt.Point, records []*syncpb.Record, finished bool) error {
 	hdr := &syncpb.PacketHeader{LogicPoolId: e.src.Pool(), CopysetId: e.src.Copyset(),
-		StartPoint: start.Proto(), NextPoint: next.Proto(), Finished: finished}
+		StartPoint: start.Proto(), NextPoint: next.Proto(), Finished: finished, BinlogStart: e.binlogStart}
 	data, err := exportfmt.Encode(hdr, records)
 	if err != nil {
 		return err
@@ -389,18 +390,18 @@ func imageRecords(id uint64, img ChunkImage) ([]*syncpb.Record, error) {
 	eachRun(blocks, func(i int) bool { return !bytes.Equal(img.Data[i*bs:(i+1)*bs], zero) }, func(a, b int) {
 		out = append(out, &syncpb.Record{Kind: &syncpb.Record_Snapshot{Snapshot: &syncpb.SnapshotRecord{
 			ChunkId: id, Sn: img.Sn, CorrectedSn: img.CorrectedSn, Offset: uint32(a * bs),
-			Data: img.Data[a*bs : b*bs], AsOfIndex: img.Index}}})
+			Data: img.Data[a*bs : b*bs], AsOfIndex: img.Index, AsOfOp: img.Op}}})
 	})
 	if len(out) == 0 {
 		out = append(out, &syncpb.Record{Kind: &syncpb.Record_Snapshot{Snapshot: &syncpb.SnapshotRecord{
-			ChunkId: id, Sn: img.Sn, CorrectedSn: img.CorrectedSn, ZeroLength: uint32(len(img.Data)), AsOfIndex: img.Index}}})
+			ChunkId: id, Sn: img.Sn, CorrectedSn: img.CorrectedSn, ZeroLength: uint32(len(img.Data)), AsOfIndex: img.Index, AsOfOp: img.Op}}})
 	}
 	if img.SnapSn == 0 {
 		return out, nil
 	}
 	cow := func(a, b int) {
 		out = append(out, &syncpb.Record{Kind: &syncpb.Record_CowSnapshot{CowSnapshot: &syncpb.CowSnapshotRecord{
-			ChunkId: id, SnapshotSn: img.SnapSn, Offset: uint32(a * bs), Data: img.SnapData[a*bs : b*bs], AsOfIndex: img.Index}}})
+			ChunkId: id, SnapshotSn: img.SnapSn, Offset: uint32(a * bs), Data: img.SnapData[a*bs : b*bs], AsOfIndex: img.Index, AsOfOp: img.Op}}})
 	}
 	n := len(out)
 	eachRun(blocks, func(i int) bool { return img.SnapCopied[i] }, cow)

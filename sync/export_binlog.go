@@ -143,7 +143,7 @@ func (e *exporter) entryRecords(ctx context.Context, ent copyset.LogEntry) ([]*s
 			}
 		}
 		out = append(out, &syncpb.Record{Kind: &syncpb.Record_Binlog{Binlog: &syncpb.BinlogRecord{
-			Index: ent.Index, Term: ent.Term, AppendedAtMs: at, Op: req, Data: data}}})
+			Index: ent.Index, Term: ent.Term, AppendedAtMs: at, Op: req, Data: data, OpPosition: uint32(i)}}})
 	}
 	return out, nil
 }

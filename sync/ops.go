@@ -128,3 +128,7 @@ func validateOp(op *pb.Op) error {
 	}
 	return errors.New("sync op: none of the known ops")
 }
+
+// EncodeOp returns the replicated op of any sync op (its kind's admission
+// check first): for ops that reach a leader through SyncInternal.Propose.
+func EncodeOp(op *pb.Op) ([]byte, error) { return encodeOp(op) }

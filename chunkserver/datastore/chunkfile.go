@@ -176,7 +176,7 @@ type chunkFile struct {
 // op at meta.Index itself is applied again: as the last op that changed the
 // meta, applying it again on its own result is idempotent. The caller holds
 // mu.
-func (c *chunkFile) replayed(index uint64) bool { return index != 0 && index < c.meta.Index }
+func (c *chunkFile) replayed(index uint64) bool { return index != 0 && index < c.meta.Seq }
 
 // isClone reports whether the chunk is a clone chunk. The caller holds mu.
 func (c *chunkFile) isClone() bool { return c.meta.Location != "" }

@@ -69,7 +69,7 @@ func (s *Store) CreateCloneChunkAt(index, id, sn, correctedSn uint64, size uint3
 		}
 		c, err = s.create("create clone", id, MetaPage{
 			Version: MetaVersion, Sn: sn, CorrectedSn: correctedSn,
-			Location: location, Bits: s.g.blocks, Bitmap: newBitmap(s.g.blocks), Index: index,
+			Location: location, Bits: s.g.blocks, Bitmap: newBitmap(s.g.blocks), Seq: index,
 		})
 		if err != nil {
 			return err

@@ -79,7 +79,7 @@
 // other ...At methods; the plain methods are the same ops unstamped, index
 // 0). Every change of a chunk's meta (creation, sn, corrected sn, snapshot
 // creation or removal, clone bitmap) stamps the meta with the op's index
-// ([MetaPage.Index]), and that stamp reaches the disk with the meta page.
+// ([MetaPage.Seq]), and that stamp reaches the disk with the meta page.
 // An op on a chunk whose stamp is later than the op's index is skipped: the
 // chunk's state already reflects it, its data is durable with the page
 // (written after the data was fsynced), and applying it again could change

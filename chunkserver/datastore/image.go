@@ -12,17 +12,18 @@ import (
 // from another; a snapshot older than the chunk blocks it preserves).
 type Image struct {
 	// Name and Data are the chunk file, its meta page the chunk's current
-	// meta stamped with Index.
+	// meta stamped with Seq.
 	Name string
 	Data []byte
 	// SnapName and SnapData are the chunk's snapshot file, if it has one
 	// (else empty and nil).
 	SnapName string
 	SnapData []byte
-	// Index is the log index the image reflects: every op on the chunk up
-	// to it (its meta page's Index). A replay skips the chunk's ops before
-	// it and applies the op at it again (see Replay in the package doc).
-	Index uint64
+	// Seq is the op sequence number the image reflects: every op on the
+	// chunk up to it (its meta page's Seq). A replay skips the chunk's ops
+	// before it and applies the op at it again (see Replay in the package
+	// doc).
+	Seq uint64
 
 	// Meta is the chunk's meta as in the image's meta page; ChunkData the
 	// chunk's data (a slice of Data), every block verified against its
@@ -58,8 +59,8 @@ func (s *Store) ChunkImage(id uint64) (Image, error) {
 	}
 	m := c.meta
 	m.Version = MetaVersion
-	m.Index = max(m.Index, c.applied)
-	img := Image{Name: chunkFileName(id), Data: make([]byte, s.g.fileSize), Index: m.Index, Meta: m}
+	m.Seq = max(m.Seq, c.applied)
+	img := Image{Name: chunkFileName(id), Data: make([]byte, s.g.fileSize), Seq: m.Seq, Meta: m}
 	if err := readFull(c.f, img.Data); err != nil {
 		return fail(err)
 	}

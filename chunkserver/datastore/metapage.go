@@ -36,17 +36,17 @@ const (
 	//	   E+4       -      zero up to the end of the page
 	//
 	// The bytes after the checksum are written as zero and ignored on decode.
-	// Pages of this version are still read (as Index 0); none is written.
+	// Pages of this version are still read (as Seq 0); none is written.
 	MetaVersion2 uint8 = 2
 
-	// MetaVersion3 is MetaVersion2 with the chunk's log index stamp after
-	// correctedSn (see MetaPage.Index), all integers little-endian:
+	// MetaVersion3 is MetaVersion2 with the chunk's op sequence stamp after
+	// correctedSn (see MetaPage.Seq), all integers little-endian:
 	//
 	//	offset    size      field
 	//	     0       1      version (= 3)
 	//	     1       8      sn
 	//	     9       8      correctedSn
-	//	    17       8      index
+	//	    17       8      seq
 	//	    25       4      locLen L
 	//	    29       L      location
 	//	  29+L       4      bits N
@@ -122,13 +122,16 @@ type MetaPage struct {
 	// (see bitmap for the encoding); ceil(Bits/8) bytes, nil for a normal
 	// chunk. Unmarshal returns a fresh slice.
 	Bitmap []byte
-	// Index is the raft log index up to which this page describes the
-	// chunk: its sn, corrected sn, snapshot and clone bitmap reflect every
-	// replicated op on the chunk up to Index, and the data of every op
-	// before Index is durable with it. A replayed op on the chunk with a
-	// smaller index is skipped (see the package documentation, Replay). 0
-	// (MetaVersion2 pages, unstamped ops) stamps nothing.
-	Index uint64
+	// Seq is the place in the raft log up to which this page describes the
+	// chunk (a replicated op's sequence number, increasing in log order: the
+	// chunk machine's is the entry's index << 8 | the op's position among
+	// the entry's chunk ops): its sn, corrected sn, snapshot and clone
+	// bitmap reflect every replicated op on the chunk up to Seq, and the
+	// data of every op before Seq is durable with it. A replayed op on the
+	// chunk with a smaller sequence number is skipped (see the package
+	// documentation, Replay). 0 (MetaVersion2 pages, unstamped ops) stamps
+	// nothing.
+	Seq uint64
 }
 
 // EncodedLen returns the number of meaningful bytes of m's encoding,
@@ -173,7 +176,7 @@ func (m *MetaPage) MarshalTo(buf []byte) error {
 	binary.LittleEndian.PutUint64(buf[9:], m.CorrectedSn)
 	p := 17
 	if m.Version == MetaVersion3 {
-		binary.LittleEndian.PutUint64(buf[p:], m.Index)
+		binary.LittleEndian.PutUint64(buf[p:], m.Seq)
 		p += 8
 	}
 	binary.LittleEndian.PutUint32(buf[p:], uint32(len(m.Location)))
@@ -243,7 +246,7 @@ func (m *MetaPage) Unmarshal(buf []byte) error {
 		Bits:        nbits,
 	}
 	if v == MetaVersion3 {
-		d.Index = binary.LittleEndian.Uint64(buf[17:])
+		d.Seq = binary.LittleEndian.Uint64(buf[17:])
 	}
 	if nbits > 0 {
 		d.Bitmap = append([]byte(nil), bm...)

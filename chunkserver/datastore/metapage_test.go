@@ -30,9 +30,9 @@ func TestMetaPageRoundTrip(t *testing.T) {
 		{Version: MetaVersion2, Sn: 2, Location: "vol1:4096@cs", Bits: 64, Bitmap: cloneBitmap(64)},
 		{Version: MetaVersion2, Sn: 2, CorrectedSn: 5, Location: "obj@s3", Bits: 13, Bitmap: cloneBitmap(13, 0, 7, 8, 12)},
 		{Version: MetaVersion2, Sn: 1, Location: strings.Repeat("x", MaxLocationLen), Bits: 4096, Bitmap: cloneBitmap(4096, 4095)},
-		{Version: MetaVersion3, Sn: 7, CorrectedSn: 3, Index: 42},
-		{Version: MetaVersion3, Sn: 2, CorrectedSn: 5, Location: "obj@s3", Bits: 13, Bitmap: cloneBitmap(13, 0, 7, 8, 12), Index: ^uint64(0)},
-		{Version: MetaVersion3, Sn: 1, Location: strings.Repeat("x", MaxLocationLen), Bits: 4096, Bitmap: cloneBitmap(4096, 4095), Index: 1},
+		{Version: MetaVersion3, Sn: 7, CorrectedSn: 3, Seq: 42},
+		{Version: MetaVersion3, Sn: 2, CorrectedSn: 5, Location: "obj@s3", Bits: 13, Bitmap: cloneBitmap(13, 0, 7, 8, 12), Seq: ^uint64(0)},
+		{Version: MetaVersion3, Sn: 1, Location: strings.Repeat("x", MaxLocationLen), Bits: 4096, Bitmap: cloneBitmap(4096, 4095), Seq: 1},
 	} {
 		buf := bytes.Repeat([]byte{0xAA}, 4096)
 		if err := m.MarshalTo(buf); err != nil {
@@ -96,7 +96,7 @@ func TestMetaPageLayout(t *testing.T) {
 // index after the corrected sn.
 func TestMetaPageLayoutV3(t *testing.T) {
 	m := MetaPage{Version: MetaVersion3, Sn: 0x0102030405060708, CorrectedSn: 0x1112131415161718,
-		Index: 0x2122232425262728, Location: "ab", Bits: 10, Bitmap: cloneBitmap(10, 0, 9)}
+		Seq: 0x2122232425262728, Location: "ab", Bits: 10, Bitmap: cloneBitmap(10, 0, 9)}
 	buf := make([]byte, m.EncodedLen())
 	if err := m.MarshalTo(buf); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestMetaPageLayoutV3(t *testing.T) {
 	}
 	checkLayout(t, buf, want)
 	var d MetaPage
-	if err := d.Unmarshal(buf); err != nil || d.Index != m.Index || d.Location != "ab" {
+	if err := d.Unmarshal(buf); err != nil || d.Seq != m.Seq || d.Location != "ab" {
 		t.Fatalf("decoded %+v, %v", d, err)
 	}
 	if n := (&MetaPage{Version: MetaVersion3, Sn: 1}); n.EncodedLen() != 37 {

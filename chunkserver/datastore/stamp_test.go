@@ -127,15 +127,15 @@ func TestChunkImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.Index != 9 || img.SnapData != nil || int64(len(img.Data)) != s.FileSize() {
-		t.Fatalf("image of chunk 1: index %d, snapshot %d bytes, %d bytes", img.Index, len(img.SnapData), len(img.Data))
+	if img.Seq != 9 || img.SnapData != nil || int64(len(img.Data)) != s.FileSize() {
+		t.Fatalf("image of chunk 1: index %d, snapshot %d bytes, %d bytes", img.Seq, len(img.SnapData), len(img.Data))
 	}
 	img2, err := s.ChunkImage(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img2.Index != 11 || img2.SnapName != "chunk_2_snap_1" || img2.SnapData == nil {
-		t.Fatalf("image of chunk 2: index %d, snapshot %q", img2.Index, img2.SnapName)
+	if img2.Seq != 11 || img2.SnapName != "chunk_2_snap_1" || img2.SnapData == nil {
+		t.Fatalf("image of chunk 2: index %d, snapshot %q", img2.Seq, img2.SnapName)
 	}
 	if _, err := s.ChunkImage(3); !errors.Is(err, ErrChunkNotExist) {
 		t.Fatalf("image of a missing chunk: %v", err)
@@ -196,7 +196,7 @@ func TestMetaVersion2Upgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m MetaPage
-	if err := m.Unmarshal(raw[:testPage]); err != nil || m.Version != MetaVersion3 || m.Sn != 2 || m.Index != 5 {
+	if err := m.Unmarshal(raw[:testPage]); err != nil || m.Version != MetaVersion3 || m.Sn != 2 || m.Seq != 5 {
 		t.Fatalf("meta page after the upgrade: %+v, %v", m, err)
 	}
 }

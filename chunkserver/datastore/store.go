@@ -293,7 +293,7 @@ func (s *Store) loadChunk(id uint64, path string, page []byte) (*chunkFile, erro
 		s.stats.clones.Add(1)
 	}
 	m.Version = MetaVersion // the next page written for it is of this version
-	return &chunkFile{id: id, path: path, inc: incSeq.Add(1), f: f, meta: m, applied: m.Index}, nil
+	return &chunkFile{id: id, path: path, inc: incSeq.Add(1), f: f, meta: m, applied: m.Seq}, nil
 }
 
 // loadSnap opens snapshot file path, named with sn.
@@ -552,7 +552,7 @@ func (s *Store) readData(c *chunkFile, lo uint32, buf []byte) error {
 // (0: unstamped), which becomes its Index stamp; Sync writes it. The caller
 // holds c.mu exclusively.
 func markMetaDirty(c *chunkFile, index uint64) {
-	c.meta.Index = max(c.meta.Index, index)
+	c.meta.Seq = max(c.meta.Seq, index)
 	c.metaDirty.Store(true)
 }
 
@@ -650,7 +650,7 @@ func (s *Store) lookupOrCreate(id, sn, index uint64) (*chunkFile, error) {
 		if !isNotExist(err) {
 			return c, err
 		}
-		c, err = s.create("write", id, MetaPage{Version: MetaVersion, Sn: sn, Index: index})
+		c, err = s.create("write", id, MetaPage{Version: MetaVersion, Sn: sn, Seq: index})
 		if c != nil || err != nil {
 			return c, err
 		}

@@ -130,13 +130,13 @@ func (s *suite) close(ms copyset.Machines) {
 func (s *suite) apply(ms copyset.Machines, es []entry) {
 	s.t.Helper()
 	for _, e := range es {
-		for _, op := range e.ops {
-			applyOp(s.t, ms, e.index, op)
+		for pos, op := range e.ops {
+			applyOp(s.t, ms, e.index, pos, op)
 		}
 	}
 }
 
-func applyOp(t testing.TB, ms copyset.Machines, index uint64, op []byte) {
+func applyOp(t testing.TB, ms copyset.Machines, index uint64, pos int, op []byte) {
 	kind, payload, err := copyset.DecodeOp(op)
 	if err != nil {
 		t.Fatalf("conformance: workload op at index %d: %v", index, err)
@@ -145,7 +145,7 @@ func applyOp(t testing.TB, ms copyset.Machines, index uint64, op []byte) {
 	if m == nil {
 		t.Fatalf("conformance: workload op at index %d has kind %d, which no spec registers", index, kind)
 	}
-	if res, ok := m.Apply(index, payload).(*copyset.FatalError); ok {
+	if res, ok := copyset.ApplyOp(m, index, pos, payload).(*copyset.FatalError); ok {
 		t.Fatalf("conformance: apply index %d: %v", index, res)
 	}
 }
@@ -296,9 +296,9 @@ func (s *suite) checkFuzzyCopy() {
 			defer close(done)
 			for i := snap; i < len(s.log); i++ {
 				<-step
-				for _, op := range s.log[i].ops {
+				for pos, op := range s.log[i].ops {
 					kind, payload, _ := copyset.DecodeOp(op)
-					if res, ok := ms.Get(kind).Apply(s.log[i].index, payload).(*copyset.FatalError); ok {
+					if res, ok := copyset.ApplyOp(ms.Get(kind), s.log[i].index, pos, payload).(*copyset.FatalError); ok {
 						msg := res.Error()
 						fatal.Store(&msg)
 					}

@@ -87,8 +87,12 @@ type recordedStreamer struct {
 
 func (m *recordedStreamer) Stream() (copyset.FileStream, error) { return m.st.Stream() }
 
-func (m *recorded) Apply(index uint64, payload []byte) any {
-	res := m.StateMachine.Apply(index, payload)
+func (m *recorded) Apply(index uint64, payload []byte) any { return m.ApplyOp(index, 0, payload) }
+
+// ApplyOp makes every recorded machine an OpApplier that passes positions
+// on to the machine it records.
+func (m *recorded) ApplyOp(index uint64, pos int, payload []byte) any {
+	res := copyset.ApplyOp(m.StateMachine, index, pos, payload)
 	m.r.mu.Lock()
 	d := m.r.dir(m.dir)
 	d.applied = max(d.applied, index)

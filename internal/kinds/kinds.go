@@ -10,7 +10,7 @@ const (
 	Integrity = 2
 	// Fence is a copyset's epoch fences (chunkserver/fence.go).
 	Fence = 3
-	// Sync is reserved for sync tasks (sync/).
+	// Sync is the sync service's sub-tasks (sync/).
 	Sync = 4
 	// Disagg is reserved for disaggregated locks (disagg/).
 	Disagg = 5
@@ -30,7 +30,7 @@ var Table = []Entry{
 	{Chunk, "chunk", false},
 	{Integrity, "integrity", false},
 	{Fence, "fence", false},
-	{Sync, "sync", true},
+	{Sync, "sync", false},
 	{Disagg, "disagg", true},
 	{DM, "dm", true},
 }

@@ -61,8 +61,12 @@ type PacketHeader struct {
 	// a restore --until-time can skip whole packets by them.
 	FirstAppendedAtMs int64 `protobuf:"varint,10,opt,name=first_appended_at_ms,json=firstAppendedAtMs,proto3" json:"first_appended_at_ms,omitempty"`
 	LastAppendedAtMs  int64 `protobuf:"varint,11,opt,name=last_appended_at_ms,json=lastAppendedAtMs,proto3" json:"last_appended_at_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// binlog_start: the first log index the copyset's binlog phase exports
+	// (the applied index + 1 when its snapshot phase began), in every
+	// packet once known; the SyncTool replicates it with the first packet.
+	BinlogStart   uint64 `protobuf:"varint,12,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PacketHeader) Reset() {
@@ -168,6 +172,13 @@ func (x *PacketHeader) GetFirstAppendedAtMs() int64 {
 func (x *PacketHeader) GetLastAppendedAtMs() int64 {
 	if x != nil {
 		return x.LastAppendedAtMs
+	}
+	return 0
+}
+
+func (x *PacketHeader) GetBinlogStart() uint64 {
+	if x != nil {
+		return x.BinlogStart
 	}
 	return 0
 }
@@ -332,15 +343,18 @@ type SnapshotRecord struct {
 	Offset uint32 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	// data: the bytes of the range; empty when zero_length is set.
 	Data []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
-	// as_of_index: the log index of the last op applied to the chunk when
-	// its image was taken: the image holds every op on the chunk before it,
-	// some or all of those at it (ops can share an entry), none after it.
-	// A restore applies the chunk's binlog records from it on (inclusive).
+	// as_of_index, as_of_op: the log index of the last op applied to the
+	// chunk when its image was taken, and that op's position among the ops
+	// of its entry (BinlogRecord.op): the image holds every op on the chunk
+	// up to (as_of_index, as_of_op) and none after it. A restore skips the
+	// chunk's binlog records before that place and applies the one at it
+	// again (harmless: the image is the state right after it).
 	AsOfIndex uint64 `protobuf:"varint,6,opt,name=as_of_index,json=asOfIndex,proto3" json:"as_of_index,omitempty"`
 	// zero_length: when not 0, the range [offset, offset+zero_length) of the
 	// chunk reads as zeros and data is empty. A record with offset 0 and
 	// zero_length = the chunk size says "the chunk exists, all of it zero".
 	ZeroLength    uint32 `protobuf:"varint,7,opt,name=zero_length,json=zeroLength,proto3" json:"zero_length,omitempty"`
+	AsOfOp        uint32 `protobuf:"varint,8,opt,name=as_of_op,json=asOfOp,proto3" json:"as_of_op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +438,13 @@ func (x *SnapshotRecord) GetZeroLength() uint32 {
 	return 0
 }
 
+func (x *SnapshotRecord) GetAsOfOp() uint32 {
+	if x != nil {
+		return x.AsOfOp
+	}
+	return 0
+}
+
 // CowSnapshotRecord is a range of blocks copied into a chunk's COW snapshot,
 // with their snapshot content; ReadChunkSnapshot with sn = snapshot_sn reads
 // the other blocks from the chunk's data. A snapshot with no block copied
@@ -434,8 +455,9 @@ type CowSnapshotRecord struct {
 	SnapshotSn uint64                 `protobuf:"varint,2,opt,name=snapshot_sn,json=snapshotSn,proto3" json:"snapshot_sn,omitempty"`
 	Offset     uint32                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	Data       []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	// as_of_index: as in SnapshotRecord.
+	// as_of_index, as_of_op: as in SnapshotRecord.
 	AsOfIndex     uint64 `protobuf:"varint,5,opt,name=as_of_index,json=asOfIndex,proto3" json:"as_of_index,omitempty"`
+	AsOfOp        uint32 `protobuf:"varint,6,opt,name=as_of_op,json=asOfOp,proto3" json:"as_of_op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -505,6 +527,13 @@ func (x *CowSnapshotRecord) GetAsOfIndex() uint64 {
 	return 0
 }
 
+func (x *CowSnapshotRecord) GetAsOfOp() uint32 {
+	if x != nil {
+		return x.AsOfOp
+	}
+	return 0
+}
+
 // BinlogRecord is one chunk operation of the copyset's raft log.
 type BinlogRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -521,7 +550,11 @@ type BinlogRecord struct {
 	// CREATE_CLONE, the data the clone reads (its location materialised),
 	// so that a restore never reads the source cluster. PASTE records are
 	// exported as logged; a restore ignores them.
-	Data          []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// op: the operation's position among the ops of its entry (0 for an
+	// entry of one op; ops of other services count too), the order in which
+	// they were applied.
+	OpPosition    uint32 `protobuf:"varint,6,opt,name=op_position,json=opPosition,proto3" json:"op_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +622,13 @@ func (x *BinlogRecord) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *BinlogRecord) GetOpPosition() uint32 {
+	if x != nil {
+		return x.OpPosition
+	}
+	return 0
 }
 
 // Manifest lists the packets of one copyset's export in point order.
@@ -779,7 +819,7 @@ var File_chunkraft_syncpb_export_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\n" +
-	"\x1dchunkraft/syncpb/export.proto\x12\x0echunkraft.sync\x1a\x1dcurve/chunkserver/chunk.proto\x1a!openmldb/datasync/data_sync.proto\"\xd5\x03\n" +
+	"\x1dchunkraft/syncpb/export.proto\x12\x0echunkraft.sync\x1a\x1dcurve/chunkserver/chunk.proto\x1a!openmldb/datasync/data_sync.proto\"\xf8\x03\n" +
 	"\fPacketHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
 	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
@@ -797,14 +837,15 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\bfinished\x18\t \x01(\bR\bfinished\x12/\n" +
 	"\x14first_appended_at_ms\x18\n" +
 	" \x01(\x03R\x11firstAppendedAtMs\x12-\n" +
-	"\x13last_appended_at_ms\x18\v \x01(\x03R\x10lastAppendedAtMs\"8\n" +
+	"\x13last_appended_at_ms\x18\v \x01(\x03R\x10lastAppendedAtMs\x12!\n" +
+	"\fbinlog_start\x18\f \x01(\x04R\vbinlogStart\"8\n" +
 	"\x04Body\x120\n" +
 	"\arecords\x18\x01 \x03(\v2\x16.chunkraft.sync.RecordR\arecords\"\xce\x01\n" +
 	"\x06Record\x12<\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x1e.chunkraft.sync.SnapshotRecordH\x00R\bsnapshot\x12F\n" +
 	"\fcow_snapshot\x18\x02 \x01(\v2!.chunkraft.sync.CowSnapshotRecordH\x00R\vcowSnapshot\x126\n" +
 	"\x06binlog\x18\x03 \x01(\v2\x1c.chunkraft.sync.BinlogRecordH\x00R\x06binlogB\x06\n" +
-	"\x04kind\"\xcb\x01\n" +
+	"\x04kind\"\xe5\x01\n" +
 	"\x0eSnapshotRecord\x12\x19\n" +
 	"\bchunk_id\x18\x01 \x01(\x04R\achunkId\x12\x0e\n" +
 	"\x02sn\x18\x02 \x01(\x04R\x02sn\x12!\n" +
@@ -813,20 +854,24 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1e\n" +
 	"\vas_of_index\x18\x06 \x01(\x04R\tasOfIndex\x12\x1f\n" +
 	"\vzero_length\x18\a \x01(\rR\n" +
-	"zeroLength\"\x9b\x01\n" +
+	"zeroLength\x12\x18\n" +
+	"\bas_of_op\x18\b \x01(\rR\x06asOfOp\"\xb5\x01\n" +
 	"\x11CowSnapshotRecord\x12\x19\n" +
 	"\bchunk_id\x18\x01 \x01(\x04R\achunkId\x12\x1f\n" +
 	"\vsnapshot_sn\x18\x02 \x01(\x04R\n" +
 	"snapshotSn\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\rR\x06offset\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1e\n" +
-	"\vas_of_index\x18\x05 \x01(\x04R\tasOfIndex\"\xa3\x01\n" +
+	"\vas_of_index\x18\x05 \x01(\x04R\tasOfIndex\x12\x18\n" +
+	"\bas_of_op\x18\x06 \x01(\rR\x06asOfOp\"\xc4\x01\n" +
 	"\fBinlogRecord\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12$\n" +
 	"\x0eappended_at_ms\x18\x03 \x01(\x03R\fappendedAtMs\x12/\n" +
 	"\x02op\x18\x04 \x01(\v2\x1f.curve.chunkserver.ChunkRequestR\x02op\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\fR\x04data\"\xad\x01\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1f\n" +
+	"\vop_position\x18\x06 \x01(\rR\n" +
+	"opPosition\"\xad\x01\n" +
 	"\bManifest\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
 	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +

@@ -918,6 +918,396 @@ func (*Op_DeleteTask) isOp_Op() {}
 
 func (*Op_DeleteAll) isOp_Op() {}
 
+type ProposeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Op            *Op                    `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeRequest) Reset() {
+	*x = ProposeRequest{}
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeRequest) ProtoMessage() {}
+
+func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
+func (*ProposeRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ProposeRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *ProposeRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *ProposeRequest) GetOp() *Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+type ProposeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code 0: applied; the op's record (or, for a delete, removed, the
+	// number of records it removed). code -1: refused or failed, msg says
+	// why; not_leader names the leader when the answering server does not
+	// lead the copyset ("" when unknown).
+	Code          int32    `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Msg           string   `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	Record        *SubTask `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	Removed       uint32   `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	NotLeader     bool     `protobuf:"varint,5,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Leader        string   `protobuf:"bytes,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeResponse) Reset() {
+	*x = ProposeResponse{}
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeResponse) ProtoMessage() {}
+
+func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
+func (*ProposeResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ProposeResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ProposeResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *ProposeResponse) GetRecord() *SubTask {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *ProposeResponse) GetRemoved() uint32 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *ProposeResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *ProposeResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+type ListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *ListRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+type Located struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"` // the answering server
+	SubTask       *SubTask               `protobuf:"bytes,4,opt,name=sub_task,json=subTask,proto3" json:"sub_task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Located) Reset() {
+	*x = Located{}
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Located) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Located) ProtoMessage() {}
+
+func (x *Located) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Located.ProtoReflect.Descriptor instead.
+func (*Located) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Located) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *Located) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *Located) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *Located) GetSubTask() *SubTask {
+	if x != nil {
+		return x.SubTask
+	}
+	return nil
+}
+
+type LedCopyset struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pool    uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	// oldest_ms: when the oldest entry this leader's log still holds was
+	// appended (unix ms; 0 unknown); oldest_index its index.
+	OldestMs      int64  `protobuf:"varint,3,opt,name=oldest_ms,json=oldestMs,proto3" json:"oldest_ms,omitempty"`
+	OldestIndex   uint64 `protobuf:"varint,4,opt,name=oldest_index,json=oldestIndex,proto3" json:"oldest_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedCopyset) Reset() {
+	*x = LedCopyset{}
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedCopyset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedCopyset) ProtoMessage() {}
+
+func (x *LedCopyset) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedCopyset.ProtoReflect.Descriptor instead.
+func (*LedCopyset) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LedCopyset) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *LedCopyset) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *LedCopyset) GetOldestMs() int64 {
+	if x != nil {
+		return x.OldestMs
+	}
+	return 0
+}
+
+func (x *LedCopyset) GetOldestIndex() uint64 {
+	if x != nil {
+		return x.OldestIndex
+	}
+	return 0
+}
+
+type ListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SubTasks      []*Located             `protobuf:"bytes,1,rep,name=sub_tasks,json=subTasks,proto3" json:"sub_tasks,omitempty"`
+	Copysets      []*LedCopyset          `protobuf:"bytes,2,rep,name=copysets,proto3" json:"copysets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResponse) Reset() {
+	*x = ListResponse{}
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResponse) ProtoMessage() {}
+
+func (x *ListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncstatepb_syncstate_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
+func (*ListResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListResponse) GetSubTasks() []*Located {
+	if x != nil {
+		return x.SubTasks
+	}
+	return nil
+}
+
+func (x *ListResponse) GetCopysets() []*LedCopyset {
+	if x != nil {
+		return x.Copysets
+	}
+	return nil
+}
+
 var File_chunkraft_syncstatepb_syncstate_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
@@ -984,14 +1374,46 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"deleteTask\x12?\n" +
 	"\n" +
 	"delete_all\x18\a \x01(\v2\x1e.chunkraft.syncstate.DeleteAllH\x00R\tdeleteAllB\x04\n" +
-	"\x02op*I\n" +
+	"\x02op\"g\n" +
+	"\x0eProposeRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12'\n" +
+	"\x02op\x18\x03 \x01(\v2\x17.chunkraft.syncstate.OpR\x02op\"\xbe\x01\n" +
+	"\x0fProposeResponse\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x124\n" +
+	"\x06record\x18\x03 \x01(\v2\x1c.chunkraft.syncstate.SubTaskR\x06record\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\rR\aremoved\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x05 \x01(\bR\tnotLeader\x12\x16\n" +
+	"\x06leader\x18\x06 \x01(\tR\x06leader\";\n" +
+	"\vListRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\"\x88\x01\n" +
+	"\aLocated\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\x127\n" +
+	"\bsub_task\x18\x04 \x01(\v2\x1c.chunkraft.syncstate.SubTaskR\asubTask\"z\n" +
+	"\n" +
+	"LedCopyset\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x1b\n" +
+	"\toldest_ms\x18\x03 \x01(\x03R\boldestMs\x12!\n" +
+	"\foldest_index\x18\x04 \x01(\x04R\voldestIndex\"\x86\x01\n" +
+	"\fListResponse\x129\n" +
+	"\tsub_tasks\x18\x01 \x03(\v2\x1c.chunkraft.syncstate.LocatedR\bsubTasks\x12;\n" +
+	"\bcopysets\x18\x02 \x03(\v2\x1f.chunkraft.syncstate.LedCopysetR\bcopysets*I\n" +
 	"\x06Status\x12\b\n" +
 	"\x04INIT\x10\x00\x12\v\n" +
 	"\aRUNNING\x10\x01\x12\v\n" +
 	"\aSUCCESS\x10\x02\x12\n" +
 	"\n" +
 	"\x06FAILED\x10\x03\x12\x0f\n" +
-	"\vREASSIGNING\x10\x04BHZFgithub.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb;syncstatepbb\x06proto3"
+	"\vREASSIGNING\x10\x042\xb1\x01\n" +
+	"\fSyncInternal\x12T\n" +
+	"\aPropose\x12#.chunkraft.syncstate.ProposeRequest\x1a$.chunkraft.syncstate.ProposeResponse\x12K\n" +
+	"\x04List\x12 .chunkraft.syncstate.ListRequest\x1a!.chunkraft.syncstate.ListResponseBHZFgithub.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb;syncstatepbb\x06proto3"
 
 var (
 	file_chunkraft_syncstatepb_syncstate_proto_rawDescOnce sync.Once
@@ -1006,7 +1428,7 @@ func file_chunkraft_syncstatepb_syncstate_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkraft_syncstatepb_syncstate_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkraft_syncstatepb_syncstate_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_chunkraft_syncstatepb_syncstate_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_chunkraft_syncstatepb_syncstate_proto_goTypes = []any{
 	(Status)(0),                         // 0: chunkraft.syncstate.Status
 	(*SubTask)(nil),                     // 1: chunkraft.syncstate.SubTask
@@ -1020,17 +1442,23 @@ var file_chunkraft_syncstatepb_syncstate_proto_goTypes = []any{
 	(*DeleteTask)(nil),                  // 9: chunkraft.syncstate.DeleteTask
 	(*DeleteAll)(nil),                   // 10: chunkraft.syncstate.DeleteAll
 	(*Op)(nil),                          // 11: chunkraft.syncstate.Op
-	(*datasync.AddSyncTaskRequest)(nil), // 12: openmldb.datasync.AddSyncTaskRequest
-	(*datasync.SyncPoint)(nil),          // 13: openmldb.datasync.SyncPoint
+	(*ProposeRequest)(nil),              // 12: chunkraft.syncstate.ProposeRequest
+	(*ProposeResponse)(nil),             // 13: chunkraft.syncstate.ProposeResponse
+	(*ListRequest)(nil),                 // 14: chunkraft.syncstate.ListRequest
+	(*Located)(nil),                     // 15: chunkraft.syncstate.Located
+	(*LedCopyset)(nil),                  // 16: chunkraft.syncstate.LedCopyset
+	(*ListResponse)(nil),                // 17: chunkraft.syncstate.ListResponse
+	(*datasync.AddSyncTaskRequest)(nil), // 18: openmldb.datasync.AddSyncTaskRequest
+	(*datasync.SyncPoint)(nil),          // 19: openmldb.datasync.SyncPoint
 }
 var file_chunkraft_syncstatepb_syncstate_proto_depIdxs = []int32{
-	12, // 0: chunkraft.syncstate.SubTask.progress:type_name -> openmldb.datasync.AddSyncTaskRequest
+	18, // 0: chunkraft.syncstate.SubTask.progress:type_name -> openmldb.datasync.AddSyncTaskRequest
 	0,  // 1: chunkraft.syncstate.SubTask.status:type_name -> chunkraft.syncstate.Status
 	1,  // 2: chunkraft.syncstate.State.sub_tasks:type_name -> chunkraft.syncstate.SubTask
-	12, // 3: chunkraft.syncstate.PutSubTask.request:type_name -> openmldb.datasync.AddSyncTaskRequest
+	18, // 3: chunkraft.syncstate.PutSubTask.request:type_name -> openmldb.datasync.AddSyncTaskRequest
 	3,  // 4: chunkraft.syncstate.Advance.ref:type_name -> chunkraft.syncstate.Ref
-	13, // 5: chunkraft.syncstate.Advance.start:type_name -> openmldb.datasync.SyncPoint
-	13, // 6: chunkraft.syncstate.Advance.next:type_name -> openmldb.datasync.SyncPoint
+	19, // 5: chunkraft.syncstate.Advance.start:type_name -> openmldb.datasync.SyncPoint
+	19, // 6: chunkraft.syncstate.Advance.next:type_name -> openmldb.datasync.SyncPoint
 	3,  // 7: chunkraft.syncstate.Touch.ref:type_name -> chunkraft.syncstate.Ref
 	3,  // 8: chunkraft.syncstate.SetStatus.ref:type_name -> chunkraft.syncstate.Ref
 	0,  // 9: chunkraft.syncstate.SetStatus.status:type_name -> chunkraft.syncstate.Status
@@ -1042,11 +1470,20 @@ var file_chunkraft_syncstatepb_syncstate_proto_depIdxs = []int32{
 	8,  // 15: chunkraft.syncstate.Op.set_binlog_end:type_name -> chunkraft.syncstate.SetBinlogEnd
 	9,  // 16: chunkraft.syncstate.Op.delete_task:type_name -> chunkraft.syncstate.DeleteTask
 	10, // 17: chunkraft.syncstate.Op.delete_all:type_name -> chunkraft.syncstate.DeleteAll
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	11, // 18: chunkraft.syncstate.ProposeRequest.op:type_name -> chunkraft.syncstate.Op
+	1,  // 19: chunkraft.syncstate.ProposeResponse.record:type_name -> chunkraft.syncstate.SubTask
+	1,  // 20: chunkraft.syncstate.Located.sub_task:type_name -> chunkraft.syncstate.SubTask
+	15, // 21: chunkraft.syncstate.ListResponse.sub_tasks:type_name -> chunkraft.syncstate.Located
+	16, // 22: chunkraft.syncstate.ListResponse.copysets:type_name -> chunkraft.syncstate.LedCopyset
+	12, // 23: chunkraft.syncstate.SyncInternal.Propose:input_type -> chunkraft.syncstate.ProposeRequest
+	14, // 24: chunkraft.syncstate.SyncInternal.List:input_type -> chunkraft.syncstate.ListRequest
+	13, // 25: chunkraft.syncstate.SyncInternal.Propose:output_type -> chunkraft.syncstate.ProposeResponse
+	17, // 26: chunkraft.syncstate.SyncInternal.List:output_type -> chunkraft.syncstate.ListResponse
+	25, // [25:27] is the sub-list for method output_type
+	23, // [23:25] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_syncstatepb_syncstate_proto_init() }
@@ -1069,9 +1506,9 @@ func file_chunkraft_syncstatepb_syncstate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_syncstatepb_syncstate_proto_rawDesc), len(file_chunkraft_syncstatepb_syncstate_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   17,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_chunkraft_syncstatepb_syncstate_proto_goTypes,
 		DependencyIndexes: file_chunkraft_syncstatepb_syncstate_proto_depIdxs,

@@ -1,0 +1,145 @@
+package chunkserver
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+)
+
+// syncTool is the upstream-generated SyncTool client of server i.
+func (c *testCluster) syncTool(i int) dspb.SyncToolClient { return dspb.NewSyncToolClient(c.conns[i]) }
+
+func createReq(db, name string, mode *dspb.SyncMode, dest string) *dspb.CreateSyncTaskRequest {
+	return &dspb.CreateSyncTaskRequest{Db: proto.String(db), Name: proto.String(name), Mode: mode, Dest: proto.String(dest)}
+}
+
+// subTasks returns server i's TaskStatus tasks.
+func (c *testCluster) subTasks(t *testing.T, i int) []*dspb.Task {
+	t.Helper()
+	resp, err := c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
+	if err != nil || resp.GetResponse().GetCode() != 0 {
+		t.Fatalf("task status: %v %v", resp.GetResponse(), err)
+	}
+	return resp.GetTask()
+}
+
+// TestSyncTaskLifecycle: a task created on one server is listed by every
+// server (its sub-task replicated on the pool's copyset), a second task
+// for the pool and every bad input are refused with code -1 and change
+// nothing, and both spellings of delete remove it everywhere.
+func TestSyncTaskLifecycle(t *testing.T) {
+	c := startTestCluster(t, 3)
+	ctx := context.Background()
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	full := dspb.SyncMode_kFullAndContinuous.Enum()
+
+	bad := []struct {
+		req  *dspb.CreateSyncTaskRequest
+		want string
+	}{
+		{createReq("one", "t", full, dir), "not a pool id"},
+		{createReq("7", "t", full, dir), "pool 7: no copysets"},
+		{createReq("1", "", full, dir), "name is empty"},
+		{createReq("1", strings.Repeat("n", 200), full, dir), "at most"},
+		{createReq("1", "t", nil, dir), "mode is missing"},
+		{createReq("1", "t", full, "file://relative/path"), "file"},
+		{createReq("1", "t", full, "hdfs://nn/x"), "hdfs"},
+		{createReq("1", "t", full, "s3://bucket/prefix"), "s3"},
+		{createReq("1", "t", dspb.SyncMode_kIncrementalByTimestamp.Enum(), dir), "start_ts"},
+	}
+	for _, b := range bad {
+		resp, err := c.syncTool(0).CreateSyncTask(ctx, b.req)
+		if err != nil || resp.GetCode() != -1 || !strings.Contains(resp.GetMsg(), b.want) {
+			t.Errorf("create %v: %v %v, want code -1 with %q", b.req, resp, err, b.want)
+		}
+	}
+	if got := c.subTasks(t, 1); len(got) != 0 {
+		t.Fatalf("bad input created sub-tasks: %v", got)
+	}
+
+	resp, err := c.syncTool(1).CreateSyncTask(ctx, createReq("1", "backup", full, dir))
+	if err != nil || resp.GetCode() != 0 {
+		t.Fatalf("create: %v %v", resp, err)
+	}
+	for i := range 3 {
+		tasks := c.subTasks(t, i)
+		if len(tasks) != 1 || tasks[0].GetProgress().GetTid() != 1 || tasks[0].GetProgress().GetPid() != 1 {
+			t.Fatalf("server %d lists %v", i, tasks)
+		}
+	}
+	if resp, _ := c.syncTool(2).CreateSyncTask(ctx, createReq("1", "other", full, dir)); resp.GetCode() != -1 || !strings.Contains(resp.GetMsg(), "already has sync task") {
+		t.Fatalf("second task for the pool: %v", resp)
+	}
+
+	// The leader collects it under the token it was created with.
+	tasks := c.subTasks(t, 0)
+	p := tasks[0].GetProgress()
+	time.Sleep(2500 * time.Millisecond)
+	if again := c.subTasks(t, 0); again[0].GetProgress().GetToken() != p.GetToken() ||
+		again[0].GetDataCollector() != c.servers[c.leader(t)].Local().Addr() {
+		t.Fatalf("sub-task moved without cause: %v, then %v", tasks[0], again[0])
+	}
+
+	// SendData refusals tell the collector to drop the task.
+	for _, req := range []*dspb.SendDataRequest{
+		{Tid: proto.Uint32(1), Pid: proto.Uint32(9), Token: p.Token, StartPoint: p.SyncPoint, NextPoint: p.SyncPoint, Count: proto.Uint64(0)},
+		{Tid: proto.Uint32(1), Pid: proto.Uint32(1), Token: proto.String("not-the-token"), StartPoint: p.SyncPoint, NextPoint: p.SyncPoint, Count: proto.Uint64(0)},
+		{Tid: proto.Uint32(1), Pid: proto.Uint32(1), Token: p.Token,
+			StartPoint: &dspb.SyncPoint{Type: dspb.SyncType_kBINLOG.Enum(), Offset: proto.Uint64(99)},
+			NextPoint:  &dspb.SyncPoint{Type: dspb.SyncType_kBINLOG.Enum(), Offset: proto.Uint64(99)}, Count: proto.Uint64(0)},
+		{Tid: proto.Uint32(1), Pid: proto.Uint32(1), Token: p.Token, StartPoint: p.SyncPoint, NextPoint: p.SyncPoint, Count: proto.Uint64(0), Data: []byte("garbage")},
+		{Tid: proto.Uint32(1), Pid: proto.Uint32(1)},
+	} {
+		r, err := c.syncTool(0).SendData(ctx, req)
+		if err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
+			t.Errorf("send data %v: %v %v, want code -1 and delete_task", req, r, err)
+		}
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	if r, err := c.syncTool(2).DelelteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
+		t.Fatalf("delete (misspelled): %v %v", r, err)
+	}
+	for i := range 3 {
+		if got := c.subTasks(t, i); len(got) != 0 && time.Now().Before(deadline) {
+			t.Fatalf("server %d still lists %v", i, got)
+		}
+	}
+	if r, _ := c.syncTool(0).DeleteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "no such task") {
+		t.Fatalf("delete again: %v", r)
+	}
+}
+
+// TestSyncTakeover: when a copyset's leader stops, the new leader takes
+// its sub-task over at once with a new token.
+func TestSyncTakeover(t *testing.T) {
+	c := startTestCluster(t, 3)
+	ctx := context.Background()
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	old := c.leader(t)
+	before := c.subTasks(t, old)[0]
+	c.stop(old)
+	other := (old + 1) % 3
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		now := c.leader(t)
+		tasks := c.subTasks(t, other)
+		if len(tasks) == 1 && tasks[0].GetDataCollector() == c.servers[now].Local().Addr() &&
+			tasks[0].GetProgress().GetToken() != before.GetProgress().GetToken() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no takeover: before %v, now %v (leader %d)", before, tasks, now)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

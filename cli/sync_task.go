@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+)
+
+// chunkctl sync create|status|delete: export tasks (the sync service).
+
+var syncModes = map[string]dspb.SyncMode{
+	"full":        dspb.SyncMode_kFull,
+	"incremental": dspb.SyncMode_kIncrementalByTimestamp,
+	"continuous":  dspb.SyncMode_kFullAndContinuous,
+}
+
+// parseStartTime reads --start-time: RFC 3339 or unix milliseconds.
+func parseStartTime(s string) (uint64, error) {
+	if ms, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return ms, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, fmt.Errorf("--start-time %q: not an RFC 3339 time or unix milliseconds", s)
+	}
+	if t.UnixMilli() <= 0 {
+		return 0, fmt.Errorf("--start-time %q: before 1970", s)
+	}
+	return uint64(t.UnixMilli()), nil
+}
+
+func newSyncCreateCommand(a *app) *cobra.Command {
+	var pool uint32
+	var name, mode, start, dest string
+	cmd := &cobra.Command{
+		Use:   "create --pool P --name N --mode full|incremental|continuous [--start-time T] --dest URL",
+		Short: "Create an export task of a pool: one sub-task per copyset, exported by its leader",
+		Long: `Creates the export task of a logical pool (one per pool). Every copyset of the
+pool gets a sub-task, replicated in the copyset, that its leader exports to
+--dest: file:///absolute/path or s3://bucket/prefix (on the servers' S3
+endpoint). Modes: full (snapshot, then the log up to the index committed when
+the log phase began; then the task is SUCCESS), continuous (snapshot, then the
+log for as long as the task exists), incremental (the log from the first entry
+appended at or after --start-time; fails if the log no longer reaches back
+that far). Nothing is created unless every check passes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, ok := syncModes[mode]
+			if !ok {
+				return fmt.Errorf("--mode %q: want full, incremental or continuous", mode)
+			}
+			req := &dspb.CreateSyncTaskRequest{Db: proto.String(strconv.FormatUint(uint64(pool), 10)), Name: &name, Mode: m.Enum(), Dest: &dest}
+			switch {
+			case m == dspb.SyncMode_kIncrementalByTimestamp && start == "":
+				return fmt.Errorf("--mode incremental needs --start-time")
+			case m != dspb.SyncMode_kIncrementalByTimestamp && start != "":
+				return fmt.Errorf("--start-time is for --mode incremental only")
+			case start != "":
+				ms, err := parseStartTime(start)
+				if err != nil {
+					return err
+				}
+				req.StartTs = &ms
+			}
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				msg, err := c.CreateSyncTask(ctx, req)
+				if err != nil {
+					return err
+				}
+				return a.printer(cmd).print(map[string]any{"pool": pool, "name": name, "mode": mode, "dest": dest, "message": msg},
+					[]string{"POOL", "NAME", "MODE", "DEST", "RESULT"}, [][]string{{strconv.Itoa(int(pool)), name, mode, dest, msg}})
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.Uint32Var(&pool, "pool", 0, "logical pool id to export")
+	f.StringVar(&name, "name", "", "the task's name")
+	f.StringVar(&mode, "mode", "", "full, incremental or continuous")
+	f.StringVar(&start, "start-time", "", "incremental: RFC 3339 time or unix milliseconds")
+	f.StringVar(&dest, "dest", "", "file:///absolute/path or s3://bucket/prefix")
+	for _, r := range []string{"pool", "name", "mode", "dest"} {
+		_ = cmd.MarkFlagRequired(r)
+	}
+	return cmd
+}
+
+func newSyncDeleteCommand(a *app) *cobra.Command {
+	var pool uint32
+	var name string
+	cmd := &cobra.Command{
+		Use:   "delete --pool P --name N",
+		Short: "Delete an export task everywhere and stop its collectors (the exported packets stay)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				msg, err := c.DeleteSyncTask(ctx, strconv.FormatUint(uint64(pool), 10), name)
+				if err != nil {
+					return err
+				}
+				return a.printer(cmd).print(map[string]any{"pool": pool, "name": name, "message": msg},
+					[]string{"POOL", "NAME", "RESULT"}, [][]string{{strconv.Itoa(int(pool)), name, msg}})
+			})
+		},
+	}
+	cmd.Flags().Uint32Var(&pool, "pool", 0, "logical pool id")
+	cmd.Flags().StringVar(&name, "name", "", "the task's name")
+	_ = cmd.MarkFlagRequired("pool")
+	_ = cmd.MarkFlagRequired("name")
+	return cmd
+}
+
+// syncSubTaskJSON is one sub-task of sync status -o json.
+type syncSubTaskJSON struct {
+	Pool          uint32 `json:"pool"`
+	Copyset       uint32 `json:"copyset"`
+	Name          string `json:"name,omitempty"`
+	Mode          string `json:"mode"`
+	Status        string `json:"status"`
+	Point         string `json:"point"`
+	Count         uint64 `json:"count"`
+	DataCollector string `json:"data_collector"`
+	Dest          string `json:"dest"`
+	LastUpdate    string `json:"last_update,omitempty"`
+	Info          string `json:"info"`
+}
+
+func syncPoint(p *dspb.SyncPoint) string {
+	if p == nil {
+		return ""
+	}
+	if p.GetType() == dspb.SyncType_kBINLOG {
+		return fmt.Sprintf("binlog %d", p.GetOffset())
+	}
+	if p.Pk == nil {
+		return "start"
+	}
+	return fmt.Sprintf("snapshot chunk %s offset %d", p.GetPk(), p.GetOffset())
+}
+
+func newSyncStatusCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Every sub-task of every export task: status, point, records exported, collector",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				resp, err := c.SyncTaskStatus(ctx)
+				if err != nil {
+					return err
+				}
+				var js []syncSubTaskJSON
+				var rows [][]string
+				for i, t := range resp.GetTask() {
+					p := t.GetProgress()
+					j := syncSubTaskJSON{Pool: p.GetTid(), Copyset: p.GetPid(), Mode: strings.TrimPrefix(p.GetMode().String(), "k"),
+						Status: t.GetStatus(), Point: syncPoint(p.GetSyncPoint()), Count: t.GetCount(),
+						DataCollector: t.GetDataCollector(), Dest: p.GetDest()}
+					if i < len(resp.GetReadableInfo()) {
+						j.Info = resp.GetReadableInfo()[i]
+						for _, kv := range strings.Split(j.Info, ";") {
+							if v, ok := strings.CutPrefix(kv, "lastUpdateTime="); ok {
+								if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+									j.LastUpdate = time.UnixMilli(ms).UTC().Format(time.RFC3339)
+								}
+							}
+						}
+					}
+					js = append(js, j)
+					rows = append(rows, []string{strconv.Itoa(int(j.Pool)), strconv.Itoa(int(j.Copyset)), j.Mode, j.Status, j.Point,
+						strconv.FormatUint(j.Count, 10), j.DataCollector, j.LastUpdate})
+				}
+				if js == nil {
+					js = []syncSubTaskJSON{}
+				}
+				return a.printer(cmd).print(js, []string{"POOL", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE"}, rows)
+			})
+		},
+	}
+}
+
+// newSyncCommand is chunkctl sync: export tasks of the sync service.
+func newSyncCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sync",
+		Short: "Export tasks (continuous backup of a pool to files or S3): create, status, delete",
+		Long: `The sync service exports a logical pool's chunks to a directory or an S3
+bucket: a snapshot of every chunk, then the copysets' raft logs (openmldb.datasync's
+protocol; the format is docs/sync-format.md). Tasks are replicated in the pool's
+copysets: any server answers for any task, and a leader change moves a copyset's
+export to its new leader with a new token.`,
+	}
+	cmd.AddCommand(newSyncCreateCommand(a), newSyncStatusCommand(a), newSyncDeleteCommand(a))
+	return cmd
+}

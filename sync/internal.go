@@ -1,0 +1,181 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
+)
+
+// SyncInternal: a SyncTool anywhere reaches a copyset's sync machine
+// through the copyset's leader. Propose is answered only by the leader
+// (not_leader names the leader it knows); List by every server for the
+// copysets it leads.
+
+// callTimeout bounds one SyncInternal call to another server.
+const callTimeout = 10 * time.Second
+
+type internalService struct {
+	pb.UnimplementedSyncInternalServer
+	s *Service
+}
+
+func (is *internalService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
+	return is.s.proposeLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetOp()), nil
+}
+
+func (is *internalService) List(_ context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
+	return is.s.listLocal(req.GetPool(), req.GetCopyset()), nil
+}
+
+// proposeLocal replicates op on copyset g if this server leads it.
+func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op) *pb.ProposeResponse {
+	fail := func(format string, args ...any) *pb.ProposeResponse {
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf(format, args...)}
+	}
+	n := s.copysets.Get(g)
+	switch {
+	case n == nil:
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s is not hosted on %s", g, s.deps.Local), NotLeader: true}
+	case n.Broken() != nil:
+		return fail("copyset %s: %v", g, n.Broken())
+	case !n.IsLeader():
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s is led by %q, not %s", g, n.Leader(), s.deps.Local),
+			NotLeader: true, Leader: string(n.Leader())}
+	}
+	if _, ok := MachineOf(n); !ok {
+		return fail("copyset %s has no sync state machine", g)
+	}
+	b, err := EncodeOp(op)
+	if err != nil {
+		return fail("%v", err)
+	}
+	_, res, err := n.Propose(ctx, b)
+	if err != nil {
+		var nl *copyset.NotLeaderError
+		if errors.As(err, &nl) {
+			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(nl.Leader)}
+		}
+		return fail("copyset %s: %v", g, err)
+	}
+	r, ok := res.(Result)
+	if !ok {
+		if e, isErr := res.(error); isErr {
+			return fail("copyset %s: %v", g, e)
+		}
+		return fail("copyset %s: unexpected apply result %T", g, res)
+	}
+	out := &pb.ProposeResponse{Record: r.Record, Removed: uint32(r.Removed)}
+	if r.Err != nil {
+		out.Code, out.Msg = -1, r.Err.Error()
+	}
+	return out
+}
+
+// listLocal lists the sub-tasks and retained logs of the copysets this
+// server leads (of pool, or all when 0; of copyset cs when not 0).
+func (s *Service) listLocal(pool, cs uint32) *pb.ListResponse {
+	out := &pb.ListResponse{}
+	for _, n := range s.copysets.List() {
+		g := n.Group()
+		if (pool != 0 && g.Pool() != pool) || (cs != 0 && g.Copyset() != cs) || !n.IsLeader() || n.Broken() != nil {
+			continue
+		}
+		m, ok := MachineOf(n)
+		if !ok {
+			continue
+		}
+		led := &pb.LedCopyset{Pool: g.Pool(), Copyset: g.Copyset()}
+		if first, err := oldestEntry(n); err == nil {
+			led.OldestIndex = first.Index
+			if !first.AppendedAt.IsZero() {
+				led.OldestMs = first.AppendedAt.UnixMilli()
+			}
+		}
+		out.Copysets = append(out.Copysets, led)
+		for _, r := range m.List() {
+			out.SubTasks = append(out.SubTasks, &pb.Located{Pool: g.Pool(), Copyset: g.Copyset(), Leader: string(s.deps.Local), SubTask: r})
+		}
+	}
+	slices.SortFunc(out.Copysets, func(a, b *pb.LedCopyset) int {
+		return cmpGroup(a.GetPool(), a.GetCopyset(), b.GetPool(), b.GetCopyset())
+	})
+	return out
+}
+
+func cmpGroup(p1, c1, p2, c2 uint32) int {
+	if p1 != p2 {
+		if p1 < p2 {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case c1 < c2:
+		return -1
+	case c1 > c2:
+		return 1
+	}
+	return 0
+}
+
+// oldestEntry returns the oldest entry n's log still holds.
+func oldestEntry(n *copyset.Node) (copyset.LogEntry, error) {
+	first, _, err := n.LogBounds()
+	if err != nil {
+		return copyset.LogEntry{}, err
+	}
+	e, err := n.LogEntry(first)
+	if err != nil {
+		return copyset.LogEntry{}, err
+	}
+	return e, nil
+}
+
+// client returns the SyncInternal client of the server with peer id (or
+// address) peer.
+func (s *Service) internalClient(peer string) (pb.SyncInternalClient, error) {
+	addr := peer
+	if _, a, err := copyset.ParsePeer(peer); err == nil {
+		addr = a
+	}
+	cc, err := s.deps.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return pb.NewSyncInternalClient(cc), nil
+}
+
+// propose replicates op on copyset (pool, cs) through its leader: this
+// server if it leads, else the leader the cluster map or a not_leader
+// answer names (up to three hops).
+func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
+	g := copyset.NewGroupID(pool, cs)
+	var last *pb.ProposeResponse
+	for range 4 {
+		var resp *pb.ProposeResponse
+		if leader == "" || leader == string(s.deps.Local) {
+			resp = s.proposeLocal(ctx, g, op)
+		} else {
+			c, err := s.internalClient(leader)
+			if err == nil {
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
+				resp, err = c.Propose(cctx, &pb.ProposeRequest{Pool: pool, Copyset: cs, Op: op})
+				cancel()
+			}
+			if err != nil {
+				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", g, leader, err)}
+			}
+		}
+		last = resp
+		if !resp.GetNotLeader() || resp.GetLeader() == "" || resp.GetLeader() == leader {
+			return resp
+		}
+		leader = resp.GetLeader()
+	}
+	return last
+}

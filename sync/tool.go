@@ -1,0 +1,532 @@
+package sync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	gosync "sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
+	syncpb "github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+	"github.com/chunkraft/chunkraft/sync/dest"
+	"github.com/chunkraft/chunkraft/sync/exportfmt"
+)
+
+// The SyncTool service (upstream's SyncTool, on every server): tasks are
+// created, listed and deleted from any server, which reaches each
+// copyset's sync machine through its leader (SyncInternal); SendData
+// writes a packet to the task's dest, then replicates the new point.
+
+type toolService struct {
+	dspb.UnimplementedSyncToolServer
+	s *Service
+}
+
+func general(code int32, format string, args ...any) *dspb.GeneralResponse {
+	return &dspb.GeneralResponse{Code: proto.Int32(code), Msg: proto.String(fmt.Sprintf(format, args...))}
+}
+
+// parsePool reads a task's db: a pool id in decimal.
+func parsePool(db string) (uint32, error) {
+	id, err := strconv.ParseUint(db, 10, 32)
+	if err != nil || id == 0 || strconv.FormatUint(id, 10) != db {
+		return 0, fmt.Errorf("db %q is not a pool id (a positive decimal number)", db)
+	}
+	return uint32(id), nil
+}
+
+// poolCopysets returns the copysets of pool found by the cluster map.
+func (s *Service) poolCopysets(ctx context.Context, pool uint32) ([]*clusterpb.Copyset, *clusterpb.ClusterMapResponse, error) {
+	cm, err := s.deps.Cluster(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster map: %w", err)
+	}
+	var out []*clusterpb.Copyset
+	for _, c := range cm.GetCopysets() {
+		if pool == 0 || c.GetPool() == pool {
+			out = append(out, c)
+		}
+	}
+	return out, cm, nil
+}
+
+// listAll asks every reachable server of the cluster for the sub-tasks of
+// the copysets it leads (of pool, or all when 0) and merges the answers.
+func (s *Service) listAll(ctx context.Context, pool uint32, cm *clusterpb.ClusterMapResponse) (*pb.ListResponse, error) {
+	var mu gosync.Mutex
+	out := &pb.ListResponse{}
+	var errs []error
+	var wg gosync.WaitGroup
+	for _, srv := range cm.GetServers() {
+		if !srv.GetReachable() {
+			continue
+		}
+		wg.Go(func() {
+			var resp *pb.ListResponse
+			var err error
+			if srv.GetAddress() == s.localAddr() {
+				resp = s.listLocal(pool, 0)
+			} else {
+				var c pb.SyncInternalClient
+				if c, err = s.internalClient(srv.GetAddress()); err == nil {
+					cctx, cancel := context.WithTimeout(ctx, callTimeout)
+					resp, err = c.List(cctx, &pb.ListRequest{Pool: pool})
+					cancel()
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("list sub-tasks on %s: %w", srv.GetAddress(), err))
+				return
+			}
+			out.SubTasks = append(out.SubTasks, resp.GetSubTasks()...)
+			out.Copysets = append(out.Copysets, resp.GetCopysets()...)
+		})
+	}
+	wg.Wait()
+	// Two servers may both have answered as leader during an election:
+	// keep the newer record of a sub-task, and one copyset entry.
+	slices.SortFunc(out.SubTasks, func(a, b *pb.Located) int {
+		if c := cmpGroup(a.GetPool(), a.GetCopyset(), b.GetPool(), b.GetCopyset()); c != 0 {
+			return c
+		}
+		return int(b.GetSubTask().GetUpdatedIndex()) - int(a.GetSubTask().GetUpdatedIndex())
+	})
+	out.SubTasks = slices.CompactFunc(out.SubTasks, func(a, b *pb.Located) bool {
+		return a.GetPool() == b.GetPool() && a.GetCopyset() == b.GetCopyset() && a.GetSubTask().GetName() == b.GetSubTask().GetName()
+	})
+	slices.SortFunc(out.Copysets, func(a, b *pb.LedCopyset) int {
+		return cmpGroup(a.GetPool(), a.GetCopyset(), b.GetPool(), b.GetCopyset())
+	})
+	out.Copysets = slices.CompactFunc(out.Copysets, func(a, b *pb.LedCopyset) bool {
+		return a.GetPool() == b.GetPool() && a.GetCopyset() == b.GetCopyset()
+	})
+	return out, errors.Join(errs...)
+}
+
+// localAddr is this server's address (host:port).
+func (s *Service) localAddr() string {
+	if _, a, err := copyset.ParsePeer(string(s.deps.Local)); err == nil {
+		return a
+	}
+	return string(s.deps.Local)
+}
+
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// CreateSyncTask creates the sub-tasks of a task on every copyset of its
+// pool (db), each exported by its copyset's leader to that leader's own
+// SyncTool. Nothing is created unless every check passes; a failure
+// half-way removes what was created.
+func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTaskRequest) (*dspb.GeneralResponse, error) {
+	s := t.s
+	pool, err := parsePool(req.GetDb())
+	if err != nil {
+		return general(-1, "create sync task: %v", err), nil
+	}
+	if err := validateTask(req.GetDb(), req.GetName()); err != nil {
+		return general(-1, "create sync task: %v", err), nil
+	}
+	if req.Mode == nil {
+		return general(-1, "create sync task %s/%s: mode is missing or unknown (kFull, kIncrementalByTimestamp or kFullAndContinuous)", req.GetDb(), req.GetName()), nil
+	}
+	mode := req.GetMode()
+	if mode == dspb.SyncMode_kIncrementalByTimestamp && req.GetStartTs() == 0 {
+		return general(-1, "create sync task %s/%s: kIncrementalByTimestamp needs start_ts (unix ms)", req.GetDb(), req.GetName()), nil
+	}
+	u, err := dest.Parse(req.GetDest())
+	if err != nil {
+		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
+	}
+	if err := s.dests.check(ctx, u); err != nil {
+		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
+	}
+	css, cm, err := s.poolCopysets(ctx, pool)
+	if err != nil {
+		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
+	}
+	if len(css) == 0 {
+		return general(-1, "create sync task %s/%s: pool %d: no copysets found in the cluster", req.GetDb(), req.GetName(), pool), nil
+	}
+	list, err := s.listAll(ctx, pool, cm)
+	if err != nil {
+		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
+	}
+	for _, st := range list.GetSubTasks() {
+		return general(-1, "create sync task %s/%s: pool %d already has sync task %q (one task per pool)", req.GetDb(), req.GetName(), pool, st.GetSubTask().GetName()), nil
+	}
+	led := map[[2]uint32]*pb.LedCopyset{}
+	for _, c := range list.GetCopysets() {
+		led[[2]uint32{c.GetPool(), c.GetCopyset()}] = c
+	}
+	for _, c := range css {
+		l := led[[2]uint32{c.GetPool(), c.GetCopyset()}]
+		if l == nil {
+			return general(-1, "create sync task %s/%s: copyset %d/%d has no leader that answers", req.GetDb(), req.GetName(), c.GetPool(), c.GetCopyset()), nil
+		}
+		if mode == dspb.SyncMode_kIncrementalByTimestamp && l.GetOldestIndex() > 1 && l.GetOldestMs() > int64(req.GetStartTs()) {
+			return general(-1, "create sync task %s/%s: copyset %d/%d retains its log from %s (%d ms) only: start_ts %d is older; the oldest time it can start from is %d",
+				req.GetDb(), req.GetName(), c.GetPool(), c.GetCopyset(), time.UnixMilli(l.GetOldestMs()).UTC().Format(time.RFC3339Nano), l.GetOldestMs(), req.GetStartTs(), l.GetOldestMs()), nil
+		}
+	}
+	var done []*clusterpb.Copyset
+	for _, c := range css {
+		leader := c.GetLeader()
+		addr := leaderAddr(leader)
+		op := &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{Db: req.GetDb(), Name: req.GetName(), UpdateMs: nowMs(),
+			Request: &dspb.AddSyncTaskRequest{
+				Tid: proto.Uint32(pool), Pid: proto.Uint32(c.GetCopyset()), Mode: mode.Enum(), StartTs: proto.Uint64(req.GetStartTs()),
+				SyncPoint:      exportfmt.StartPoint().Proto(),
+				TabletEndpoint: proto.String(addr), DesEndpoint: proto.String(addr),
+				Token: proto.String(newToken()), Dest: proto.String(u.String()),
+			}}}}
+		resp := s.propose(ctx, pool, c.GetCopyset(), leader, op)
+		if resp.GetCode() != 0 {
+			for _, d := range done {
+				s.propose(ctx, pool, d.GetCopyset(), d.GetLeader(), &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
+			}
+			return general(-1, "create sync task %s/%s: copyset %d/%d: %s (nothing was created)", req.GetDb(), req.GetName(), pool, c.GetCopyset(), resp.GetMsg()), nil
+		}
+		done = append(done, c)
+	}
+	s.log.Info("sync task created", "db", req.GetDb(), "name", req.GetName(), "mode", mode.String(), "dest", u.String(), "copysets", len(css))
+	return general(0, "ok: %d sub-tasks", len(css)), nil
+}
+
+// leaderAddr is the address of a peer id ("" stays "").
+func leaderAddr(peer string) string {
+	if _, a, err := copyset.ParsePeer(peer); err == nil {
+		return a
+	}
+	return peer
+}
+
+// DelelteSyncTask is upstream's misspelled DeleteSyncTask.
+func (t *toolService) DelelteSyncTask(ctx context.Context, req *dspb.DeleteSyncTaskRequest) (*dspb.GeneralResponse, error) {
+	return t.DeleteSyncTask(ctx, req)
+}
+
+// DeleteSyncTask removes the task's sub-tasks from every copyset of its
+// pool; their collectors stop when their records go.
+func (t *toolService) DeleteSyncTask(ctx context.Context, req *dspb.DeleteSyncTaskRequest) (*dspb.GeneralResponse, error) {
+	s := t.s
+	pool, err := parsePool(req.GetDb())
+	if err == nil {
+		err = validateTask(req.GetDb(), req.GetName())
+	}
+	if err != nil {
+		return general(-1, "delete sync task: %v", err), nil
+	}
+	css, _, err := s.poolCopysets(ctx, pool)
+	if err != nil {
+		return general(-1, "delete sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
+	}
+	removed, errs := 0, []string{}
+	for _, c := range css {
+		resp := s.propose(ctx, pool, c.GetCopyset(), c.GetLeader(), &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
+		if resp.GetCode() != 0 {
+			errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", pool, c.GetCopyset(), resp.GetMsg()))
+			continue
+		}
+		removed += int(resp.GetRemoved())
+	}
+	switch {
+	case len(errs) > 0:
+		return general(-1, "delete sync task %s/%s: removed %d sub-tasks; failed on %v", req.GetDb(), req.GetName(), removed, errs), nil
+	case removed == 0:
+		return general(-1, "delete sync task %s/%s: no such task", req.GetDb(), req.GetName()), nil
+	}
+	s.log.Info("sync task deleted", "db", req.GetDb(), "name", req.GetName(), "sub_tasks", removed)
+	return general(0, "ok: %d sub-tasks removed", removed), nil
+}
+
+// TaskStatus lists every sub-task of every task (clear_all: deletes them
+// all).
+func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusRequest) (*dspb.TaskStatusResponse, error) {
+	s := t.s
+	css, cm, err := s.poolCopysets(ctx, 0)
+	if err != nil {
+		return &dspb.TaskStatusResponse{Response: general(-1, "task status: %v", err)}, nil
+	}
+	if req.GetClearAll() {
+		removed, errs := 0, []string{}
+		for _, c := range css {
+			resp := s.propose(ctx, c.GetPool(), c.GetCopyset(), c.GetLeader(), &pb.Op{Op: &pb.Op_DeleteAll{DeleteAll: &pb.DeleteAll{}}})
+			if resp.GetCode() != 0 {
+				errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", c.GetPool(), c.GetCopyset(), resp.GetMsg()))
+				continue
+			}
+			removed += int(resp.GetRemoved())
+		}
+		if len(errs) > 0 {
+			return &dspb.TaskStatusResponse{Response: general(-1, "clear all: removed %d sub-tasks; failed on %v", removed, errs)}, nil
+		}
+		return &dspb.TaskStatusResponse{Response: general(0, "ok: %d sub-tasks removed", removed)}, nil
+	}
+	list, err := s.listAll(ctx, 0, cm)
+	resp := &dspb.TaskStatusResponse{Response: general(0, "ok")}
+	if err != nil {
+		resp.Response = general(-1, "task status (partial): %v", err)
+	}
+	for _, l := range list.GetSubTasks() {
+		st := l.GetSubTask()
+		resp.Task = append(resp.Task, &dspb.Task{
+			Progress:      st.GetProgress(),
+			DataCollector: proto.String(st.GetProgress().GetTabletEndpoint()),
+			Count:         proto.Uint64(st.GetCount()),
+			Status:        proto.String(st.GetStatus().String()),
+		})
+		info := fmt.Sprintf("lastUpdateTime=%d;progressPath=copyset %d/%d sync machine (%s/%s), leader %s",
+			st.GetLastUpdateMs(), l.GetPool(), l.GetCopyset(), Dir, FileName, leaderAddr(l.GetLeader()))
+		if st.GetMessage() != "" {
+			info += ";message=" + st.GetMessage()
+		}
+		resp.ReadableInfo = append(resp.ReadableInfo, info)
+	}
+	return resp, nil
+}
+
+// sendDataFail is SendData's refusal: the collector must drop the task.
+func sendDataFail(format string, args ...any) *dspb.SendDataResponse {
+	return &dspb.SendDataResponse{Response: general(-1, format, args...), DeleteTask: proto.Bool(true)}
+}
+
+// SendData answers with sendData, counting what it acknowledged and
+// refused.
+func (t *toolService) SendData(ctx context.Context, req *dspb.SendDataRequest) (*dspb.SendDataResponse, error) {
+	resp := t.sendData(ctx, req)
+	m := t.s.metrics
+	switch {
+	case resp.GetResponse().GetCode() == 0 && len(req.GetData()) > 0:
+		m.packets.Inc()
+		m.records.Add(float64(req.GetCount()))
+		m.bytes.Add(float64(len(req.GetData())))
+	case resp.GetDeleteTask():
+		m.refused.Inc()
+	}
+	return resp, nil
+}
+
+// record returns sub-task (tid, pid) as its copyset's leader has it.
+func (s *Service) record(ctx context.Context, tid, pid uint32) (*pb.SubTask, string, error) {
+	g := copyset.NewGroupID(tid, pid)
+	if n := s.copysets.Get(g); n != nil && n.IsLeader() {
+		if m, ok := MachineOf(n); ok {
+			return m.Get(tid, pid), string(s.deps.Local), nil
+		}
+	}
+	css, _, err := s.poolCopysets(ctx, tid)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, c := range css {
+		if c.GetCopyset() != pid || c.GetLeader() == "" {
+			continue
+		}
+		cl, err := s.internalClient(c.GetLeader())
+		if err != nil {
+			return nil, "", err
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := cl.List(cctx, &pb.ListRequest{Pool: tid, Copyset: pid})
+		cancel()
+		if err != nil {
+			return nil, "", fmt.Errorf("copyset %s: leader %s: %w", g, c.GetLeader(), err)
+		}
+		for _, l := range resp.GetSubTasks() {
+			return l.GetSubTask(), c.GetLeader(), nil
+		}
+		return nil, c.GetLeader(), nil
+	}
+	return nil, "", nil
+}
+
+// SendData takes one packet of a sub-task: the sub-task must exist, be
+// INIT or RUNNING, have the packet's token and stand at its start point.
+// The packet is written to the dest (named by its start point, replacing
+// a resent one), then the new point is replicated; only then is it
+// acknowledged. An empty packet refreshes the last update time.
+func (t *toolService) sendData(ctx context.Context, req *dspb.SendDataRequest) *dspb.SendDataResponse {
+	s := t.s
+	tid, pid := req.GetTid(), req.GetPid()
+	if req.Tid == nil || req.Pid == nil || req.GetToken() == "" || req.StartPoint == nil || req.NextPoint == nil {
+		return sendDataFail("send data: tid, pid, token, start_point and next_point are required")
+	}
+	start, err := exportfmt.ParsePoint(req.GetStartPoint())
+	if err != nil {
+		return sendDataFail("send data %d/%d: start_point: %v", tid, pid, err)
+	}
+	next, err := exportfmt.ParsePoint(req.GetNextPoint())
+	if err != nil {
+		return sendDataFail("send data %d/%d: next_point: %v", tid, pid, err)
+	}
+	rec, leader, err := s.record(ctx, tid, pid)
+	switch {
+	case err != nil:
+		return &dspb.SendDataResponse{Response: general(-1, "send data %d/%d: %v", tid, pid, err)}
+	case rec == nil:
+		return sendDataFail("send data %d/%d: no such sub-task", tid, pid)
+	case rec.GetProgress().GetToken() != req.GetToken():
+		return sendDataFail("send data %d/%d: %v", tid, pid, ErrTokenMismatch)
+	case rec.GetStatus() != pb.Status_INIT && rec.GetStatus() != pb.Status_RUNNING:
+		return sendDataFail("send data %d/%d: status %s takes no data", tid, pid, rec.GetStatus())
+	case !proto.Equal(rec.GetProgress().GetSyncPoint(), req.GetStartPoint()):
+		return sendDataFail("send data %d/%d: start point %s is not the sub-task's %s", tid, pid, start, PointString(rec.GetProgress().GetSyncPoint()))
+	}
+	ref := &pb.Ref{Tid: tid, Pid: pid, Token: req.GetToken()}
+	if len(req.GetData()) == 0 {
+		if req.GetCount() != 0 || start.Compare(next) != 0 {
+			return sendDataFail("send data %d/%d: a packet without data must have count 0 and next_point = start_point", tid, pid)
+		}
+		resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Touch{Touch: &pb.Touch{Ref: ref, UpdateMs: nowMs()}}})
+		if resp.GetCode() != 0 {
+			return sendDataFail("send data %d/%d: %s", tid, pid, resp.GetMsg())
+		}
+		return &dspb.SendDataResponse{Response: general(0, "ok")}
+	}
+	pkt, err := exportfmt.Decode(req.GetData())
+	if err != nil {
+		return sendDataFail("send data %d/%d: %v", tid, pid, err)
+	}
+	h := pkt.Header
+	switch {
+	case h.GetLogicPoolId() != tid || h.GetCopysetId() != pid:
+		return sendDataFail("send data %d/%d: the packet is of copyset %d/%d", tid, pid, h.GetLogicPoolId(), h.GetCopysetId())
+	case pkt.Start.Compare(start) != 0 || pkt.Next.Compare(next) != 0:
+		return sendDataFail("send data %d/%d: the packet covers [%s, %s), the request [%s, %s)", tid, pid, pkt.Start, pkt.Next, start, next)
+	case h.GetRecordCount() != req.GetCount():
+		return sendDataFail("send data %d/%d: count %d, the packet holds %d records", tid, pid, req.GetCount(), h.GetRecordCount())
+	case h.GetFinished() != req.GetFinished():
+		return sendDataFail("send data %d/%d: finished %v, the packet says %v", tid, pid, req.GetFinished(), h.GetFinished())
+	}
+	u, err := dest.Parse(rec.GetProgress().GetDest())
+	if err != nil {
+		return sendDataFail("send data %d/%d: the sub-task's dest: %v", tid, pid, err)
+	}
+	name := exportfmt.PacketName(tid, pid, start)
+	if err := s.dests.put(ctx, u, tid, pid, name, req.GetData(), pkt); err != nil {
+		return &dspb.SendDataResponse{Response: general(-1, "send data %d/%d: %v", tid, pid, err)}
+	}
+	resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Advance{Advance: &pb.Advance{
+		Ref: ref, Start: req.GetStartPoint(), Next: req.GetNextPoint(), Count: req.GetCount(),
+		UpdateMs: nowMs(), Finished: req.GetFinished(), BinlogStart: h.GetBinlogStart(),
+	}}})
+	if resp.GetCode() != 0 {
+		if resp.GetNotLeader() {
+			return &dspb.SendDataResponse{Response: general(-1, "send data %d/%d: %s", tid, pid, resp.GetMsg())}
+		}
+		return sendDataFail("send data %d/%d: %s", tid, pid, resp.GetMsg())
+	}
+	return &dspb.SendDataResponse{Response: general(0, "ok")}
+}
+
+// destCache keeps the dests SendData writes to open, and each copyset's
+// manifest.
+type destCache struct {
+	server objstore.Config
+
+	mu        gosync.Mutex
+	open      map[string]dest.Dest
+	manifests map[string]*syncpb.Manifest // by dest and copyset
+}
+
+func newDestCache(server objstore.Config) *destCache {
+	return &destCache{server: server, open: map[string]dest.Dest{}, manifests: map[string]*syncpb.Manifest{}}
+}
+
+// check opens u (which checks it is usable) and closes it again.
+func (c *destCache) check(ctx context.Context, u dest.URL) error {
+	d, err := dest.Open(ctx, u, c.server)
+	if err != nil {
+		return err
+	}
+	return d.Close()
+}
+
+func (c *destCache) get(ctx context.Context, u dest.URL) (dest.Dest, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.open[u.String()]; ok {
+		return d, nil
+	}
+	d, err := dest.Open(ctx, u, c.server)
+	if err != nil {
+		return nil, err
+	}
+	c.open[u.String()] = d
+	return d, nil
+}
+
+// put writes packet data as name, then the copyset's manifest with it.
+func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name string, data []byte, pkt *exportfmt.Packet) error {
+	d, err := c.get(ctx, u)
+	if err != nil {
+		return err
+	}
+	if err := d.Put(ctx, name, data); err != nil {
+		return fmt.Errorf("write packet %s to %s: %w", name, d, err)
+	}
+	key := u.String() + "\x00" + strconv.FormatUint(uint64(pool), 10) + "/" + strconv.FormatUint(uint64(cs), 10)
+	c.mu.Lock()
+	m := c.manifests[key]
+	c.mu.Unlock()
+	mname := exportfmt.ManifestName(pool, cs)
+	if m == nil {
+		b, err := d.Get(ctx, mname)
+		switch {
+		case errors.Is(err, objstore.ErrNotExist):
+			m = exportfmt.NewManifest(pool, cs)
+		case err != nil:
+			return fmt.Errorf("read manifest %s: %w", mname, err)
+		default:
+			if m, err = exportfmt.DecodeManifest(b); err != nil {
+				return fmt.Errorf("manifest %s: %w", mname, err)
+			}
+		}
+	}
+	m = proto.CloneOf(m)
+	if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+		// A packet that does not continue the manifest (a new task over an
+		// old export's manifest): start the manifest over from it.
+		m = exportfmt.NewManifest(pool, cs)
+		if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+			return fmt.Errorf("manifest %s: %w", mname, err)
+		}
+	}
+	b, err := exportfmt.EncodeManifest(m)
+	if err != nil {
+		return err
+	}
+	if err := d.Put(ctx, mname, b); err != nil {
+		return fmt.Errorf("write manifest %s to %s: %w", mname, d, err)
+	}
+	c.mu.Lock()
+	c.manifests[key] = m
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *destCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, d := range c.open {
+		_ = d.Close()
+		delete(c.open, k)
+	}
+}
