@@ -44,8 +44,10 @@ const (
 	// exportfmt.MaxPacketSize.
 	maxPacketBytes = exportfmt.MaxPacketSize / 4
 	// pollInterval is how often a caught-up binlog phase looks for newly
-	// committed entries.
-	pollInterval = 10 * time.Millisecond
+	// committed entries at first; each look that finds none doubles it, up
+	// to maxPollInterval (an idle copyset costs ~10 looks a second).
+	pollInterval    = 10 * time.Millisecond
+	maxPollInterval = 100 * time.Millisecond
 )
 
 // ChunkImage is one chunk as of one moment, stamped with the log index of

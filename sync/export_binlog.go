@@ -44,6 +44,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		havePend      bool
 		opened        time.Time // when the open packet got its first entry
 		lastSent      = time.Now()
+		poll          = pollInterval
 	)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -53,7 +54,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		if full {
 			limit = min(limit, end)
 		}
-		packetFull := false
+		packetFull, before := false, cursor
 		for cursor <= limit {
 			if !havePend {
 				ent, err := e.pin.Entry(cursor)
@@ -108,7 +109,12 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			}
 			lastSent = time.Now()
 		}
-		t := time.NewTimer(pollInterval)
+		if cursor > before {
+			poll = pollInterval
+		} else {
+			poll = min(2*poll, maxPollInterval)
+		}
+		t := time.NewTimer(poll)
 		select {
 		case <-ctx.Done():
 			t.Stop()
