@@ -1,0 +1,410 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	gosync "sync"
+	"time"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	"github.com/chunkraft/chunkraft/sync/dest"
+	"github.com/chunkraft/chunkraft/sync/exportfmt"
+)
+
+// Options configures a restore.
+type Options struct {
+	// Source is the export's destination, opened.
+	Source dest.Dest
+	// Pool is the pool of the export to restore.
+	Pool uint32
+	// ToPool is the pool of the target copysets; 0 means Pool. Copyset C
+	// of Pool is restored into copyset C of ToPool.
+	ToPool uint32
+	// Copysets restricts the restore to these copysets of Pool; empty
+	// means every copyset the export has.
+	Copysets []uint32
+	// UntilIndex, when HasUntilIndex, is the raft index (of each
+	// copyset) to restore to; UntilTimeMs, when HasUntilTime, selects per
+	// copyset the last binlog record appended at or before it (Unix ms).
+	// At most one of them.
+	UntilIndex    uint64
+	HasUntilIndex bool
+	UntilTimeMs   int64
+	HasUntilTime  bool
+	// Target is the cluster written to.
+	Target Target
+	// Geometry is the chunk geometry; zero means DefaultGeometry.
+	Geometry Geometry
+	// Parallel is how many copysets are checked and replayed at once (0:
+	// DefaultParallel).
+	Parallel int
+	// MaxWrite bounds the data of one write of a chunk rebuild (0:
+	// DefaultMaxWrite).
+	MaxWrite uint32
+	// Progress, if set, is called after each packet (serialised).
+	Progress func(Progress)
+}
+
+// DefaultParallel is the number of copysets restored at once by default.
+const DefaultParallel = 8
+
+// Phase is the pass a restore is in.
+type Phase string
+
+// The passes of a restore.
+const (
+	PhaseCheck  Phase = "check"
+	PhaseReplay Phase = "restore"
+)
+
+// Progress is the state of a restore after a packet.
+type Progress struct {
+	Phase Phase
+	// Pool and Copyset name the copyset of the packet (in the export).
+	Pool, Copyset uint32
+	// Packets and Records count the packets and records done in this
+	// phase, of PacketsTotal (known in the replay phase) ; Bytes the
+	// packet bytes.
+	Packets, PacketsTotal int
+	Records, Bytes        uint64
+	// CopysetsDone of Copysets are finished in this phase.
+	CopysetsDone, Copysets int
+}
+
+// CopysetSummary is what the restore did to one copyset.
+type CopysetSummary struct {
+	Pool          uint32 `json:"pool"`
+	Copyset       uint32 `json:"copyset"`
+	ToPool        uint32 `json:"toPool"`
+	UntilIndex    uint64 `json:"untilIndex"`
+	Packets       int    `json:"packets"`
+	Chunks        uint64 `json:"chunks"`
+	Records       uint64 `json:"records"`
+	Skipped       uint64 `json:"skipped"`
+	Refused       uint64 `json:"refused"`
+	Bytes         uint64 `json:"bytes"`
+	WrittenBytes  uint64 `json:"writtenBytes"`
+	TargetOps     uint64 `json:"targetOps"`
+	BinlogStart   uint64 `json:"binlogStart"`
+	EarliestIndex uint64 `json:"earliestIndex"`
+}
+
+// Summary is what a restore did.
+type Summary struct {
+	Copysets []CopysetSummary `json:"copysets"`
+	// Totals of Copysets.
+	Packets      int           `json:"packets"`
+	Chunks       uint64        `json:"chunks"`
+	Records      uint64        `json:"records"`
+	Skipped      uint64        `json:"skipped"`
+	Refused      uint64        `json:"refused"`
+	Bytes        uint64        `json:"bytes"`
+	WrittenBytes uint64        `json:"writtenBytes"`
+	Elapsed      time.Duration `json:"-"`
+}
+
+// Restore restores the export (see the package documentation). On error
+// the summary holds the copysets replayed completely.
+func Restore(ctx context.Context, o Options) (*Summary, error) {
+	start := time.Now()
+	if o.Geometry == (Geometry{}) {
+		o.Geometry = DefaultGeometry
+	}
+	if err := o.Geometry.check(); err != nil {
+		return nil, err
+	}
+	if o.HasUntilIndex && o.HasUntilTime {
+		return nil, errors.New("restore: give --until-index or --until-time, not both")
+	}
+	if o.ToPool == 0 {
+		o.ToPool = o.Pool
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = DefaultParallel
+	}
+	if o.MaxWrite == 0 {
+		o.MaxWrite = DefaultMaxWrite
+	}
+	all, err := exportCopysets(ctx, o.Source, o.Pool)
+	if err != nil {
+		return nil, err
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("the export at %s has no packets of pool %d", o.Source, o.Pool)
+	}
+	ids := o.Copysets
+	if len(ids) == 0 {
+		for id := range all {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for _, id := range ids {
+		if _, ok := all[id]; !ok {
+			return nil, fmt.Errorf("the export at %s has no packets of copyset %d/%d", o.Source, o.Pool, id)
+		}
+	}
+	u := until{index: o.UntilIndex, hasIndex: o.HasUntilIndex, timeMs: o.UntilTimeMs, hasTime: o.HasUntilTime}
+	pr := &progress{fn: o.Progress, copysets: len(ids)}
+
+	// Pass 1: check everything, write nothing.
+	plans := make([]*plan, len(ids))
+	pr.start(PhaseCheck, 0)
+	err = forEach(ctx, len(ids), o.Parallel, func(ctx context.Context, i int) error {
+		p, err := check(ctx, o.Source, o.Geometry, o.Pool, ids[i], all[ids[i]], u, func(pkt *exportfmt.Packet) {
+			pr.packet(o.Pool, ids[i], pkt)
+		})
+		if err != nil {
+			return fmt.Errorf("copyset %d/%d: %w", o.Pool, ids[i], err)
+		}
+		plans[i] = p
+		pr.copysetDone()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if err := o.Target.CheckEmpty(ctx, o.ToPool, id); err != nil {
+			return nil, err
+		}
+	}
+
+	// Pass 2: replay.
+	total := 0
+	for _, p := range plans {
+		total += len(p.names)
+	}
+	pr.start(PhaseReplay, total)
+	sums := make([]CopysetSummary, len(plans))
+	done := make([]bool, len(plans))
+	err = forEach(ctx, len(plans), o.Parallel, func(ctx context.Context, i int) error {
+		r := &replayer{o: &o, p: plans[i], pr: pr, rb: &rebuilder{t: o.Target, g: o.Geometry, maxWrite: o.MaxWrite}}
+		s, err := r.run(ctx)
+		if err != nil {
+			return fmt.Errorf("copyset %d/%d: %w", o.Pool, plans[i].copyset, err)
+		}
+		sums[i], done[i] = s, true
+		pr.copysetDone()
+		return nil
+	})
+	sum := &Summary{Elapsed: time.Since(start)}
+	for i, s := range sums {
+		if !done[i] {
+			continue
+		}
+		sum.Copysets = append(sum.Copysets, s)
+		sum.Packets += s.Packets
+		sum.Chunks += s.Chunks
+		sum.Records += s.Records
+		sum.Skipped += s.Skipped
+		sum.Refused += s.Refused
+		sum.Bytes += s.Bytes
+		sum.WrittenBytes += s.WrittenBytes
+	}
+	return sum, err
+}
+
+// replayer replays one copyset.
+type replayer struct {
+	o    *Options
+	p    *plan
+	pr   *progress
+	rb   *rebuilder
+	sum  CopysetSummary
+	asOf map[uint64]uint64 // chunk -> t_c of its snapshot-phase image
+}
+
+func (r *replayer) chunk(id uint64) Chunk {
+	return Chunk{Pool: r.o.ToPool, Copyset: r.p.copyset, ID: id}
+}
+
+func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
+	p := r.p
+	r.sum = CopysetSummary{Pool: p.pool, Copyset: p.copyset, ToPool: r.o.ToPool, UntilIndex: p.until,
+		BinlogStart: p.binlogStart, EarliestIndex: p.earliest()}
+	r.asOf = map[uint64]uint64{}
+	chain := exportfmt.NewChain(p.pool, p.copyset)
+	ib := newImageBuilder(r.o.Geometry)
+	for _, name := range p.names {
+		pkt, err := readPacket(ctx, r.o.Source, chain, name)
+		if err != nil {
+			return r.sum, fmt.Errorf("%w (it passed the check before the replay began: was the export changed?)", err)
+		}
+		if pkt.Start.Phase == exportfmt.PhaseBinlog && pkt.Start.Index > p.until {
+			break
+		}
+		if pkt.Start.Phase == exportfmt.PhaseBinlog {
+			for _, rec := range pkt.Records {
+				bl := rec.GetBinlog()
+				if bl.Index > p.until {
+					break
+				}
+				if err := r.binlog(ctx, bl); err != nil {
+					return r.sum, fmt.Errorf("packet %s, binlog index %d: %w", name, bl.Index, err)
+				}
+			}
+		} else {
+			for _, grp := range groupByChunk(pkt.Records) {
+				im, err := ib.build(grp.id, grp.recs)
+				if err != nil {
+					return r.sum, &exportfmt.BadPacketError{Name: name, Err: err}
+				}
+				if err := r.rb.rebuild(ctx, r.chunk(im.ID), im); err != nil {
+					return r.sum, fmt.Errorf("packet %s: %w", name, err)
+				}
+				r.asOf[im.ID] = im.AsOf
+				r.sum.Chunks++
+			}
+			r.sum.Records += uint64(len(pkt.Records))
+		}
+		r.sum.Packets++
+		r.sum.Bytes += uint64(pkt.Size)
+		r.sum.WrittenBytes, r.sum.TargetOps = r.rb.bytes, r.rb.ops
+		r.pr.packet(p.pool, p.copyset, pkt)
+	}
+	r.sum.WrittenBytes, r.sum.TargetOps = r.rb.bytes, r.rb.ops
+	return r.sum, nil
+}
+
+// binlog replays one binlog record.
+func (r *replayer) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
+	op := bl.Op
+	c := r.chunk(op.GetChunkId())
+	if tc, ok := r.asOf[c.ID]; ok && bl.Index <= tc {
+		r.sum.Skipped++
+		return nil
+	}
+	var o Outcome
+	var err error
+	switch op.GetOpType() {
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
+		o, err = r.o.Target.WriteChunk(ctx, c, op.GetOffset(), bl.Data, op.GetSn())
+		if err == nil && o == Applied {
+			r.rb.bytes += uint64(len(bl.Data))
+		}
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
+		o, err = r.o.Target.DeleteChunk(ctx, c, op.GetSn())
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
+		o, err = r.o.Target.DeleteChunkSnapshotOrCorrectSn(ctx, c, op.GetCorrectedSn())
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
+		return r.clone(ctx, c, bl)
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
+		r.sum.Skipped++
+		return nil
+	default:
+		return fmt.Errorf("op %v is not a replicated chunk op", op.GetOpType())
+	}
+	if err != nil {
+		return fmt.Errorf("%v of %s: %w", op.GetOpType(), c, err)
+	}
+	r.rb.ops++
+	r.sum.Records++
+	if o != Applied {
+		r.sum.Refused++
+	}
+	return nil
+}
+
+// clone replays a CREATE_CLONE: on an existing chunk the source's create
+// changed nothing (the same clone again, or CHUNK_EXIST); otherwise the
+// chunk is rebuilt as the op's sn and corrected sn with the materialised
+// data.
+func (r *replayer) clone(ctx context.Context, c Chunk, bl *syncpb.BinlogRecord) error {
+	r.sum.Records++
+	exists, err := r.o.Target.ChunkExists(ctx, c)
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", c, err)
+	}
+	if exists {
+		r.sum.Refused++
+		return nil
+	}
+	live := make([]byte, r.o.Geometry.ChunkSize)
+	copy(live, bl.Data)
+	im := &Image{ID: c.ID, Sn: bl.Op.GetSn(), CorrectedSn: bl.Op.GetCorrectedSn(), AsOf: bl.Index, Live: live}
+	if err := r.rb.rebuild(ctx, c, im); err != nil {
+		return fmt.Errorf("clone: %w", err)
+	}
+	r.sum.Chunks++
+	return nil
+}
+
+// progress serialises and aggregates progress reports.
+type progress struct {
+	fn       func(Progress)
+	copysets int
+	mu       gosync.Mutex
+	cur      Progress
+}
+
+func (p *progress) start(ph Phase, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cur = Progress{Phase: ph, PacketsTotal: total, Copysets: p.copysets}
+}
+
+func (p *progress) packet(pool, cs uint32, pkt *exportfmt.Packet) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cur.Pool, p.cur.Copyset = pool, cs
+	p.cur.Packets++
+	p.cur.Records += uint64(len(pkt.Records))
+	p.cur.Bytes += uint64(pkt.Size)
+	if p.fn != nil {
+		p.fn(p.cur)
+	}
+}
+
+func (p *progress) copysetDone() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cur.CopysetsDone++
+	if p.fn != nil {
+		p.fn(p.cur)
+	}
+}
+
+// forEach runs fn(0..n-1), at most limit at once, each in its own
+// goroutine under a context cancelled at the first error, and waits for
+// all; it returns the first error.
+func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    gosync.WaitGroup
+		mu    gosync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, limit)
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
