@@ -8,7 +8,10 @@ import (
 	"testing"
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+	"github.com/chunkraft/chunkraft/sync/dest"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
@@ -260,4 +263,45 @@ func TestRefusedTargetsAndSelections(t *testing.T) {
 	if tg.ops != 0 {
 		t.Errorf("%d ops on the target", tg.ops)
 	}
+}
+
+// An export in an S3 bucket (the in-process S3 server over HTTP) restores
+// like one in a directory.
+func TestRestoreFromS3(t *testing.T) {
+	src := newSource(t)
+	src.write(1, 1, 0, block(1))
+	src.write(1, 2, 4<<10, block(2))
+	start := src.index + 1
+	snap := src.snapshot(1)
+	src.write(2, 1, 0, block(3))
+	e := &export{pool: 1, cs: 4, full: true, start: start, chunks: [][]*syncpb.Record{snap}, binlog: src.binlog[start-1:]}
+
+	server := objstore.S3Config{Endpoint: fakes3.Start(t, nil), AccessKey: "k", SecretKey: "s", Region: "us-east-1", BucketLookup: "path"}
+	mk := server
+	mk.Bucket, mk.CreateBucket = "exports", true
+	s, err := objstore.NewS3(t.Context(), mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	u, err := dest.Parse("s3://exports/cluster-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dest.Open(t.Context(), u, objstore.Config{S3: server})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for name, b := range e.packets(t) {
+		if err := d.Put(t.Context(), name, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tg := newStoreTarget(t)
+	got := tg.store(1, 4)
+	if _, err := Restore(t.Context(), Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry}); err != nil {
+		t.Fatal(err)
+	}
+	sameChunks(t, src.s, got)
 }
