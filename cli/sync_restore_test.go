@@ -56,8 +56,9 @@ func TestParseUntilTime(t *testing.T) {
 
 func TestRestoreSummaryTable(t *testing.T) {
 	var out bytes.Buffer
-	sum := &restore.Summary{Copysets: []restore.CopysetSummary{{Pool: 1, Copyset: 3, ToPool: 2, UntilIndex: 40, Packets: 5, Chunks: 2, Records: 9, Skipped: 1, Refused: 1, Bytes: 2_000_000}},
-		Packets: 5, Chunks: 2, Records: 9, Skipped: 1, Refused: 1, Bytes: 2_000_000, Elapsed: 2 * time.Second}
+	tot := restore.Totals{Packets: 5, Chunks: 2, Records: 9, Skipped: 1, Refused: 1, Bytes: 2_000_000}
+	sum := &restore.Summary{Copysets: []restore.CopysetSummary{{Pool: 1, Copyset: 3, ToPool: 2, UntilIndex: 40, Totals: tot}},
+		Totals: tot, Elapsed: 2 * time.Second}
 	if err := printRestoreSummary(&printer{w: &out, format: formatTable}, restore.Options{Pool: 1, ToPool: 2}, sum); err != nil {
 		t.Fatal(err)
 	}

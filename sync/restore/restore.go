@@ -74,36 +74,53 @@ type Progress struct {
 	CopysetsDone, Copysets int
 }
 
-// CopysetSummary is what the restore did to one copyset.
-type CopysetSummary struct {
-	Pool          uint32 `json:"pool"`
-	Copyset       uint32 `json:"copyset"`
-	ToPool        uint32 `json:"toPool"`
-	UntilIndex    uint64 `json:"untilIndex"`
-	Packets       int    `json:"packets"`
-	Chunks        uint64 `json:"chunks"`
-	Records       uint64 `json:"records"`
-	Skipped       uint64 `json:"skipped"`
-	Refused       uint64 `json:"refused"`
-	Bytes         uint64 `json:"bytes"`
-	WrittenBytes  uint64 `json:"writtenBytes"`
-	TargetOps     uint64 `json:"targetOps"`
-	BinlogStart   uint64 `json:"binlogStart"`
-	EarliestIndex uint64 `json:"earliestIndex"`
+// Totals count what a restore did.
+type Totals struct {
+	// Packets, Bytes: packets replayed and their size.
+	Packets int    `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	// Chunks rebuilt from the snapshot phase and from CREATE_CLONE records.
+	Chunks uint64 `json:"chunks"`
+	// Records replayed; Skipped: binlog records a chunk image reflects, and
+	// PASTEs; Refused: ops the target refused as the source did.
+	Records uint64 `json:"records"`
+	Skipped uint64 `json:"skipped"`
+	Refused uint64 `json:"refused"`
+	// WrittenBytes: data bytes written to the target; TargetOps: mutating
+	// ops sent.
+	WrittenBytes uint64 `json:"writtenBytes"`
+	TargetOps    uint64 `json:"targetOps"`
 }
 
-// Summary is what a restore did.
+func (t *Totals) add(o Totals) {
+	t.Packets += o.Packets
+	t.Bytes += o.Bytes
+	t.Chunks += o.Chunks
+	t.Records += o.Records
+	t.Skipped += o.Skipped
+	t.Refused += o.Refused
+	t.WrittenBytes += o.WrittenBytes
+	t.TargetOps += o.TargetOps
+}
+
+// CopysetSummary is what the restore did to one copyset.
+type CopysetSummary struct {
+	Pool    uint32 `json:"pool"`
+	Copyset uint32 `json:"copyset"`
+	ToPool  uint32 `json:"toPool"`
+	// UntilIndex is the raft index restored to; BinlogStart the export's
+	// first binlog index; EarliestIndex the earliest it could restore.
+	UntilIndex    uint64 `json:"untilIndex"`
+	BinlogStart   uint64 `json:"binlogStart"`
+	EarliestIndex uint64 `json:"earliestIndex"`
+	Totals
+}
+
+// Summary is what a restore did: per copyset, and the totals.
 type Summary struct {
 	Copysets []CopysetSummary `json:"copysets"`
-	// Totals of Copysets.
-	Packets      int           `json:"packets"`
-	Chunks       uint64        `json:"chunks"`
-	Records      uint64        `json:"records"`
-	Skipped      uint64        `json:"skipped"`
-	Refused      uint64        `json:"refused"`
-	Bytes        uint64        `json:"bytes"`
-	WrittenBytes uint64        `json:"writtenBytes"`
-	Elapsed      time.Duration `json:"-"`
+	Totals
+	Elapsed time.Duration `json:"-"`
 }
 
 // Restore restores the export (see the package documentation). On error
@@ -198,13 +215,7 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 			continue
 		}
 		sum.Copysets = append(sum.Copysets, s)
-		sum.Packets += s.Packets
-		sum.Chunks += s.Chunks
-		sum.Records += s.Records
-		sum.Skipped += s.Skipped
-		sum.Refused += s.Refused
-		sum.Bytes += s.Bytes
-		sum.WrittenBytes += s.WrittenBytes
+		sum.add(s.Totals)
 	}
 	return sum, err
 }
