@@ -147,8 +147,16 @@ func (s *source) op(req *pb.ChunkRequest, data []byte) {
 		err = s.s.DeleteChunkAt(s.index, id, req.GetSn())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
 		err = s.s.DeleteChunkSnapshotOrCorrectSnAt(s.index, id, req.GetCorrectedSn())
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
+		// data is the clone source's content, the record's materialised data.
+		err = s.s.CreateCloneChunkAt(s.index, id, req.GetSn(), req.GetCorrectedSn(), req.GetSize(), req.GetLocation())
+	case pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
+		err = s.s.PasteChunkAt(s.index, id, data, req.GetOffset())
 	default:
 		s.t.Fatalf("source op %v", req.GetOpType())
+	}
+	if errors.Is(err, datastore.ErrChunkExist) {
+		err = nil // a refused CREATE_CLONE
 	}
 	if _, err := outcome(err); err != nil {
 		s.t.Fatalf("source op %v at %d: %v", req.GetOpType(), s.index, err)
@@ -160,6 +168,18 @@ func (s *source) op(req *pb.ChunkRequest, data []byte) {
 func (s *source) write(id uint64, sn uint64, off uint32, data []byte) {
 	s.t.Helper()
 	s.op(&pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), ChunkId: proto.Uint64(id), Sn: proto.Uint64(sn),
+		Offset: proto.Uint32(off), Size: proto.Uint32(uint32(len(data)))}, data)
+}
+
+func (s *source) clone(id, sn, cs uint64, materialised []byte) {
+	s.t.Helper()
+	s.op(&pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), ChunkId: proto.Uint64(id), Sn: proto.Uint64(sn),
+		CorrectedSn: proto.Uint64(cs), Size: proto.Uint32(testGeometry.ChunkSize), Location: proto.String("src@s3")}, materialised)
+}
+
+func (s *source) paste(id uint64, off uint32, data []byte) {
+	s.t.Helper()
+	s.op(&pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE.Enum(), ChunkId: proto.Uint64(id),
 		Offset: proto.Uint32(off), Size: proto.Uint32(uint32(len(data)))}, data)
 }
 

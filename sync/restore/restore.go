@@ -228,6 +228,37 @@ type replayer struct {
 	rb   *rebuilder
 	sum  CopysetSummary
 	asOf map[uint64]uint64 // chunk -> t_c of its snapshot-phase image
+	// clones are the chunks the replay created from a CREATE_CLONE that
+	// are still clone chunks in the source.
+	clones map[uint64]*cloneState
+}
+
+// cloneState follows a chunk the replay created from a CREATE_CLONE
+// record. In the source it stays a clone chunk until every block has been
+// written (by writes or pastes), and a clone chunk refuses a write that
+// would need a COW snapshot (sn above its effective sn) and every
+// DELETE_SNAP; the restored chunk is a normal chunk, which would accept
+// them, so the replay does not send them while the chunk is a clone.
+type cloneState struct {
+	sn, cs  uint64
+	written []bool
+	left    int
+}
+
+func newCloneState(sn, cs uint64, blocks uint32) *cloneState {
+	return &cloneState{sn: sn, cs: cs, written: make([]bool, blocks), left: int(blocks)}
+}
+
+// mark records that [off, off+n) was written; it reports whether every
+// block is (the source's chunk is a normal chunk from then on).
+func (c *cloneState) mark(off, n, bs uint32) bool {
+	for i := off / bs; i < (off+n)/bs && int(i) < len(c.written); i++ {
+		if !c.written[i] {
+			c.written[i] = true
+			c.left--
+		}
+	}
+	return c.left == 0
 }
 
 func (r *replayer) chunk(id uint64) Chunk {
@@ -239,6 +270,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	r.sum = CopysetSummary{Pool: p.pool, Copyset: p.copyset, ToPool: r.o.ToPool, UntilIndex: p.until,
 		BinlogStart: p.binlogStart, EarliestIndex: p.earliest()}
 	r.asOf = map[uint64]uint64{}
+	r.clones = map[uint64]*cloneState{}
 	chain := exportfmt.NewChain(p.pool, p.copyset)
 	ib := newImageBuilder(r.o.Geometry)
 	for _, name := range p.names {
@@ -292,19 +324,39 @@ func (r *replayer) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
 	}
 	var o Outcome
 	var err error
+	bs := r.o.Geometry.BlockSize
+	cl := r.clones[c.ID]
 	switch op.GetOpType() {
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
+		if cl != nil && op.GetSn() > max(cl.sn, cl.cs) {
+			return r.refusedByClone()
+		}
 		o, err = r.o.Target.WriteChunk(ctx, c, op.GetOffset(), bl.Data, op.GetSn())
 		if err == nil && o == Applied {
 			r.rb.bytes += uint64(len(bl.Data))
+			if cl != nil {
+				cl.sn = max(cl.sn, op.GetSn())
+				if cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
+					delete(r.clones, c.ID)
+				}
+			}
 		}
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
 		o, err = r.o.Target.DeleteChunk(ctx, c, op.GetSn())
+		if err == nil && o == Applied {
+			delete(r.clones, c.ID)
+		}
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
+		if cl != nil {
+			return r.refusedByClone()
+		}
 		o, err = r.o.Target.DeleteChunkSnapshotOrCorrectSn(ctx, c, op.GetCorrectedSn())
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
 		return r.clone(ctx, c, bl)
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
+		if cl != nil && cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
+			delete(r.clones, c.ID)
+		}
 		r.sum.Skipped++
 		return nil
 	default:
@@ -318,6 +370,14 @@ func (r *replayer) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
 	if o != Applied {
 		r.sum.Refused++
 	}
+	return nil
+}
+
+// refusedByClone counts an op the source refused because its chunk was a
+// clone chunk, not sent.
+func (r *replayer) refusedByClone() error {
+	r.sum.Records++
+	r.sum.Refused++
 	return nil
 }
 
@@ -341,6 +401,7 @@ func (r *replayer) clone(ctx context.Context, c Chunk, bl *syncpb.BinlogRecord) 
 	if err := r.rb.rebuild(ctx, c, im); err != nil {
 		return fmt.Errorf("clone: %w", err)
 	}
+	r.clones[c.ID] = newCloneState(im.Sn, im.CorrectedSn, r.o.Geometry.blocks())
 	r.sum.Chunks++
 	return nil
 }

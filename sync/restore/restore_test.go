@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -304,4 +305,37 @@ func TestRestoreFromS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameChunks(t, src.s, got)
+}
+
+// A CREATE_CLONE becomes a normal chunk of the materialised data; while the
+// source's chunk is a clone (until every block is written or pasted) the
+// ops a clone refuses (a write that needs a snapshot, DELETE_SNAP) are not
+// sent, and afterwards the chunk takes them like any chunk.
+func TestReplayCloneAsTheSourceDid(t *testing.T) {
+	src := newSource(t)
+	src.write(1, 1, 0, block(1)) // 1: the binlog starts after it
+	start := src.index + 1
+	m := bytes.Repeat([]byte{'m'}, int(testGeometry.ChunkSize))
+	for i := range testGeometry.blocks() {
+		m[i*testGeometry.BlockSize] = byte(i) // every block different
+	}
+	src.clone(9, 2, 0, m)            // 2
+	src.write(9, 3, 0, block(3))     // 3: refused: a clone takes no snapshot
+	src.correct(9, 5)                // 4: refused: a clone
+	src.write(9, 2, 4<<10, block(4)) // 5: applied
+	src.paste(9, 0, m)               // 6: every other block: a normal chunk now
+	src.write(9, 3, 8<<10, block(5)) // 7: a snapshot at 2, block 2 copied
+	src.clone(9, 2, 0, m)            // 8: CHUNK_EXIST
+	e := &export{pool: 1, cs: 1, full: true, start: start, chunks: [][]*syncpb.Record{src.snapshot(1)}, binlog: src.binlog[start-1:]}
+	if info, _ := src.s.GetChunkInfo(9); info.Sn != 3 || info.SnapSn != 2 || info.CorrectedSn != 0 {
+		t.Fatalf("source chunk 9: %+v", info)
+	}
+	got, sum, err := restoreInto(t, e, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameChunks(t, src.s, got)
+	if sum.Refused != 3 || sum.Skipped != 1 {
+		t.Errorf("refused %d skipped %d, want 3 and 1", sum.Refused, sum.Skipped)
+	}
 }
