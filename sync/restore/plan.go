@@ -99,7 +99,8 @@ func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, name
 	p := &plan{pool: pool, copyset: cs, names: names}
 	chain := exportfmt.NewChain(pool, cs)
 	ib := newImageBuilder(g)
-	var timeIndex uint64 // the last binlog record appended at or before u.timeMs
+	var timeIndex uint64        // the last binlog record appended at or before u.timeMs
+	seen := map[uint64]string{} // snapshot-phase chunk -> its packet
 	for _, name := range names {
 		pkt, err := readPacket(ctx, src, chain, name)
 		if err != nil {
@@ -137,6 +138,10 @@ func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, name
 				if err != nil {
 					return nil, &exportfmt.BadPacketError{Name: name, Err: err}
 				}
+				if prev, ok := seen[im.ID]; ok {
+					return nil, &exportfmt.BadPacketError{Name: name, Err: fmt.Errorf("chunk %d has snapshot records in packet %s too: a chunk never spans packets", im.ID, prev)}
+				}
+				seen[im.ID] = name
 				if im.AsOf > p.maxAsOf {
 					p.maxAsOf, p.maxAsOfChunk = im.AsOf, im.ID
 				}

@@ -202,6 +202,24 @@ func TestBadExportWritesNothing(t *testing.T) {
 			b[len(b)-1] ^= 0xff
 			os.WriteFile(p, b, 0o644)
 		},
+		"bad packet " + exportfmt.PacketName(1, 1, exportfmt.SnapshotPoint(1, 16<<10)) + ": chunk 1 has snapshot records in packet " +
+			exportfmt.PacketName(1, 1, exportfmt.SnapshotPoint(1, 0)) + " too": func(d string) {
+			// Chunk 1 split over two packets.
+			for i, span := range [][2]exportfmt.Point{
+				{exportfmt.SnapshotPoint(1, 0), exportfmt.SnapshotPoint(1, 16<<10)},
+				{exportfmt.SnapshotPoint(1, 16<<10), exportfmt.SnapshotPoint(2, 0)},
+			} {
+				recs := snap[:1]
+				if i == 1 {
+					recs = snap[1:]
+				}
+				b, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: span[0].Proto(), NextPoint: span[1].Proto()}, recs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.WriteFile(filepath.Join(d, exportfmt.PacketName(1, 1, span[0])), b, 0o644)
+			}
+		},
 		"not at the start: its first packets are missing": func(d string) {
 			os.Remove(filepath.Join(d, exportfmt.PacketName(1, 1, exportfmt.StartPoint())))
 		},
