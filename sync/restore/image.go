@@ -148,7 +148,7 @@ type rebuilder struct {
 }
 
 // DefaultMaxWrite bounds the data of one WriteChunk a rebuild sends.
-const DefaultMaxWrite = 1 << 20
+const DefaultMaxWrite = 4 << 20
 
 // Rebuild makes chunk c on an empty target exactly im (see
 // docs/sync-format.md, Restore), through ChunkService ops only. With base
