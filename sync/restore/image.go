@@ -54,7 +54,7 @@ type imageBuilder struct {
 }
 
 func newImageBuilder(g Geometry) *imageBuilder {
-	return &imageBuilder{g: g, live: make([]byte, g.ChunkSize), view: make([]byte, g.ChunkSize), copied: make([]bool, g.blocks())}
+	return &imageBuilder{g: g, live: make([]byte, g.ChunkSize), copied: make([]bool, g.blocks())}
 }
 
 // build makes the image of chunk id from its records (in packet order):
@@ -113,6 +113,9 @@ func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 		}
 	}
 	if seenCow {
+		if b.view == nil {
+			b.view = make([]byte, b.g.ChunkSize) // only chunks with a snapshot need it
+		}
 		copy(b.view, b.live)
 		bs := b.g.BlockSize
 		for _, c := range cows {
