@@ -357,3 +357,29 @@ func TestReplayCloneAsTheSourceDid(t *testing.T) {
 		t.Errorf("refused %d skipped %d, want 3 and 1", sum.Refused, sum.Skipped)
 	}
 }
+
+// A COW snapshot none of whose blocks is copied yet is a COW snapshot
+// record with no data: the chunk gets the snapshot (GetChunkInfo names it)
+// and reading it reads the live chunk.
+func TestSnapshotWithoutCopiedBlocks(t *testing.T) {
+	live := append(block(1), block(2)...)
+	e := &export{pool: 1, cs: 1, full: true, start: 8, chunks: [][]*syncpb.Record{{
+		{Kind: &syncpb.Record_Snapshot{Snapshot: &syncpb.SnapshotRecord{ChunkId: 3, Sn: 4, CorrectedSn: 2, Offset: 0, Data: live, AsOfIndex: 7}}},
+		{Kind: &syncpb.Record_CowSnapshot{CowSnapshot: &syncpb.CowSnapshotRecord{ChunkId: 3, SnapshotSn: 3, Offset: 0, AsOfIndex: 7}}},
+	}}}
+	got, _, err := restoreInto(t, e, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := got.GetChunkInfo(3)
+	if err != nil || info.Sn != 4 || info.CorrectedSn != 2 || info.SnapSn != 3 {
+		t.Fatalf("chunk 3: %+v %v", info, err)
+	}
+	buf := make([]byte, testGeometry.ChunkSize)
+	want := append(bytes.Clone(live), make([]byte, int(testGeometry.ChunkSize)-len(live))...)
+	for _, sn := range []uint64{4, 3} {
+		if err := got.ReadChunkSnapshot(3, sn, buf, 0); err != nil || !bytes.Equal(buf, want) {
+			t.Errorf("read sn %d: %v, equal %v", sn, err, bytes.Equal(buf, want))
+		}
+	}
+}
