@@ -28,7 +28,7 @@ type syncRestoreFlags struct {
 	s3Secure                            bool
 	pool, toPool                        uint32
 	untilIndex                          uint64
-	parallel                            int
+	parallel, chunkParallel             int
 }
 
 func newSyncRestoreCommand(a *app) *cobra.Command {
@@ -67,6 +67,7 @@ The format and the rebuild are described in docs/sync-format.md.`,
 	fl.Uint64Var(&f.untilIndex, "until-index", 0, "restore each copyset as of this raft index")
 	fl.StringVar(&f.untilTime, "until-time", "", "restore each copyset as of its last record appended at or before this time (RFC 3339 or Unix ms)")
 	fl.IntVar(&f.parallel, "parallel", restore.DefaultParallel, "copysets restored at once")
+	fl.IntVar(&f.chunkParallel, "chunk-parallel", restore.DefaultChunkParallel, "binlog ops of different chunks of a copyset in flight at once (a chunk's own ops go one after the other)")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (on a terminal), always or never")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", os.Getenv(EnvS3Endpoint), "S3 endpoint of an s3:// --from (host:port or http(s)://host:port); $"+EnvS3Endpoint+" sets the default")
 	fl.StringVar(&f.s3Region, "s3-region", "", "S3 region (default: discovered)")
@@ -114,7 +115,10 @@ func (f *syncRestoreFlags) options(cmd *cobra.Command) (restore.Options, dest.UR
 	if f.parallel < 1 {
 		return o, u, fmt.Errorf("--parallel %d: at least 1", f.parallel)
 	}
-	o.Parallel = f.parallel
+	if f.chunkParallel < 1 {
+		return o, u, fmt.Errorf("--chunk-parallel %d: at least 1", f.chunkParallel)
+	}
+	o.Parallel, o.ChunkParallel = f.parallel, f.chunkParallel
 	o.Geometry = restore.Geometry{ChunkSize: ChunkSize, BlockSize: BlockSize}
 	switch f.progress {
 	case "auto", "always", "never":

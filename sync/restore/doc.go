@@ -36,14 +36,18 @@
 //     read again for the replay and checked again; one that changed in
 //     between stops the restore there (the copysets replayed so far stay
 //     written).
-//   - Binlog ops are sent as the source applied them, in log order, one at
-//     a time per copyset; outcomes the source met too (BACKWARD, a write
+//   - Binlog ops are sent as the source applied them, a chunk's ops one
+//     after the other in log order (ops of different chunks commute: each
+//     changes its own chunk only, so they run in parallel lanes, a chunk
+//     always in the same lane); outcomes the source met too (BACKWARD, a write
 //     refused because it needs a snapshot the chunk cannot take) are
 //     expected and counted, not errors. The ops of a chunk rebuild must all
 //     succeed: anything else means the target was not empty or was changed
 //     meanwhile, and is an error.
 //   - Copysets are replayed in parallel (Options.Parallel), each by one
-//     goroutine owned by Restore, which waits for all of them.
+//     goroutine owned by Restore, which waits for all of them; a copyset's
+//     binlog lanes (Options.ChunkParallel) are goroutines its replay owns
+//     and waits for, also after the first failure.
 //   - Progress callbacks are serialised.
 //
 // Must not import: chunkserver/..., copyset/..., cli/..., cmd/..., test/...

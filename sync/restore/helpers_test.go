@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -37,7 +38,7 @@ func openStore(t *testing.T) *datastore.Store {
 type storeTarget struct {
 	t      *testing.T
 	stores map[[2]uint32]*datastore.Store
-	ops    int
+	ops    atomic.Int64
 }
 
 func newStoreTarget(t *testing.T) *storeTarget {
@@ -58,7 +59,7 @@ func (st *storeTarget) of(c Chunk) (*datastore.Store, error) {
 	if s == nil {
 		return nil, fmt.Errorf("COPYSET_NOTEXIST: copyset %d/%d", c.Pool, c.Copyset)
 	}
-	st.ops++
+	st.ops.Add(1)
 	return s, nil
 }
 

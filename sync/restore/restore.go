@@ -41,6 +41,10 @@ type Options struct {
 	// Parallel is how many copysets are checked and replayed at once (0:
 	// DefaultParallel).
 	Parallel int
+	// ChunkParallel is how many ops of different chunks of one copyset's
+	// binlog are in flight at once (0: DefaultChunkParallel); the ops of
+	// one chunk are sent one after the other, in log order.
+	ChunkParallel int
 	// MaxWrite bounds the data of one write of a chunk rebuild (0:
 	// DefaultMaxWrite).
 	MaxWrite uint32
@@ -50,6 +54,9 @@ type Options struct {
 
 // DefaultParallel is the number of copysets restored at once by default.
 const DefaultParallel = 8
+
+// DefaultChunkParallel is the default of Options.ChunkParallel.
+const DefaultChunkParallel = 8
 
 // Phase is the pass a restore is in.
 type Phase string
@@ -142,6 +149,9 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
 	}
+	if o.ChunkParallel <= 0 {
+		o.ChunkParallel = DefaultChunkParallel
+	}
 	if o.MaxWrite == 0 {
 		o.MaxWrite = DefaultMaxWrite
 	}
@@ -200,7 +210,7 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	sums := make([]CopysetSummary, len(plans))
 	done := make([]bool, len(plans))
 	err = forEach(ctx, len(plans), o.Parallel, func(ctx context.Context, i int) error {
-		r := &replayer{o: &o, p: plans[i], pr: pr, rb: &rebuilder{t: o.Target, g: o.Geometry, maxWrite: o.MaxWrite}}
+		r := &replayer{o: &o, p: plans[i], pr: pr}
 		s, err := r.run(ctx)
 		if err != nil {
 			return fmt.Errorf("copyset %d/%d: %w", o.Pool, plans[i].copyset, err)
@@ -225,12 +235,30 @@ type replayer struct {
 	o    *Options
 	p    *plan
 	pr   *progress
-	rb   *rebuilder
 	sum  CopysetSummary
 	asOf map[uint64]uint64 // chunk -> t_c of its snapshot-phase image
-	// clones are the chunks the replay created from a CREATE_CLONE that
-	// are still clone chunks in the source.
+}
+
+// lane replays the ops of some of a copyset's chunks, in order: every op
+// of a chunk goes to the same lane. Ops of different chunks commute (each
+// changes its chunk only), so lanes run in parallel.
+type lane struct {
+	r   *replayer
+	rb  *rebuilder
+	tot Totals
+	// clones are the chunks the lane created from a CREATE_CLONE that are
+	// still clone chunks in the source.
 	clones map[uint64]*cloneState
+}
+
+func (r *replayer) newLane() *lane {
+	return &lane{r: r, rb: &rebuilder{t: r.o.Target, g: r.o.Geometry, maxWrite: r.o.MaxWrite}, clones: map[uint64]*cloneState{}}
+}
+
+// done adds the lane's counts to the copyset's.
+func (l *lane) done(sum *CopysetSummary) {
+	l.tot.WrittenBytes, l.tot.TargetOps = l.rb.bytes, l.rb.ops
+	sum.add(l.tot)
 }
 
 // cloneState follows a chunk the replay created from a CREATE_CLONE
@@ -265,99 +293,169 @@ func (r *replayer) chunk(id uint64) Chunk {
 	return Chunk{Pool: r.o.ToPool, Copyset: r.p.copyset, ID: id}
 }
 
+// job is one binlog record for a lane, from packet name.
+type job struct {
+	name string
+	bl   *syncpb.BinlogRecord
+}
+
 func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	p := r.p
 	r.sum = CopysetSummary{Pool: p.pool, Copyset: p.copyset, ToPool: r.o.ToPool, UntilIndex: p.until,
 		BinlogStart: p.binlogStart, EarliestIndex: p.earliest()}
 	r.asOf = map[uint64]uint64{}
-	r.clones = map[uint64]*cloneState{}
 	chain := exportfmt.NewChain(p.pool, p.copyset)
 	ib := newImageBuilder(r.o.Geometry)
+	snap := r.newLane() // the snapshot phase, one chunk after the other
+
+	// The binlog lanes, started with the binlog phase.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		lanes []*lane
+		queue []chan job
+		wg    gosync.WaitGroup
+		mu    gosync.Mutex
+		first error
+	)
+	startLanes := func() {
+		for range r.o.ChunkParallel {
+			l, q := r.newLane(), make(chan job, 64)
+			lanes, queue = append(lanes, l), append(queue, q)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range q {
+					if ctx.Err() != nil {
+						continue // drain
+					}
+					if err := l.binlog(ctx, j.bl); err != nil {
+						mu.Lock()
+						if first == nil {
+							first = fmt.Errorf("packet %s, binlog index %d: %w", j.name, j.bl.Index, err)
+							cancel()
+						}
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	stopLanes := func() error {
+		for _, q := range queue {
+			close(q)
+		}
+		wg.Wait()
+		snap.done(&r.sum)
+		for _, l := range lanes {
+			l.done(&r.sum)
+		}
+		return first
+	}
+
+	var err error
 	for _, name := range p.names {
-		pkt, err := readPacket(ctx, r.o.Source, chain, name)
-		if err != nil {
-			return r.sum, fmt.Errorf("%w (it passed the check before the replay began: was the export changed?)", err)
+		var pkt *exportfmt.Packet
+		if pkt, err = readPacket(ctx, r.o.Source, chain, name); err != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("%w (it passed the check before the replay began: was the export changed?)", err)
+			}
+			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog && pkt.Start.Index > p.until {
 			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog {
+			if lanes == nil {
+				startLanes()
+			}
 			for _, rec := range pkt.Records {
 				bl := rec.GetBinlog()
-				if bl.Index > p.until {
+				if bl.Index > p.until || ctx.Err() != nil {
 					break
 				}
-				if err := r.binlog(ctx, bl); err != nil {
-					return r.sum, fmt.Errorf("packet %s, binlog index %d: %w", name, bl.Index, err)
+				select {
+				case queue[bl.Op.GetChunkId()%uint64(len(queue))] <- job{name, bl}:
+				case <-ctx.Done():
 				}
 			}
 		} else {
 			for _, grp := range groupByChunk(pkt.Records) {
-				im, err := ib.build(grp.id, grp.recs)
-				if err != nil {
-					return r.sum, &exportfmt.BadPacketError{Name: name, Err: err}
+				var im *Image
+				if im, err = ib.build(grp.id, grp.recs); err != nil {
+					err = &exportfmt.BadPacketError{Name: name, Err: err}
+					break
 				}
-				if err := r.rb.rebuild(ctx, r.chunk(im.ID), im); err != nil {
-					return r.sum, fmt.Errorf("packet %s: %w", name, err)
+				if err = snap.rb.rebuild(ctx, r.chunk(im.ID), im); err != nil {
+					err = fmt.Errorf("packet %s: %w", name, err)
+					break
 				}
 				r.asOf[im.ID] = im.AsOf
-				r.sum.Chunks++
+				snap.tot.Chunks++
 			}
-			r.sum.Records += uint64(len(pkt.Records))
+			if err != nil {
+				break
+			}
+			snap.tot.Records += uint64(len(pkt.Records))
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		r.sum.Packets++
 		r.sum.Bytes += uint64(pkt.Size)
-		r.sum.WrittenBytes, r.sum.TargetOps = r.rb.bytes, r.rb.ops
 		r.pr.packet(p.pool, p.copyset, pkt)
 	}
-	r.sum.WrittenBytes, r.sum.TargetOps = r.rb.bytes, r.rb.ops
-	return r.sum, nil
+	if lerr := stopLanes(); lerr != nil {
+		err = lerr // a lane's failure is what cancelled the rest
+	}
+	return r.sum, err
 }
 
 // binlog replays one binlog record.
-func (r *replayer) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
+func (l *lane) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
+	r := l.r
 	op := bl.Op
 	c := r.chunk(op.GetChunkId())
 	if tc, ok := r.asOf[c.ID]; ok && bl.Index <= tc {
-		r.sum.Skipped++
+		l.tot.Skipped++
 		return nil
 	}
 	var o Outcome
 	var err error
 	bs := r.o.Geometry.BlockSize
-	cl := r.clones[c.ID]
+	cl := l.clones[c.ID]
 	switch op.GetOpType() {
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
 		if cl != nil && op.GetSn() > max(cl.sn, cl.cs) {
-			return r.refusedByClone()
+			return l.refusedByClone()
 		}
 		o, err = r.o.Target.WriteChunk(ctx, c, op.GetOffset(), bl.Data, op.GetSn())
 		if err == nil && o == Applied {
-			r.rb.bytes += uint64(len(bl.Data))
+			l.rb.bytes += uint64(len(bl.Data))
 			if cl != nil {
 				cl.sn = max(cl.sn, op.GetSn())
 				if cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
-					delete(r.clones, c.ID)
+					delete(l.clones, c.ID)
 				}
 			}
 		}
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
 		o, err = r.o.Target.DeleteChunk(ctx, c, op.GetSn())
 		if err == nil && o == Applied {
-			delete(r.clones, c.ID)
+			delete(l.clones, c.ID)
 		}
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
 		if cl != nil {
-			return r.refusedByClone()
+			return l.refusedByClone()
 		}
 		o, err = r.o.Target.DeleteChunkSnapshotOrCorrectSn(ctx, c, op.GetCorrectedSn())
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
-		return r.clone(ctx, c, bl)
+		return l.clone(ctx, c, bl)
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
 		if cl != nil && cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
-			delete(r.clones, c.ID)
+			delete(l.clones, c.ID)
 		}
-		r.sum.Skipped++
+		l.tot.Skipped++
 		return nil
 	default:
 		return fmt.Errorf("op %v is not a replicated chunk op", op.GetOpType())
@@ -365,19 +463,19 @@ func (r *replayer) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
 	if err != nil {
 		return fmt.Errorf("%v of %s: %w", op.GetOpType(), c, err)
 	}
-	r.rb.ops++
-	r.sum.Records++
+	l.rb.ops++
+	l.tot.Records++
 	if o != Applied {
-		r.sum.Refused++
+		l.tot.Refused++
 	}
 	return nil
 }
 
 // refusedByClone counts an op the source refused because its chunk was a
 // clone chunk, not sent.
-func (r *replayer) refusedByClone() error {
-	r.sum.Records++
-	r.sum.Refused++
+func (l *lane) refusedByClone() error {
+	l.tot.Records++
+	l.tot.Refused++
 	return nil
 }
 
@@ -385,24 +483,25 @@ func (r *replayer) refusedByClone() error {
 // changed nothing (the same clone again, or CHUNK_EXIST); otherwise the
 // chunk is rebuilt as the op's sn and corrected sn with the materialised
 // data.
-func (r *replayer) clone(ctx context.Context, c Chunk, bl *syncpb.BinlogRecord) error {
-	r.sum.Records++
-	exists, err := r.o.Target.ChunkExists(ctx, c)
+func (l *lane) clone(ctx context.Context, c Chunk, bl *syncpb.BinlogRecord) error {
+	g := l.r.o.Geometry
+	l.tot.Records++
+	exists, err := l.r.o.Target.ChunkExists(ctx, c)
 	if err != nil {
 		return fmt.Errorf("clone %s: %w", c, err)
 	}
 	if exists {
-		r.sum.Refused++
+		l.tot.Refused++
 		return nil
 	}
-	live := make([]byte, r.o.Geometry.ChunkSize)
+	live := make([]byte, g.ChunkSize)
 	copy(live, bl.Data)
 	im := &Image{ID: c.ID, Sn: bl.Op.GetSn(), CorrectedSn: bl.Op.GetCorrectedSn(), AsOf: bl.Index, Live: live}
-	if err := r.rb.rebuild(ctx, c, im); err != nil {
+	if err := l.rb.rebuild(ctx, c, im); err != nil {
 		return fmt.Errorf("clone: %w", err)
 	}
-	r.clones[c.ID] = newCloneState(im.Sn, im.CorrectedSn, r.o.Geometry.blocks())
-	r.sum.Chunks++
+	l.clones[c.ID] = newCloneState(im.Sn, im.CorrectedSn, g.blocks())
+	l.tot.Chunks++
 	return nil
 }
 

@@ -3,6 +3,7 @@ package restore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -243,8 +244,8 @@ func TestBadExportWritesNothing(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "copyset 1/1: ") {
 			t.Errorf("want %q, got %v", want, err)
 		}
-		if n := len(st.ListChunks()); n != 0 || tg.ops != 0 {
-			t.Errorf("%s: %d chunks, %d ops on the target", want, n, tg.ops)
+		if n := len(st.ListChunks()); n != 0 || tg.ops.Load() != 0 {
+			t.Errorf("%s: %d chunks, %d ops on the target", want, n, tg.ops.Load())
 		}
 	}
 }
@@ -262,10 +263,10 @@ func TestRefusedTargetsAndSelections(t *testing.T) {
 	if err := st.WriteChunk(9, 1, block(9), 0); err != nil {
 		t.Fatal(err)
 	}
-	tg.ops = 0
+	tg.ops.Store(0)
 	_, err := Restore(context.Background(), Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry})
-	if err == nil || !strings.Contains(err.Error(), "holds chunks") || tg.ops != 0 {
-		t.Errorf("non-empty target: %v (%d ops)", err, tg.ops)
+	if err == nil || !strings.Contains(err.Error(), "holds chunks") || tg.ops.Load() != 0 {
+		t.Errorf("non-empty target: %v (%d ops)", err, tg.ops.Load())
 	}
 	_, err = Restore(context.Background(), Options{Source: d, Pool: 1, ToPool: 7, Target: tg, Geometry: testGeometry})
 	if err == nil || !strings.Contains(err.Error(), "copyset 7/1 does not exist") {
@@ -279,8 +280,8 @@ func TestRefusedTargetsAndSelections(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no packets of copyset 1/4") {
 		t.Errorf("unknown copyset: %v", err)
 	}
-	if tg.ops != 0 {
-		t.Errorf("%d ops on the target", tg.ops)
+	if tg.ops.Load() != 0 {
+		t.Errorf("%d ops on the target", tg.ops.Load())
 	}
 }
 
@@ -381,5 +382,39 @@ func TestSnapshotWithoutCopiedBlocks(t *testing.T) {
 		if err := got.ReadChunkSnapshot(3, sn, buf, 0); err != nil || !bytes.Equal(buf, want) {
 			t.Errorf("read sn %d: %v, equal %v", sn, err, bytes.Equal(buf, want))
 		}
+	}
+}
+
+// failingTarget fails every write of one chunk as a transport failure.
+type failingTarget struct {
+	*storeTarget
+	chunk uint64
+}
+
+func (f failingTarget) WriteChunk(ctx context.Context, c Chunk, off uint32, data []byte, sn uint64) (Outcome, error) {
+	if c.ID == f.chunk {
+		return 0, errors.New("unavailable: connection refused")
+	}
+	return f.storeTarget.WriteChunk(ctx, c, off, data, sn)
+}
+
+// A target failure stops the restore, naming the copyset, packet and
+// binlog index; the ops of other chunks in flight are waited for.
+func TestTargetFailureStops(t *testing.T) {
+	src := newSource(t)
+	for i := range 12 {
+		src.write(uint64(1+i%4), 1, uint32(i/4)*4<<10, block(byte(i)))
+	}
+	e := &export{pool: 1, cs: 1, start: 1, binlog: src.binlog}
+	d, _ := writeExport(t, e.packets(t))
+	tg := failingTarget{newStoreTarget(t), 3}
+	tg.store(1, 1)
+	sum, err := Restore(context.Background(), Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry})
+	want := "copyset 1/1: packet " + exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(1)) + ", binlog index 3: CHUNK_OP_WRITE of chunk 3 of copyset 1/1: unavailable"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want %s...", err, want)
+	}
+	if sum == nil || len(sum.Copysets) != 0 {
+		t.Errorf("summary %+v: the copyset did not finish", sum)
 	}
 }
