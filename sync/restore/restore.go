@@ -408,6 +408,9 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	if lerr := stopLanes(); lerr != nil {
 		err = lerr // a lane's failure is what cancelled the rest
 	}
+	if err == nil {
+		err = ctx.Err() // stopped early, not done
+	}
 	return r.sum, err
 }
 

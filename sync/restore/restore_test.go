@@ -418,3 +418,23 @@ func TestTargetFailureStops(t *testing.T) {
 		t.Errorf("summary %+v: the copyset did not finish", sum)
 	}
 }
+
+// A cancelled restore reports the cancellation, not a finished copyset.
+func TestCancelledRestoreIsNotDone(t *testing.T) {
+	src := newSource(t)
+	src.write(1, 1, 0, block(1))
+	e := &export{pool: 1, cs: 1, start: 1, binlog: src.binlog}
+	d, _ := writeExport(t, e.packets(t))
+	tg := newStoreTarget(t)
+	tg.store(1, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	sum, err := Restore(ctx, Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry,
+		Progress: func(p Progress) {
+			if p.Phase == PhaseReplay {
+				cancel()
+			}
+		}})
+	if !errors.Is(err, context.Canceled) || sum == nil || len(sum.Copysets) != 0 {
+		t.Errorf("got %v, summary %+v", err, sum)
+	}
+}
