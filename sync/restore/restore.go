@@ -162,7 +162,7 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	if len(all) == 0 {
 		return nil, fmt.Errorf("the export at %s has no packets of pool %d", o.Source, o.Pool)
 	}
-	ids := o.Copysets
+	ids := slices.Clone(o.Copysets)
 	if len(ids) == 0 {
 		for id := range all {
 			ids = append(ids, id)
