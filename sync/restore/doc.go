@@ -13,7 +13,9 @@
 //     (exportfmt.Chain); the first gap or bad packet stops the restore with
 //     an error naming it. The export must start at the start (a full
 //     export) or at a binlog point (an incremental one) and reach the binlog
-//     phase. The until point N is fixed here (the export's last index, the
+//     phase. A manifest, if the copyset has one, must list only packets the
+//     export has (see checkManifest): the loss of the last packets leaves
+//     an unbroken chain, and only the manifest tells. The until point N is fixed here (the export's last index, the
 //     --until-index, or the index of the last binlog record appended at or
 //     before --until-time), and checked: N must be at least the earliest
 //     consistent point, the largest as_of_index of the snapshot phase (and

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/chunkraft/chunkraft/sync/dest"
@@ -101,6 +102,7 @@ func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, name
 	ib := newImageBuilder(g)
 	var timeIndex uint64        // the last binlog record appended at or before u.timeMs
 	seen := map[uint64]string{} // snapshot-phase chunk -> its packet
+	var read []packetSum        // what each packet is, for the manifest
 	for _, name := range names {
 		pkt, err := readPacket(ctx, src, chain, name)
 		if err != nil {
@@ -122,6 +124,7 @@ func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, name
 		}
 		p.bytes += uint64(pkt.Size)
 		p.records += uint64(len(pkt.Records))
+		read = append(read, packetSum{crc: pkt.Header.BodyCrc32C, size: uint64(pkt.Size)})
 		if pkt.Start.Phase == exportfmt.PhaseBinlog {
 			for _, r := range pkt.Records {
 				bl := r.GetBinlog()
@@ -154,6 +157,9 @@ func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, name
 	end, ok := chain.Next()
 	if !ok {
 		return nil, errors.New("the export has no packet")
+	}
+	if err := checkManifest(ctx, src, pool, cs, names, read); err != nil {
+		return nil, err
 	}
 	if end.Phase != exportfmt.PhaseBinlog {
 		return nil, fmt.Errorf("the export ends in its snapshot phase (packet %s ends at %v): it cannot be restored until the snapshot phase is complete", chain.Last(), end)
@@ -241,4 +247,58 @@ func groupByChunk(recs []*syncpb.Record) []chunkRecords {
 		out[i].recs = append(out[i].recs, r)
 	}
 	return out
+}
+
+// packetSum is a packet's body CRC and size, as a manifest entry has them.
+type packetSum struct {
+	crc  uint32
+	size uint64
+}
+
+// checkManifest compares the copyset's manifest, if it has one, with its
+// packets (names, in name order, and their sums): the manifest lists
+// packets already written, so every packet it names must be there, the
+// same one (its CRC and size) except the last, which a packet resent
+// under its name (or the packet after a heartbeat) may have replaced since
+// the manifest was written. Packets after the manifest's last are fine (it
+// is written after them). A manifest that lists packets missing from the
+// export means the export lost its end: restoring what is left would
+// silently restore an earlier point.
+func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum) error {
+	name := exportfmt.ManifestName(pool, cs)
+	b, err := src.Get(ctx, name)
+	if errors.Is(err, objstore.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read manifest %s: %w", name, err)
+	}
+	m, err := exportfmt.DecodeManifest(b)
+	if err == nil && (m.LogicPoolId != pool || m.CopysetId != cs) {
+		err = fmt.Errorf("it is the manifest of copyset %d/%d", m.LogicPoolId, m.CopysetId)
+	}
+	if err == nil {
+		_, err = exportfmt.CheckManifest(m)
+	}
+	if err != nil {
+		return fmt.Errorf("bad manifest %s: %w", name, err)
+	}
+	at := make(map[string]int, len(names))
+	for i, n := range names {
+		at[n] = i
+	}
+	for i, e := range m.Packets {
+		last := i == len(m.Packets)-1
+		j, ok := at[e.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("manifest %s lists packet %s, which the export does not have: packets are missing", name, e.Name)
+		case j != i:
+			return fmt.Errorf("manifest %s lists packet %s as its packet %d, the export has it as its packet %d: packets before it are missing or extra", name, e.Name, i, j)
+		case !last && (read[i].crc != e.BodyCrc32C || read[i].size != e.Size):
+			return &exportfmt.BadPacketError{Name: e.Name, Err: fmt.Errorf("it is not the packet manifest %s lists (body crc32c %08x, %d bytes; the manifest says %08x, %d bytes)",
+				name, read[i].crc, read[i].size, e.BodyCrc32C, e.Size)}
+		}
+	}
+	return nil
 }

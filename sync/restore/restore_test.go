@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/internal/objstore"
@@ -436,5 +440,98 @@ func TestCancelledRestoreIsNotDone(t *testing.T) {
 		}})
 	if !errors.Is(err, context.Canceled) || sum == nil || len(sum.Copysets) != 0 {
 		t.Errorf("got %v, summary %+v", err, sum)
+	}
+}
+
+// manifestOf is the manifest of the packets of copyset 1/1.
+func manifestOf(t *testing.T, pkts map[string][]byte, n int) []byte {
+	t.Helper()
+	var names []string
+	for name := range pkts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	m := exportfmt.NewManifest(1, 1)
+	for _, name := range names[:n] {
+		p, err := exportfmt.Decode(pkts[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exportfmt.Append(m, p.Entry(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := exportfmt.EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The manifest, when there is one, must list packets the export has: the
+// loss of the export's last packets (which leaves an unbroken but shorter
+// chain) is found by it, as is a packet other than the one it lists. A
+// manifest behind the packets, or whose last packet was resent since, is
+// fine.
+func TestManifestCatchesLostPackets(t *testing.T) {
+	src := newSource(t)
+	for i := range 6 {
+		src.write(1, 1, uint32(i)*4<<10, block(byte(i+1)))
+	}
+	e := &export{pool: 1, cs: 1, start: 1, binlog: src.binlog, per: 2}
+	pkts := e.packets(t) // binlog 1, 3, 5
+	last := exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(5))
+	middle := exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(3))
+	other := func(name string, b byte) []byte { // another packet with the same points
+		p, err := exportfmt.Decode(pkts[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := make([]*syncpb.Record, len(p.Records))
+		for i, r := range p.Records {
+			recs[i] = proto.CloneOf(r)
+			recs[i].GetBinlog().Data = block(b)
+		}
+		out, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: p.Header.StartPoint, NextPoint: p.Header.NextPoint}, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		what    string
+		listed  int              // packets the manifest lists
+		change  func(dir string) // after the export is written
+		wantErr string           // "" = the restore succeeds
+	}{
+		{"complete", 3, nil, ""},
+		{"behind", 2, nil, ""},
+		{"last resent", 3, func(d string) { os.WriteFile(filepath.Join(d, last), other(last, 9), 0o644) }, ""},
+		{"last lost", 3, func(d string) { os.Remove(filepath.Join(d, last)) }, "lists packet " + last + ", which the export does not have"},
+		{"middle replaced", 3, func(d string) { os.WriteFile(filepath.Join(d, middle), other(middle, 9), 0o644) }, "bad packet " + middle + ": it is not the packet manifest"},
+		{"corrupt", 3, func(d string) {
+			p := filepath.Join(d, exportfmt.ManifestName(1, 1))
+			b, _ := os.ReadFile(p)
+			b[len(b)-1] ^= 1
+			os.WriteFile(p, b, 0o644)
+		}, "bad manifest " + exportfmt.ManifestName(1, 1)},
+	} {
+		withManifest := maps.Clone(pkts)
+		withManifest[exportfmt.ManifestName(1, 1)] = manifestOf(t, pkts, c.listed)
+		d, dir := writeExport(t, withManifest)
+		if c.change != nil {
+			c.change(dir)
+		}
+		tg := newStoreTarget(t)
+		tg.store(1, 1)
+		_, err := Restore(context.Background(), Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry})
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", c.what, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: %v, want %q", c.what, err, c.wantErr)
+		case c.wantErr != "" && tg.ops.Load() != 0:
+			t.Errorf("%s: %d ops on the target", c.what, tg.ops.Load())
+		}
 	}
 }
