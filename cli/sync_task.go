@@ -184,18 +184,3 @@ func newSyncStatusCommand(a *app) *cobra.Command {
 		},
 	}
 }
-
-// newSyncCommand is chunkctl sync: export tasks of the sync service.
-func newSyncCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "sync",
-		Short: "Export tasks (continuous backup of a pool to files or S3): create, status, delete",
-		Long: `The sync service exports a logical pool's chunks to a directory or an S3
-bucket: a snapshot of every chunk, then the copysets' raft logs (openmldb.datasync's
-protocol; the format is docs/sync-format.md). Tasks are replicated in the pool's
-copysets: any server answers for any task, and a leader change moves a copyset's
-export to its new leader with a new token.`,
-	}
-	cmd.AddCommand(newSyncCreateCommand(a), newSyncStatusCommand(a), newSyncDeleteCommand(a))
-	return cmd
-}

@@ -68,22 +68,29 @@
 //     binlog phase is the complete sequence of ops after I.
 //  2. The images. A chunk is exported from one image (datastore
 //     Store.ChunkImage: the chunk and its COW snapshot copied under the
-//     chunk's lock, as of one moment), stamped with T, the log index of the
-//     last op applied to the chunk: it holds the ops on the chunk before T,
-//     some or all of those at T (several ops can share an entry) and none
-//     after T. All its records come from that image and go in one packet
-//     (as_of_index = T); a chunk never mixes moments, which no replay
-//     repairs (a copy-on-write of a block from another moment).
+//     chunk's lock, as of one moment), stamped with T, the place in the log
+//     of the last op applied to the chunk: its entry's index and its
+//     position among the entry's ops (several ops share an entry when
+//     proposals are batched; the chunk machine applies them one by one, so
+//     an image can lie between two of them). It holds every op on the chunk
+//     up to T and none after. All its records come from that image and go
+//     in one packet (as_of_index, as_of_op = T); a chunk never mixes
+//     moments, which no replay repairs (a copy-on-write of a block from
+//     another moment).
 //  3. Replay. A restore rebuilds each chunk from its records, then applies
-//     the binlog from B in order, skipping a chunk's ops below its T. The
-//     ops at T apply again: that is harmless (datastore, "Replay": writes
-//     rewrite the same data, a write finds its snapshot made, COW skips
-//     copied blocks, deletes of missing chunks and snapshots succeed). From
-//     there the restored chunk goes through the source's ops from the
-//     source's state, and a chunk op's outcome is a function of the chunk's
-//     state and the op (sn guards, snapshot rules; epoch fences refuse at
-//     admission, so refused ops never reach the log), so it ends in the
-//     source's state.
+//     the binlog from B in order, skipping a chunk's ops before T (by index,
+//     then op_position). The op at T applies again: harmless, since it is
+//     applied to the state it left (a chunk op applied twice in a row leaves
+//     the state it left once). Skipping it instead would do too, but only
+//     the position tells it apart from a later op of its entry, which must
+//     apply: replaying an earlier op of the entry after a later one could
+//     change its outcome (a write refused for an older snapshot, applied
+//     again after the entry's DELETE_SNAP removed that snapshot, would
+//     succeed). From there the restored chunk goes through the source's ops
+//     from the source's state, and a chunk op's outcome is a function of the
+//     chunk's state and the op (sn guards, snapshot rules; epoch fences
+//     refuse at admission, so refused ops never reach the log), so it ends
+//     in the source's state.
 //  4. Chunks without an image: one gone when imaged (deleted after I) or
 //     not listed (deleted or created after I) has its deletion, or its
 //     whole life, in the binlog; replayed from nothing, the ops before its

@@ -75,12 +75,15 @@
 //
 // # Replay
 //
-// The replicated ops come with their raft log index (WriteChunkAt and the
-// other ...At methods; the plain methods are the same ops unstamped, index
-// 0). Every change of a chunk's meta (creation, sn, corrected sn, snapshot
-// creation or removal, clone bitmap) stamps the meta with the op's index
-// ([MetaPage.Seq]), and that stamp reaches the disk with the meta page.
-// An op on a chunk whose stamp is later than the op's index is skipped: the
+// The replicated ops come with their place in the raft log, a sequence
+// number increasing in log order (WriteChunkAt and the other ...At methods;
+// the plain methods are the same ops unstamped, 0). The chunk machine's is
+// the entry's index << 8 | the op's position in the entry, since batched
+// ops share an entry. Every change of a chunk's meta (creation, sn,
+// corrected sn, snapshot creation or removal, clone bitmap) stamps the meta
+// with the op's number ([MetaPage.Seq]), and that stamp reaches the disk
+// with the meta page. An op on a chunk whose stamp is later than the op's
+// number is skipped: the
 // chunk's state already reflects it, its data is durable with the page
 // (written after the data was fsynced), and applying it again could change
 // its outcome, since a later op may have removed the reason it was refused
@@ -96,7 +99,7 @@
 //
 // A chunk's files copied live while writes go on can mix moments, which no
 // replay repairs once a copy-on-write reads the mixed block; [Store.ChunkImage]
-// copies a chunk and its snapshot as of one moment, stamped with the index
+// copies a chunk and its snapshot as of one moment, stamped with the number
 // of the last op on the chunk, for a snapshot stream or an export.
 //
 // # Concurrency

@@ -1,0 +1,294 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+)
+
+// Image is a chunk's state to rebuild: what GetChunkInfo, ReadChunk and
+// ReadChunkSnapshot show of it, and its corrected sn.
+type Image struct {
+	ID uint64
+	// Sn and CorrectedSn are the chunk's sequence numbers.
+	Sn, CorrectedSn uint64
+	// AsOf and AsOfOp place the image in the log: it is the chunk's state
+	// right after the op at position AsOfOp of entry AsOf (t_c).
+	AsOf   uint64
+	AsOfOp uint32
+	// Live is the chunk's data (ChunkSize bytes).
+	Live []byte
+	// SnapSn is the sn of the chunk's COW snapshot, 0 without one.
+	SnapSn uint64
+	// View is what ReadChunkSnapshot(SnapSn) reads: the copied blocks'
+	// snapshot content, the others Live's (ChunkSize bytes; only with a
+	// snapshot).
+	View []byte
+	// Copied marks, per block, the blocks copied into the snapshot.
+	Copied []bool
+}
+
+// check reports an image the chunk store cannot hold, which no op
+// sequence could rebuild: a snapshot that is not older than the chunk, or
+// a corrected sn at or above the sn of a chunk with a snapshot (a write
+// that takes a snapshot makes the chunk's sn the newest; only a snapshot
+// removal sets the corrected sn again).
+func (im *Image) check() error {
+	switch {
+	case im.Sn == 0:
+		return fmt.Errorf("chunk %d has sn 0", im.ID)
+	case im.SnapSn != 0 && im.SnapSn >= im.Sn:
+		return fmt.Errorf("chunk %d has sn %d and a COW snapshot with sn %d, not older", im.ID, im.Sn, im.SnapSn)
+	case im.SnapSn != 0 && im.CorrectedSn >= im.Sn:
+		return fmt.Errorf("chunk %d has a COW snapshot and corrected sn %d, not below its sn %d", im.ID, im.CorrectedSn, im.Sn)
+	}
+	return nil
+}
+
+// imageBuilder collects the snapshot-phase records of one chunk into an
+// Image. Its buffers are reused from chunk to chunk.
+type imageBuilder struct {
+	g          Geometry
+	live, view []byte
+	copied     []bool
+}
+
+func newImageBuilder(g Geometry) *imageBuilder {
+	return &imageBuilder{g: g, live: make([]byte, g.ChunkSize), copied: make([]bool, g.blocks())}
+}
+
+// build makes the image of chunk id from its records (in packet order):
+// every snapshot record must agree on sn, corrected sn and as_of_index,
+// every COW record on snapshot_sn and as_of_index, ranges must be whole
+// blocks inside the chunk. Ranges no record covers read as zeros. The
+// image aliases b's buffers until the next build.
+func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
+	clear(b.live)
+	clear(b.copied)
+	im := &Image{ID: id, Live: b.live, Copied: b.copied}
+	seenSnap, seenCow := false, false
+	var cows []*syncpb.CowSnapshotRecord
+	for _, r := range recs {
+		switch k := r.GetKind().(type) {
+		case *syncpb.Record_Snapshot:
+			s := k.Snapshot
+			if !seenSnap {
+				im.Sn, im.CorrectedSn, im.AsOf, im.AsOfOp, seenSnap = s.Sn, s.CorrectedSn, s.AsOfIndex, s.AsOfOp, true
+			} else if s.Sn != im.Sn || s.CorrectedSn != im.CorrectedSn || s.AsOfIndex != im.AsOf || s.AsOfOp != im.AsOfOp {
+				return nil, fmt.Errorf("chunk %d: snapshot records disagree: sn/corrected sn/as_of_index %d/%d/%d and %d/%d/%d",
+					id, im.Sn, im.CorrectedSn, im.AsOf, s.Sn, s.CorrectedSn, s.AsOfIndex)
+			}
+			n := uint64(len(s.Data))
+			if s.ZeroLength != 0 {
+				n = uint64(s.ZeroLength)
+			}
+			if err := b.checkRange(id, "snapshot", s.Offset, n); err != nil {
+				return nil, err
+			}
+			copy(b.live[s.Offset:], s.Data) // a zero range is zero already
+		case *syncpb.Record_CowSnapshot:
+			c := k.CowSnapshot
+			if !seenCow {
+				im.SnapSn, seenCow = c.SnapshotSn, true
+			} else if c.SnapshotSn != im.SnapSn {
+				return nil, fmt.Errorf("chunk %d: COW snapshot records name snapshot sn %d and %d", id, im.SnapSn, c.SnapshotSn)
+			}
+			if c.SnapshotSn == 0 {
+				return nil, fmt.Errorf("chunk %d: COW snapshot record with snapshot sn 0", id)
+			}
+			if err := b.checkRange(id, "COW snapshot", c.Offset, uint64(len(c.Data))); err != nil {
+				return nil, err
+			}
+			cows = append(cows, c)
+		default:
+			return nil, fmt.Errorf("chunk %d: a %T record in the snapshot phase", id, r.GetKind())
+		}
+	}
+	if !seenSnap {
+		return nil, fmt.Errorf("chunk %d: COW snapshot records without snapshot records of the chunk", id)
+	}
+	for _, c := range cows {
+		if c.AsOfIndex != im.AsOf || c.AsOfOp != im.AsOfOp {
+			return nil, fmt.Errorf("chunk %d: COW snapshot record as_of_index %d, the chunk's %d", id, c.AsOfIndex, im.AsOf)
+		}
+	}
+	if seenCow {
+		if b.view == nil {
+			b.view = make([]byte, b.g.ChunkSize) // only chunks with a snapshot need it
+		}
+		copy(b.view, b.live)
+		bs := b.g.BlockSize
+		for _, c := range cows {
+			copy(b.view[c.Offset:], c.Data)
+			for i := c.Offset / bs; i < (c.Offset+uint32(len(c.Data)))/bs; i++ {
+				b.copied[i] = true
+			}
+		}
+		im.View = b.view
+	}
+	if err := im.check(); err != nil {
+		return nil, err
+	}
+	return im, nil
+}
+
+func (b *imageBuilder) checkRange(id uint64, what string, off uint32, n uint64) error {
+	bs := uint64(b.g.BlockSize)
+	if uint64(off)%bs != 0 || n%bs != 0 || uint64(off)+n > uint64(b.g.ChunkSize) {
+		return fmt.Errorf("chunk %d: %s record range [%d, %d) is not whole %d-byte blocks inside the %d-byte chunk",
+			id, what, off, uint64(off)+n, bs, b.g.ChunkSize)
+	}
+	return nil
+}
+
+// rebuilder sends the op sequence of Rebuild.
+type rebuilder struct {
+	t        Target
+	g        Geometry
+	maxWrite uint32
+	bytes    uint64 // data bytes written
+	ops      uint64
+}
+
+// DefaultMaxWrite bounds the data of one WriteChunk a rebuild sends.
+const DefaultMaxWrite = 4 << 20
+
+// Rebuild makes chunk c on an empty target exactly im (see
+// docs/sync-format.md, Restore), through ChunkService ops only. With base
+// the sn of the data written first (the snapshot's sn with a snapshot, else
+// the chunk's) and V the data at base (the snapshot's view, else Live):
+//
+//  1. corrected sn cs > base: write V at base; DeleteChunkSnapshotOrCorrectSn(cs)
+//     (cs is above the chunk's sn: it becomes the corrected sn);
+//     2 <= cs <= base: write V's block 0 at cs-1; DeleteChunkSnapshotOrCorrectSn(cs);
+//     write V at base, and if base > cs that write took a snapshot at
+//     cs-1: DeleteChunkSnapshotOrCorrectSn(base) removes it (base is not above
+//     the chunk's sn, so the corrected sn stays);
+//     otherwise (no corrected sn; 1, which is never above a chunk's sn and so
+//     cannot be set, and changes nothing a client can see): write V at base.
+//  2. with a snapshot: write Live's copied blocks at Sn (or, when none is
+//     copied, block 0): the first write takes the snapshot at base and each
+//     written block is copied into it (its V content) before it is
+//     overwritten. A snapshot copy of block 0 equal to the live block reads
+//     the same and behaves the same under later writes as an uncopied one.
+//
+// "Write V" writes its non-zero blocks in runs of at most maxWrite bytes
+// (unwritten blocks read as zeros), or block 0 if V is all zero, so that
+// the chunk exists with that sn. Every op must succeed.
+func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
+	base, v := im.Sn, im.Live
+	if im.SnapSn != 0 {
+		base, v = im.SnapSn, im.View
+	}
+	bs := r.g.BlockSize
+	switch cs := im.CorrectedSn; {
+	case cs > base:
+		if err := r.writeImage(ctx, c, v, base); err != nil {
+			return err
+		}
+		if err := r.correct(ctx, c, cs); err != nil {
+			return err
+		}
+	case cs >= 2:
+		if err := r.write(ctx, c, 0, v[:bs], cs-1); err != nil {
+			return err
+		}
+		if err := r.correct(ctx, c, cs); err != nil {
+			return err
+		}
+		if err := r.writeImage(ctx, c, v, base); err != nil {
+			return err
+		}
+		if base > cs {
+			if err := r.correct(ctx, c, base); err != nil {
+				return err
+			}
+		}
+	default:
+		if err := r.writeImage(ctx, c, v, base); err != nil {
+			return err
+		}
+	}
+	if im.SnapSn == 0 {
+		return nil
+	}
+	wrote := false
+	err := r.runs(im.Copied, func(a, b uint32) error {
+		wrote = true
+		return r.write(ctx, c, a*bs, im.Live[a*bs:b*bs], im.Sn)
+	})
+	if err != nil || wrote {
+		return err
+	}
+	return r.write(ctx, c, 0, im.Live[:bs], im.Sn)
+}
+
+// writeImage writes the non-zero blocks of data at sn, or block 0 when
+// there are none.
+func (r *rebuilder) writeImage(ctx context.Context, c Chunk, data []byte, sn uint64) error {
+	bs := r.g.BlockSize
+	nonzero := make([]bool, r.g.blocks())
+	some := false
+	zero := make([]byte, bs)
+	for i := range nonzero {
+		nonzero[i] = !bytes.Equal(data[uint32(i)*bs:uint32(i+1)*bs], zero)
+		some = some || nonzero[i]
+	}
+	if !some {
+		return r.write(ctx, c, 0, data[:bs], sn)
+	}
+	return r.runs(nonzero, func(a, b uint32) error { return r.write(ctx, c, a*bs, data[a*bs:b*bs], sn) })
+}
+
+// runs calls fn for each run [a, b) of marked blocks, split so that no run
+// is longer than maxWrite bytes.
+func (r *rebuilder) runs(marked []bool, fn func(a, b uint32) error) error {
+	per := max(r.maxWrite/r.g.BlockSize, 1)
+	n := uint32(len(marked))
+	for a := uint32(0); a < n; {
+		if !marked[a] {
+			a++
+			continue
+		}
+		b := a
+		for b < n && marked[b] && b-a < per {
+			b++
+		}
+		if err := fn(a, b); err != nil {
+			return err
+		}
+		a = b
+	}
+	return nil
+}
+
+func (r *rebuilder) write(ctx context.Context, c Chunk, off uint32, data []byte, sn uint64) error {
+	o, err := r.t.WriteChunk(ctx, c, off, data, sn)
+	if err := mustApply(err, o, fmt.Sprintf("rebuild %s: write [%d, %d) at sn %d", c, off, off+uint32(len(data)), sn)); err != nil {
+		return err
+	}
+	r.ops++
+	r.bytes += uint64(len(data))
+	return nil
+}
+
+func (r *rebuilder) correct(ctx context.Context, c Chunk, cs uint64) error {
+	o, err := r.t.DeleteChunkSnapshotOrCorrectSn(ctx, c, cs)
+	if err := mustApply(err, o, fmt.Sprintf("rebuild %s: delete snapshot or correct sn %d", c, cs)); err != nil {
+		return err
+	}
+	r.ops++
+	return nil
+}
+
+func mustApply(err error, o Outcome, what string) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %w", what, err)
+	case o != Applied:
+		return fmt.Errorf("%s: %s: the target copyset was not empty or changed during the restore", what, o)
+	}
+	return nil
+}

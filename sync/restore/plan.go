@@ -1,0 +1,304 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	"github.com/chunkraft/chunkraft/sync/dest"
+	"github.com/chunkraft/chunkraft/sync/exportfmt"
+)
+
+// exportCopysets lists the packets of every copyset of pool in src: copyset
+// id -> packet names in name order. Objects that are not packets of a
+// copyset of pool (the manifests, anything else) are left out.
+func exportCopysets(ctx context.Context, src dest.Dest, pool uint32) (map[uint32][]string, error) {
+	infos, err := src.List(ctx, exportfmt.PoolPrefix(pool))
+	if err != nil {
+		return nil, fmt.Errorf("list the export: %w", err)
+	}
+	out := map[uint32][]string{}
+	for _, info := range infos {
+		if !strings.HasSuffix(info.Name, exportfmt.PacketSuffix) {
+			continue
+		}
+		rest := strings.TrimPrefix(info.Name, exportfmt.PoolPrefix(pool))
+		elem, _, ok := strings.Cut(rest, "/")
+		digits, isCopyset := strings.CutPrefix(elem, "copyset-")
+		if !ok || !isCopyset {
+			continue
+		}
+		var cs uint32
+		if _, err := fmt.Sscan(digits, &cs); err != nil || fmt.Sprint(cs) != digits {
+			continue
+		}
+		out[cs] = append(out[cs], info.Name)
+	}
+	for _, names := range out {
+		slices.Sort(names)
+	}
+	return out, nil
+}
+
+// plan is what the check pass learned of one copyset's export.
+type plan struct {
+	pool, copyset uint32
+	names         []string
+	// full: the export starts at the start (it has a snapshot phase).
+	full bool
+	// binlogStart is the first raft index of the binlog phase.
+	binlogStart uint64
+	// reach is the last raft index the export covers.
+	reach uint64
+	// maxAsOf is the largest as_of_index of the snapshot phase (0: none),
+	// maxAsOfChunk the chunk that has it.
+	maxAsOf, maxAsOfChunk uint64
+	// until is the last raft index to restore.
+	until uint64
+	// bytes and records count the packets' sizes and records.
+	bytes, records uint64
+}
+
+func (p *plan) String() string { return fmt.Sprintf("copyset %d/%d", p.pool, p.copyset) }
+
+// earliest is the earliest raft index the export restores exactly.
+func (p *plan) earliest() uint64 { return max(p.maxAsOf, p.binlogStart-1) }
+
+// until is what Options says to restore to.
+type until struct {
+	index    uint64
+	hasIndex bool
+	timeMs   int64
+	hasTime  bool
+}
+
+// readPacket gets and decodes packet name and adds it to chain.
+func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name string) (*exportfmt.Packet, error) {
+	b, err := src.Get(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("read packet %s: %w", name, err)
+	}
+	pkt, err := exportfmt.Decode(b)
+	if err != nil {
+		return nil, &exportfmt.BadPacketError{Name: name, Err: err}
+	}
+	if err := chain.AddPacket(name, pkt); err != nil {
+		return nil, err
+	}
+	return pkt, nil
+}
+
+// check reads every packet of copyset cs (names, in name order), checks
+// it and the chain, and fixes the until point (see the package
+// documentation). progress is called after each packet.
+func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, names []string, u until, progress func(pkt *exportfmt.Packet)) (*plan, error) {
+	p := &plan{pool: pool, copyset: cs, names: names}
+	chain := exportfmt.NewChain(pool, cs)
+	ib := newImageBuilder(g)
+	var timeIndex uint64        // the last binlog record appended at or before u.timeMs
+	seen := map[uint64]string{} // snapshot-phase chunk -> its packet
+	var read []packetSum        // what each packet is, for the manifest
+	for _, name := range names {
+		pkt, err := readPacket(ctx, src, chain, name)
+		if err != nil {
+			return nil, err
+		}
+		if chain.Len() == 1 {
+			switch pkt.Start.Phase {
+			case exportfmt.PhaseStart:
+				p.full = true
+			case exportfmt.PhaseSnapshot:
+				return nil, fmt.Errorf("the export starts at packet %s (%v), not at the start: its first packets are missing", name, pkt.Start)
+			}
+		}
+		if pkt.Next.Phase == exportfmt.PhaseBinlog && pkt.Start.Phase != exportfmt.PhaseBinlog {
+			p.binlogStart = pkt.Next.Index
+		}
+		if pkt.Start.Phase == exportfmt.PhaseBinlog && p.binlogStart == 0 {
+			p.binlogStart = pkt.Start.Index
+		}
+		p.bytes += uint64(pkt.Size)
+		p.records += uint64(len(pkt.Records))
+		read = append(read, packetSum{crc: pkt.Header.BodyCrc32C, size: uint64(pkt.Size)})
+		if pkt.Start.Phase == exportfmt.PhaseBinlog {
+			for _, r := range pkt.Records {
+				bl := r.GetBinlog()
+				if err := checkBinlog(g, bl); err != nil {
+					return nil, &exportfmt.BadPacketError{Name: name, Err: fmt.Errorf("binlog record at index %d: %w", bl.Index, err)}
+				}
+				if u.hasTime && bl.AppendedAtMs <= u.timeMs {
+					timeIndex = bl.Index
+				}
+			}
+		} else {
+			for _, grp := range groupByChunk(pkt.Records) {
+				im, err := ib.build(grp.id, grp.recs)
+				if err != nil {
+					return nil, &exportfmt.BadPacketError{Name: name, Err: err}
+				}
+				if prev, ok := seen[im.ID]; ok {
+					return nil, &exportfmt.BadPacketError{Name: name, Err: fmt.Errorf("chunk %d has snapshot records in packet %s too: a chunk never spans packets", im.ID, prev)}
+				}
+				seen[im.ID] = name
+				if im.AsOf > p.maxAsOf {
+					p.maxAsOf, p.maxAsOfChunk = im.AsOf, im.ID
+				}
+			}
+		}
+		if progress != nil {
+			progress(pkt)
+		}
+	}
+	end, ok := chain.Next()
+	if !ok {
+		return nil, errors.New("the export has no packet")
+	}
+	if err := checkManifest(ctx, src, pool, cs, names, read); err != nil {
+		return nil, err
+	}
+	if end.Phase != exportfmt.PhaseBinlog {
+		return nil, fmt.Errorf("the export ends in its snapshot phase (packet %s ends at %v): it cannot be restored until the snapshot phase is complete", chain.Last(), end)
+	}
+	p.reach = end.Index - 1
+	switch {
+	case u.hasIndex:
+		p.until = u.index
+	case u.hasTime:
+		p.until = max(timeIndex, p.binlogStart-1)
+	default:
+		p.until = p.reach
+	}
+	if p.until > p.reach {
+		return nil, fmt.Errorf("--until-index %d is past the end of the export, raft index %d (packet %s)", p.until, p.reach, chain.Last())
+	}
+	if e := p.earliest(); p.until < e {
+		why := fmt.Sprintf("its binlog phase starts at index %d", p.binlogStart)
+		if p.maxAsOf >= p.binlogStart {
+			why = fmt.Sprintf("its snapshot phase read chunk %d as of index %d", p.maxAsOfChunk, p.maxAsOf)
+		}
+		if u.hasTime {
+			last := "no binlog record was appended by then"
+			if timeIndex != 0 {
+				last = fmt.Sprintf("the last record appended by then is at index %d", timeIndex)
+			}
+			return nil, fmt.Errorf("--until-time %d ms cannot be restored from this export: %s, and the earliest index it can restore is %d (%s)", u.timeMs, last, e, why)
+		}
+		return nil, fmt.Errorf("index %d cannot be restored from this export: the earliest index it can restore is %d (%s)", p.until, e, why)
+	}
+	return p, nil
+}
+
+// checkBinlog checks what the replay of a binlog record relies on.
+func checkBinlog(g Geometry, bl *syncpb.BinlogRecord) error {
+	op := bl.Op
+	switch op.GetOpType() {
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
+		n := uint64(len(bl.Data))
+		if n == 0 || n%uint64(g.BlockSize) != 0 || op.GetOffset()%g.BlockSize != 0 || uint64(op.GetOffset())+n > uint64(g.ChunkSize) {
+			return fmt.Errorf("write of chunk %d: %d bytes at offset %d are not whole %d-byte blocks inside the chunk",
+				op.GetChunkId(), n, op.GetOffset(), g.BlockSize)
+		}
+		if op.GetSn() == 0 {
+			return fmt.Errorf("write of chunk %d with sn 0", op.GetChunkId())
+		}
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
+		if n := uint64(len(bl.Data)); n%uint64(g.BlockSize) != 0 || n > uint64(g.ChunkSize) {
+			return fmt.Errorf("clone chunk %d: %d bytes of materialised data are not whole %d-byte blocks of the chunk",
+				op.GetChunkId(), n, g.BlockSize)
+		}
+		if op.GetSn() == 0 {
+			return fmt.Errorf("clone chunk %d with sn 0", op.GetChunkId())
+		}
+	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE, chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP,
+		chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
+	default:
+		return fmt.Errorf("op %v of chunk %d is not a replicated chunk op", op.GetOpType(), op.GetChunkId())
+	}
+	return nil
+}
+
+// chunkRecords are the snapshot-phase records of one chunk.
+type chunkRecords struct {
+	id   uint64
+	recs []*syncpb.Record
+}
+
+// groupByChunk groups snapshot-phase records by chunk, chunks in order of
+// first appearance.
+func groupByChunk(recs []*syncpb.Record) []chunkRecords {
+	var out []chunkRecords
+	at := map[uint64]int{}
+	for _, r := range recs {
+		id := r.GetSnapshot().GetChunkId()
+		if c := r.GetCowSnapshot(); c != nil {
+			id = c.ChunkId
+		}
+		i, ok := at[id]
+		if !ok {
+			i = len(out)
+			at[id] = i
+			out = append(out, chunkRecords{id: id})
+		}
+		out[i].recs = append(out[i].recs, r)
+	}
+	return out
+}
+
+// packetSum is a packet's body CRC and size, as a manifest entry has them.
+type packetSum struct {
+	crc  uint32
+	size uint64
+}
+
+// checkManifest compares the copyset's manifest, if it has one, with its
+// packets (names, in name order, and their sums): the manifest lists
+// packets already written, so every packet it names must be there, the
+// same one (its CRC and size) except the last, which a packet resent
+// under its name (or the packet after a heartbeat) may have replaced since
+// the manifest was written. Packets after the manifest's last are fine (it
+// is written after them). A manifest that lists packets missing from the
+// export means the export lost its end: restoring what is left would
+// silently restore an earlier point.
+func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum) error {
+	name := exportfmt.ManifestName(pool, cs)
+	b, err := src.Get(ctx, name)
+	if errors.Is(err, objstore.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read manifest %s: %w", name, err)
+	}
+	m, err := exportfmt.DecodeManifest(b)
+	if err == nil && (m.LogicPoolId != pool || m.CopysetId != cs) {
+		err = fmt.Errorf("it is the manifest of copyset %d/%d", m.LogicPoolId, m.CopysetId)
+	}
+	if err == nil {
+		_, err = exportfmt.CheckManifest(m)
+	}
+	if err != nil {
+		return fmt.Errorf("bad manifest %s: %w", name, err)
+	}
+	at := make(map[string]int, len(names))
+	for i, n := range names {
+		at[n] = i
+	}
+	for i, e := range m.Packets {
+		last := i == len(m.Packets)-1
+		j, ok := at[e.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("manifest %s lists packet %s, which the export does not have: packets are missing", name, e.Name)
+		case j != i:
+			return fmt.Errorf("manifest %s lists packet %s as its packet %d, the export has it as its packet %d: packets before it are missing or extra", name, e.Name, i, j)
+		case !last && (read[i].crc != e.BodyCrc32C || read[i].size != e.Size):
+			return &exportfmt.BadPacketError{Name: e.Name, Err: fmt.Errorf("it is not the packet manifest %s lists (body crc32c %08x, %d bytes; the manifest says %08x, %d bytes)",
+				name, read[i].crc, read[i].size, e.BodyCrc32C, e.Size)}
+		}
+	}
+	return nil
+}
