@@ -16,6 +16,10 @@ import (
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
+// maxEmptySpan is the most log entries without chunk records a tailing
+// export holds back before it sends them as a packet of no records.
+const maxEmptySpan = 1024
+
 // binlog exports the binlog phase from log index from, through e.pin: up
 // to the binlog end in kFull (then it returns nil), for as long as ctx
 // lasts in the tailing modes. A packet holds consecutive entries, up to
@@ -85,8 +89,13 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			cursor++
 		}
 		done := full && cursor == end+1
+		// A span without chunk records (the sync machine's own entries, raft
+		// no-ops) waits for records or grows to maxEmptySpan: sending it
+		// would replicate an Advance, one more entry of the log, and a
+		// tailing export would chase its own tail forever.
+		ripe := len(records) > 0 && time.Since(opened) >= e.opts.Linger || cursor-start >= maxEmptySpan
 		switch {
-		case cursor > start && (packetFull || done || time.Since(opened) >= e.opts.Linger):
+		case cursor > start && (packetFull || done || ripe):
 			if err := e.emit(ctx, exportfmt.BinlogPoint(start), exportfmt.BinlogPoint(cursor), records, done); err != nil {
 				return err
 			}
@@ -102,7 +111,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			}
 		case done: // nothing (left) to export before the end
 			return e.emit(ctx, exportfmt.BinlogPoint(start), exportfmt.BinlogPoint(start), nil, true)
-		case !full && cursor == start && time.Since(lastSent) >= e.opts.Idle:
+		case !full && len(records) == 0 && time.Since(lastSent) >= e.opts.Idle:
 			p := exportfmt.BinlogPoint(start).Proto()
 			if err := e.send(ctx, Packet{Start: p, Next: p, BinlogStart: e.binlogStart}); err != nil {
 				return err

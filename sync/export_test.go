@@ -444,6 +444,18 @@ func TestExportHeartbeat(t *testing.T) {
 	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('z')))
 	wait("packet [6, 7)", func(p Packet) bool { return p.Count == 1 && proto.Equal(p.Next, binlogAt(7)) })
 	wait("heartbeat at 7", heartbeat(7))
+	// Entries without chunk ops (the sync machine's own Advance and Touch
+	// ops) are held back, heartbeats go on at 7, until records come: a
+	// packet for them would replicate an Advance, one more such entry.
+	for range 3 {
+		s.add(copyset.Op{Kind: kinds.Sync, Payload: []byte{1}})
+	}
+	wait("heartbeat at 7 after entries without records", heartbeat(7))
+	wait("another heartbeat at 7", heartbeat(7))
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('y')))
+	wait("packet [7, 11)", func(p Packet) bool {
+		return p.Count == 1 && proto.Equal(p.Start, binlogAt(7)) && proto.Equal(p.Next, binlogAt(11))
+	})
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Fatalf("export returned %v, want context.Canceled", err)

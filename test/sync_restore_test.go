@@ -81,10 +81,10 @@ func TestSyncRestore(t *testing.T) {
 		snapRec(5, 3, 0, 10, 2*cli.BlockSize, nil, cli.ChunkSize-2*cli.BlockSize),
 		&syncpb.Record{Kind: &syncpb.Record_CowSnapshot{CowSnapshot: &syncpb.CowSnapshotRecord{ChunkId: 5, SnapshotSn: 1, Offset: 0, Data: X, AsOfIndex: 10}}})
 	writePacket(t, dir, 1, exportfmt.SnapshotPoint(6, 0), exportfmt.BinlogPoint(11),
-		snapRec(6, 2, 4, 12, 0, C, 0))
+		snapRec(6, 2, 4, 13, 0, C, 0))
 	writePacket(t, dir, 1, exportfmt.BinlogPoint(11), exportfmt.BinlogPoint(15),
 		binlogRec(11, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 3, 2*cli.BlockSize, D), // applied
-		binlogRec(12, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 6, 2, cli.BlockSize, E),   // in chunk 6's image: skipped
+		binlogRec(12, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 6, 2, cli.BlockSize, E),   // before chunk 6's image (as of 13): skipped
 		binlogRec(13, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 7, 1, 0, F),               // a new chunk
 		binlogRec(14, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 4, 0, G))               // refused: needs a snapshot
 	clone := binlogRec(15, pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE, 8, 2, 0, append(bytes.Clone(H), syncBlock(0)...))
@@ -108,7 +108,7 @@ func TestSyncRestore(t *testing.T) {
 		{[]string{"--from", from, "--pool", "9", "--to-pool", "2"}, "has no packets of pool 9"},
 		{[]string{"--from", from, "--pool", "1", "--to-pool", "3"}, "target copyset 3/1 is hosted by none of the 1 servers"},
 		{[]string{"--from", from, "--pool", "1", "--to-pool", "2", "--until-index", "5", "--until-time", "2026-01-01T00:00:00Z"}, "not both"},
-		{[]string{"--from", from, "--pool", "1", "--to-pool", "2", "--copysets", "1", "--until-index", "11"}, "earliest index it can restore is 12 (its snapshot phase read chunk 6 as of index 12)"},
+		{[]string{"--from", from, "--pool", "1", "--to-pool", "2", "--copysets", "1", "--until-index", "11"}, "earliest index it can restore is 13 (its snapshot phase read chunk 6 as of index 13)"},
 	} {
 		out, errOut, code := chunkctl(t, srv, nil, append([]string{"sync", "restore"}, bad.args...)...)
 		if code == 0 || !strings.Contains(errOut, bad.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || out != "" {
