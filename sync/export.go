@@ -38,7 +38,7 @@ const (
 	// DefaultIdle is ExportOptions.Idle when unset.
 	DefaultIdle = time.Second
 	// DefaultLinger is ExportOptions.Linger when unset.
-	DefaultLinger = 100 * time.Millisecond
+	DefaultLinger = time.Second
 	// maxPacketBytes bounds PacketBytes: two packets' worth of records and
 	// one more chunk (16 MiB and its 16 MiB snapshot) stay under
 	// exportfmt.MaxPacketSize.

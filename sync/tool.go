@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -443,11 +444,26 @@ type destCache struct {
 
 	mu        gosync.Mutex
 	open      map[string]dest.Dest
-	manifests map[string]*syncpb.Manifest // by dest and copyset
+	manifests map[string]*manifestState // by dest and copyset
 }
 
+// manifestState is a copyset's manifest as this SyncTool keeps it: the
+// entries of every packet it acknowledged, written to the dest at most
+// every manifestPeriod (and with every finished packet). A manifest on the
+// dest may thus lag its packets; the next SyncTool that loads it catches
+// it up from the packets after its last entry (catchUp).
+type manifestState struct {
+	m       *syncpb.Manifest
+	written time.Time
+	dirty   bool
+}
+
+// manifestPeriod is how often at most a copyset's manifest is rewritten
+// while packets arrive: each write is a durable put (an fsync or a PUT).
+const manifestPeriod = 10 * time.Second
+
 func newDestCache(server objstore.Config) *destCache {
-	return &destCache{server: server, open: map[string]dest.Dest{}, manifests: map[string]*syncpb.Manifest{}}
+	return &destCache{server: server, open: map[string]dest.Dest{}, manifests: map[string]*manifestState{}}
 }
 
 // check opens u (which checks it is usable) and closes it again.
@@ -473,7 +489,8 @@ func (c *destCache) get(ctx context.Context, u dest.URL) (dest.Dest, error) {
 	return d, nil
 }
 
-// put writes packet data as name, then the copyset's manifest with it.
+// put writes packet data as name, then records it in the copyset's
+// manifest.
 func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name string, data []byte, pkt *exportfmt.Packet) error {
 	d, err := c.get(ctx, u)
 	if err != nil {
@@ -484,45 +501,130 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 	}
 	key := u.String() + "\x00" + strconv.FormatUint(uint64(pool), 10) + "/" + strconv.FormatUint(uint64(cs), 10)
 	c.mu.Lock()
-	m := c.manifests[key]
+	st := c.manifests[key]
 	c.mu.Unlock()
 	mname := exportfmt.ManifestName(pool, cs)
-	if m == nil {
-		b, err := d.Get(ctx, mname)
-		switch {
-		case errors.Is(err, objstore.ErrNotExist):
-			m = exportfmt.NewManifest(pool, cs)
-		case err != nil:
-			return fmt.Errorf("read manifest %s: %w", mname, err)
-		default:
-			if m, err = exportfmt.DecodeManifest(b); err != nil {
-				return fmt.Errorf("manifest %s: %w", mname, err)
-			}
+	if st == nil {
+		m, err := loadManifest(ctx, d, pool, cs)
+		if err != nil {
+			return err
 		}
+		st = &manifestState{m: m}
 	}
-	m = proto.CloneOf(m)
+	m := proto.CloneOf(st.m)
 	if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
-		// A packet that does not continue the manifest (a new task over an
-		// old export's manifest): start the manifest over from it.
-		m = exportfmt.NewManifest(pool, cs)
-		if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+		// The manifest lags the packets (written by a SyncTool that
+		// stopped before its next write): catch it up from them.
+		if m, err = catchUp(ctx, d, proto.CloneOf(st.m), pool, cs, name, pkt); err != nil {
 			return fmt.Errorf("manifest %s: %w", mname, err)
 		}
 	}
-	b, err := exportfmt.EncodeManifest(m)
-	if err != nil {
-		return err
-	}
-	if err := d.Put(ctx, mname, b); err != nil {
-		return fmt.Errorf("write manifest %s to %s: %w", mname, d, err)
+	st = &manifestState{m: m, written: st.written, dirty: true}
+	if pkt.Header.GetFinished() || time.Since(st.written) >= manifestPeriod {
+		b, err := exportfmt.EncodeManifest(m)
+		if err != nil {
+			return err
+		}
+		if err := d.Put(ctx, mname, b); err != nil {
+			return fmt.Errorf("write manifest %s to %s: %w", mname, d, err)
+		}
+		st.written, st.dirty = time.Now(), false
 	}
 	c.mu.Lock()
-	c.manifests[key] = m
+	c.manifests[key] = st
 	c.mu.Unlock()
 	return nil
 }
 
+// loadManifest reads a copyset's manifest from d (a new one if it has
+// none).
+func loadManifest(ctx context.Context, d dest.Dest, pool, cs uint32) (*syncpb.Manifest, error) {
+	mname := exportfmt.ManifestName(pool, cs)
+	b, err := d.Get(ctx, mname)
+	switch {
+	case errors.Is(err, objstore.ErrNotExist):
+		return exportfmt.NewManifest(pool, cs), nil
+	case err != nil:
+		return nil, fmt.Errorf("read manifest %s: %w", mname, err)
+	}
+	m, err := exportfmt.DecodeManifest(b)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", mname, err)
+	}
+	return m, nil
+}
+
+// catchUp appends to m the packets of the copyset that follow its last
+// entry on d, up to and including pkt (just written as name). A packet
+// that does not continue the chain (another task's export in the same
+// place) starts the manifest over from it.
+func catchUp(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint32, name string, pkt *exportfmt.Packet) (*syncpb.Manifest, error) {
+	objs, err := d.List(ctx, exportfmt.CopysetPrefix(pool, cs))
+	if err != nil {
+		return nil, fmt.Errorf("list packets: %w", err)
+	}
+	last := ""
+	if n := len(m.GetPackets()); n > 0 {
+		last = m.GetPackets()[n-1].GetName()
+	}
+	for _, o := range objs {
+		if o.Name <= last || o.Name >= name || !strings.HasSuffix(o.Name, ".pkt") {
+			continue
+		}
+		b, err := d.Get(ctx, o.Name)
+		if err != nil {
+			return nil, fmt.Errorf("read packet %s: %w", o.Name, err)
+		}
+		p, err := exportfmt.Decode(b)
+		if err != nil {
+			return nil, fmt.Errorf("packet %s: %w", o.Name, err)
+		}
+		if exportfmt.Append(m, p.Entry(o.Name)) != nil {
+			m = exportfmt.NewManifest(pool, cs)
+			if err := exportfmt.Append(m, p.Entry(o.Name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if exportfmt.Append(m, pkt.Entry(name)) != nil {
+		m = exportfmt.NewManifest(pool, cs)
+		if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// flush writes every manifest with entries not written yet.
+func (c *destCache) flush(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, st := range c.manifests {
+		if !st.dirty {
+			continue
+		}
+		u, pc, _ := strings.Cut(key, "\x00")
+		ps, cstr, _ := strings.Cut(pc, "/")
+		pool, _ := strconv.ParseUint(ps, 10, 32)
+		cs, _ := strconv.ParseUint(cstr, 10, 32)
+		d, ok := c.open[u]
+		if !ok {
+			continue
+		}
+		b, err := exportfmt.EncodeManifest(st.m)
+		if err == nil {
+			err = d.Put(ctx, exportfmt.ManifestName(uint32(pool), uint32(cs)), b)
+		}
+		if err == nil {
+			st.written, st.dirty = time.Now(), false
+		}
+	}
+}
+
 func (c *destCache) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.flush(ctx)
+	cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, d := range c.open {

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Measures the sync service on a fresh local 3-server cluster (scripts/cluster.sh,
+# pool 1, copysets 1-16), the figures docs/benchmarks.md records for it:
+#
+#   1. the cluster's 1 MiB write rate (chunkbench --rw write --bs 1m --iodepth 8);
+#   2. a kFull export of 1 GiB (64 MiB per copyset, prefilled) to file://: the
+#      time from sync create to every sub-task SUCCESS, MB/s of the export's bytes;
+#   3. its restore (chunkctl sync restore --to-pool 2, into copysets 1-16 of pool 2
+#      of the same cluster): the restore's own MB/s, as a share of (1);
+#   4. the cost of a continuous task on every copyset to 4 KiB randwrite at
+#      iodepth 64: alternating runs without and with the task (caught up before
+#      its run), A B A B.
+#
+#   scripts/sync_bench.sh            one run; prints a table and writes JSON to $OUT.json
+#
+# Environment: CLUSTER_DIR (default /tmp/chunkraft-syncbench), BASE_PORT (8400),
+# METRICS_BASE_PORT (9400), EXPORT_DIR (default $CLUSTER_DIR-export), RUNTIME (10s),
+# OUT (default /tmp/chunkraft-syncbench). The cluster and the export are deleted at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CLUSTER_DIR=${CLUSTER_DIR:-/tmp/chunkraft-syncbench}
+export BASE_PORT=${BASE_PORT:-8400}
+export METRICS_BASE_PORT=${METRICS_BASE_PORT:-9400}
+EXPORT_DIR=${EXPORT_DIR:-$CLUSTER_DIR-export}
+RUNTIME=${RUNTIME:-10s}
+OUT=${OUT:-/tmp/chunkraft-syncbench}
+S=127.0.0.1:$BASE_PORT,127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2))
+CTL=(bin/chunkctl --servers "$S" --timeout 60s)
+BENCH=(bin/chunkbench --servers "$S" --pool 1 --copysets 1-16 --span 64m)
+
+[ -x bin/chunkctl ] || make build >/dev/null
+scripts/cluster.sh down --clean >/dev/null 2>&1 || true
+rm -rf "$EXPORT_DIR"
+cleanup() { scripts/cluster.sh down --clean >/dev/null 2>&1 || true; rm -rf "$EXPORT_DIR"; }
+trap cleanup EXIT
+scripts/cluster.sh up >/dev/null
+
+now() { date +%s.%N; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+# wait_tasks COND: until every sub-task of `sync status` satisfies COND (a Python
+# expression over s), checked every second.
+wait_tasks() {
+    while :; do
+        if "${CTL[@]}" -o json sync status | python3 -c "
+import json, sys
+st = json.load(sys.stdin)
+bad = [s for s in st if s['status'] == 'FAILED']
+if bad: sys.exit('sub-task failed: %s' % bad[0])
+sys.exit(0 if len(st) == 16 and all($1 for s in st) else 1)"; then return 0; fi
+        sleep 1
+    done
+}
+
+echo "prefill: 1 GiB over 16 copysets" >&2
+"${BENCH[@]}" --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
+write_mb=$("${BENCH[@]}" --rw write --bs 1m --iodepth 8 --runtime "$RUNTIME" -o json | json 'd["mb_per_s"]')
+
+echo "export: kFull to file://$EXPORT_DIR" >&2
+t0=$(now)
+"${CTL[@]}" sync create --pool 1 --name bench --mode full --dest "file://$EXPORT_DIR" >/dev/null
+wait_tasks "s['status'] == 'SUCCESS'"
+t1=$(now)
+export_bytes=$(du -sb "$EXPORT_DIR" | cut -f1)
+export_s=$(python3 -c "print($t1 - $t0)")
+export_mb=$(python3 -c "print($export_bytes / 1e6 / $export_s)")
+"${CTL[@]}" sync delete --pool 1 --name bench >/dev/null
+
+echo "restore: into pool 2" >&2
+"${CTL[@]}" copyset create --pool 2 --copyset 1-16 --peers "$S" >/dev/null
+for cs in $(seq 1 16); do "${CTL[@]}" leader get --pool 2 --copyset "$cs" >/dev/null; done
+restore_json=$("${CTL[@]}" -o json sync restore --from "file://$EXPORT_DIR" --pool 1 --to-pool 2 --progress never)
+restore_mb=$(echo "$restore_json" | json 'd["mbPerSecond"]')
+restore_s=$(echo "$restore_json" | json 'd["elapsedSeconds"]')
+
+echo "continuous task: randwrite 4k iodepth 64, without (A) and with (B)" >&2
+randwrite() { "${BENCH[@]}" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json | json 'd["iops"]'; }
+a1=$(randwrite)
+"${CTL[@]}" sync create --pool 1 --name tail --mode continuous --dest "file://$EXPORT_DIR-tail" >/dev/null
+wait_tasks "s['point'].startswith('binlog')"
+b1=$(randwrite)
+"${CTL[@]}" sync delete --pool 1 --name tail >/dev/null
+a2=$(randwrite)
+"${CTL[@]}" sync create --pool 1 --name tail2 --mode continuous --dest "file://$EXPORT_DIR-tail2" >/dev/null
+wait_tasks "s['point'].startswith('binlog')"
+b2=$(randwrite)
+"${CTL[@]}" sync delete --pool 1 --name tail2 >/dev/null
+rm -rf "$EXPORT_DIR-tail" "$EXPORT_DIR-tail2"
+
+python3 - "$OUT.json" <<PY
+import json, sys
+r = dict(write_1m_mb_per_s=$write_mb, export_bytes=$export_bytes, export_seconds=$export_s,
+         export_mb_per_s=$export_mb, restore_seconds=$restore_s, restore_mb_per_s=$restore_mb,
+         restore_share_of_write=$restore_mb / $write_mb,
+         randwrite_without=[$a1, $a2], randwrite_with=[$b1, $b2],
+         randwrite_cost=1 - ($b1 + $b2) / ($a1 + $a2))
+json.dump(r, open(sys.argv[1], "w"), indent=1)
+print("1 MiB write, iodepth 8:          %8.1f MB/s" % r["write_1m_mb_per_s"])
+print("kFull export of 1 GiB (file://): %8.1f MB/s  (%d bytes in %.1f s)" % (r["export_mb_per_s"], r["export_bytes"], r["export_seconds"]))
+print("restore of it (pool 2):          %8.1f MB/s  (%.0f%% of the write rate, %.1f s)" % (r["restore_mb_per_s"], 100 * r["restore_share_of_write"], r["restore_seconds"]))
+print("4k randwrite iodepth 64, IOPS:   without %s, with a continuous task %s: cost %.1f%%" % (r["randwrite_without"], r["randwrite_with"], 100 * r["randwrite_cost"]))
+PY
