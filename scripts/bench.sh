@@ -611,6 +611,42 @@ write_etcd_section() {
 }
 
 # ---------------------------------------------------------------------------
+# the sync service (scripts/sync_bench.sh, its own fresh cluster)
+
+run_sync() {
+    log "sync service: scripts/sync_bench.sh"
+    CLUSTER_DIR="$CLUSTER_DIR-sync" BASE_PORT="$BASE_PORT" METRICS_BASE_PORT="$METRICS_BASE_PORT" \
+        RUNTIME="$RUNTIME" OUT="$RESULTS/sync" "$ROOT/scripts/sync_bench.sh" >"$RESULTS/sync.txt" 2>"$RESULTS/sync.log" ||
+        log "sync_bench.sh failed (see $RESULTS/sync.log)"
+}
+
+# write_sync_section writes the sync service's figures to stdout.
+write_sync_section() {
+    [[ -s "$RESULTS/sync.json" ]] || return 0
+    echo "## Sync service"
+    echo
+    echo "\`scripts/sync_bench.sh\` on a fresh three-server cluster like the one above: 1 GiB prefilled over"
+    echo "pool 1's 16 copysets, a kFull export of it to \`file://\` (from \`sync create\` to every sub-task"
+    echo "SUCCESS), its restore into pool 2 of the same cluster (\`sync restore --to-pool 2\`), and 4 KiB"
+    echo "randwrite at iodepth 64 without and with a continuous task on every copyset (caught up first),"
+    echo "alternating A B A B. MB = 10^6 bytes."
+    echo
+    python3 - "$RESULTS/sync.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("| measure | value | target | met |")
+print("|---|---:|---|---|")
+print("| 1 MiB sequential write, iodepth 8 | %.1f MB/s | - | - |" % r["write_1m_mb_per_s"])
+print("| kFull export of 1 GiB to file:// | %.1f MB/s (%.1f s) | >= 200 MB/s | %s |" % (r["export_mb_per_s"], r["export_seconds"], "yes" if r["export_mb_per_s"] >= 200 else "no"))
+print("| restore of that export | %.1f MB/s (%.1f s), %.0f%% of the write rate | >= 70%% of the write rate | %s |" % (r["restore_mb_per_s"], r["restore_seconds"], 100 * r["restore_share_of_write"], "yes" if r["restore_share_of_write"] >= 0.7 else "no"))
+print("| 4 KiB randwrite IOPS at iodepth 64 without / with a continuous task | %s / %s: cost %.1f%% | <= 15%% | %s |" % (
+    ", ".join("%.0f" % x for x in r["randwrite_without"]), ", ".join("%.0f" % x for x in r["randwrite_with"]),
+    100 * r["randwrite_cost"], "yes" if r["randwrite_cost"] <= 0.15 else "no"))
+PY
+    echo
+}
+
+# ---------------------------------------------------------------------------
 # the document
 
 write_doc() {
@@ -735,6 +771,8 @@ write_doc() {
 
         write_bolt_section
 
+        write_sync_section
+
         if [[ -s "$RESULTS/profile.txt" ]]; then
             echo "## Where the time goes: CPU profile of cs0 during 4 KiB randwrite, iodepth 64"
             echo
@@ -779,6 +817,7 @@ write_doc() {
                 echo "fio --name=$fid --directory=<dir on the same filesystem> $fargs --runtime=$RUNTIME_S --time_based"
             done
         fi
+        echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/sync_bench.sh   # the sync service"
         echo '```'
     } >"$OUT.tmp"
     mv "$OUT.tmp" "$OUT"
@@ -809,5 +848,6 @@ idle_256
 run_boltdb
 run_fio
 run_etcd
+run_sync
 write_doc
 log "wrote $OUT"
