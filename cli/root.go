@@ -36,7 +36,7 @@ func NewRootCommand() *cobra.Command {
 	a := &app{}
 	root := &cobra.Command{
 		Use:   "chunkctl",
-		Short: "Administer a chunkraft cluster: copysets, peers, leaders, chunks, epochs, config, scans, health",
+		Short: "Administer a chunkraft cluster: copysets, peers, leaders, chunks, epochs, config, scans, health, sync exports",
 		Long: `chunkctl talks to chunkraft chunkservers over gRPC.
 
 Servers are given as host:port (peer ids host:port:0 are accepted too). Most
