@@ -87,8 +87,10 @@ func validateRequest(req *dspb.AddSyncTaskRequest) error {
 	if err := ValidateSyncPoint(req.GetSyncPoint()); err != nil {
 		return err
 	}
-	if mode == dspb.SyncMode_kIncrementalByTimestamp && req.GetSyncPoint().GetType() != dspb.SyncType_kBINLOG {
-		return errors.New("kIncrementalByTimestamp exports the binlog only: its sync point must be kBINLOG")
+	if sp := req.GetSyncPoint(); mode == dspb.SyncMode_kIncrementalByTimestamp && sp.GetType() != dspb.SyncType_kBINLOG && sp.Pk != nil {
+		// The very start is allowed: the collector finds the first index at
+		// or after start_ts and leads there with an empty first packet.
+		return errors.New("kIncrementalByTimestamp exports the binlog only: its sync point must be the very start or kBINLOG")
 	}
 	for _, f := range []struct {
 		what, v string

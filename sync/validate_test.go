@@ -43,9 +43,10 @@ func TestValidateRefusesBadInput(t *testing.T) {
 		{"put: no mode", put(func(p *pb.PutSubTask) { p.Request.Mode = nil }), "mode is missing"},
 		{"put: unknown mode", put(func(p *pb.PutSubTask) { p.Request.Mode = dspb.SyncMode(7).Enum() }), "unknown mode 7"},
 		{"put: start_ts for kFull", put(func(p *pb.PutSubTask) { p.Request.StartTs = proto.Uint64(5) }), "start_ts 5 is only for kIncrementalByTimestamp"},
-		{"put: incremental from the snapshot", put(func(p *pb.PutSubTask) {
+		{"put: incremental from a snapshot point", put(func(p *pb.PutSubTask) {
 			p.Request.Mode = dspb.SyncMode_kIncrementalByTimestamp.Enum()
-		}), "its sync point must be kBINLOG"},
+			p.Request.SyncPoint = &dspb.SyncPoint{Type: dspb.SyncType_kSNAPSHOT.Enum(), Pk: proto.String("3"), Offset: proto.Uint64(0)}
+		}), "its sync point must be the very start or kBINLOG"},
 		{"put: absurd start_ts", put(func(p *pb.PutSubTask) {
 			p.Request.Mode, p.Request.SyncPoint = dspb.SyncMode_kIncrementalByTimestamp.Enum(), binlogAt(1)
 			p.Request.StartTs = proto.Uint64(MaxUnixMs + 1)
