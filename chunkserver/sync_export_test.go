@@ -54,25 +54,9 @@ func (s exportSource) Materialize(context.Context, string, uint32) ([]byte, erro
 	return nil, errors.New("no clone sources in this test")
 }
 
+// ChunkImage is the server's own adapter's (sync_source.go).
 func (s exportSource) ChunkImage(id uint64) (sync.ChunkImage, error) {
-	img, err := s.store.ChunkImage(id)
-	if errors.Is(err, datastore.ErrChunkNotExist) {
-		return sync.ChunkImage{}, fmt.Errorf("%w: %v", sync.ErrChunkGone, err)
-	}
-	if err != nil {
-		return sync.ChunkImage{}, err
-	}
-	bs := s.store.Options().BlockSize
-	out := sync.ChunkImage{ID: id, Index: SeqIndex(img.Seq), Op: SeqOp(img.Seq), Sn: img.Meta.Sn, CorrectedSn: img.Meta.CorrectedSn,
-		BlockSize: bs, Data: img.ChunkData}
-	if sm := img.SnapMeta; sm != nil {
-		out.SnapSn, out.SnapData = sm.Sn, img.SnapChunkData
-		out.SnapCopied = make([]bool, len(img.ChunkData)/int(bs))
-		for i := range out.SnapCopied {
-			out.SnapCopied[i] = datastore.BlockMarked(sm.Bitmap, uint32(i))
-		}
-	}
-	return out, nil
+	return (&syncChunks{store: s.store}).ChunkImage(id)
 }
 
 // exportWriter proposes random chunk ops on a copyset until stopped: writes

@@ -580,6 +580,16 @@ func (r *snapReader) Close() error {
 	return errors.Join(errs...)
 }
 
+// sectionHeader is the header of a file's section of the stream: the
+// name's length, the name, the size field.
+func sectionHeader(name string, size uint64) []byte {
+	h := make([]byte, 2+len(name)+8)
+	binary.BigEndian.PutUint16(h, uint16(len(name)))
+	copy(h[2:], name)
+	binary.BigEndian.PutUint64(h[2+len(name):], size)
+	return h
+}
+
 // streamSections yields the sections of one machine's FileStream, each
 // file taken from the stream when the previous one has been read.
 type streamSections struct {
@@ -610,10 +620,7 @@ func (ss *streamSections) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("snapshot stream of state machine %d: %w", ss.kind, err)
 		}
-		ss.hdr = make([]byte, 2+len(name)+8)
-		binary.BigEndian.PutUint16(ss.hdr, uint16(len(name)))
-		copy(ss.hdr[2:], name)
-		binary.BigEndian.PutUint64(ss.hdr[2+len(name):], uint64(len(data)))
+		ss.hdr = sectionHeader(name, uint64(len(data)))
 		ss.data = data
 	}
 	if len(ss.hdr) > 0 {
@@ -658,10 +665,7 @@ func (fs *fileSection) Read(p []byte) (int, error) {
 		if fs.gone {
 			size |= snapGone
 		}
-		fs.hdr = make([]byte, 2+len(fs.name)+8)
-		binary.BigEndian.PutUint16(fs.hdr, uint16(len(fs.name)))
-		copy(fs.hdr[2:], fs.name)
-		binary.BigEndian.PutUint64(fs.hdr[2+len(fs.name):], size)
+		fs.hdr = sectionHeader(fs.name, size)
 	}
 	if len(fs.hdr) > 0 {
 		n := copy(p, fs.hdr)

@@ -113,8 +113,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 			}
 			stale := r.GetStatus() == pb.Status_RUNNING &&
 				time.Since(time.UnixMilli(r.GetLastUpdateMs())) > 2*s.deps.CheckPeriod
-			if p.GetTabletEndpoint() != local || r.GetStatus() == pb.Status_REASSIGNING || (stale && run == nil) ||
-				(stale && run != nil) {
+			if p.GetTabletEndpoint() != local || r.GetStatus() == pb.Status_REASSIGNING || stale {
 				if run != nil {
 					stop(k)
 				}

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,21 +108,7 @@ func (s *Service) listLocal(pool, cs uint32) *pb.ListResponse {
 	return out
 }
 
-func cmpGroup(p1, c1, p2, c2 uint32) int {
-	if p1 != p2 {
-		if p1 < p2 {
-			return -1
-		}
-		return 1
-	}
-	switch {
-	case c1 < c2:
-		return -1
-	case c1 > c2:
-		return 1
-	}
-	return 0
-}
+func cmpGroup(p1, c1, p2, c2 uint32) int { return cmp.Or(cmp.Compare(p1, p2), cmp.Compare(c1, c2)) }
 
 // oldestEntry returns the oldest entry n's log still holds.
 func oldestEntry(n *copyset.Node) (copyset.LogEntry, error) {
@@ -129,20 +116,13 @@ func oldestEntry(n *copyset.Node) (copyset.LogEntry, error) {
 	if err != nil {
 		return copyset.LogEntry{}, err
 	}
-	e, err := n.LogEntry(first)
-	if err != nil {
-		return copyset.LogEntry{}, err
-	}
-	return e, nil
+	return n.LogEntry(first)
 }
 
 // client returns the SyncInternal client of the server with peer id (or
 // address) peer.
 func (s *Service) internalClient(peer string) (pb.SyncInternalClient, error) {
-	addr := peer
-	if _, a, err := copyset.ParsePeer(peer); err == nil {
-		addr = a
-	}
+	addr := leaderAddr(peer)
 	cc, err := s.deps.Dial(addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -103,7 +104,7 @@ func (s *Service) listAll(ctx context.Context, pool uint32, cm *clusterpb.Cluste
 		if c := cmpGroup(a.GetPool(), a.GetCopyset(), b.GetPool(), b.GetCopyset()); c != 0 {
 			return c
 		}
-		return int(b.GetSubTask().GetUpdatedIndex()) - int(a.GetSubTask().GetUpdatedIndex())
+		return cmp.Compare(b.GetSubTask().GetUpdatedIndex(), a.GetSubTask().GetUpdatedIndex())
 	})
 	out.SubTasks = slices.CompactFunc(out.SubTasks, func(a, b *pb.Located) bool {
 		return a.GetPool() == b.GetPool() && a.GetCopyset() == b.GetCopyset() && a.GetSubTask().GetName() == b.GetSubTask().GetName()
@@ -118,12 +119,7 @@ func (s *Service) listAll(ctx context.Context, pool uint32, cm *clusterpb.Cluste
 }
 
 // localAddr is this server's address (host:port).
-func (s *Service) localAddr() string {
-	if _, a, err := copyset.ParsePeer(string(s.deps.Local)); err == nil {
-		return a
-	}
-	return string(s.deps.Local)
-}
+func (s *Service) localAddr() string { return s.deps.Local.Addr() }
 
 func newToken() string {
 	b := make([]byte, 12)
@@ -210,13 +206,8 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 	return general(0, "ok: %d sub-tasks", len(css)), nil
 }
 
-// leaderAddr is the address of a peer id ("" stays "").
-func leaderAddr(peer string) string {
-	if _, a, err := copyset.ParsePeer(peer); err == nil {
-		return a
-	}
-	return peer
-}
+// leaderAddr is the address of a peer id, or of an address ("" stays "").
+func leaderAddr(peer string) string { return copyset.PeerID(peer).Addr() }
 
 // DelelteSyncTask is upstream's misspelled DeleteSyncTask.
 func (t *toolService) DelelteSyncTask(ctx context.Context, req *dspb.DeleteSyncTaskRequest) (*dspb.GeneralResponse, error) {
@@ -444,7 +435,13 @@ type destCache struct {
 
 	mu        gosync.Mutex
 	open      map[string]dest.Dest
-	manifests map[string]*manifestState // by dest and copyset
+	manifests map[manifestKey]*manifestState
+}
+
+// manifestKey names a copyset's manifest on a dest.
+type manifestKey struct {
+	dest     string // the dest URL
+	pool, cs uint32
 }
 
 // manifestState is a copyset's manifest as this SyncTool keeps it: the
@@ -463,7 +460,7 @@ type manifestState struct {
 const manifestPeriod = 10 * time.Second
 
 func newDestCache(server objstore.Config) *destCache {
-	return &destCache{server: server, open: map[string]dest.Dest{}, manifests: map[string]*manifestState{}}
+	return &destCache{server: server, open: map[string]dest.Dest{}, manifests: map[manifestKey]*manifestState{}}
 }
 
 // check opens u (which checks it is usable) and closes it again.
@@ -499,7 +496,7 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 	if err := d.Put(ctx, name, data); err != nil {
 		return fmt.Errorf("write packet %s to %s: %w", name, d, err)
 	}
-	key := u.String() + "\x00" + strconv.FormatUint(uint64(pool), 10) + "/" + strconv.FormatUint(uint64(cs), 10)
+	key := manifestKey{u.String(), pool, cs}
 	c.mu.Lock()
 	st := c.manifests[key]
 	c.mu.Unlock()
@@ -603,17 +600,13 @@ func (c *destCache) flush(ctx context.Context) {
 		if !st.dirty {
 			continue
 		}
-		u, pc, _ := strings.Cut(key, "\x00")
-		ps, cstr, _ := strings.Cut(pc, "/")
-		pool, _ := strconv.ParseUint(ps, 10, 32)
-		cs, _ := strconv.ParseUint(cstr, 10, 32)
-		d, ok := c.open[u]
+		d, ok := c.open[key.dest]
 		if !ok {
 			continue
 		}
 		b, err := exportfmt.EncodeManifest(st.m)
 		if err == nil {
-			err = d.Put(ctx, exportfmt.ManifestName(uint32(pool), uint32(cs)), b)
+			err = d.Put(ctx, exportfmt.ManifestName(key.pool, key.cs), b)
 		}
 		if err == nil {
 			st.written, st.dirty = time.Now(), false

@@ -178,6 +178,17 @@ type chunkFile struct {
 // mu.
 func (c *chunkFile) replayed(index uint64) bool { return index != 0 && index < c.meta.Seq }
 
+// admit is what every stamped op on the chunk does first: it reports
+// whether the op at seq must be applied (not replayed), and if so records
+// it as the chunk's last op (applied). The caller holds mu exclusively.
+func (c *chunkFile) admit(seq uint64) bool {
+	if c.replayed(seq) {
+		return false
+	}
+	c.applied = max(c.applied, seq)
+	return true
+}
+
 // isClone reports whether the chunk is a clone chunk. The caller holds mu.
 func (c *chunkFile) isClone() bool { return c.meta.Location != "" }
 

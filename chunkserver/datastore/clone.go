@@ -116,10 +116,9 @@ func (s *Store) PasteChunkAt(index, id uint64, data []byte, off uint32) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	if c.replayed(index) {
+	if !c.admit(index) {
 		return nil
 	}
-	c.applied = max(c.applied, index)
 	if !c.isClone() {
 		return nil
 	}

@@ -184,10 +184,9 @@ func (s *Store) DeleteChunkSnapshotOrCorrectSnAt(index, id, correctedSn uint64) 
 		return err
 	}
 	defer unlock(c, lockRemove)
-	if c.replayed(index) {
+	if !c.admit(index) {
 		return nil
 	}
-	c.applied = max(c.applied, index)
 	m := &c.meta
 	switch {
 	case c.isClone():

@@ -94,13 +94,22 @@ func (g *geometry) readBlocks(f File, what string, lo uint32, buf []byte, crcFai
 		return fmt.Errorf("read crc table: %w", err)
 	}
 	for i := range n {
-		b := buf[i*g.blockSize : (i+1)*g.blockSize]
-		stored := binary.LittleEndian.Uint32(tbl[4*i:])
-		if got := g.crcEntry(b); got != stored {
-			crcFailures.Add(1)
-			return fmt.Errorf("%s block %d (data offset %d): stored crc %#08x, computed %#08x: %w",
-				what, lo+i, int64(lo+i)*int64(g.blockSize), stored, got, ErrCRC)
+		if err := g.verifyBlock(what, lo+i, buf[i*g.blockSize:(i+1)*g.blockSize], tbl[4*i:], crcFailures); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// verifyBlock checks block i's data b against its crc table entry (the
+// first 4 bytes of entry); a mismatch is counted in crcFailures and
+// returned as an error wrapping ErrCRC naming what and the block.
+func (g *geometry) verifyBlock(what string, i uint32, b, entry []byte, crcFailures *atomic.Uint64) error {
+	stored := binary.LittleEndian.Uint32(entry)
+	if got := g.crcEntry(b); got != stored {
+		crcFailures.Add(1)
+		return fmt.Errorf("%s block %d (data offset %d): stored crc %#08x, computed %#08x: %w",
+			what, i, int64(i)*int64(g.blockSize), stored, got, ErrCRC)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package datastore
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 )
@@ -97,12 +96,8 @@ func (s *Store) verifyImage(f []byte, what string, only bitmap) error {
 			continue
 		}
 		off := s.g.dataOff + int64(i)*int64(s.g.blockSize)
-		b := f[off : off+int64(s.g.blockSize)]
-		stored := binary.LittleEndian.Uint32(f[s.g.crcTableOff(i):])
-		if got := s.g.crcEntry(b); got != stored {
-			s.stats.crcFailures.Add(1)
-			return fmt.Errorf("%s block %d (data offset %d): stored crc %#08x, computed %#08x: %w",
-				what, i, int64(i)*int64(s.g.blockSize), stored, got, ErrCRC)
+		if err := s.g.verifyBlock(what, i, f[off:off+int64(s.g.blockSize)], f[s.g.crcTableOff(i):], &s.stats.crcFailures); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -601,10 +601,9 @@ func (s *Store) WriteChunkAt(index, id, sn uint64, data []byte, off uint32) erro
 		return err
 	}
 	defer c.mu.Unlock()
-	if c.replayed(index) {
+	if !c.admit(index) {
 		return nil
 	}
-	c.applied = max(c.applied, index)
 	m := &c.meta
 	if sn < m.Sn || sn < m.CorrectedSn {
 		return fmt.Errorf("datastore: write chunk %d: request sn %d, chunk sn %d, corrected sn %d: %w",
@@ -713,10 +712,9 @@ func (s *Store) DeleteChunkAt(index, id, sn uint64) error {
 		return err
 	}
 	defer unlock(c, lockRemove)
-	if c.replayed(index) {
+	if !c.admit(index) {
 		return nil
 	}
-	c.applied = max(c.applied, index)
 	if sn != 0 && sn < c.meta.Sn {
 		return fmt.Errorf("datastore: delete chunk %d: request sn %d, chunk sn %d: %w",
 			id, sn, c.meta.Sn, ErrBackward)
