@@ -108,7 +108,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
 		},
-		ObjectStore: cfg.ObjectStore, CheckPeriod: cfg.Sync.CheckPeriod, Logger: log})
+		ObjectStore: cfg.ObjectStore, CheckPeriod: cfg.Sync.CheckPeriod, SendInterval: cfg.Sync.SendInterval, Logger: log})
 	s.admit = &admission{
 		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
 		minFree: cfg.MinFreeBytes, diskFree: statfsFree,

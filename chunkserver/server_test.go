@@ -51,6 +51,7 @@ func startTestCluster(t *testing.T, n int, opts ...clusterOpts) *testCluster {
 		cfg.ChunkFilePool = 0
 		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 300*time.Millisecond, 300*time.Millisecond
 		cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
+		cfg.Sync.SendInterval = time.Second // tests wait for exports to catch up
 		for _, o := range opts {
 			o(&cfg)
 		}

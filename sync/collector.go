@@ -65,7 +65,9 @@ type collectorRun struct {
 }
 
 // lead is the leader work of copyset n: it reconciles the collectors with
-// the sub-task records until leadership or the server ends.
+// the sub-task records until leadership or the server ends, at every tick
+// and at once when a sub-task is created, changes status or is deleted
+// (Machine.Changed).
 func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 	m, ok := MachineOf(n)
 	if !ok {
@@ -89,6 +91,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 	defer tick.Stop()
 	local := s.localAddr()
 	for {
+		changed := m.Changed()
 		live := map[[2]uint32]bool{}
 		for _, r := range m.List() {
 			p := r.GetProgress()
@@ -139,6 +142,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-changed:
 		}
 	}
 }
@@ -218,6 +222,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
 		Holder: "sync " + rec.GetName(),
+		Linger: s.deps.SendInterval, Idle: s.deps.SendInterval,
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	gosync "sync"
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 )
 
@@ -133,6 +135,26 @@ func (s *Service) internalClient(peer string) (pb.SyncInternalClient, error) {
 // propose replicates op on copyset (pool, cs) through its leader: this
 // server if it leads, else the leader the cluster map or a not_leader
 // answer names (up to three hops).
+// proposeEach proposes op(c) on every copyset c of css at once (at most
+// proposeParallel at a time) and returns the answers in the order of css.
+func (s *Service) proposeEach(ctx context.Context, css []*clusterpb.Copyset, op func(c *clusterpb.Copyset) *pb.Op) []*pb.ProposeResponse {
+	out := make([]*pb.ProposeResponse, len(css))
+	sem := make(chan struct{}, proposeParallel)
+	var wg gosync.WaitGroup
+	for i, c := range css {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i] = s.propose(ctx, c.GetPool(), c.GetCopyset(), c.GetLeader(), op(c))
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// proposeParallel bounds the proposals of one proposeEach in flight.
+const proposeParallel = 16
+
 func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
 	g := copyset.NewGroupID(pool, cs)
 	var last *pb.ProposeResponse

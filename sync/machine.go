@@ -40,6 +40,9 @@ type Machine struct {
 	st *pb.State // replaced or changed only by Apply, under mu
 
 	file *statefile.File // appended by Apply, synced by Sync (it starts a new line after a torn tail)
+
+	changedMu gosync.Mutex
+	changed   chan struct{} // closed (and replaced) when a sub-task is created, changes status or is deleted
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
@@ -66,7 +69,7 @@ func openMachine(dir string, log *slog.Logger) (*Machine, error) {
 	if bad > 0 {
 		log.Warn("sync state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
 	}
-	return &Machine{log: log, st: best, file: file}, nil
+	return &Machine{log: log, st: best, file: file, changed: make(chan struct{})}, nil
 }
 
 // Apply implements copyset.StateMachine. The result is a Result, or a
@@ -107,7 +110,27 @@ func (m *Machine) Apply(index uint64, payload []byte) any {
 		return &copyset.FatalError{Err: fmt.Errorf("sync op at index %d: %w", index, err)}
 	}
 	m.logChange(index, op, res)
+	switch op.GetOp().(type) {
+	case *pb.Op_Put, *pb.Op_SetStatus, *pb.Op_DeleteTask, *pb.Op_DeleteAll:
+		m.notifyChanged()
+	}
 	return res
+}
+
+// Changed returns a channel closed at the next creation, reassignment,
+// status change or deletion of a sub-task (not at packets): the leader
+// worker reconciles its collectors then rather than at its next tick.
+func (m *Machine) Changed() <-chan struct{} {
+	m.changedMu.Lock()
+	defer m.changedMu.Unlock()
+	return m.changed
+}
+
+func (m *Machine) notifyChanged() {
+	m.changedMu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.changedMu.Unlock()
 }
 
 // refRecord is the sub-task op names, or nil.

@@ -22,6 +22,11 @@ import (
 // reassigned (upstream SyncTool's check period).
 const DefaultCheckPeriod = 10 * time.Second
 
+// DefaultSendInterval is Deps.SendInterval when unset: upstream
+// DataCollector's long interval (sync_task_long_interval_ms), its pace
+// once a sub-task has caught up with its table's binlog.
+const DefaultSendInterval = 5 * time.Second
+
 // Deps is what the sync service needs of the process.
 type Deps struct {
 	// Local is this server's peer id.
@@ -38,6 +43,14 @@ type Deps struct {
 	ObjectStore objstore.Config
 	// CheckPeriod is DefaultCheckPeriod unless set.
 	CheckPeriod time.Duration
+	// SendInterval paces a tailing export that has caught up with its
+	// copyset's log (ExportOptions.Linger and Idle): a binlog packet that
+	// is not full waits this long for more entries, and an idle sub-task
+	// sends an empty packet (a heartbeat) this often. Each packet is a
+	// durable write on the dest and a replicated Advance, so it trades
+	// freshness for the cost to the chunk path. DefaultSendInterval unless
+	// set; below CheckPeriod.
+	SendInterval time.Duration
 	// Logger is the server's logger.
 	Logger *slog.Logger
 }
@@ -68,6 +81,9 @@ type Service struct {
 func New(deps Deps) *Service {
 	if deps.CheckPeriod <= 0 {
 		deps.CheckPeriod = DefaultCheckPeriod
+	}
+	if deps.SendInterval <= 0 {
+		deps.SendInterval = DefaultSendInterval
 	}
 	return &Service{deps: deps, log: deps.Logger.With("component", "sync"), dests: newDestCache(deps.ObjectStore), metrics: newMetrics()}
 }

@@ -182,25 +182,38 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 				req.GetDb(), req.GetName(), c.GetPool(), c.GetCopyset(), time.UnixMilli(l.GetOldestMs()).UTC().Format(time.RFC3339Nano), l.GetOldestMs(), req.GetStartTs(), l.GetOldestMs()), nil
 		}
 	}
-	var done []*clusterpb.Copyset
-	for _, c := range css {
-		leader := c.GetLeader()
-		addr := leaderAddr(leader)
-		op := &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{Db: req.GetDb(), Name: req.GetName(), UpdateMs: nowMs(),
+	resps := s.proposeEach(ctx, css, func(c *clusterpb.Copyset) *pb.Op {
+		addr := leaderAddr(c.GetLeader())
+		return &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{Db: req.GetDb(), Name: req.GetName(), UpdateMs: nowMs(),
 			Request: &dspb.AddSyncTaskRequest{
 				Tid: proto.Uint32(pool), Pid: proto.Uint32(c.GetCopyset()), Mode: mode.Enum(), StartTs: proto.Uint64(req.GetStartTs()),
 				SyncPoint:      exportfmt.StartPoint().Proto(),
 				TabletEndpoint: proto.String(addr), DesEndpoint: proto.String(addr),
 				Token: proto.String(newToken()), Dest: proto.String(u.String()),
 			}}}}
-		resp := s.propose(ctx, pool, c.GetCopyset(), leader, op)
-		if resp.GetCode() != 0 {
-			for _, d := range done {
-				s.propose(ctx, pool, d.GetCopyset(), d.GetLeader(), &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
-			}
-			return general(-1, "create sync task %s/%s: copyset %d/%d: %s (nothing was created)", req.GetDb(), req.GetName(), pool, c.GetCopyset(), resp.GetMsg()), nil
+	})
+	for i, resp := range resps {
+		if resp.GetCode() == 0 {
+			continue
 		}
-		done = append(done, c)
+		// Undo on every copyset, the failed one too (a proposal that timed
+		// out may still commit), with a context of its own: the caller's
+		// may be what ran out.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		var left []string
+		for j, r := range s.proposeEach(uctx, css, func(*clusterpb.Copyset) *pb.Op {
+			return &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}}
+		}) {
+			if r.GetCode() != 0 {
+				left = append(left, fmt.Sprintf("copyset %d/%d: %s", pool, css[j].GetCopyset(), r.GetMsg()))
+			}
+		}
+		undo := "nothing was created"
+		if len(left) > 0 {
+			undo = fmt.Sprintf("sub-tasks may be left on %v: remove them with DeleteSyncTask", left)
+		}
+		return general(-1, "create sync task %s/%s: copyset %d/%d: %s (%s)", req.GetDb(), req.GetName(), pool, css[i].GetCopyset(), resp.GetMsg(), undo), nil
 	}
 	s.log.Info("sync task created", "db", req.GetDb(), "name", req.GetName(), "mode", mode.String(), "dest", u.String(), "copysets", len(css))
 	return general(0, "ok: %d sub-tasks", len(css)), nil
@@ -230,10 +243,11 @@ func (t *toolService) DeleteSyncTask(ctx context.Context, req *dspb.DeleteSyncTa
 		return general(-1, "delete sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
 	removed, errs := 0, []string{}
-	for _, c := range css {
-		resp := s.propose(ctx, pool, c.GetCopyset(), c.GetLeader(), &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
+	for i, resp := range s.proposeEach(ctx, css, func(*clusterpb.Copyset) *pb.Op {
+		return &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}}
+	}) {
 		if resp.GetCode() != 0 {
-			errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", pool, c.GetCopyset(), resp.GetMsg()))
+			errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", pool, css[i].GetCopyset(), resp.GetMsg()))
 			continue
 		}
 		removed += int(resp.GetRemoved())
@@ -258,10 +272,11 @@ func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusReques
 	}
 	if req.GetClearAll() {
 		removed, errs := 0, []string{}
-		for _, c := range css {
-			resp := s.propose(ctx, c.GetPool(), c.GetCopyset(), c.GetLeader(), &pb.Op{Op: &pb.Op_DeleteAll{DeleteAll: &pb.DeleteAll{}}})
+		for i, resp := range s.proposeEach(ctx, css, func(*clusterpb.Copyset) *pb.Op {
+			return &pb.Op{Op: &pb.Op_DeleteAll{DeleteAll: &pb.DeleteAll{}}}
+		}) {
 			if resp.GetCode() != 0 {
-				errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", c.GetPool(), c.GetCopyset(), resp.GetMsg()))
+				errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", css[i].GetPool(), css[i].GetCopyset(), resp.GetMsg()))
 				continue
 			}
 			removed += int(resp.GetRemoved())
@@ -392,7 +407,7 @@ func (t *toolService) sendData(ctx context.Context, req *dspb.SendDataRequest) *
 		}
 		return &dspb.SendDataResponse{Response: general(0, "ok")}
 	}
-	pkt, err := exportfmt.Decode(req.GetData())
+	pkt, err := exportfmt.Verify(req.GetData()) // every check of Decode, the data not copied
 	if err != nil {
 		return sendDataFail("send data %d/%d: %v", tid, pid, err)
 	}

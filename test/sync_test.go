@@ -102,6 +102,10 @@ func syncStatusOf(t *testing.T, servers []string) []syncStatus {
 	return st
 }
 
+// syncTestConfig paces caught-up exports at 1 s (the default is 5 s), so
+// that waitSynced's 3 s without movement means caught up.
+const syncTestConfig = "sync:\n  send_interval: 1s\n"
+
 // waitSynced waits until the task has one sub-task per copyset, none
 // FAILED, every one past its snapshot phase and none of their points moved
 // over 3 s (the writes have stopped, so the exports have caught up).
@@ -215,7 +219,7 @@ func exportNames(t *testing.T, dir string) []string {
 // crc and the chain of points) gives every chunk's GetChunkInfo, data and
 // COW snapshot of the source. Then the task is deleted everywhere.
 func TestSyncExportRestore(t *testing.T) {
-	src := startCluster(t, 3)
+	src := startClusterWithConfig(t, 3, syncTestConfig)
 	copysets := src.createCopysets(t, 16)
 	seedSyncChunks(t, src.client, copysets)
 	dir := filepath.Join(t.TempDir(), "export")
@@ -294,7 +298,7 @@ func TestSyncExportRestore(t *testing.T) {
 // sub-task SUCCESS) and restores exactly; bad input to sync create is one
 // line, a non-zero exit and nothing created.
 func TestSyncFullExport(t *testing.T) {
-	src := startCluster(t, 1)
+	src := startClusterWithConfig(t, 1, syncTestConfig)
 	copysets := src.createCopysets(t, 4)
 	seedSyncChunks(t, src.client, copysets)
 	dir := filepath.Join(t.TempDir(), "export")
@@ -314,6 +318,33 @@ func TestSyncFullExport(t *testing.T) {
 	if st := syncStatusOf(t, src.addrs()); len(st) != 0 {
 		t.Fatalf("bad input created sub-tasks: %+v", st)
 	}
+
+	// Two tasks created for the pool at once: a create that fails leaves
+	// nothing behind, so the pool ends with all of one task's sub-tasks or
+	// none.
+	var wg gosync.WaitGroup
+	codes := make([]int, 2)
+	for i, name := range []string{"race-a", "race-b"} {
+		wg.Go(func() {
+			_, _, codes[i] = chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", name, "--mode", "continuous", "--dest", "file://"+dir+"-"+name)
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for _, c := range codes {
+		if c == 0 {
+			ok++
+		}
+	}
+	if st := syncStatusOf(t, src.addrs()); ok > 1 || len(st) != ok*len(copysets) {
+		t.Fatalf("two creates at once: exits %v, then %d sub-tasks: %+v", codes, len(st), st)
+	}
+	_, _, _ = chunkctl(t, src.addrs(), nil, "sync", "delete", "--pool", "1", "--name", "race-a")
+	_, _, _ = chunkctl(t, src.addrs(), nil, "sync", "delete", "--pool", "1", "--name", "race-b")
+	if st := syncStatusOf(t, src.addrs()); len(st) != 0 {
+		t.Fatalf("sub-tasks after deleting the raced tasks: %+v", st)
+	}
+
 	mustCtl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "full", "--mode", "full", "--dest", "file://"+dir)
 	waitSynced(t, src.addrs(), len(copysets), func(st []syncStatus) bool {
 		for _, s := range st {

@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -173,12 +174,23 @@ func (l *Local) put(ctx context.Context, name string, r io.Reader, size int64) (
 			os.Remove(tmp)
 		}
 	}()
-	src := &exactReader{ctx: ctx, r: r, remaining: size}
-	if _, err := io.Copy(f, src); err != nil {
-		return err
-	}
-	if src.remaining > 0 { // cannot happen: exactReader reports short input
-		return io.ErrUnexpectedEOF
+	if br, ok := r.(*bytes.Reader); ok && int64(br.Len()) == size {
+		// Bytes in memory (a sync packet): one write, not a copy through
+		// io.Copy's buffer.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := br.WriteTo(f); err != nil {
+			return err
+		}
+	} else {
+		src := &exactReader{ctx: ctx, r: r, remaining: size}
+		if _, err := io.Copy(f, src); err != nil {
+			return err
+		}
+		if src.remaining > 0 { // cannot happen: exactReader reports short input
+			return io.ErrUnexpectedEOF
+		}
 	}
 	if err := f.Chmod(0o644); err != nil {
 		return err

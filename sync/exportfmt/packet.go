@@ -72,13 +72,20 @@ func Encode(h *syncpb.PacketHeader, records []*syncpb.Record) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exportfmt: encode: %w", err)
 	}
-	if err := checkRecords(start, next, records); err != nil {
+	if err := checkRecords(start, next, records, nil); err != nil {
 		return nil, fmt.Errorf("exportfmt: encode: %w", err)
 	}
-	body, err := marshal.Marshal(&syncpb.Body{Records: records})
+	// The body is marshalled once, into the packet itself, after room
+	// for the prefix and a header (which needs the body's length and crc
+	// first); the header then goes right before it.
+	bd := &syncpb.Body{Records: records}
+	bodySize := marshal.Size(bd)
+	buf := make([]byte, headRoom, headRoom+bodySize)
+	buf, err = marshal.MarshalAppend(buf, bd)
 	if err != nil {
 		return nil, fmt.Errorf("exportfmt: encode body: %w", err)
 	}
+	body := buf[headRoom:]
 	hdr := proto.CloneOf(h)
 	hdr.FormatVersion = Version
 	hdr.RecordCount = uint64(len(records))
@@ -96,25 +103,53 @@ func Encode(h *syncpb.PacketHeader, records []*syncpb.Record) ([]byte, error) {
 	if size > MaxPacketSize {
 		return nil, fmt.Errorf("exportfmt: encode: packet would be %d bytes, more than the %d-byte limit", size, MaxPacketSize)
 	}
-	out := make([]byte, 0, size)
+	if PrefixSize+len(hb) > headRoom { // a header bigger than the room: one copy more
+		out := make([]byte, 0, size)
+		return append(appendPrefix(out, hb), body...), nil
+	}
+	at := headRoom - PrefixSize - len(hb)
+	appendPrefix(buf[at:at], hb)
+	return buf[at:], nil
+}
+
+// headRoom is the room Encode leaves before the body for the prefix and
+// the header (a header is about a hundred bytes).
+const headRoom = 1024
+
+// appendPrefix appends the prefix and the encoded header hb to out.
+func appendPrefix(out, hb []byte) []byte {
 	out = append(out, Magic...)
 	out = append(out, Version)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hb)))
-	out = append(out, hb...)
-	return append(out, body...), nil
+	return append(out, hb...)
 }
 
 // Decode decodes and checks a packet (see the package invariants). The
 // packet does not alias b.
 func Decode(b []byte) (*Packet, error) {
-	p, err := decode(b)
+	p, err := decode(b, false)
 	if err != nil {
 		return nil, fmt.Errorf("exportfmt: decode packet: %w", err)
 	}
 	return p, nil
 }
 
-func decode(b []byte) (*Packet, error) {
+// Verify checks a packet exactly as Decode does but returns it without
+// its records (Records is nil): their data is walked, not copied, so a
+// receiver that only stores the packet (SendData) checks a 16 MiB chunk
+// for the cost of its crc.
+func Verify(b []byte) (*Packet, error) {
+	p, err := decode(b, true)
+	if err != nil {
+		return nil, fmt.Errorf("exportfmt: decode packet: %w", err)
+	}
+	p.Records = nil
+	return p, nil
+}
+
+// decode decodes b; with stripped, the records are decoded without their
+// data fields (recordsStripped) and hasData tells which had data.
+func decode(b []byte, stripped bool) (*Packet, error) {
 	if len(b) > MaxPacketSize {
 		return nil, fmt.Errorf("packet is %d bytes, more than the %d-byte limit", len(b), MaxPacketSize)
 	}
@@ -155,22 +190,34 @@ func decode(b []byte) (*Packet, error) {
 	if err != nil {
 		return nil, err
 	}
-	var bd syncpb.Body
-	if err := proto.Unmarshal(body, &bd); err != nil {
-		return nil, fmt.Errorf("body: %w", err)
+	var records []*syncpb.Record
+	var hasData func(i int) bool
+	if stripped {
+		var has []bool
+		if records, has, err = recordsStripped(body); err != nil {
+			return nil, fmt.Errorf("body: %w", err)
+		}
+		hasData = func(i int) bool { return has[i] }
+	} else {
+		var bd syncpb.Body
+		if err := proto.Unmarshal(body, &bd); err != nil {
+			return nil, fmt.Errorf("body: %w", err)
+		}
+		records = bd.Records
+		hasData = func(i int) bool { return len(records[i].GetSnapshot().GetData()) != 0 }
 	}
-	if uint64(len(bd.Records)) != hdr.RecordCount {
-		return nil, fmt.Errorf("body has %d records, the header says %d", len(bd.Records), hdr.RecordCount)
+	if uint64(len(records)) != hdr.RecordCount {
+		return nil, fmt.Errorf("body has %d records, the header says %d", len(records), hdr.RecordCount)
 	}
-	if err := checkRecords(start, next, bd.Records); err != nil {
+	if err := checkRecords(start, next, records, hasData); err != nil {
 		return nil, err
 	}
-	first, last := appendedRange(bd.Records)
+	first, last := appendedRange(records)
 	if first != hdr.FirstAppendedAtMs || last != hdr.LastAppendedAtMs {
 		return nil, fmt.Errorf("header says appended_at range [%d, %d] ms, the records [%d, %d]",
 			hdr.FirstAppendedAtMs, hdr.LastAppendedAtMs, first, last)
 	}
-	return &Packet{Header: hdr, Start: start, Next: next, Records: bd.Records, Size: len(b)}, nil
+	return &Packet{Header: hdr, Start: start, Next: next, Records: records, Size: len(b)}, nil
 }
 
 // checkPoints parses the header's points and checks next >= start.
@@ -187,8 +234,9 @@ func checkPoints(h *syncpb.PacketHeader) (start, next Point, err error) {
 	return start, next, nil
 }
 
-// checkRecords checks the records of a packet covering [start, next).
-func checkRecords(start, next Point, records []*syncpb.Record) error {
+// checkRecords checks the records of a packet covering [start, next);
+// hasData(i) tells whether snapshot record i has data (nil: look at it).
+func checkRecords(start, next Point, records []*syncpb.Record, hasData func(i int) bool) error {
 	if start == next && len(records) > 0 {
 		return fmt.Errorf("packet with next_point = start_point (%v) holds %d records; it may hold none", start, len(records))
 	}
@@ -202,7 +250,7 @@ func checkRecords(start, next Point, records []*syncpb.Record) error {
 			if s == nil {
 				return fmt.Errorf("record %d: empty snapshot record", i)
 			}
-			if s.ZeroLength != 0 && len(s.Data) != 0 {
+			if s.ZeroLength != 0 && (len(s.Data) != 0 || hasData != nil && hasData(i)) {
 				return fmt.Errorf("record %d: snapshot record of chunk %d has both data and zero_length", i, s.ChunkId)
 			}
 			at = SnapshotPoint(s.ChunkId, s.Offset)

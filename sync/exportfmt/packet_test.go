@@ -300,6 +300,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(Magic))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		agree(t, "fuzz input", b)
 		p, err := Decode(b)
 		if err != nil {
 			if p != nil {
