@@ -103,7 +103,20 @@ type SyncConfig struct {
 	// sub-tasks; one with no packet for twice that is reassigned with a
 	// new token (upstream SyncTool's check period). Default 10s.
 	CheckPeriod time.Duration `yaml:"check_period"`
+	// MaxRetainedBytes bounds the raft log a live sub-task keeps from
+	// truncation on each replica of its copyset: about the bytes of entry
+	// data from its cursor to the last index (copyset/logpin.go,
+	// RaftOptions.MaxPinnedBytes; raft.max_pinned_entries bounds the
+	// entries). Past it the sub-task turns FAILED and its log goes; the
+	// copyset goes on. Default 1 GiB: a stalled export costs each copyset
+	// at most that much disk, and it covers a minute or more of a
+	// copyset's write rate (a leader change and a reassignment take
+	// seconds). At least 1 MiB.
+	MaxRetainedBytes uint64 `yaml:"max_retained_bytes"`
 }
+
+// minRetainedBytes is the least sync.max_retained_bytes.
+const minRetainedBytes = 1 << 20
 
 // RaftConfig holds the raft settings shared by every copyset.
 type RaftConfig struct {
@@ -174,7 +187,7 @@ func DefaultConfig() Config {
 		},
 		MaxConcurrentStreams: 1024,
 		GCPercent:            400,
-		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second},
+		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes},
 	}
 }
 
@@ -429,6 +442,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sync.CheckPeriod < 100*time.Millisecond {
 		return fmt.Errorf("config: sync.check_period %v must be at least 100ms", c.Sync.CheckPeriod)
+	}
+	if c.Sync.MaxRetainedBytes < minRetainedBytes {
+		return fmt.Errorf("config: sync.max_retained_bytes %d must be at least %d (1 MiB)", c.Sync.MaxRetainedBytes, minRetainedBytes)
 	}
 	if c.StaleReplicaCheck < 0 {
 		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)

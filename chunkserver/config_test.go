@@ -56,6 +56,9 @@ func TestConfigValidate(t *testing.T) {
 		{"gc percent below -1", func(c *Config) { c.GCPercent = -2 }, "gc_percent"},
 		{"gc off", func(c *Config) { c.GCPercent = -1 }, ""},
 		{"no pinned entries", func(c *Config) { c.Raft.MaxPinnedEntries = 0 }, "raft.max_pinned_entries 0 must be at least 1"},
+		{"no retained bytes", func(c *Config) { c.Sync.MaxRetainedBytes = 0 }, "sync.max_retained_bytes 0 must be at least 1048576 (1 MiB)"},
+		{"retained bytes under 1 MiB", func(c *Config) { c.Sync.MaxRetainedBytes = 1<<20 - 1 }, "sync.max_retained_bytes 1048575"},
+		{"retained bytes 1 MiB", func(c *Config) { c.Sync.MaxRetainedBytes = 1 << 20 }, ""},
 		{"cluster seeds", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1:8200", "10.0.0.2:8200:0"} }, ""},
 		{"bad cluster seed", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1"} }, "cluster_seeds"},
 	}
