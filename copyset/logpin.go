@@ -125,6 +125,10 @@ type logPins struct {
 	mu     sync.Mutex
 	pins   map[*LogPin]struct{}
 	closed bool
+	// lastCap is the cap that moved a pin furthest up (To), nil before
+	// any: a pin asked below it and below the first index was let go by
+	// the bound.
+	lastCap *LogPinCappedError
 
 	cappedTotal atomic.Uint64
 }
@@ -199,9 +203,15 @@ func (n *Node) PinLog(holder string, index uint64) (*LogPin, error) {
 }
 
 // checkIndex tells why a pin of holder may not be at index, or nil (a
-// *LogPinCappedError for an index beyond a bound). The caller holds p.mu.
+// *LogPinCappedError for an index beyond a bound, or below the first
+// index and a cap that moved a pin past it: also ErrLogCompacted). The
+// caller holds p.mu.
 func (p *logPins) checkIndex(holder string, index, first, last uint64) error {
 	switch {
+	case index != 0 && index < first && p.lastCap != nil && index < p.lastCap.To:
+		c := p.lastCap
+		return fmt.Errorf("index %d: %w (first index %d): %w", index, ErrLogCompacted, first,
+			p.capped(holder, index, c.To, c.Bound, c.Limit))
 	case index == 0 || index < first:
 		return fmt.Errorf("index %d: %w (first index %d)", index, ErrLogCompacted, first)
 	case index > last+1:
@@ -359,6 +369,9 @@ func (p *logPins) capPin(pin *LogPin, lowest uint64, bound PinBound, limit uint6
 		pin.capped = p.capped(pin.holder, pin.index, lowest, bound, limit)
 	} else {
 		pin.capped.To, pin.capped.Bound, pin.capped.Limit = lowest, bound, limit
+	}
+	if p.lastCap == nil || lowest >= p.lastCap.To {
+		p.lastCap = p.capped(pin.holder, pin.index, lowest, bound, limit)
 	}
 	p.cappedTotal.Add(1)
 	p.log.Warn("log pin capped: it held more than the maximum of pinned "+bound.String(),

@@ -154,6 +154,10 @@ func TestLogPinBytesCapped(t *testing.T) {
 	if st := n.LogPins(); st.CappedTotal != 1 || st.Lowest != to || st.LagBytes > bound {
 		t.Fatalf("pin status %+v", st)
 	}
+	// A holder pinning again where it was is told the bound let it go.
+	if _, err := n.PinLog("sync", p); !errors.Is(err, ErrLogCompacted) || !errors.As(err, &ce) || ce.Bound != PinBoundBytes || ce.To != to {
+		t.Fatalf("pin again below the cap: %v", err)
+	}
 	if err := pin.Advance(to); err != nil {
 		t.Fatal(err)
 	}
