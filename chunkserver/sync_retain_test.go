@@ -32,8 +32,9 @@ func smallSnapshots(cfg *Config) {
 // startStalledExport creates a kFullAndContinuous task for pool 1 on a
 // file:// dest, waits until it exports the log, then breaks the dest
 // (its directory replaced by a file) so that no packet is accepted any
-// more, and returns the sub-task's binlog cursor, which stays put.
-func startStalledExport(t *testing.T, c *testCluster) uint64 {
+// more, and returns the sub-task's binlog cursor, which stays put, and a
+// function that repairs the dest.
+func startStalledExport(t *testing.T, c *testCluster) (uint64, func()) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "export")
 	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
@@ -48,7 +49,26 @@ func startStalledExport(t *testing.T, c *testCluster) uint64 {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond) // a packet in flight lands or fails
-	return c.cursor(t)
+	return c.cursor(t), func() {
+		t.Helper()
+		if err := os.Remove(root); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(root+".away", root); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// running returns the indexes of the servers running.
+func (c *testCluster) running() []int {
+	var out []int
+	for i := range c.servers {
+		if c.cancels[i] != nil {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // cursor returns the binlog point of the one sub-task (server 0's view).
@@ -70,7 +90,7 @@ func (c *testCluster) writeBlocks(t *testing.T, n, size int) {
 	}
 	commit := c.mbNode(c.leader(t)).CommitIndex()
 	deadline := time.Now().Add(10 * time.Second)
-	for i := range c.servers {
+	for _, i := range c.running() {
 		for c.mbNode(i).AppliedIndex() < commit {
 			if time.Now().After(deadline) {
 				t.Fatalf("server %d applied %d, not the commit index %d", i, c.mbNode(i).AppliedIndex(), commit)
@@ -80,12 +100,12 @@ func (c *testCluster) writeBlocks(t *testing.T, n, size int) {
 	}
 }
 
-// snapshotAll snapshots every replica (so raft truncates its log) and
-// returns their first log indexes.
-func (c *testCluster) snapshotAll(t *testing.T) []uint64 {
+// snapshotAll snapshots every running replica (so raft truncates its
+// log) and returns their first log indexes.
+func (c *testCluster) snapshotAll(t *testing.T) map[int]uint64 {
 	t.Helper()
-	var firsts []uint64
-	for i := range c.servers {
+	firsts := map[int]uint64{}
+	for _, i := range c.running() {
 		n := c.mbNode(i)
 		if err := n.Snapshot(context.Background()); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			t.Fatalf("server %d: %v", i, err)
@@ -94,7 +114,7 @@ func (c *testCluster) snapshotAll(t *testing.T) []uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		firsts = append(firsts, first)
+		firsts[i] = first
 	}
 	return firsts
 }
@@ -125,10 +145,12 @@ func (c *testCluster) waitTruncated(t *testing.T, index uint64) {
 // TestSyncLogHoldEveryReplica: a live sub-task whose export is stalled
 // holds its copyset's log from its cursor on every replica, followers
 // included, however many snapshots go by (raft keeping only 8 entries
-// otherwise); once the task is deleted every replica truncates past it.
+// otherwise), so that when its leader stops the new leader's collector
+// goes on from the cursor (not FAILED for a log it no longer has); once
+// the task is deleted every replica truncates past it.
 func TestSyncLogHoldEveryReplica(t *testing.T) {
 	c := startTestCluster(t, 3, smallSnapshots)
-	at := startStalledExport(t, c)
+	at, repair := startStalledExport(t, c)
 	c.writeBlocks(t, 40, 4096)
 	firsts := c.snapshotAll(t)
 	for i, first := range firsts {
@@ -143,7 +165,24 @@ func TestSyncLogHoldEveryReplica(t *testing.T) {
 	if now := c.cursor(t); now != at {
 		t.Fatalf("the stalled export moved from %d to %d", at, now)
 	}
-	if r, err := c.syncTool(1).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
+	old := c.leader(t)
+	c.stop(old)
+	repair()
+	c.writeBlocks(t, 2, 4096)
+	other := (old + 1) % 3
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		tasks := c.subTasks(t, other)
+		p := tasks[0].GetProgress()
+		if tasks[0].GetStatus() == "RUNNING" && p.GetSyncPoint().GetOffset() > at+40 && p.GetTabletEndpoint() == c.servers[c.leader(t)].Local().Addr() {
+			break
+		}
+		if tasks[0].GetStatus() == "FAILED" || time.Now().After(deadline) {
+			t.Fatalf("the new leader did not go on from the held cursor %d: %v %v", at, tasks[0], c.readable(t, other))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r, err := c.syncTool(other).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
 		t.Fatalf("delete: %v %v", r, err)
 	}
 	c.waitTruncated(t, at)
@@ -155,7 +194,7 @@ func TestSyncLogHoldEveryReplica(t *testing.T) {
 // go.
 func TestSyncRetentionBoundFails(t *testing.T) {
 	c := startTestCluster(t, 3, smallSnapshots, func(cfg *Config) { cfg.Sync.MaxRetainedBytes = 1 << 20 })
-	at := startStalledExport(t, c)
+	at, _ := startStalledExport(t, c)
 	c.writeBlocks(t, 40, 64<<10) // 2.5 MiB behind the cursor
 	c.snapshotAll(t)
 	deadline := time.Now().Add(15 * time.Second)
@@ -183,4 +222,14 @@ func TestSyncRetentionBoundFails(t *testing.T) {
 		t.Fatal("the copyset does not serve what it was written after the failure")
 	}
 	c.waitTruncated(t, at)
+}
+
+// readable returns server i's TaskStatus readable infos.
+func (c *testCluster) readable(t *testing.T, i int) []string {
+	t.Helper()
+	resp, err := c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetReadableInfo()
 }
