@@ -178,11 +178,12 @@ func (p *logPins) capped(holder string, index uint64, to uint64, b PinBound, lim
 }
 
 // PinLog keeps every entry from index on in this replica's log until the
-// pin is released or moved (Advance), within the bound of MaxPinnedEntries.
-// holder names the pin's owner in errors, logs and metrics. The index must
-// be held now (ErrLogCompacted otherwise) and at most the last index + 1
-// (pinning what comes next), and may not be more than MaxPinnedEntries
-// behind the last index.
+// pin is released or moved (Advance), within the bounds (MaxPinnedEntries,
+// MaxPinnedBytes). holder names the pin's owner in errors, logs and
+// metrics. The index must be held now (ErrLogCompacted otherwise, also a
+// *LogPinCappedError when a bound let it go) and at most the last index +
+// 1 (pinning what comes next), and may not be further behind the last
+// index than the bounds allow (a *LogPinCappedError).
 func (n *Node) PinLog(holder string, index uint64) (*LogPin, error) {
 	p := n.pins
 	p.mu.Lock()
