@@ -92,8 +92,8 @@ type LogPinCappedError struct {
 }
 
 func (e *LogPinCappedError) Error() string {
-	return fmt.Sprintf("copyset %s: log pin of %s at index %d held more than the maximum of %d pinned %s of log: the lowest index it may hold is %d",
-		e.Group, e.Holder, e.From, e.Limit, e.Bound, e.To)
+	return fmt.Sprintf("copyset %d/%d: log pin of %s at index %d held more than the maximum of %d pinned %s of log: the lowest index it may hold is %d",
+		e.Group.Pool(), e.Group.Copyset(), e.Holder, e.From, e.Limit, e.Bound, e.To)
 }
 
 // LogPin holds back the truncation of a copyset's raft log below an index.
