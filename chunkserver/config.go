@@ -109,9 +109,11 @@ type SyncConfig struct {
 	// RaftOptions.MaxPinnedBytes; raft.max_pinned_entries bounds the
 	// entries). Past it the sub-task turns FAILED and its log goes; the
 	// copyset goes on. Default 1 GiB: a stalled export costs each copyset
-	// at most that much disk, and it covers a minute or more of a
-	// copyset's write rate (a leader change and a reassignment take
-	// seconds). At least 1 MiB.
+	// at most that much disk, while it holds ~20 s of the whole cluster's
+	// 1 MiB write rate aimed at one copyset (~50 MB/s here,
+	// docs/benchmarks.md; minutes when writes spread over the copysets):
+	// as long as a stalled sub-task takes to be reassigned (2 x
+	// check_period), far longer than a leader change. At least 1 MiB.
 	MaxRetainedBytes uint64 `yaml:"max_retained_bytes"`
 }
 

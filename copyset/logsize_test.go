@@ -88,6 +88,11 @@ func TestLogSizesRing(t *testing.T) {
 	if got := s.bytesFrom(1); got != 3*logSizeSamples*10 {
 		t.Fatalf("bytes from an evicted index: %d, want %d (extrapolated)", got, 3*logSizeSamples*10)
 	}
+	// What StoreLogs does per entry allocates nothing.
+	next := uint64(3*logSizeSamples + 1)
+	if a := testing.AllocsPerRun(1000, func() { s.add(next, 10); next++ }); a != 0 {
+		t.Fatalf("%v allocations per stored entry", a)
+	}
 }
 
 // proposeBig commits n file ops of about 1 KiB each on leader and returns
