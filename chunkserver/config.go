@@ -107,9 +107,25 @@ type SyncConfig struct {
 	// copyset's binlog packet waits this long for more entries, and an
 	// idle sub-task sends a heartbeat this often (upstream DataCollector's
 	// long interval). Fewer packets cost the chunk path less; the export
-	// lags the writes by up to this. Default 5s; less than check_period.
+	// lags the writes by up to this. Default 5s; at most half of
+	// check_period is used (a sub-task silent for twice that is reassigned).
 	SendInterval time.Duration `yaml:"send_interval"`
+	// MaxRetainedBytes bounds the raft log a live sub-task keeps from
+	// truncation on each replica of its copyset: about the bytes of entry
+	// data from its cursor to the last index (copyset/logpin.go,
+	// RaftOptions.MaxPinnedBytes; raft.max_pinned_entries bounds the
+	// entries). Past it the sub-task turns FAILED and its log goes; the
+	// copyset goes on. Default 1 GiB: a stalled export costs each copyset
+	// at most that much disk, while it holds ~20 s of the whole cluster's
+	// 1 MiB write rate aimed at one copyset (~50 MB/s here,
+	// docs/benchmarks.md; minutes when writes spread over the copysets):
+	// as long as a stalled sub-task takes to be reassigned (2 x
+	// check_period), far longer than a leader change. At least 1 MiB.
+	MaxRetainedBytes uint64 `yaml:"max_retained_bytes"`
 }
+
+// minRetainedBytes is the least sync.max_retained_bytes.
+const minRetainedBytes = 1 << 20
 
 // RaftConfig holds the raft settings shared by every copyset.
 type RaftConfig struct {
@@ -180,7 +196,7 @@ func DefaultConfig() Config {
 		},
 		MaxConcurrentStreams: 1024,
 		GCPercent:            400,
-		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second},
+		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes},
 	}
 }
 
@@ -436,9 +452,11 @@ func (c *Config) Validate() error {
 	if c.Sync.CheckPeriod < 100*time.Millisecond {
 		return fmt.Errorf("config: sync.check_period %v must be at least 100ms", c.Sync.CheckPeriod)
 	}
-	if c.Sync.SendInterval < 10*time.Millisecond || c.Sync.SendInterval >= c.Sync.CheckPeriod {
-		return fmt.Errorf("config: sync.send_interval %v must be at least 10ms and less than sync.check_period %v (a sub-task silent for twice the check period is reassigned)",
-			c.Sync.SendInterval, c.Sync.CheckPeriod)
+	if c.Sync.SendInterval < 10*time.Millisecond {
+		return fmt.Errorf("config: sync.send_interval %v must be at least 10ms", c.Sync.SendInterval)
+	}
+	if c.Sync.MaxRetainedBytes < minRetainedBytes {
+		return fmt.Errorf("config: sync.max_retained_bytes %d must be at least %d (1 MiB)", c.Sync.MaxRetainedBytes, minRetainedBytes)
 	}
 	if c.StaleReplicaCheck < 0 {
 		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)

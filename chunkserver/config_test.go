@@ -58,7 +58,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no pinned entries", func(c *Config) { c.Raft.MaxPinnedEntries = 0 }, "raft.max_pinned_entries 0 must be at least 1"},
 		{"sync check period too short", func(c *Config) { c.Sync.CheckPeriod = time.Millisecond }, "sync.check_period 1ms must be at least 100ms"},
 		{"sync send interval zero", func(c *Config) { c.Sync.SendInterval = 0 }, "sync.send_interval 0s must be at least 10ms"},
-		{"sync send interval past the check period", func(c *Config) { c.Sync.SendInterval = 10 * time.Second }, "less than sync.check_period 10s"},
+		{"no retained bytes", func(c *Config) { c.Sync.MaxRetainedBytes = 0 }, "sync.max_retained_bytes 0 must be at least 1048576 (1 MiB)"},
+		{"retained bytes under 1 MiB", func(c *Config) { c.Sync.MaxRetainedBytes = 1<<20 - 1 }, "sync.max_retained_bytes 1048575"},
+		{"retained bytes 1 MiB", func(c *Config) { c.Sync.MaxRetainedBytes = 1 << 20 }, ""},
 		{"cluster seeds", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1:8200", "10.0.0.2:8200:0"} }, ""},
 		{"bad cluster seed", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1"} }, "cluster_seeds"},
 	}

@@ -159,6 +159,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
 			MaxPinnedEntries:   cfg.Raft.MaxPinnedEntries,
+			MaxPinnedBytes:     cfg.Sync.MaxRetainedBytes,
 			NoReadLease:        !cfg.Raft.ReadLease,
 			Logger:             raftLog,
 		},
@@ -175,7 +176,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.scans.Attach(s.copysets)
 	s.syncs.Attach(s.copysets)
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
-	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries))
+	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries, cfg.Sync.MaxRetainedBytes))
 	s.metrics.reg.MustRegister(s.scans.Collectors()...)
 	s.metrics.reg.MustRegister(s.syncs.Collectors()...)
 	registerSharedLogMetrics(s.metrics.reg, s.shared)

@@ -29,6 +29,7 @@ type logCache struct {
 	pins *logPins
 
 	mu    sync.Mutex
+	sizes *logSizes // every entry stored, for the bytes bound of the pins
 	ring  []*raft.Log
 	bytes int
 	lo    uint64
@@ -40,7 +41,7 @@ func newLogCache(entries, maxBytes int, store raft.LogStore) (*logCache, error) 
 	if entries <= 0 || maxBytes <= 0 {
 		return nil, fmt.Errorf("log cache: want positive bounds, got %d entries, %d bytes", entries, maxBytes)
 	}
-	return &logCache{store: store, maxBytes: maxBytes, ring: make([]*raft.Log, entries)}, nil
+	return &logCache{store: store, maxBytes: maxBytes, ring: make([]*raft.Log, entries), sizes: newLogSizes()}, nil
 }
 
 // GetLog implements raft.LogStore. The returned Log shares Data with the
@@ -78,6 +79,7 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 		}
 		c.ring[s] = l
 		c.bytes += len(l.Data)
+		c.sizes.add(l.Index, len(l.Data))
 	}
 	last := logs[len(logs)-1].Index
 	// Entries older than the ring's window were overwritten above or by
@@ -102,7 +104,7 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 // pins, the part of it below the lowest pin (logpin.go).
 func (c *logCache) DeleteRange(min, max uint64) error {
 	if c.pins != nil {
-		return c.pins.deleteRange(c.store, min, max, c.deleteRange)
+		return c.pins.deleteRange(c, min, max, c.deleteRange)
 	}
 	return c.deleteRange(min, max)
 }
@@ -113,6 +115,22 @@ func (c *logCache) deleteRange(min, max uint64) error {
 	c.bytes, c.lo = 0, 0
 	c.mu.Unlock()
 	return c.store.DeleteRange(min, max)
+}
+
+// bytesFrom returns about how many bytes of entry data the log holds from
+// index to its last entry (logSizes).
+func (c *logCache) bytesFrom(index uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sizes.bytesFrom(index)
+}
+
+// lowestWithin returns the lowest index from which the log holds at most
+// maxBytes of entry data to its last entry (logSizes).
+func (c *logCache) lowestWithin(maxBytes uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sizes.lowestWithin(maxBytes)
 }
 
 // FirstIndex implements raft.LogStore.

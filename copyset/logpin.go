@@ -28,35 +28,72 @@ import (
 // the last index + 1, and entries a follower must replace are not the
 // committed ones a holder follows).
 //
-// The bound: no pin holds more than RaftOptions.MaxPinnedEntries entries
-// (the pin's index to the last index). A compaction that finds a pin
-// further behind moves it up to last + 1 - MaxPinnedEntries first (capped),
-// and the holder is told: every read through the pin (LogPin.Entry),
-// LogPin.Advance below the new index and LogPin.Err return a
-// *LogPinCappedError until the holder calls Advance at or above the new
-// index (having resynchronised, a sync export by a new snapshot phase).
+// The bounds: no pin holds more than RaftOptions.MaxPinnedEntries entries
+// nor more than RaftOptions.MaxPinnedBytes bytes of entry data (about:
+// logsize.go counts them as they are stored, never reading the log back)
+// from the pin's index to the last index. A compaction that finds a pin
+// further behind moves it up to the lowest index both bounds allow first
+// (capped), and the holder is told: every read through the pin
+// (LogPin.Entry), LogPin.Advance below the new index and LogPin.Err
+// return a *LogPinCappedError naming the bound until the holder calls
+// Advance at or above the new index (having resynchronised, a sync export
+// by a new snapshot phase). PinLog refuses an index beyond a bound with
+// the same error.
+//
 // Pins are in memory: they are released by LogPin.Release, and all at once
 // when the replica closes (a restart, a removal); a holder on a new leader
-// pins again.
+// pins again. A state machine whose replicated state says where its
+// consumers are in the log (the sync machine: the cursors of its export
+// sub-tasks) holds the log on every replica with a LogHold
+// (MachineEnv.Log): it sets it from its state after every open (a
+// restart, a snapshot install) and every apply, so that a leader change
+// or the loss of a server finds the log kept on the new leader too. A
+// hold obeys the same bounds but never fails: one too far behind is
+// capped (moved up), the replica goes on, and the consumer's own pin on
+// the leader tells it.
 
 // DefaultMaxPinnedEntries is RaftOptions.MaxPinnedEntries when unset.
 const DefaultMaxPinnedEntries = 65536
+
+// DefaultMaxPinnedBytes is RaftOptions.MaxPinnedBytes when unset: 1 GiB
+// per copyset.
+const DefaultMaxPinnedBytes = 1 << 30
 
 // ErrPinReleased is returned by a released pin (LogPin.Release, or the
 // replica closed).
 var ErrPinReleased = errors.New("log pin released")
 
-// LogPinCappedError says the bound (RaftOptions.MaxPinnedEntries) moved a
-// pin up from From to To: the entries in [From, To) may be gone.
+// PinBound names a bound of the log pins.
+type PinBound int
+
+const (
+	// PinBoundEntries is RaftOptions.MaxPinnedEntries.
+	PinBoundEntries PinBound = iota
+	// PinBoundBytes is RaftOptions.MaxPinnedBytes.
+	PinBoundBytes
+)
+
+func (b PinBound) String() string {
+	if b == PinBoundBytes {
+		return "bytes"
+	}
+	return "entries"
+}
+
+// LogPinCappedError says a bound (Bound, of Limit entries or bytes) moved
+// a pin up from From to To, or refused a pin at From (To is then the
+// lowest index the bound allowed): the entries in [From, To) may be gone.
 type LogPinCappedError struct {
 	Group    GroupID
 	Holder   string
 	From, To uint64
+	Bound    PinBound
+	Limit    uint64
 }
 
 func (e *LogPinCappedError) Error() string {
-	return fmt.Sprintf("copyset %s: log pin of %s moved from index %d to %d: it held more than the maximum of pinned entries",
-		e.Group, e.Holder, e.From, e.To)
+	return fmt.Sprintf("copyset %d/%d: log pin of %s at index %d held more than the maximum of %d pinned %s of log: the lowest index it may hold is %d",
+		e.Group.Pool(), e.Group.Copyset(), e.Holder, e.From, e.Limit, e.Bound, e.To)
 }
 
 // LogPin holds back the truncation of a copyset's raft log below an index.
@@ -68,33 +105,85 @@ type LogPin struct {
 	index    uint64
 	capped   *LogPinCappedError // set by the bound, cleared by Advance
 	released bool
+	hold     bool // a state machine's LogHold
 }
 
 // logPins is the set of pins of one copyset.
 type logPins struct {
-	group GroupID
-	max   uint64 // RaftOptions.MaxPinnedEntries
-	log   *slog.Logger
+	group    GroupID
+	max      uint64 // RaftOptions.MaxPinnedEntries
+	maxBytes uint64 // RaftOptions.MaxPinnedBytes
+	log      *slog.Logger
+	// view is the log the pins hold and raftLast raft's last index (of
+	// its log or snapshot), set by attach once raft runs (machines open
+	// before: their holds wait for it).
+	view     logView
+	raftLast func() uint64
 
 	// mu is held across a clamped DeleteRange, so that a pin taken or
 	// moved meanwhile never names an index being deleted.
 	mu     sync.Mutex
 	pins   map[*LogPin]struct{}
 	closed bool
+	// lastCap is the cap that moved a pin furthest up (To), nil before
+	// any: a pin asked below it and below the first index was let go by
+	// the bound.
+	lastCap *LogPinCappedError
 
 	cappedTotal atomic.Uint64
 }
 
-func newLogPins(g GroupID, max uint64, log *slog.Logger) *logPins {
-	return &logPins{group: g, max: max, log: log, pins: make(map[*LogPin]struct{})}
+// logView is what the pins read of the log: its bounds and the sizes of
+// its entries (logCache).
+type logView interface {
+	FirstIndex() (uint64, error)
+	LastIndex() (uint64, error)
+	bytesFrom(index uint64) uint64
+	lowestWithin(maxBytes uint64) uint64
+}
+
+func newLogPins(g GroupID, max, maxBytes uint64, log *slog.Logger) *logPins {
+	return &logPins{group: g, max: max, maxBytes: maxBytes, log: log, pins: make(map[*LogPin]struct{})}
+}
+
+// attach gives the pins the log they hold and places the holds set
+// before.
+func (p *logPins) attach(v logView, raftLast func() uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.view, p.raftLast = v, raftLast
+	for pin := range p.pins {
+		if pin.hold {
+			p.placeHold(pin, pin.index)
+		}
+	}
+}
+
+// lowest returns the lowest index a pin may hold with last the last
+// index, and the bound that sets it. The caller holds p.mu.
+func (p *logPins) lowest(last uint64) (uint64, PinBound, uint64) {
+	lo := last + 1 - min(p.max, last+1)
+	if p.view != nil {
+		if b := min(p.view.lowestWithin(p.maxBytes), last+1); b > lo {
+			return b, PinBoundBytes, p.maxBytes
+		}
+	}
+	return lo, PinBoundEntries, p.max
+}
+
+// capped is the error of a pin of holder at index moved up (or refused)
+// to the lowest index to.
+func (p *logPins) capped(holder string, index uint64, to uint64, b PinBound, limit uint64) *LogPinCappedError {
+	return &LogPinCappedError{Group: p.group, Holder: holder, From: index, To: to, Bound: b, Limit: limit}
 }
 
 // PinLog keeps every entry from index on in this replica's log until the
-// pin is released or moved (Advance), within the bound of MaxPinnedEntries.
-// holder names the pin's owner in errors, logs and metrics. The index must
-// be held now (ErrLogCompacted otherwise) and at most the last index + 1
-// (pinning what comes next), and may not be more than MaxPinnedEntries
-// behind the last index.
+// pin is released or moved (Advance), within the bounds (MaxPinnedEntries,
+// MaxPinnedBytes). holder names the pin's owner in errors, logs and
+// metrics. The index must be held now (ErrLogCompacted otherwise, also a
+// *LogPinCappedError when a bound let it go) and at most the last index +
+// 1 (pinning what comes next), and may not be further behind the last
+// index than the bounds allow (a *LogPinCappedError).
 func (n *Node) PinLog(holder string, index uint64) (*LogPin, error) {
 	p := n.pins
 	p.mu.Lock()
@@ -106,7 +195,7 @@ func (n *Node) PinLog(holder string, index uint64) (*LogPin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pin log for %s: %w", holder, err)
 	}
-	if err := p.checkIndex(index, first, last); err != nil {
+	if err := p.checkIndex(holder, index, first, last); err != nil {
 		return nil, fmt.Errorf("copyset %s: pin log for %s: %w", n.group, holder, err)
 	}
 	pin := &LogPin{n: n, holder: holder, index: index}
@@ -114,17 +203,23 @@ func (n *Node) PinLog(holder string, index uint64) (*LogPin, error) {
 	return pin, nil
 }
 
-// checkIndex tells why a pin may not be at index, or nil. The caller
-// holds p.mu.
-func (p *logPins) checkIndex(index, first, last uint64) error {
+// checkIndex tells why a pin of holder may not be at index, or nil (a
+// *LogPinCappedError for an index beyond a bound, or below the first
+// index and a cap that moved a pin past it: also ErrLogCompacted). The
+// caller holds p.mu.
+func (p *logPins) checkIndex(holder string, index, first, last uint64) error {
 	switch {
+	case index != 0 && index < first && p.lastCap != nil && index < p.lastCap.To:
+		c := p.lastCap
+		return fmt.Errorf("index %d: %w (first index %d): %w", index, ErrLogCompacted, first,
+			p.capped(holder, index, c.To, c.Bound, c.Limit))
 	case index == 0 || index < first:
 		return fmt.Errorf("index %d: %w (first index %d)", index, ErrLogCompacted, first)
 	case index > last+1:
 		return fmt.Errorf("index %d: %w (last index %d)", index, ErrLogBeyondLast, last)
-	case last+1-index > p.max:
-		return fmt.Errorf("index %d would hold %d entries, more than the maximum of %d pinned entries",
-			index, last+1-index, p.max)
+	}
+	if lo, b, limit := p.lowest(last); index < lo {
+		return p.capped(holder, index, lo, b, limit)
 	}
 	return nil
 }
@@ -233,12 +328,9 @@ func (p *logPins) releaseAll() {
 
 // deleteRange runs del on the part of [lo, hi] the pins let go: all of
 // it unless it is a compaction (lo at or below the first index, hi below
-// the last) and some pin is inside it. Pins more than max entries behind
-// the last index are capped first. It holds p.mu throughout.
-func (p *logPins) deleteRange(store interface {
-	FirstIndex() (uint64, error)
-	LastIndex() (uint64, error)
-}, lo, hi uint64, del func(lo, hi uint64) error) error {
+// the last) and some pin is inside it. Pins further behind the last index
+// than the bounds allow are capped first. It holds p.mu throughout.
+func (p *logPins) deleteRange(store logView, lo, hi uint64, del func(lo, hi uint64) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.pins) == 0 {
@@ -256,18 +348,10 @@ func (p *logPins) deleteRange(store interface {
 		return del(lo, hi) // not a compaction: a conflicting suffix
 	}
 	floor := uint64(0)
-	lowest := last + 1 - min(p.max, last+1) // the lowest index a pin may hold
+	lowest, bound, limit := p.lowest(last) // the lowest index a pin may hold
 	for pin := range p.pins {
 		if pin.index < lowest {
-			if pin.capped == nil {
-				pin.capped = &LogPinCappedError{Group: p.group, Holder: pin.holder, From: pin.index, To: lowest}
-			} else {
-				pin.capped.To = lowest
-			}
-			p.cappedTotal.Add(1)
-			p.log.Warn("log pin capped: it held more than the maximum of pinned entries",
-				"holder", pin.holder, "from", pin.index, "to", lowest, "max_pinned_entries", p.max)
-			pin.index = lowest
+			p.capPin(pin, lowest, bound, limit)
 		}
 		if floor == 0 || pin.index < floor {
 			floor = pin.index
@@ -279,12 +363,31 @@ func (p *logPins) deleteRange(store interface {
 	return del(lo, min(hi, floor-1))
 }
 
+// capPin moves pin up to the lowest index the bound allows and records
+// why. The caller holds p.mu.
+func (p *logPins) capPin(pin *LogPin, lowest uint64, bound PinBound, limit uint64) {
+	if pin.capped == nil {
+		pin.capped = p.capped(pin.holder, pin.index, lowest, bound, limit)
+	} else {
+		pin.capped.To, pin.capped.Bound, pin.capped.Limit = lowest, bound, limit
+	}
+	if p.lastCap == nil || lowest >= p.lastCap.To {
+		p.lastCap = p.capped(pin.holder, pin.index, lowest, bound, limit)
+	}
+	p.cappedTotal.Add(1)
+	p.log.Warn("log pin capped: it held more than the maximum of pinned "+bound.String(),
+		"holder", pin.holder, "from", pin.index, "to", lowest, "bound", bound.String(), "limit", limit)
+	pin.index = lowest
+}
+
 // LogPinStatus is a point-in-time view of a copyset's pins (metrics).
 type LogPinStatus struct {
 	Pins int
 	// Lowest is the lowest pinned index (0 without pins); Lag the entries
-	// from it to the last index, what the bound MaxPinnedEntries limits.
-	Lowest, Lag uint64
+	// from it to the last index, what the bound MaxPinnedEntries limits;
+	// LagBytes about the bytes of those entries, what MaxPinnedBytes
+	// limits.
+	Lowest, Lag, LagBytes uint64
 	// CappedTotal counts the pins the bound moved up since the replica
 	// opened.
 	CappedTotal uint64
@@ -304,7 +407,95 @@ func (n *Node) LogPins() LogPinStatus {
 	if st.Lowest > 0 {
 		if last, err := n.stores.log.LastIndex(); err == nil && last+1 > st.Lowest {
 			st.Lag = last + 1 - st.Lowest
+			st.LagBytes = n.stores.cache.bytesFrom(st.Lowest)
 		}
 	}
 	return st
+}
+
+// LogHold is a state machine's hold on its replica's log (MachineEnv.Log):
+// a pin the machine moves to the lowest index its replicated state still
+// needs from the log, the same on every replica. Its methods are safe for
+// concurrent use; they never fail and never block on raft.
+type LogHold struct {
+	pins *logPins
+	pin  *LogPin // in pins.pins while it holds
+}
+
+// newHold returns a hold of holder that holds nothing yet.
+func (p *logPins) newHold(holder string) *LogHold {
+	return &LogHold{pins: p, pin: &LogPin{holder: holder, hold: true}}
+}
+
+// Hold keeps the log from index on; 0 releases it. The index is moved
+// into the log: a hold below the first index the replica holds holds
+// nothing (the replica no longer has what a consumer needs to go on from
+// there; one that becomes leader here fails it), one beyond the last
+// index + 1 holds from there. A hold further behind than the bounds allow
+// is capped (moved up, logged) and stays capped until index passes where
+// the bound put it. Before the log store opens, the index is kept as is
+// and placed when it opens.
+func (h *LogHold) Hold(index uint64) {
+	p := h.pins
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pin := h.pin
+	_, held := p.pins[pin]
+	switch {
+	case p.closed:
+	case index == 0:
+		delete(p.pins, pin)
+	case held && pin.capped != nil && index < pin.index:
+		// the bound moved it past index: it stays there
+	default:
+		p.placeHold(pin, index)
+	}
+}
+
+// Release lets the log go (Hold(0)).
+func (h *LogHold) Release() { h.Hold(0) }
+
+// Index returns the index the hold holds the log from, 0 when it holds
+// nothing.
+func (h *LogHold) Index() uint64 {
+	p := h.pins
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, held := p.pins[h.pin]; !held {
+		return 0
+	}
+	return h.pin.index
+}
+
+// placeHold puts hold pin at index, moved into the log and the bounds
+// (LogHold.Hold). The caller holds p.mu.
+func (p *logPins) placeHold(pin *LogPin, index uint64) {
+	pin.index, pin.capped = index, nil
+	p.pins[pin] = struct{}{}
+	if p.view == nil {
+		return // attach places it
+	}
+	first, err := p.view.FirstIndex()
+	var last uint64
+	if err == nil {
+		last, err = p.view.LastIndex()
+	}
+	if err != nil {
+		p.log.Warn("log hold: read the log bounds; holding as asked", "holder", pin.holder, "index", index, "err", err)
+		return
+	}
+	if p.raftLast != nil {
+		last = max(last, p.raftLast())
+	}
+	if first == 0 {
+		first = last + 1
+	}
+	if index < first {
+		delete(p.pins, pin)
+		return
+	}
+	pin.index = min(index, last+1)
+	if lo, b, limit := p.lowest(last); pin.index < lo {
+		p.capPin(pin, lo, b, limit)
+	}
 }

@@ -16,9 +16,15 @@ import (
 // Snapshots happen only when the test takes them.
 func startSingle(t *testing.T, dir string, g GroupID, maxPinned uint64) (*testServer, *Node) {
 	t.Helper()
+	return startSingleWith(t, dir, g, func(o *RaftOptions) { o.MaxPinnedEntries = maxPinned })
+}
+
+// startSingleWith is startSingle with the options set sets.
+func startSingleWith(t *testing.T, dir string, g GroupID, set func(*RaftOptions)) (*testServer, *Node) {
+	t.Helper()
 	opts := fastRaft()
 	opts.SnapshotThreshold, opts.SnapshotInterval = 1<<30, time.Hour
-	opts.MaxPinnedEntries = maxPinned
+	set(&opts)
 	s := startTestServer(t, "127.0.0.1:0", dir, opts)
 	if _, err := s.mgr.Create(context.Background(), g, []PeerID{s.peer()}); err != nil {
 		s.stop()
@@ -186,11 +192,13 @@ type boundsStore struct{ first, last uint64 }
 
 func (b boundsStore) FirstIndex() (uint64, error) { return b.first, nil }
 func (b boundsStore) LastIndex() (uint64, error)  { return b.last, nil }
+func (b boundsStore) bytesFrom(uint64) uint64     { return 0 }
+func (b boundsStore) lowestWithin(uint64) uint64  { return 0 }
 
 // TestLogPinsDeleteRange: only a compaction (a prefix ending below the last
 // index) is clamped, never the removal of a conflicting suffix.
 func TestLogPinsDeleteRange(t *testing.T) {
-	p := newLogPins(NewGroupID(1, 1), 100, trLogger())
+	p := newLogPins(NewGroupID(1, 1), 100, DefaultMaxPinnedBytes, trLogger())
 	var got [2]uint64
 	del := func(lo, hi uint64) error { got = [2]uint64{lo, hi}; return nil }
 	check := func(lo, hi uint64, want [2]uint64) {

@@ -41,6 +41,11 @@ type MachineEnv struct {
 	Dir string
 	// Logger carries the copyset's pool and copyset.
 	Logger *slog.Logger
+	// Log is the machine's hold on its replica's log (logpin.go): a
+	// machine whose replicated state says where its consumers are in the
+	// log sets it after it opens and after every apply, and releases it
+	// when it closes. Never nil.
+	Log *LogHold
 }
 
 // Machines is the state machines open on one copyset, by kind.
@@ -134,9 +139,10 @@ func (r *registry) batchable(op []byte) bool {
 	return len(op) >= OpHeaderLen && op[0] == opVersion && r.batch[op[1]]
 }
 
-// open opens every machine of copyset g on dataDir in spec order. On an
-// error the machines opened so far are closed, last first.
-func (r *registry) open(g GroupID, dataDir string, log *slog.Logger) (*machineSet, error) {
+// open opens every machine of copyset g on dataDir in spec order, each
+// with a hold on pins. On an error the machines opened so far are closed,
+// last first.
+func (r *registry) open(g GroupID, dataDir string, log *slog.Logger, pins *logPins) (*machineSet, error) {
 	set := new(machineSet)
 	fail := func(err error) (*machineSet, error) {
 		for i := len(r.specs) - 1; i >= 0; i-- {
@@ -147,7 +153,7 @@ func (r *registry) open(g GroupID, dataDir string, log *slog.Logger) (*machineSe
 		return nil, err
 	}
 	for _, s := range r.specs {
-		env := MachineEnv{Group: g, DataDir: dataDir, Dir: dataDir, Logger: log}
+		env := MachineEnv{Group: g, DataDir: dataDir, Dir: dataDir, Logger: log, Log: pins.newHold(s.Name + " machine")}
 		if s.Dir != "" {
 			env.Dir = filepath.Join(dataDir, s.Dir)
 			if err := os.MkdirAll(env.Dir, 0o755); err != nil {
@@ -189,7 +195,8 @@ func OpenMachines(specs []MachineSpec, g GroupID, dataDir string, log *slog.Logg
 	if err != nil {
 		return Machines{}, err
 	}
-	set, err := reg.open(g, dataDir, log)
+	// Their log holds hold no log: there is none.
+	set, err := reg.open(g, dataDir, log, newLogPins(g, DefaultMaxPinnedEntries, DefaultMaxPinnedBytes, log))
 	if err != nil {
 		return Machines{}, err
 	}

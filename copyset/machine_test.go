@@ -86,7 +86,7 @@ func TestRegistryOpensInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	_, err = r.open(NewGroupID(1, 1), dir, slog.New(slog.DiscardHandler))
+	_, err = r.open(NewGroupID(1, 1), dir, slog.New(slog.DiscardHandler), newLogPins(NewGroupID(1, 1), 1, 1, slog.New(slog.DiscardHandler)))
 	if err == nil || !strings.Contains(err.Error(), "open state machine c: disk gone") {
 		t.Fatalf("open error %v", err)
 	}
@@ -102,7 +102,7 @@ func TestRegistryOpensInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := r.open(NewGroupID(1, 1), dir, slog.New(slog.DiscardHandler))
+	set, err := r.open(NewGroupID(1, 1), dir, slog.New(slog.DiscardHandler), newLogPins(NewGroupID(1, 1), 1, 1, slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

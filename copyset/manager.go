@@ -89,8 +89,8 @@ func NewManager(opts ManagerOptions) (*Manager, error) {
 }
 
 // openMachines opens the state machines of copyset g on dataDir.
-func (m *Manager) openMachines(g GroupID, dataDir string) (*machineSet, error) {
-	set, err := m.reg.open(g, dataDir, m.log.With("pool", g.Pool(), "copyset", g.Copyset()))
+func (m *Manager) openMachines(g GroupID, dataDir string, pins *logPins) (*machineSet, error) {
+	set, err := m.reg.open(g, dataDir, m.log.With("pool", g.Pool(), "copyset", g.Copyset()), pins)
 	if err != nil {
 		return nil, fmt.Errorf("open state machines of copyset %s: %w", g, err)
 	}
@@ -273,8 +273,8 @@ func (m *Manager) openMode(g GroupID, bootstrap []PeerID, join *joinMarker) (*No
 	}
 	n, err := openNode(nodeConfig{
 		group: g, dir: dir, local: m.opts.Local, trans: trans,
-		reg: m.reg, machines: func() (*machineSet, error) {
-			return m.openMachines(g, dataDir)
+		reg: m.reg, machines: func(pins *logPins) (*machineSet, error) {
+			return m.openMachines(g, dataDir, pins)
 		},
 		opts: m.opts.Raft, log: m.log.With("pool", g.Pool(), "copyset", g.Copyset()),
 		bootstrap: bootstrap, shared: m.opts.SharedLog, onRemoved: m.noteRemoved, onState: m.work.changed.fire,

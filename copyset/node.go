@@ -49,6 +49,10 @@ type RaftOptions struct {
 	// back from truncation, from the pin to the last index (logpin.go;
 	// default 65536).
 	MaxPinnedEntries uint64
+	// MaxPinnedBytes bounds the bytes of entry data a log retention pin
+	// may hold back, from the pin to the last index (logpin.go; default
+	// DefaultMaxPinnedBytes).
+	MaxPinnedBytes uint64
 }
 
 func (o *RaftOptions) withDefaults() RaftOptions {
@@ -84,6 +88,9 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	}
 	if r.MaxPinnedEntries == 0 {
 		r.MaxPinnedEntries = DefaultMaxPinnedEntries
+	}
+	if r.MaxPinnedBytes == 0 {
+		r.MaxPinnedBytes = DefaultMaxPinnedBytes
 	}
 	return r
 }
@@ -211,8 +218,8 @@ type nodeConfig struct {
 	dir       string // the copyset's directory
 	local     PeerID
 	trans     *GroupTransport
-	reg       *registry                   // the machine specs
-	machines  func() (*machineSet, error) // opens the state machines on dir/data
+	reg       *registry                           // the machine specs
+	machines  func(*logPins) (*machineSet, error) // opens the state machines on dir/data, their log holds on the pins
 	opts      RaftOptions
 	log       *slog.Logger
 	bootstrap []PeerID       // initial configuration for a new copyset, nil to reopen
@@ -251,7 +258,8 @@ func openNode(c nodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	machines, err := c.machines()
+	pins := newLogPins(c.group, opts.MaxPinnedEntries, opts.MaxPinnedBytes, c.log)
+	machines, err := c.machines(pins)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +321,8 @@ func openNode(c nodeConfig) (*Node, error) {
 			return fail(fmt.Errorf("bootstrap copyset %s: %w", c.group, err))
 		}
 	}
-	stores.cache.pins = newLogPins(c.group, opts.MaxPinnedEntries, c.log)
+	stores.cache.pins = pins
+	stores.cache.sizes.setBounds(opts.MaxPinnedEntries, opts.MaxPinnedBytes)
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
 		fsm: f, stores: stores, pins: stores.cache.pins, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
@@ -339,7 +348,7 @@ func openNode(c nodeConfig) (*Node, error) {
 			return nil, err
 		}
 		n.snapshotInstalled(id)
-		return c.machines()
+		return c.machines(pins)
 	}
 	trans := &leaseTransport{GroupTransport: c.trans, n: n}
 	if c.bootstrap == nil {
@@ -352,6 +361,7 @@ func openNode(c nodeConfig) (*Node, error) {
 		return fail(fmt.Errorf("start raft for copyset %s: %w", c.group, err))
 	}
 	n.raft = r
+	pins.attach(stores.cache, r.LastIndex)
 	// The filter runs on raft's goroutine at each leader and state change;
 	// with no channel the observation goes nowhere else.
 	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {

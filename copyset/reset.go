@@ -111,7 +111,8 @@ func (m *Manager) recoverCluster(g GroupID, conf raft.Configuration, epoch, appl
 			epoch++
 		}
 	}
-	machines, err := m.openMachines(g, filepath.Join(dir, "data"))
+	// No pins here: the recovery's compaction is not held back.
+	machines, err := m.openMachines(g, filepath.Join(dir, "data"), newLogPins(g, opts.MaxPinnedEntries, opts.MaxPinnedBytes, log))
 	if err != nil {
 		return err
 	}

@@ -173,14 +173,17 @@ func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask)
 		case err == nil, ctx.Err() != nil, errors.Is(err, errSuperseded):
 			return
 		case errors.Is(err, ErrLogGone), errors.As(err, new(*copyset.LogPinCappedError)):
-			// The log this sub-task still had to export is gone, or the
-			// retention bound (raft.max_pinned_entries) let it go: the
-			// sub-task fails, its pin is released, the copyset goes on.
-			log.Error("sync sub-task failed", "err", err)
+			// The log this sub-task still had to export is gone, or a
+			// retention bound (sync.max_retained_bytes,
+			// raft.max_pinned_entries) let it go: the sub-task fails, its
+			// pins (this export's, and the sync machine's hold on every
+			// replica) are released, the copyset goes on.
+			msg := failureMessage(err)
+			log.Error("sync sub-task failed", "err", msg)
 			s.metrics.failed.Inc()
 			s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetStatus{SetStatus: &pb.SetStatus{
 				Ref:    &pb.Ref{Tid: rec.GetProgress().GetTid(), Pid: rec.GetProgress().GetPid(), Token: rec.GetProgress().GetToken()},
-				Status: pb.Status_FAILED, Message: err.Error()}}})
+				Status: pb.Status_FAILED, Message: msg}}})
 			return
 		}
 		log.Warn("sync export interrupted; retrying", "err", err)
@@ -199,6 +202,27 @@ func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask)
 		}
 		rec = cur
 	}
+}
+
+// failureMessage is the FAILED message of an export that cannot go on:
+// for a pin a retention bound moved, it names the bound's setting first.
+func failureMessage(err error) string {
+	var ce *copyset.LogPinCappedError
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	setting := "raft.max_pinned_entries"
+	if ce.Bound == copyset.PinBoundBytes {
+		setting = "sync.max_retained_bytes"
+	}
+	return fmt.Sprintf("the export fell further behind the log than the retention bound %s = %d %s allows: %v", setting, ce.Limit, ce.Bound, err)
+}
+
+// sendInterval paces a caught-up tailing export: Deps.SendInterval, but
+// at most half the check period, so that a sub-task is never silent for
+// twice the check period after which it is reassigned.
+func (s *Service) sendInterval() time.Duration {
+	return min(s.deps.SendInterval, s.deps.CheckPeriod/2)
 }
 
 // errSuperseded: SendData told the collector to drop the sub-task.
@@ -222,7 +246,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
 		Holder: "sync " + rec.GetName(),
-		Linger: s.deps.SendInterval, Idle: s.deps.SendInterval,
+		Linger: s.sendInterval(), Idle: s.sendInterval(),
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {

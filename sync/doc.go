@@ -103,11 +103,44 @@
 //     data already holds what they paste.
 //  6. Resume. A new collector (perhaps on a new leader) goes on from the
 //     stored point. In the snapshot phase it keeps the stored B: it waits
-//     until its replica has applied B-1, pins B again (pins live in memory:
-//     if this replica's log no longer holds B, Export fails with ErrLogGone
-//     and the task must start again) and images the chunks left, at later
+//     until its replica has applied B-1, pins B again (the machine's log
+//     hold, below, kept B on this replica too; if the log no longer holds
+//     B all the same, a bound let it go, Export fails with ErrLogGone and
+//     the task must start again) and images the chunks left, at later
 //     moments, which 1-4 cover. A packet sent but not acknowledged is made
 //     again from the same start, so it replaces its first copy.
+//
+// # Log retention
+//
+// The exporter's pin (copyset.LogPin) is in memory on the leader that runs
+// the collector. So that followers keep the log too, and a leader change
+// or the loss of a server loses nothing, the machine holds its replica's
+// log (copyset.LogHold, MachineEnv.Log) from retainFrom(state): the lowest
+// cursor of its live sub-tasks (INIT, RUNNING, REASSIGNING): a binlog
+// point's index; in the snapshot phase the binlog start B, or, before the
+// first packet records B, the sub-task's created index + 1 (B is the
+// applied index + 1 of a leader that applied the creation, so never
+// lower); a kIncrementalByTimestamp sub-task only from its first packet
+// on (its start in the log is found by its collector). Every replica
+// computes the same from the replicated records; the hold is set after the
+// state loads (a restart, a snapshot install) and after every change an
+// op applies, so it moves forward with Advance and is released by FAILED,
+// SUCCESS and the deletes (and when the machine closes). It is never
+// late: raft truncates nothing above the applied index, so the hold set
+// when a creation at index c applies keeps c+1 on, and every later cursor
+// is at or above the one held before it (the first packet's B is above
+// c). Only an incremental sub-task's first entries are unheld until its
+// first packet (a follower may truncate them meanwhile; the sub-task then
+// fails only if that follower becomes its leader).
+//
+// Bounds: both pins obey the copyset's raft.max_pinned_entries and
+// sync.max_retained_bytes (copyset.RaftOptions.MaxPinnedBytes, about the
+// bytes of entry data from the pin to the last index). A compaction that
+// finds a pin further behind moves it up; a hold moved up never fails and
+// the replica goes on; the collector on the leader learns it from its own
+// pin (a *copyset.LogPinCappedError on its next read) or when pinning its
+// cursor again is refused (the same error), and turns the sub-task FAILED
+// with a message naming the bound, which releases every replica's hold.
 //
 // So a restore is exact at the last exported index, and at every index from
 // the end of the snapshot phase (the applied index when its last image was

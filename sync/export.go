@@ -309,7 +309,7 @@ func (e *exporter) pinApplied() error {
 func (e *exporter) pinAt(index uint64) error {
 	pin, err := e.src.PinLog(e.opts.Holder, index)
 	if errors.Is(err, copyset.ErrLogCompacted) {
-		return fmt.Errorf("%w: the export must go on from log index %d, which this replica no longer holds (%v)",
+		return fmt.Errorf("%w: the export must go on from log index %d, which this replica no longer holds (%w)",
 			ErrLogGone, index, err)
 	}
 	if err != nil {

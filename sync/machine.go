@@ -28,7 +28,7 @@ func Spec() copyset.MachineSpec {
 	return copyset.MachineSpec{Kind: kinds.Sync, Name: "sync", Dir: Dir,
 		Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 			g := env.Group
-			return openMachine(env.Dir, env.Logger.With("component", "sync", "pool", g.Pool(), "copyset", g.Copyset()))
+			return openMachine(env.Dir, env.Logger.With("component", "sync", "pool", g.Pool(), "copyset", g.Copyset()), env.Log)
 		}}
 }
 
@@ -43,13 +43,22 @@ type Machine struct {
 
 	changedMu gosync.Mutex
 	changed   chan struct{} // closed (and replaced) when a sub-task is created, changes status or is deleted
+
+	// hold keeps the replica's raft log from retainFrom(st) on, set after
+	// the load and every change and released by Close: the replicated log
+	// pin of the live sub-tasks, on every replica alike. held is the
+	// index it was last set to.
+	holdMu gosync.Mutex
+	hold   *copyset.LogHold
+	held   uint64
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
 
 // openMachine loads dir/FileName: the valid line with the highest applied
-// index (the last of equals).
-func openMachine(dir string, log *slog.Logger) (*Machine, error) {
+// index (the last of equals), and holds the log for its live sub-tasks
+// with hold.
+func openMachine(dir string, log *slog.Logger, hold *copyset.LogHold) (*Machine, error) {
 	path := filepath.Join(dir, FileName)
 	file, b, err := statefile.Open(path)
 	if err != nil {
@@ -69,7 +78,22 @@ func openMachine(dir string, log *slog.Logger) (*Machine, error) {
 	if bad > 0 {
 		log.Warn("sync state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
 	}
-	return &Machine{log: log, st: best, file: file, changed: make(chan struct{})}, nil
+	m := &Machine{log: log, st: best, file: file, hold: hold, changed: make(chan struct{})}
+	m.retain()
+	return m, nil
+}
+
+// retain moves the log hold to where the state's live sub-tasks are.
+func (m *Machine) retain() {
+	m.mu.RLock()
+	i := retainFrom(m.st)
+	m.mu.RUnlock()
+	m.holdMu.Lock()
+	defer m.holdMu.Unlock()
+	if i != m.held {
+		m.held = i
+		m.hold.Hold(i)
+	}
 }
 
 // Apply implements copyset.StateMachine. The result is a Result, or a
@@ -109,6 +133,7 @@ func (m *Machine) Apply(index uint64, payload []byte) any {
 	if err := m.file.Append(line); err != nil {
 		return &copyset.FatalError{Err: fmt.Errorf("sync op at index %d: %w", index, err)}
 	}
+	m.retain()
 	m.logChange(index, op, res)
 	switch op.GetOp().(type) {
 	case *pb.Op_Put, *pb.Op_SetStatus, *pb.Op_DeleteTask, *pb.Op_DeleteAll:
@@ -179,8 +204,11 @@ func (m *Machine) Sync() error { return m.file.Sync() }
 // Files implements copyset.StateMachine.
 func (m *Machine) Files() ([]string, error) { return []string{filepath.Join(Dir, FileName)}, nil }
 
-// Close implements copyset.StateMachine.
-func (m *Machine) Close() error { return m.file.Close() }
+// Close implements copyset.StateMachine; it releases the log hold.
+func (m *Machine) Close() error {
+	m.hold.Release()
+	return m.file.Close()
+}
 
 // Get returns a copy of sub-task (tid, pid), or nil.
 func (m *Machine) Get(tid, pid uint32) *pb.SubTask {

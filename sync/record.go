@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -49,4 +50,39 @@ func get(st *pb.State, tid, pid uint32) *pb.SubTask {
 		return st.SubTasks[i]
 	}
 	return nil
+}
+
+// retainFrom returns the lowest raft log index the live (not SUCCESS or
+// FAILED) sub-tasks of st still have to export, 0 when none needs the
+// log: what the machine holds the log from on every replica (LogHold).
+func retainFrom(st *pb.State) uint64 {
+	var lo uint64
+	for _, r := range st.GetSubTasks() {
+		if final(r.GetStatus()) {
+			continue
+		}
+		if i := logCursor(r); i != 0 && (lo == 0 || i < lo) {
+			lo = i
+		}
+	}
+	return lo
+}
+
+// logCursor returns the first log index sub-task r still has to export:
+// its binlog point; in the snapshot phase its binlog start, or, before its
+// first packet records one, the index after its creation (an export pins
+// its binlog start at the applied index of its leader, which applied the
+// creation already); 0 for a kIncrementalByTimestamp sub-task before its
+// first packet (where it starts in the log is found by its collector).
+func logCursor(r *pb.SubTask) uint64 {
+	p := r.GetProgress()
+	switch {
+	case p.GetSyncPoint().GetType() == dspb.SyncType_kBINLOG:
+		return p.GetSyncPoint().GetOffset()
+	case r.GetBinlogStart() != 0:
+		return r.GetBinlogStart()
+	case p.GetMode() == dspb.SyncMode_kIncrementalByTimestamp:
+		return 0
+	}
+	return r.GetCreatedIndex() + 1
 }

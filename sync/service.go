@@ -49,7 +49,7 @@ type Deps struct {
 	// sends an empty packet (a heartbeat) this often. Each packet is a
 	// durable write on the dest and a replicated Advance, so it trades
 	// freshness for the cost to the chunk path. DefaultSendInterval unless
-	// set; below CheckPeriod.
+	// set; at most half of CheckPeriod is used.
 	SendInterval time.Duration
 	// Logger is the server's logger.
 	Logger *slog.Logger

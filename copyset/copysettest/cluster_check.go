@@ -17,7 +17,11 @@ import (
 func (s *suite) checkCluster() {
 	s.t.Helper()
 	rec := &syncRecorder{}
-	c := NewCluster(s.t, 3, rec.wrap(s.specs), FastRaft())
+	opts := FastRaft()
+	if s.w.Raft != nil {
+		s.w.Raft(&opts)
+	}
+	c := NewCluster(s.t, 3, rec.wrap(s.specs), opts)
 	g := suiteGroup
 	c.Create(g)
 	var ops [][]byte

@@ -30,6 +30,11 @@ type Workload struct {
 	Ops int
 	// Seed seeds the op generator and the suite's choices (default 1).
 	Seed uint64
+	// Raft, when set, adjusts the cluster check's raft options (FastRaft):
+	// a machine that holds the log for consumers its synthetic state names
+	// (MachineEnv.Log) lowers the pin bounds so that the leader still
+	// truncates past a stopped follower.
+	Raft func(*copyset.RaftOptions)
 }
 
 // entry is one raft log entry of the suite's log: the ops of one index.
