@@ -53,6 +53,7 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		{createReq("1", "", full, dir), "name is empty"},
 		{createReq("1", strings.Repeat("n", 200), full, dir), "at most"},
 		{createReq("1", "t", nil, dir), "mode is missing"},
+		{createReq("1", "t", dspb.SyncMode(42).Enum(), dir), "unknown mode 42"},
 		{createReq("1", "t", full, "file://relative/path"), "file"},
 		{createReq("1", "t", full, "hdfs://nn/x"), "hdfs"},
 		{createReq("1", "t", full, "s3://bucket/prefix"), "s3"},
@@ -105,6 +106,11 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		if err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
 			t.Errorf("send data %v: %v %v, want code -1 and delete_task", req, r, err)
 		}
+	}
+	// ... and change nothing: the sub-task is live under its token.
+	if now := c.subTasks(t, 1); len(now) != 1 || now[0].GetProgress().GetToken() != p.GetToken() ||
+		(now[0].GetStatus() != "INIT" && now[0].GetStatus() != "RUNNING") {
+		t.Fatalf("after refused packets: %v", now)
 	}
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -195,6 +201,13 @@ func TestSyncExportsToS3(t *testing.T) {
 		t.Fatalf("a missing bucket: %v", r)
 	}
 	task := c.waitPoint(t, "SUCCESS", 0)
+	// A finished sub-task takes no more packets: its collector is told to
+	// drop it.
+	p := task.GetProgress()
+	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: p.Tid, Pid: p.Pid, Token: p.Token, StartPoint: p.SyncPoint, NextPoint: p.SyncPoint, Count: proto.Uint64(0)}); err != nil ||
+		r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() || !strings.Contains(r.GetResponse().GetMsg(), "status SUCCESS takes no data") {
+		t.Fatalf("send data to a finished sub-task: %v %v", r, err)
+	}
 	mk := s3cfg
 	mk.Bucket, mk.Prefix = "exports", "cluster-a/"
 	st, err := objstore.NewS3(ctx, mk)
