@@ -155,6 +155,64 @@ func TestSyncTakeover(t *testing.T) {
 	}
 }
 
+// TestSyncAddSyncTask: upstream's DataCollector.AddSyncTask through its
+// generated client: on the copyset's leader, the sub-task's own token
+// again is refused ("why send a same task?"), a new token replaces the
+// entry everywhere and the leader's collector goes on exporting under it,
+// while the old token's packets are refused with delete_task. A follower
+// and a request without tid and pid are refused with code -1.
+func TestSyncAddSyncTask(t *testing.T) {
+	c := startTestCluster(t, 3)
+	ctx := context.Background()
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	old := c.waitPoint(t, "RUNNING", 0).GetProgress()
+	leader := c.leader(t)
+	collector := dspb.NewDataCollectorClient(c.conns[leader])
+	if r, err := collector.AddSyncTask(ctx, old); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "why send a same task?") {
+		t.Fatalf("add the same task: %v %v", r, err)
+	}
+	for _, bad := range []struct {
+		conn int
+		req  *dspb.AddSyncTaskRequest
+		want string
+	}{
+		{(leader + 1) % 3, &dspb.AddSyncTaskRequest{Tid: old.Tid, Pid: old.Pid, Mode: old.Mode, SyncPoint: old.SyncPoint, Token: proto.String("follower-token"),
+			TabletEndpoint: old.TabletEndpoint, DesEndpoint: old.DesEndpoint, Dest: old.Dest}, "copyset 1/1 is led by"},
+		{leader, &dspb.AddSyncTaskRequest{Token: proto.String("no-ids")}, "tid and pid are required"},
+	} {
+		if r, err := dspb.NewDataCollectorClient(c.conns[bad.conn]).AddSyncTask(ctx, bad.req); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), bad.want) {
+			t.Errorf("add %v on server %d: %v %v, want code -1 with %q", bad.req, bad.conn, r, err, bad.want)
+		}
+	}
+	if now := c.subTasks(t, 2)[0].GetProgress().GetToken(); now != old.GetToken() {
+		t.Fatalf("refused AddSyncTasks changed the token to %q", now)
+	}
+
+	req := proto.CloneOf(old)
+	req.Token = proto.String("new-token")
+	if r, err := collector.AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
+		t.Fatalf("add with a new token: %v %v", r, err)
+	}
+	for i := range 3 {
+		if got := c.subTasks(t, i)[0].GetProgress().GetToken(); got != "new-token" {
+			t.Fatalf("server %d lists token %q", i, got)
+		}
+	}
+	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: old.Tid, Pid: old.Pid, Token: old.Token,
+		StartPoint: old.SyncPoint, NextPoint: old.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
+		t.Fatalf("a packet under the replaced token: %v %v", r, err)
+	}
+	last := c.servers[leader].Copysets().Get(c.group).CommitIndex()
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{5}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	task := c.waitPoint(t, "RUNNING", last+1)
+	if task.GetProgress().GetToken() != "new-token" || task.GetDataCollector() != c.servers[leader].Local().Addr() {
+		t.Fatalf("the export went on as %v, want the leader's collector under the new token", task)
+	}
+}
+
 // waitPoint waits until the sub-task of copyset 1/1 (listed by server 0)
 // has status and a binlog point past index, and returns it.
 func (c *testCluster) waitPoint(t *testing.T, status string, past uint64) *dspb.Task {

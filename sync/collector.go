@@ -52,7 +52,7 @@ func (c *collectorService) AddSyncTask(ctx context.Context, req *dspb.AddSyncTas
 	resp := s.proposeLocal(ctx, g, &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{
 		Db: strconv.FormatUint(uint64(req.GetTid()), 10), Name: name, Request: req, UpdateMs: nowMs()}}})
 	if resp.GetCode() != 0 {
-		return general(-1, "add sync task %s: %s", g, resp.GetMsg()), nil
+		return general(-1, "add sync task %s: %s", csName(g), resp.GetMsg()), nil
 	}
 	return general(0, "ok"), nil
 }
