@@ -127,15 +127,22 @@ func TestSyncTaskLifecycle(t *testing.T) {
 	}
 }
 
+// startContinuousTask starts a 3-server cluster and creates task "backup"
+// of pool 1, kFullAndContinuous to a directory.
+func startContinuousTask(t *testing.T) *testCluster {
+	t.Helper()
+	c := startTestCluster(t, 3)
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	if r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	return c
+}
+
 // TestSyncTakeover: when a copyset's leader stops, the new leader takes
 // its sub-task over at once with a new token.
 func TestSyncTakeover(t *testing.T) {
-	c := startTestCluster(t, 3)
-	ctx := context.Background()
-	dir := "file://" + filepath.Join(t.TempDir(), "export")
-	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
-		t.Fatalf("create: %v %v", r, err)
-	}
+	c := startContinuousTask(t)
 	old := c.leader(t)
 	before := c.subTasks(t, old)[0]
 	c.stop(old)
@@ -162,12 +169,8 @@ func TestSyncTakeover(t *testing.T) {
 // while the old token's packets are refused with delete_task. A follower
 // and a request without tid and pid are refused with code -1.
 func TestSyncAddSyncTask(t *testing.T) {
-	c := startTestCluster(t, 3)
+	c := startContinuousTask(t)
 	ctx := context.Background()
-	dir := "file://" + filepath.Join(t.TempDir(), "export")
-	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
-		t.Fatalf("create: %v %v", r, err)
-	}
 	old := c.waitPoint(t, "RUNNING", 0).GetProgress()
 	leader := c.leader(t)
 	collector := dspb.NewDataCollectorClient(c.conns[leader])
