@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -213,6 +214,51 @@ func TestSyncAddSyncTask(t *testing.T) {
 	task := c.waitPoint(t, "RUNNING", last+1)
 	if task.GetProgress().GetToken() != "new-token" || task.GetDataCollector() != c.servers[leader].Local().Addr() {
 		t.Fatalf("the export went on as %v, want the leader's collector under the new token", task)
+	}
+
+	// TaskStatus with clear_all deletes every task everywhere.
+	if r, err := c.syncTool(2).TaskStatus(ctx, &dspb.TaskStatusRequest{ClearAll: proto.Bool(true)}); err != nil ||
+		r.GetResponse().GetCode() != 0 || !strings.Contains(r.GetResponse().GetMsg(), "1 sub-tasks removed") {
+		t.Fatalf("clear all: %v %v", r, err)
+	}
+	for i := range 3 {
+		if got := c.subTasks(t, i); len(got) != 0 {
+			t.Fatalf("server %d lists %v after clear_all", i, got)
+		}
+	}
+}
+
+// TestSyncStaleReassigned: a RUNNING sub-task whose packets stop (its
+// des_endpoint, set by an AddSyncTask, does not answer) for twice the
+// check period is reassigned to the copyset's leader with a new token and
+// the leader as des_endpoint, and the export goes on.
+func TestSyncStaleReassigned(t *testing.T) {
+	c := startTestCluster(t, 1, func(cfg *Config) { cfg.Sync.CheckPeriod = 300 * time.Millisecond })
+	ctx := context.Background()
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := lis.Addr().String()
+	lis.Close()
+	req := proto.CloneOf(c.waitPoint(t, "RUNNING", 0).GetProgress())
+	req.Token, req.DesEndpoint = proto.String("stuck-token"), proto.String(gone)
+	if r, err := dspb.NewDataCollectorClient(c.conns[0]).AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
+		t.Fatalf("add with a dead des_endpoint: %v %v", r, err)
+	}
+	if got := c.subTasks(t, 0)[0].GetProgress(); got.GetToken() != "stuck-token" || got.GetDesEndpoint() != gone {
+		t.Fatalf("after AddSyncTask: %v", got)
+	}
+	last := c.servers[0].Copysets().Get(c.group).CommitIndex()
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{3}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	task := c.waitPoint(t, "RUNNING", last+1)
+	local := c.servers[0].Local().Addr()
+	if p := task.GetProgress(); p.GetToken() == "stuck-token" || p.GetToken() == "" || p.GetDesEndpoint() != local || task.GetDataCollector() != local {
+		t.Fatalf("the stuck sub-task went on as %v, want a new token and %s as des_endpoint", task, local)
 	}
 }
 

@@ -215,9 +215,13 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	ref := &pb.Ref{Tid: p.GetTid(), Pid: p.GetPid(), Token: p.GetToken()}
 	src := &nodeSource{n: n, chunks: chunks}
 	from := p.GetSyncPoint()
+	// A sub-task with no packet for 2 x the check period is reassigned:
+	// heartbeats and lingering packets go out well within it, however
+	// short the check period is configured.
+	beat := min(DefaultIdle, DefaultLinger, s.deps.CheckPeriod/2)
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
-		Holder: "sync " + rec.GetName(),
+		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat,
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {
