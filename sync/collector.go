@@ -152,17 +152,17 @@ func (s *Service) reassign(ctx context.Context, n *copyset.Node, r *pb.SubTask, 
 	req.TabletEndpoint, req.DesEndpoint = proto.String(local), proto.String(local)
 	resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{Db: r.GetDb(), Name: r.GetName(), Request: req, UpdateMs: nowMs()}}})
 	if resp.GetCode() != 0 {
-		s.log.Warn("sync sub-task not reassigned", "copyset", n.Group().String(), "task", r.GetName(), "err", resp.GetMsg())
+		s.log.Warn("sync sub-task not reassigned", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "task", r.GetName(), "err", resp.GetMsg())
 		return
 	}
 	s.metrics.reassign.Inc()
-	s.log.Info("sync sub-task reassigned to this leader", "copyset", n.Group().String(), "task", r.GetName(), "from", old)
+	s.log.Info("sync sub-task reassigned to this leader", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "task", r.GetName(), "from", old)
 }
 
 // collect runs the export of sub-task rec until it finishes, fails for
 // good, is superseded or ctx ends; errors in between are retried.
 func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask) {
-	log := s.log.With("copyset", n.Group().String(), "task", rec.GetName())
+	log := s.log.With("pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "task", rec.GetName())
 	for ctx.Err() == nil {
 		err := s.export(ctx, n, rec)
 		switch {
