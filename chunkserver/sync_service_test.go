@@ -3,7 +3,10 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,6 +129,38 @@ func TestSyncTaskLifecycle(t *testing.T) {
 	if r, _ := c.syncTool(0).DeleteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "no such task") {
 		t.Fatalf("delete again: %v", r)
 	}
+
+	// Its collectors stopped: a write after the delete exports nothing
+	// (a live tailing export sends it within its 1 s linger).
+	time.Sleep(200 * time.Millisecond) // a packet in flight at the delete
+	exported := exportFiles(t, strings.TrimPrefix(dir, "file://"))
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{4}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	time.Sleep(2500 * time.Millisecond)
+	if now := exportFiles(t, strings.TrimPrefix(dir, "file://")); !maps.Equal(now, exported) {
+		t.Fatalf("the export changed after the delete: %v, then %v", exported, now)
+	}
+}
+
+// exportFiles lists the files under dir: name -> size and modification
+// time.
+func exportFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out[p] = fmt.Sprint(info.Size(), " ", info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // startContinuousTask starts a 3-server cluster and creates task "backup"
