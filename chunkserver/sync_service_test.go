@@ -87,6 +87,17 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		t.Fatalf("second task for the pool: %v", resp)
 	}
 
+	// readableInfo: upstream's lastUpdateTime=<ms>;progressPath=<where>.
+	st, err := c.syncTool(2).TaskStatus(ctx, &dspb.TaskStatusRequest{})
+	if err != nil || len(st.GetReadableInfo()) != 1 {
+		t.Fatalf("task status: %v %v", st, err)
+	}
+	var ms int64
+	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;", &ms); err != nil ||
+		time.Since(time.UnixMilli(ms)).Abs() > time.Minute || !strings.Contains(st.GetReadableInfo()[0], ";progressPath=copyset 1/1 sync machine") {
+		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
+	}
+
 	// The leader collects it under the token it was created with.
 	tasks := c.subTasks(t, 0)
 	p := tasks[0].GetProgress()
