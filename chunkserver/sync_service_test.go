@@ -3,6 +3,10 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,6 +57,7 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		{createReq("1", "", full, dir), "name is empty"},
 		{createReq("1", strings.Repeat("n", 200), full, dir), "at most"},
 		{createReq("1", "t", nil, dir), "mode is missing"},
+		{createReq("1", "t", dspb.SyncMode(42).Enum(), dir), "unknown mode 42"},
 		{createReq("1", "t", full, "file://relative/path"), "file"},
 		{createReq("1", "t", full, "hdfs://nn/x"), "hdfs"},
 		{createReq("1", "t", full, "s3://bucket/prefix"), "s3"},
@@ -82,6 +87,17 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		t.Fatalf("second task for the pool: %v", resp)
 	}
 
+	// readableInfo: upstream's lastUpdateTime=<ms>;progressPath=<where>.
+	st, err := c.syncTool(2).TaskStatus(ctx, &dspb.TaskStatusRequest{})
+	if err != nil || len(st.GetReadableInfo()) != 1 {
+		t.Fatalf("task status: %v %v", st, err)
+	}
+	var ms int64
+	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;", &ms); err != nil ||
+		time.Since(time.UnixMilli(ms)).Abs() > time.Minute || !strings.Contains(st.GetReadableInfo()[0], ";progressPath=copyset 1/1 sync machine") {
+		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
+	}
+
 	// The leader collects it under the token it was created with.
 	tasks := c.subTasks(t, 0)
 	p := tasks[0].GetProgress()
@@ -106,6 +122,11 @@ func TestSyncTaskLifecycle(t *testing.T) {
 			t.Errorf("send data %v: %v %v, want code -1 and delete_task", req, r, err)
 		}
 	}
+	// ... and change nothing: the sub-task is live under its token.
+	if now := c.subTasks(t, 1); len(now) != 1 || now[0].GetProgress().GetToken() != p.GetToken() ||
+		(now[0].GetStatus() != "INIT" && now[0].GetStatus() != "RUNNING") {
+		t.Fatalf("after refused packets: %v", now)
+	}
 
 	deadline := time.Now().Add(10 * time.Second)
 	if r, err := c.syncTool(2).DelelteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
@@ -119,17 +140,56 @@ func TestSyncTaskLifecycle(t *testing.T) {
 	if r, _ := c.syncTool(0).DeleteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "no such task") {
 		t.Fatalf("delete again: %v", r)
 	}
+
+	// Its collectors stopped: a write after the delete exports nothing
+	// (a live tailing export sends it within its 1 s linger).
+	time.Sleep(200 * time.Millisecond) // a packet in flight at the delete
+	exported := exportFiles(t, strings.TrimPrefix(dir, "file://"))
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{4}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	time.Sleep(2500 * time.Millisecond)
+	if now := exportFiles(t, strings.TrimPrefix(dir, "file://")); !maps.Equal(now, exported) {
+		t.Fatalf("the export changed after the delete: %v, then %v", exported, now)
+	}
+}
+
+// exportFiles lists the files under dir: name -> size and modification
+// time.
+func exportFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out[p] = fmt.Sprint(info.Size(), " ", info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// startContinuousTask starts a 3-server cluster and creates task "backup"
+// of pool 1, kFullAndContinuous to a directory.
+func startContinuousTask(t *testing.T) *testCluster {
+	t.Helper()
+	c := startTestCluster(t, 3)
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	if r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	return c
 }
 
 // TestSyncTakeover: when a copyset's leader stops, the new leader takes
 // its sub-task over at once with a new token.
 func TestSyncTakeover(t *testing.T) {
-	c := startTestCluster(t, 3)
-	ctx := context.Background()
-	dir := "file://" + filepath.Join(t.TempDir(), "export")
-	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
-		t.Fatalf("create: %v %v", r, err)
-	}
+	c := startContinuousTask(t)
 	old := c.leader(t)
 	before := c.subTasks(t, old)[0]
 	c.stop(old)
@@ -146,6 +206,105 @@ func TestSyncTakeover(t *testing.T) {
 			t.Fatalf("no takeover: before %v, now %v (leader %d)", before, tasks, now)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSyncAddSyncTask: upstream's DataCollector.AddSyncTask through its
+// generated client: on the copyset's leader, the sub-task's own token
+// again is refused ("why send a same task?"), a new token replaces the
+// entry everywhere and the leader's collector goes on exporting under it,
+// while the old token's packets are refused with delete_task. A follower
+// and a request without tid and pid are refused with code -1.
+func TestSyncAddSyncTask(t *testing.T) {
+	c := startContinuousTask(t)
+	ctx := context.Background()
+	old := c.waitPoint(t, "RUNNING", 0).GetProgress()
+	leader := c.leader(t)
+	collector := dspb.NewDataCollectorClient(c.conns[leader])
+	if r, err := collector.AddSyncTask(ctx, old); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "why send a same task?") {
+		t.Fatalf("add the same task: %v %v", r, err)
+	}
+	for _, bad := range []struct {
+		conn int
+		req  *dspb.AddSyncTaskRequest
+		want string
+	}{
+		{(leader + 1) % 3, &dspb.AddSyncTaskRequest{Tid: old.Tid, Pid: old.Pid, Mode: old.Mode, SyncPoint: old.SyncPoint, Token: proto.String("follower-token"),
+			TabletEndpoint: old.TabletEndpoint, DesEndpoint: old.DesEndpoint, Dest: old.Dest}, "copyset 1/1 is led by"},
+		{leader, &dspb.AddSyncTaskRequest{Token: proto.String("no-ids")}, "tid and pid are required"},
+	} {
+		if r, err := dspb.NewDataCollectorClient(c.conns[bad.conn]).AddSyncTask(ctx, bad.req); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), bad.want) {
+			t.Errorf("add %v on server %d: %v %v, want code -1 with %q", bad.req, bad.conn, r, err, bad.want)
+		}
+	}
+	if now := c.subTasks(t, 2)[0].GetProgress().GetToken(); now != old.GetToken() {
+		t.Fatalf("refused AddSyncTasks changed the token to %q", now)
+	}
+
+	req := proto.CloneOf(old)
+	req.Token = proto.String("new-token")
+	if r, err := collector.AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
+		t.Fatalf("add with a new token: %v %v", r, err)
+	}
+	for i := range 3 {
+		if got := c.subTasks(t, i)[0].GetProgress().GetToken(); got != "new-token" {
+			t.Fatalf("server %d lists token %q", i, got)
+		}
+	}
+	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: old.Tid, Pid: old.Pid, Token: old.Token,
+		StartPoint: old.SyncPoint, NextPoint: old.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
+		t.Fatalf("a packet under the replaced token: %v %v", r, err)
+	}
+	last := c.servers[leader].Copysets().Get(c.group).CommitIndex()
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{5}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	task := c.waitPoint(t, "RUNNING", last+1)
+	if task.GetProgress().GetToken() != "new-token" || task.GetDataCollector() != c.servers[leader].Local().Addr() {
+		t.Fatalf("the export went on as %v, want the leader's collector under the new token", task)
+	}
+
+	// TaskStatus with clear_all deletes every task everywhere.
+	if r, err := c.syncTool(2).TaskStatus(ctx, &dspb.TaskStatusRequest{ClearAll: proto.Bool(true)}); err != nil ||
+		r.GetResponse().GetCode() != 0 || !strings.Contains(r.GetResponse().GetMsg(), "1 sub-tasks removed") {
+		t.Fatalf("clear all: %v %v", r, err)
+	}
+	for i := range 3 {
+		if got := c.subTasks(t, i); len(got) != 0 {
+			t.Fatalf("server %d lists %v after clear_all", i, got)
+		}
+	}
+}
+
+// TestSyncStaleReassigned: a RUNNING sub-task whose packets stop (its
+// des_endpoint, set by an AddSyncTask, does not answer) for twice the
+// check period is reassigned to the copyset's leader with a new token and
+// the leader as des_endpoint, and the export goes on.
+func TestSyncStaleReassigned(t *testing.T) {
+	c := startTestCluster(t, 1, func(cfg *Config) { cfg.Sync.CheckPeriod = 300 * time.Millisecond })
+	ctx := context.Background()
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
+		t.Fatalf("create: %v %v", r, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := lis.Addr().String()
+	lis.Close()
+	req := proto.CloneOf(c.waitPoint(t, "RUNNING", 0).GetProgress())
+	req.Token, req.DesEndpoint = proto.String("stuck-token"), proto.String(gone)
+	if r, err := dspb.NewDataCollectorClient(c.conns[0]).AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
+		t.Fatalf("add with a dead des_endpoint: %v %v", r, err)
+	}
+	if got := c.subTasks(t, 0)[0].GetProgress(); got.GetToken() != "stuck-token" || got.GetDesEndpoint() != gone {
+		t.Fatalf("after AddSyncTask: %v", got)
+	}
+	last := c.servers[0].Copysets().Get(c.group).CommitIndex()
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{3}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	task := c.waitPoint(t, "RUNNING", last+1)
+	local := c.servers[0].Local().Addr()
+	if p := task.GetProgress(); p.GetToken() == "stuck-token" || p.GetToken() == "" || p.GetDesEndpoint() != local || task.GetDataCollector() != local {
+		t.Fatalf("the stuck sub-task went on as %v, want a new token and %s as des_endpoint", task, local)
 	}
 }
 
@@ -195,6 +354,13 @@ func TestSyncExportsToS3(t *testing.T) {
 		t.Fatalf("a missing bucket: %v", r)
 	}
 	task := c.waitPoint(t, "SUCCESS", 0)
+	// A finished sub-task takes no more packets: its collector is told to
+	// drop it.
+	p := task.GetProgress()
+	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: p.Tid, Pid: p.Pid, Token: p.Token, StartPoint: p.SyncPoint, NextPoint: p.SyncPoint, Count: proto.Uint64(0)}); err != nil ||
+		r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() || !strings.Contains(r.GetResponse().GetMsg(), "status SUCCESS takes no data") {
+		t.Fatalf("send data to a finished sub-task: %v %v", r, err)
+	}
 	mk := s3cfg
 	mk.Bucket, mk.Prefix = "exports", "cluster-a/"
 	st, err := objstore.NewS3(ctx, mk)

@@ -126,6 +126,7 @@ type syncSubTaskJSON struct {
 	Point         string `json:"point"`
 	Count         uint64 `json:"count"`
 	DataCollector string `json:"data_collector"`
+	Token         string `json:"token"` // the collector's token (progress.token): a new one on every reassignment
 	Dest          string `json:"dest"`
 	LastUpdate    string `json:"last_update,omitempty"`
 	Info          string `json:"info"`
@@ -161,7 +162,7 @@ func newSyncStatusCommand(a *app) *cobra.Command {
 					p := t.GetProgress()
 					j := syncSubTaskJSON{Pool: p.GetTid(), Copyset: p.GetPid(), Mode: strings.TrimPrefix(p.GetMode().String(), "k"),
 						Status: t.GetStatus(), Point: syncPoint(p.GetSyncPoint()), Count: t.GetCount(),
-						DataCollector: t.GetDataCollector(), Dest: p.GetDest()}
+						DataCollector: t.GetDataCollector(), Token: p.GetToken(), Dest: p.GetDest()}
 					if i < len(resp.GetReadableInfo()) {
 						j.Info = resp.GetReadableInfo()[i]
 						for _, kv := range strings.Split(j.Info, ";") {

@@ -52,7 +52,7 @@ func (c *collectorService) AddSyncTask(ctx context.Context, req *dspb.AddSyncTas
 	resp := s.proposeLocal(ctx, g, &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{
 		Db: strconv.FormatUint(uint64(req.GetTid()), 10), Name: name, Request: req, UpdateMs: nowMs()}}})
 	if resp.GetCode() != 0 {
-		return general(-1, "add sync task %s: %s", g, resp.GetMsg()), nil
+		return general(-1, "add sync task %s: %s", csName(g), resp.GetMsg()), nil
 	}
 	return general(0, "ok"), nil
 }
@@ -156,17 +156,17 @@ func (s *Service) reassign(ctx context.Context, n *copyset.Node, r *pb.SubTask, 
 	req.TabletEndpoint, req.DesEndpoint = proto.String(local), proto.String(local)
 	resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{Db: r.GetDb(), Name: r.GetName(), Request: req, UpdateMs: nowMs()}}})
 	if resp.GetCode() != 0 {
-		s.log.Warn("sync sub-task not reassigned", "copyset", n.Group().String(), "task", r.GetName(), "err", resp.GetMsg())
+		s.log.Warn("sync sub-task not reassigned", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "task", r.GetName(), "err", resp.GetMsg())
 		return
 	}
 	s.metrics.reassign.Inc()
-	s.log.Info("sync sub-task reassigned to this leader", "copyset", n.Group().String(), "task", r.GetName(), "from", old)
+	s.log.Info("sync sub-task reassigned to this leader", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "task", r.GetName(), "from", old)
 }
 
 // collect runs the export of sub-task rec until it finishes, fails for
 // good, is superseded or ctx ends; errors in between are retried.
 func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask) {
-	log := s.log.With("copyset", n.Group().String(), "task", rec.GetName())
+	log := s.log.With("pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "task", rec.GetName())
 	for ctx.Err() == nil {
 		err := s.export(ctx, n, rec)
 		switch {
@@ -243,10 +243,10 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	ref := &pb.Ref{Tid: p.GetTid(), Pid: p.GetPid(), Token: p.GetToken()}
 	src := &nodeSource{n: n, chunks: chunks}
 	from := p.GetSyncPoint()
+	beat := s.sendInterval()
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
-		Holder: "sync " + rec.GetName(),
-		Linger: s.sendInterval(), Idle: s.sendInterval(),
+		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat,
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {

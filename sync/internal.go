@@ -43,15 +43,15 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 	n := s.copysets.Get(g)
 	switch {
 	case n == nil:
-		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s is not hosted on %s", g, s.deps.Local), NotLeader: true}
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s is not hosted on %s", csName(g), s.deps.Local), NotLeader: true}
 	case n.Broken() != nil:
-		return fail("copyset %s: %v", g, n.Broken())
+		return fail("copyset %s: %v", csName(g), n.Broken())
 	case !n.IsLeader():
-		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s is led by %q, not %s", g, n.Leader(), s.deps.Local),
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s is led by %q, not %s", csName(g), n.Leader(), s.deps.Local),
 			NotLeader: true, Leader: string(n.Leader())}
 	}
 	if _, ok := MachineOf(n); !ok {
-		return fail("copyset %s has no sync state machine", g)
+		return fail("copyset %s has no sync state machine", csName(g))
 	}
 	b, err := EncodeOp(op)
 	if err != nil {
@@ -63,14 +63,14 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 		if errors.As(err, &nl) {
 			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(nl.Leader)}
 		}
-		return fail("copyset %s: %v", g, err)
+		return fail("copyset %s: %v", csName(g), err)
 	}
 	r, ok := res.(Result)
 	if !ok {
 		if e, isErr := res.(error); isErr {
-			return fail("copyset %s: %v", g, e)
+			return fail("copyset %s: %v", csName(g), e)
 		}
-		return fail("copyset %s: unexpected apply result %T", g, res)
+		return fail("copyset %s: unexpected apply result %T", csName(g), res)
 	}
 	out := &pb.ProposeResponse{Record: r.Record, Removed: uint32(r.Removed)}
 	if r.Err != nil {
@@ -170,7 +170,7 @@ func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, o
 				cancel()
 			}
 			if err != nil {
-				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", g, leader, err)}
+				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", csName(g), leader, err)}
 			}
 		}
 		last = resp
@@ -181,3 +181,7 @@ func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, o
 	}
 	return last
 }
+
+// csName names copyset g in messages as pool/copyset ("1/3"), like the
+// rest of the service's messages; g's String is the raw group id.
+func csName(g copyset.GroupID) string { return fmt.Sprintf("%d/%d", g.Pool(), g.Copyset()) }

@@ -354,7 +354,7 @@ func (s *Service) record(ctx context.Context, tid, pid uint32) (*pb.SubTask, str
 		resp, err := cl.List(cctx, &pb.ListRequest{Pool: tid, Copyset: pid})
 		cancel()
 		if err != nil {
-			return nil, "", fmt.Errorf("copyset %s: leader %s: %w", g, c.GetLeader(), err)
+			return nil, "", fmt.Errorf("copyset %s: leader %s: %w", csName(g), c.GetLeader(), err)
 		}
 		for _, l := range resp.GetSubTasks() {
 			return l.GetSubTask(), c.GetLeader(), nil

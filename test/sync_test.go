@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -17,6 +17,11 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+	"github.com/chunkraft/chunkraft/sync/dest"
+	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
 // syncChunks are the chunks the sync tests write on each copyset: chunk 1
@@ -89,6 +94,7 @@ type syncStatus struct {
 	Point         string `json:"point"`
 	Count         uint64 `json:"count"`
 	DataCollector string `json:"data_collector"`
+	Token         string `json:"token"`
 	Info          string `json:"info"`
 }
 
@@ -130,49 +136,87 @@ func waitSynced(t *testing.T, servers []string, copysets int, done func([]syncSt
 	return nil
 }
 
-// sameSyncChunks compares every sync test chunk of the source and the
-// restore: GetChunkInfo (sn, snapshot sn), the data written and chunk 1's
-// COW snapshot as ReadChunkSnapshot reads it.
-func sameSyncChunks(t *testing.T, src, dst *cli.Client, copysets []cli.CopysetID) {
+// syncChunk is what a client reads of one sync test chunk: GetChunkInfo
+// (sn, and the COW snapshot's sn when it has one), GetChunkHash and the
+// data of the part written, and the COW snapshot as ReadChunkSnapshot
+// reads it.
+type syncChunk struct {
+	info       []uint64
+	hash       string
+	data, snap []byte
+}
+
+// readSyncChunks reads every sync test chunk of copysets, in copyset then
+// chunk order.
+func readSyncChunks(t *testing.T, c *cli.Client, copysets []cli.CopysetID) []syncChunk {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var snaps int
+	var out []syncChunk
 	for _, cs := range copysets {
 		for chunk := uint64(1); chunk <= syncChunks; chunk++ {
 			id := cli.ChunkID{CopysetID: cs, Chunk: chunk}
-			want, err := src.GetChunkInfo(ctx, id)
-			if err != nil {
-				t.Fatalf("source %v: %v", id, err)
+			var s syncChunk
+			var err error
+			if s.info, err = c.GetChunkInfo(ctx, id); err != nil {
+				t.Fatalf("chunk info of %v: %v", id, err)
 			}
-			got, err := dst.GetChunkInfo(ctx, id)
-			if err != nil || !slices.Equal(got, want) {
-				t.Fatalf("restored %v: chunk info %v %v, the source's %v", id, got, err, want)
+			// The hash most replicas report (one still catching up after a
+			// restart may lag behind the others).
+			_, hc, err := c.SettledChunkHashes(ctx, id, 0, syncSpan, 10*time.Second)
+			if err != nil || hc.Diverged || hc.Hash == "" {
+				t.Fatalf("hash of %v: %+v %v", id, hc, err)
 			}
-			a, err := src.ReadChunk(ctx, id, 0, syncSpan)
-			if err != nil {
-				t.Fatalf("read source %v: %v", id, err)
+			s.hash = hc.Hash
+			if s.data, err = c.ReadChunk(ctx, id, 0, syncSpan); err != nil {
+				t.Fatalf("read %v: %v", id, err)
 			}
-			b, err := dst.ReadChunk(ctx, id, 0, syncSpan)
-			if err != nil || !bytes.Equal(a, b) {
-				t.Fatalf("restored %v: data differs from the source's (%v)", id, err)
-			}
-			if len(want) == 2 { // sn and the COW snapshot's sn
-				snaps++
-				a, err := src.ReadChunkSnapshot(ctx, id, want[0], 0, syncSpan)
-				if err != nil {
-					t.Fatalf("read source snapshot of %v: %v", id, err)
-				}
-				b, err := dst.ReadChunkSnapshot(ctx, id, want[0], 0, syncSpan)
-				if err != nil || !bytes.Equal(a, b) {
-					t.Fatalf("restored %v: snapshot sn %d differs from the source's (%v)", id, want[0], err)
+			if len(s.info) == 2 { // sn and the COW snapshot's sn
+				if s.snap, err = c.ReadChunkSnapshot(ctx, id, s.info[0], 0, syncSpan); err != nil {
+					t.Fatalf("read the snapshot of %v: %v", id, err)
 				}
 			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// sameChunkStates compares what readSyncChunks read of copysets (want,
+// the source) and of their restore (got); at least one COW snapshot must
+// have been compared.
+func sameChunkStates(t *testing.T, want, got []syncChunk, copysets []cli.CopysetID) {
+	t.Helper()
+	var snaps int
+	for i, w := range want {
+		id := cli.ChunkID{CopysetID: copysets[i/syncChunks], Chunk: uint64(i%syncChunks + 1)}
+		g := got[i]
+		switch {
+		case !slices.Equal(g.info, w.info):
+			t.Fatalf("restored %v: chunk info %v, the source's %v", id, g.info, w.info)
+		case g.hash != w.hash:
+			t.Fatalf("restored %v: GetChunkHash %s, the source's %s", id, g.hash, w.hash)
+		case !bytes.Equal(g.data, w.data):
+			t.Fatalf("restored %v: data differs from the source's", id)
+		case !bytes.Equal(g.snap, w.snap):
+			t.Fatalf("restored %v: snapshot sn %d differs from the source's", id, w.info[0])
+		}
+		if w.snap != nil {
+			snaps++
 		}
 	}
 	if snaps == 0 {
 		t.Fatal("no COW snapshot was compared")
 	}
+}
+
+// sameSyncChunks compares every sync test chunk of the source and the
+// restore (the same copysets): GetChunkInfo (sn, snapshot sn),
+// GetChunkHash, the data written and chunk 1's COW snapshot as
+// ReadChunkSnapshot reads it.
+func sameSyncChunks(t *testing.T, src, dst *cli.Client, copysets []cli.CopysetID) {
+	t.Helper()
+	sameChunkStates(t, readSyncChunks(t, src, copysets), readSyncChunks(t, dst, copysets), copysets)
 }
 
 // restoreInto restores pool 1 of the export in dir into a fresh one-server
@@ -189,35 +233,111 @@ func restoreInto(t *testing.T, dir string, copysets int, extra ...string) (*clus
 	return dst, sum
 }
 
-// exportNames lists the export's object names; none may appear twice
-// (a packet resent after a crash replaces itself).
-func exportNames(t *testing.T, dir string) []string {
+// checkExportChains checks the export in d of every sub-task in st (all
+// settled past their snapshot phase): a copyset's packets, in name order,
+// form an unbroken chain of points (exportfmt.Chain: each name is its
+// start point's, names strictly increase, each packet starts where the one
+// before ends) from the start to the sub-task's point; its manifest is a
+// chain too, names no packet twice and lists the export's first packets.
+func checkExportChains(t *testing.T, d dest.Dest, st []syncStatus) {
 	t.Helper()
-	var names []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, s := range st {
+		objs, err := d.List(ctx, exportfmt.CopysetPrefix(s.Pool, s.Copyset))
+		if err != nil {
+			t.Fatal(err)
 		}
-		rel, _ := filepath.Rel(dir, p)
-		if strings.HasPrefix(rel, ".") {
-			return nil // the dest's temp files
+		chain := exportfmt.NewChain(s.Pool, s.Copyset)
+		var names []string
+		var m *syncpb.Manifest
+		for _, o := range objs {
+			b, err := d.Get(ctx, o.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case o.Name == exportfmt.ManifestName(s.Pool, s.Copyset):
+				if m, err = exportfmt.DecodeManifest(b); err != nil {
+					t.Fatal(err)
+				}
+			case strings.HasSuffix(o.Name, exportfmt.PacketSuffix):
+				p, err := exportfmt.Decode(b)
+				if err != nil {
+					t.Fatalf("packet %s: %v", o.Name, err)
+				}
+				if err := chain.AddPacket(o.Name, p); err != nil {
+					t.Fatalf("copyset %d/%d: %v", s.Pool, s.Copyset, err)
+				}
+				names = append(names, o.Name)
+			}
 		}
-		names = append(names, rel)
-		return nil
-	})
+		first, _ := chain.Start()
+		next, _ := chain.Next()
+		if first != exportfmt.StartPoint() || next.Phase != exportfmt.PhaseBinlog || "binlog "+strconv.FormatUint(next.Index, 10) != s.Point {
+			t.Fatalf("copyset %d/%d: %d packets from %v to %v, the sub-task is at %s", s.Pool, s.Copyset, chain.Len(), first, next, s.Point)
+		}
+		if m == nil || len(m.Packets) == 0 || len(m.Packets) > len(names) {
+			t.Fatalf("copyset %d/%d: manifest %v for %d packets", s.Pool, s.Copyset, m, len(names))
+		}
+		if _, err := exportfmt.CheckManifest(m); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for i, e := range m.Packets {
+			if seen[e.Name] || e.Name != names[i] {
+				t.Fatalf("copyset %d/%d: manifest entry %d is %s (seen before: %v), the export's packet %d is %s", s.Pool, s.Copyset, i, e.Name, seen[e.Name], i, names[i])
+			}
+			seen[e.Name] = true
+		}
+	}
+}
+
+// openDest opens an export's dest as the restore does.
+func openDest(t *testing.T, url string, server objstore.Config) dest.Dest {
+	t.Helper()
+	u, err := dest.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return names
+	d, err := dest.Open(context.Background(), u, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// leaderApplied returns the raft index copyset cs's leader has applied.
+func leaderApplied(t *testing.T, c *cli.Client, cs cli.CopysetID) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := c.CopysetStatus(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Err == nil && r.Hosted && r.Leader != "" && r.Peer == r.Leader {
+			return uint64(r.Applied)
+		}
+	}
+	t.Fatalf("no leader of %v in %+v", cs, rows)
+	return 0
 }
 
 // TestSyncExportRestore: a pool of 16 copysets exported with chunkctl sync
-// create to file:// while clients write (COW snapshots included) and a
-// copyset leader is killed with SIGKILL mid-export; the task resumes on the
-// new leader with a new token; once the writes stop and the export has
-// caught up, chunkctl sync restore into a second cluster (checking every
-// crc and the chain of points) gives every chunk's GetChunkInfo, data and
-// COW snapshot of the source. Then the task is deleted everywhere.
+// create (continuous) to file:// while clients write (COW snapshots
+// included) and a copyset leader is killed with SIGKILL mid-export; the
+// task resumes on the new leader with a new token. Then, the writes paused,
+// copyset 1's state at its applied raft index N is read, and writes resume
+// (changing its chunks, and creating one). Once the writes stop and the
+// export has caught up, every copyset's packets form an unbroken chain to
+// its sub-task's point and its manifest names no packet twice; chunkctl
+// sync restore into a second cluster gives every chunk's GetChunkInfo,
+// data and COW snapshot of the source, and sync restore --copysets 1
+// --until-index N gives copyset 1 as it was at N. Then the task is deleted
+// everywhere.
 func TestSyncExportRestore(t *testing.T) {
 	src := startClusterWithConfig(t, 3, syncTestConfig)
 	copysets := src.createCopysets(t, 16)
@@ -252,6 +372,41 @@ func TestSyncExportRestore(t *testing.T) {
 		t.Fatal("no write succeeded during the export")
 	}
 
+	// Copyset 1 at raft index N (no write in flight; the log may go on
+	// with the sync service's own entries, which change no chunk), once
+	// its new collector is past the snapshot phase (whose reads an
+	// --until-index must not precede).
+	at := copysets[:1]
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st := syncStatusOf(t, others)
+		i := slices.IndexFunc(st, func(s syncStatus) bool { return s.Copyset == at[0].Copyset })
+		if i >= 0 && st[i].DataCollector != victim.Addr && strings.HasPrefix(st[i].Point, "binlog ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("copyset %d's sub-task is not past its snapshot phase on a new collector: %+v", at[0].Copyset, st)
+		}
+	}
+	untilIndex := leaderApplied(t, src.client, at[0])
+	atN := readSyncChunks(t, src.client, at)
+	// Writes after N: random ones again, chunk 2's first block changed for
+	// sure, and a chunk that did not exist at N.
+	w = &syncWriter{c: src.client, copysets: copysets}
+	w.start(2)
+	flipped := bytes.Clone(atN[1].data[:cli.BlockSize])
+	for i := range flipped {
+		flipped[i] ^= 0xff
+	}
+	newChunk := cli.ChunkID{CopysetID: at[0], Chunk: syncChunks + 1}
+	if err := src.client.WriteChunk(ctx, cli.ChunkID{CopysetID: at[0], Chunk: 2}, 0, flipped, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.client.WriteChunk(ctx, newChunk, 0, syncBlock(7), 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	w.halt()
+
 	st := waitSynced(t, others, len(copysets), func(st []syncStatus) bool {
 		for _, s := range st {
 			if !strings.HasPrefix(s.Point, "binlog ") {
@@ -264,25 +419,50 @@ func TestSyncExportRestore(t *testing.T) {
 	for _, s := range st {
 		if s.Copyset == copysets[0].Copyset {
 			for _, b := range before {
-				if b.Copyset == s.Copyset && b.DataCollector == victim.Addr && s.DataCollector != victim.Addr {
+				if b.Copyset == s.Copyset && b.DataCollector == victim.Addr && s.DataCollector != victim.Addr && s.Token != b.Token && s.Token != "" {
 					moved = true
 				}
+			}
+			var next uint64
+			if _, err := fmt.Sscanf(s.Point, "binlog %d", &next); err != nil || next <= untilIndex+1 {
+				t.Fatalf("copyset %d's export is at %q, not past index %d", s.Copyset, s.Point, untilIndex)
 			}
 		}
 	}
 	if !moved {
-		t.Errorf("copyset %d's sub-task did not move off the killed leader %s: before %+v, after %+v", copysets[0].Copyset, victim.Addr, before, st)
+		t.Errorf("copyset %d's sub-task did not move off the killed leader %s with a new token: before %+v, after %+v", copysets[0].Copyset, victim.Addr, before, st)
 	}
-	names := exportNames(t, dir)
-	if len(names) < len(copysets) {
-		t.Fatalf("export holds %d objects", len(names))
-	}
+	checkExportChains(t, openDest(t, "file://"+dir, objstore.Config{}), st)
 
 	dst, sum := restoreInto(t, dir, len(copysets))
 	if fmt.Sprint(sum["copysets"]) == "" {
 		t.Fatalf("restore summary %v", sum)
 	}
 	sameSyncChunks(t, src.client, dst.client, copysets)
+
+	// Copyset 1 as of index N, into pool 2 of the second cluster.
+	toAt := []cli.CopysetID{{Pool: 2, Copyset: at[0].Copyset}}
+	if _, err := dst.client.CreateCopysets(ctx, toAt, dst.addrs()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.client.GetLeader(ctx, toAt[0]); err != nil {
+		t.Fatal(err)
+	}
+	out := mustCtl(t, dst.addrs(), nil, "-o", "json", "sync", "restore", "--from", "file://"+dir, "--pool", "1", "--to-pool", "2",
+		"--copysets", fmt.Sprint(at[0].Copyset), "--until-index", fmt.Sprint(untilIndex), "--progress", "never")
+	var untilSum struct {
+		Copysets []struct{ Copyset, UntilIndex uint64 }
+	}
+	if err := json.Unmarshal([]byte(out), &untilSum); err != nil || len(untilSum.Copysets) != 1 || untilSum.Copysets[0].UntilIndex != untilIndex {
+		t.Fatalf("restore --until-index %d: %v\n%s", untilIndex, err, out)
+	}
+	sameChunkStates(t, atN, readSyncChunks(t, dst.client, toAt), at)
+	if now := readSyncChunks(t, src.client, at); bytes.Equal(now[1].data, atN[1].data) {
+		t.Fatal("chunk 2 of copyset 1 did not change after index N")
+	}
+	if sns, err := dst.client.GetChunkInfo(ctx, cli.ChunkID{CopysetID: toAt[0], Chunk: newChunk.Chunk}); err != nil || len(sns) != 0 {
+		t.Fatalf("chunk %d, written after index %d, restored as of it: %v %v", newChunk.Chunk, untilIndex, sns, err)
+	}
 
 	mustCtl(t, src.addrs(), nil, "sync", "delete", "--pool", "1", "--name", "backup")
 	if st := syncStatusOf(t, src.addrs()); len(st) != 0 {
@@ -360,4 +540,72 @@ func TestSyncFullExport(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "already has sync task") {
 		t.Fatalf("second task for the pool: exit %d %s", code, errOut)
 	}
+}
+
+// TestSyncS3ExportRestore: a kFull export to an s3:// dest on the servers'
+// S3 endpoint (an in-process S3 server over real HTTP) finishes with an
+// unbroken chain of packets and a manifest per copyset; chunkctl sync
+// restore --from s3:// (on its own --s3-endpoint) restores it into another
+// pool exactly. A missing bucket is refused by create and by restore with
+// one line, and nothing is created.
+func TestSyncS3ExportRestore(t *testing.T) {
+	endpoint := fakes3.Start(t, nil)
+	s3cfg := objstore.S3Config{Endpoint: endpoint, Bucket: "exports", AccessKey: "a", SecretKey: "b",
+		Region: "us-east-1", BucketLookup: "path", CreateBucket: true}
+	mk, err := objstore.NewS3(t.Context(), s3cfg) // the bucket of the export
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk.Close()
+	src := startClusterWithConfig(t, 1, fmt.Sprintf(`object_store:
+  kind: s3
+  s3:
+    endpoint: %s
+    bucket: server-bucket
+    access_key: a
+    secret_key: b
+    region: us-east-1
+    bucket_lookup: path
+    create_bucket: true
+`, endpoint))
+	copysets := src.createCopysets(t, 4)
+	seedSyncChunks(t, src.client, copysets)
+	const url = "s3://exports/cluster-a"
+
+	_, errOut, code := chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "s3", "--mode", "full", "--dest", "s3://no-such-bucket/x")
+	if code == 0 || !strings.Contains(errOut, "no-such-bucket") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("create with a missing bucket: exit %d, stderr %q", code, errOut)
+	}
+	if st := syncStatusOf(t, src.addrs()); len(st) != 0 {
+		t.Fatalf("the refused create left %+v", st)
+	}
+	mustCtl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "s3", "--mode", "full", "--dest", url)
+	st := waitSynced(t, src.addrs(), len(copysets), func(st []syncStatus) bool {
+		return !slices.ContainsFunc(st, func(s syncStatus) bool { return s.Status != "SUCCESS" })
+	})
+	checkExportChains(t, openDest(t, url, objstore.Config{S3: s3cfg}), st)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var to []cli.CopysetID
+	for _, cs := range copysets {
+		to = append(to, cli.CopysetID{Pool: 2, Copyset: cs.Copyset})
+	}
+	if _, err := src.client.CreateCopysets(ctx, to, src.addrs()); err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range to {
+		if _, err := src.client.GetLeader(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "a")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "b")
+	s3flags := []string{"--s3-endpoint", endpoint, "--s3-region", "us-east-1", "--s3-bucket-lookup", "path", "--progress", "never"}
+	out, errOut, code := chunkctl(t, src.addrs(), nil, append([]string{"sync", "restore", "--from", "s3://no-such-bucket/x", "--pool", "1", "--to-pool", "2"}, s3flags...)...)
+	if code == 0 || out != "" || !strings.Contains(errOut, "no-such-bucket") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("restore from a missing bucket: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	mustCtl(t, src.addrs(), nil, append([]string{"sync", "restore", "--from", url, "--pool", "1", "--to-pool", "2"}, s3flags...)...)
+	sameChunkStates(t, readSyncChunks(t, src.client, copysets), readSyncChunks(t, src.client, to), copysets)
 }
