@@ -66,7 +66,7 @@ The format and the rebuild are described in docs/sync-format.md.`,
 	fl.StringVar(&f.copysets, "copysets", "", "restore only these copysets (7, 1-16, 1,3,8-10; default every copyset of the export)")
 	fl.Uint64Var(&f.untilIndex, "until-index", 0, "restore each copyset as of this raft index")
 	fl.StringVar(&f.untilTime, "until-time", "", "restore each copyset as of its last record appended at or before this time (RFC 3339 or Unix ms)")
-	fl.IntVar(&f.parallel, "parallel", restore.DefaultParallel, "copysets restored at once")
+	fl.IntVar(&f.parallel, "parallel", restore.DefaultParallel, "copysets restored at once (each holds up to about 90 MB of packets and chunk images)")
 	fl.IntVar(&f.chunkParallel, "chunk-parallel", restore.DefaultChunkParallel, "binlog ops of different chunks of a copyset in flight at once (a chunk's own ops go one after the other)")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (on a terminal), always or never")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", os.Getenv(EnvS3Endpoint), "S3 endpoint of an s3:// --from (host:port or http(s)://host:port); $"+EnvS3Endpoint+" sets the default")
