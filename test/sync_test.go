@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -608,4 +609,92 @@ func TestSyncS3ExportRestore(t *testing.T) {
 	}
 	mustCtl(t, src.addrs(), nil, append([]string{"sync", "restore", "--from", url, "--pool", "1", "--to-pool", "2"}, s3flags...)...)
 	sameChunkStates(t, readSyncChunks(t, src.client, copysets), readSyncChunks(t, src.client, to), copysets)
+}
+
+// TestSyncFullExportUnderWrites: a kFull export of 16 copysets while
+// writes go on, restored into a second cluster, equals the source. Each
+// copyset's chunk 1 is made bigger than a packet, so that its export's
+// first packet holds chunk 1 alone (its image taken before the writes
+// begin); the name the second packet will have is blocked (a non-empty
+// directory there: the SyncTool cannot put it), so every export stalls in
+// its snapshot phase and retries, reading chunks 2 and 3 again and again
+// while the writes land. Then the writes stop and the block goes: the
+// rest of the snapshot phase, and a binlog phase from the pin through the
+// index committed when it began, must add up to exactly what the source
+// reads.
+func TestSyncFullExportUnderWrites(t *testing.T) {
+	src := startClusterWithConfig(t, 1, syncTestConfig)
+	copysets := src.createCopysets(t, 16)
+	seedSyncChunks(t, src.client, copysets)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	big := bytes.Repeat([]byte{7}, 4<<20+cli.BlockSize) // more than a packet (4 MiB)
+	for _, cs := range copysets {
+		if err := src.client.WriteChunk(ctx, cli.ChunkID{CopysetID: cs, Chunk: 1}, syncSpan, big, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "export")
+	for _, cs := range copysets {
+		block := filepath.Join(dir, exportfmt.PacketName(1, cs.Copyset, exportfmt.SnapshotPoint(2, 0)))
+		if err := os.MkdirAll(block, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(block, "block"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := &syncWriter{c: src.client, copysets: copysets}
+	mustCtl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "full", "--mode", "full", "--dest", "file://"+dir)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st := syncStatusOf(t, src.addrs())
+		at := 0
+		for _, s := range st {
+			if s.Point == "snapshot chunk 2 offset 0" {
+				at++
+			}
+		}
+		if at == len(copysets) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the exports did not all reach their blocked second packet: %+v", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.start(7)
+	time.Sleep(2500 * time.Millisecond) // the stalled exports retry every second, reading chunks 2 and 3 under the writes
+	w.halt()
+	if w.n.Load() == 0 {
+		t.Fatal("no write succeeded during the export")
+	}
+	for _, st := range syncStatusOf(t, src.addrs()) {
+		if st.Status == "SUCCESS" || st.Point != "snapshot chunk 2 offset 0" {
+			t.Fatalf("an export got past its blocked packet: %+v", st)
+		}
+	}
+	for _, cs := range copysets {
+		if err := os.RemoveAll(filepath.Join(dir, exportfmt.PacketName(1, cs.Copyset, exportfmt.SnapshotPoint(2, 0)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for done := false; !done; time.Sleep(200 * time.Millisecond) {
+		st := syncStatusOf(t, src.addrs())
+		done = len(st) == len(copysets)
+		for _, s := range st {
+			if s.Status == "FAILED" || time.Now().After(deadline.Add(time.Minute)) {
+				t.Fatalf("the export did not finish: %+v", st)
+			}
+			done = done && s.Status == "SUCCESS"
+		}
+	}
+	dst, _ := restoreInto(t, dir, len(copysets))
+	sameSyncChunks(t, src.client, dst.client, copysets)
+	id := cli.ChunkID{CopysetID: copysets[0], Chunk: 1}
+	got, err := dst.client.ReadChunk(ctx, id, syncSpan, uint32(len(big)))
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("restored %v past the written span: %v", id, err)
+	}
 }
