@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"go.yaml.in/yaml/v3"
 )
@@ -95,6 +96,8 @@ type Config struct {
 	Raft RaftConfig `yaml:"raft"`
 	// Sync configures the sync service (package sync).
 	Sync SyncConfig `yaml:"sync"`
+	// Disagg configures the disagg service (package disagg).
+	Disagg disagg.Config `yaml:"disagg"`
 }
 
 // SyncConfig configures the sync service.
@@ -181,6 +184,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams: 1024,
 		GCPercent:            400,
 		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second},
+		Disagg:               disagg.DefaultConfig(),
 	}
 }
 
@@ -439,6 +443,9 @@ func (c *Config) Validate() error {
 	if c.Sync.SendInterval < 10*time.Millisecond || c.Sync.SendInterval >= c.Sync.CheckPeriod {
 		return fmt.Errorf("config: sync.send_interval %v must be at least 10ms and less than sync.check_period %v (a sub-task silent for twice the check period is reassigned)",
 			c.Sync.SendInterval, c.Sync.CheckPeriod)
+	}
+	if err := c.Disagg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.StaleReplicaCheck < 0 {
 		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)
