@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -238,5 +240,32 @@ func TestDisaggLockOrMarkAcrossLeaderChange(t *testing.T) {
 		if e.GetDeleted() != (mark == "success") || (len(e.GetLocks()) == 1) != (lock == "success") {
 			t.Fatalf("round %d: lock %q, mark %q, table %v", round, lock, mark, e)
 		}
+	}
+}
+
+// disagg.lock_copyset is read from the config file; a zero id is refused.
+func TestDisaggConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	for _, c := range []struct{ yaml, want string }{
+		{"disagg:\n  lock_copyset: {pool: 2, copyset: 5}\n", ""},
+		{"disagg:\n  lock_copyset: {pool: 0, copyset: 5}\n", "disagg.lock_copyset {pool: 0, copyset: 5}: pool and copyset must not be 0"},
+	} {
+		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfigFile(path)
+		if err == nil {
+			cfg.DataDir = t.TempDir()
+			err = cfg.Validate()
+		}
+		switch {
+		case c.want == "" && (err != nil || cfg.Disagg.LockCopyset.Pool != 2 || cfg.Disagg.LockCopyset.Copyset != 5):
+			t.Errorf("%q: %+v %v", c.yaml, cfg.Disagg, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	if d := DefaultConfig().Disagg.LockCopyset; d.Pool != 1 || d.Copyset != 1 {
+		t.Errorf("default lock copyset %+v", d)
 	}
 }
