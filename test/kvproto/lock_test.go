@@ -24,60 +24,79 @@ import (
 	"github.com/chunkraft/chunkraft/test"
 )
 
-// TestKvprotoClient: upstream's generated client, unchanged, drives the
-// lock service of a one-server cluster whose object store is an S3
-// server over HTTP: GetDisaggConfig, tryAddLock's conflicts and success
-// (the lock object under upstream's name), tryMarkDelete's conflict, a
-// non-data-file key as a gRPC INTERNAL error.
-func TestKvprotoClient(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	bin := t.TempDir()
-	if err := test.BuildBinaries(ctx, bin); err != nil {
-		t.Fatal(err)
-	}
+var binDir string
+
+func TestMain(m *testing.M) { os.Exit(test.RunWithBinaries(m, &binDir)) }
+
+// s3Servers starts n chunkservers whose object store is one in-process S3
+// server over HTTP (bucket tiflash, prefix cluster1), creates copyset 1/1
+// on them (the lock copyset), and returns them with a store on the bucket
+// and a kvproto Tikv client per server.
+func s3Servers(t *testing.T, ctx context.Context, n int) ([]*test.Proc, objstore.Store, objstore.S3Config, []kvtikv.TikvClient) {
+	t.Helper()
 	s3 := objstore.S3Config{Endpoint: fakes3.Start(t, nil), Bucket: "tiflash", Prefix: "cluster1", AccessKey: "a", SecretKey: "b",
 		Region: "us-east-1", BucketLookup: "path", CreateBucket: true}
 	st, err := objstore.NewS3(ctx, s3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-
-	dir := t.TempDir()
-	p, err := test.NewProc(filepath.Join(bin, "chunkserver"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { st.Close() })
 	config := fmt.Sprintf("object_store:\n  kind: s3\n  s3:\n    endpoint: %s\n    bucket: tiflash\n    prefix: cluster1\n    access_key: a\n    secret_key: b\n    region: us-east-1\n    bucket_lookup: path\n", s3.Endpoint)
-	if err := os.MkdirAll(p.DataDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(p.DataDir, "chunkserver.yaml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.StartFirst(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := p.Kill(syscall.SIGTERM); err != nil {
-			t.Error(err)
+	var procs []*test.Proc
+	var addrs []string
+	for i := range n {
+		p, err := test.NewProc(filepath.Join(binDir, "chunkserver"), filepath.Join(t.TempDir(), fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if t.Failed() {
-			t.Logf("server log:\n%s", p.LogTail())
+		if err := os.MkdirAll(p.DataDir, 0o755); err != nil {
+			t.Fatal(err)
 		}
-	}()
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "chunkctl"), "copyset", "create", "--pool", "1", "--copyset", "1", "--peers", p.Addr).CombinedOutput()
+		if err := os.WriteFile(filepath.Join(p.DataDir, "chunkserver.yaml"), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.StartFirst(ctx); err != nil {
+			t.Fatal(err)
+		}
+		procs, addrs = append(procs, p), append(addrs, p.Addr)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			if err := p.Kill(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
+			if t.Failed() {
+				t.Logf("log of %s:\n%s", p.Addr, p.LogTail())
+			}
+		}
+	})
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "chunkctl"), "copyset", "create", "--pool", "1", "--copyset", "1",
+		"--peers", strings.Join(addrs, ",")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("copyset create: %v\n%s", err, out)
 	}
-
-	cc, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	var clients []kvtikv.TikvClient
+	for _, a := range addrs {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		clients = append(clients, kvtikv.NewTikvClient(cc))
 	}
-	defer cc.Close()
-	c := kvtikv.NewTikvClient(cc)
+	return procs, st, s3, clients
+}
+
+// TestKvprotoClient: upstream's generated client, unchanged, drives the
+// lock service of a one-server cluster whose object store is an S3
+// server over HTTP: GetDisaggConfig, tryAddLock's conflicts and success
+// (the lock object under upstream's name), tryMarkDelete's conflict, a
+// non-data-file key as a gRPC INTERNAL error.
+func TestKvprotoClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	_, st, s3, clients := s3Servers(t, ctx, 1)
+	c := clients[0]
 
 	cfg, err := c.GetDisaggConfig(ctx, &kvdisagg.GetDisaggConfigRequest{})
 	if s := cfg.GetS3Config(); err != nil || s.GetBucket() != "tiflash" || s.GetRoot() != "cluster1/" || s.GetEndpoint() != s3.Endpoint {
