@@ -163,6 +163,20 @@ func TestDisaggLockService(t *testing.T) {
 	if err != nil || len(list.GetFiles()) != 2 || !list.GetFiles()[0].GetDeleted() || len(list.GetFiles()[1].GetLocks()) != 1 {
 		t.Fatalf("list: %v %v", list, err)
 	}
+	// chunkraft_disagg_requests_total counted every answer above.
+	for _, m := range []struct {
+		srv        int
+		op, result string
+		want       float64
+	}{
+		{l, "lock", "success", 3}, {l, "lock", "conflict", 3}, {f, "lock", "not_owner", 1}, {l, "lock", "error", 5},
+		{l, "mark_delete", "conflict", 1}, {l, "mark_delete", "success", 2}, {f, "mark_delete", "error", 5},
+		{l, "release", "success", 1},
+	} {
+		if got := disaggRequests(t, c.servers[m.srv], m.op, m.result); got != m.want {
+			t.Errorf("server %d requests{%s,%s} = %v, want %v", m.srv, m.op, m.result, got, m.want)
+		}
+	}
 	if fl, err := disaggpb.NewDisaggInternalClient(c.conns[f]).List(t.Context(), &disaggpb.ListRequest{}); err != nil || !fl.GetNotOwner() || fl.GetLeader() != string(c.servers[l].Local()) {
 		t.Errorf("list on a follower: %v %v", fl, err)
 	}
@@ -268,4 +282,30 @@ func TestDisaggConfigFile(t *testing.T) {
 	if d := DefaultConfig().Disagg.LockCopyset; d.Pool != 1 || d.Copyset != 1 {
 		t.Errorf("default lock copyset %+v", d)
 	}
+}
+
+// disaggRequests reads chunkraft_disagg_requests_total{op, result} from
+// the server's metrics registry.
+func disaggRequests(t *testing.T, srv *Server, op, result string) float64 {
+	t.Helper()
+	fams, err := srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "chunkraft_disagg_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["op"] == op && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no chunkraft_disagg_requests_total{op=%q,result=%q}", op, result)
+	return 0
 }

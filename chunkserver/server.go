@@ -182,6 +182,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries))
 	s.metrics.reg.MustRegister(s.scans.Collectors()...)
 	s.metrics.reg.MustRegister(s.syncs.Collectors()...)
+	s.metrics.reg.MustRegister(s.disagg.Collectors()...)
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,12 +68,13 @@ type Service struct {
 	log      *slog.Logger
 	group    copyset.GroupID
 	copysets *copyset.Manager // set by Attach
+	requests *prometheus.CounterVec
 }
 
 // New returns the service; Attach and Register wire it.
 func New(deps Deps) *Service {
 	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
-	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g}
+	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
 }
 
 // Spec is the disagg machine's spec.
@@ -275,6 +277,7 @@ type tikvService struct {
 
 func (t *tikvService) TryAddLock(ctx context.Context, req *dpb.TryAddLockRequest) (*dpb.TryAddLockResponse, error) {
 	r, err := t.s.TryAddLock(ctx, req.GetDataFileKey(), req.GetLockStoreId(), req.GetLockSeq())
+	t.s.countLock("lock", r, err)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +286,7 @@ func (t *tikvService) TryAddLock(ctx context.Context, req *dpb.TryAddLockRequest
 
 func (t *tikvService) TryMarkDelete(ctx context.Context, req *dpb.TryMarkDeleteRequest) (*dpb.TryMarkDeleteResponse, error) {
 	r, err := t.s.TryMarkDelete(ctx, req.GetDataFileKey())
+	t.s.countLock("mark_delete", r, err)
 	if err != nil {
 		return nil, err
 	}
@@ -323,6 +327,19 @@ func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.L
 // store up to that seq that the table does not hold (one a failed earlier
 // release left behind).
 func (is *internalService) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	resp, err := is.release(ctx, req)
+	result := "success"
+	switch {
+	case err != nil:
+		result = "error"
+	case resp.GetNotOwner():
+		result = "not_owner"
+	}
+	is.s.requests.WithLabelValues("release", result).Inc()
+	return resp, err
+}
+
+func (is *internalService) release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	s := is.s
 	n, m, leader, ok := s.owner()
 	if !ok {
