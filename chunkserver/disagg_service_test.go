@@ -58,8 +58,27 @@ func lockAnswer(r *kvdisagg.S3LockResult) string {
 	return fmt.Sprintf("no result: %v", r)
 }
 
+// onOwner runs call on the servers in turn until one answers other than
+// not_owner (a leader change under load moves the owner), as a client
+// does.
+func (c *testCluster) onOwner(t *testing.T, call func(i int) string) string {
+	t.Helper()
+	for deadline, i := time.Now().Add(20*time.Second), 0; time.Now().Before(deadline); i++ {
+		if a := call(i % len(c.servers)); a != "not_owner" {
+			return a
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no server answered as the owner")
+	return ""
+}
+
+// addLock is tryAddLock on server i, or on the owner when i < 0.
 func (c *testCluster) addLock(t *testing.T, i int, key string, store, seq uint64) string {
 	t.Helper()
+	if i < 0 {
+		return c.onOwner(t, func(i int) string { return c.addLock(t, i, key, store, seq) })
+	}
 	resp, err := c.tikv(i).TryAddLock(t.Context(), &kvdisagg.TryAddLockRequest{DataFileKey: []byte(key), LockStoreId: store, LockSeq: seq})
 	if err != nil {
 		t.Fatalf("tryAddLock %s on %d: %v", key, i, err)
@@ -67,13 +86,44 @@ func (c *testCluster) addLock(t *testing.T, i int, key string, store, seq uint64
 	return lockAnswer(resp.GetResult())
 }
 
+// markDelete is tryMarkDelete on server i, or on the owner when i < 0.
 func (c *testCluster) markDelete(t *testing.T, i int, key string) string {
 	t.Helper()
+	if i < 0 {
+		return c.onOwner(t, func(i int) string { return c.markDelete(t, i, key) })
+	}
 	resp, err := c.tikv(i).TryMarkDelete(t.Context(), &kvdisagg.TryMarkDeleteRequest{DataFileKey: []byte(key)})
 	if err != nil {
 		t.Fatalf("tryMarkDelete %s on %d: %v", key, i, err)
 	}
 	return lockAnswer(resp.GetResult())
+}
+
+// onOwnerIndex runs call on the servers in turn until it reports the
+// owner answered, and returns that server.
+func (c *testCluster) onOwnerIndex(t *testing.T, call func(i int) bool) int {
+	t.Helper()
+	owner := -1
+	c.onOwner(t, func(i int) string {
+		if call(i) {
+			owner = i
+			return "done"
+		}
+		return "not_owner"
+	})
+	return owner
+}
+
+// follower returns a server that does not lead the lock copyset now.
+func (c *testCluster) follower(t *testing.T) int {
+	t.Helper()
+	for i, srv := range c.servers {
+		if n := srv.Copysets().Get(c.group); n != nil && !n.IsLeader() {
+			return i
+		}
+	}
+	t.Fatal("no follower")
+	return -1
 }
 
 func putObject(t *testing.T, st objstore.Store, name string) {
@@ -108,8 +158,7 @@ func expect(t *testing.T, what, got, want string) {
 // not_owner from the followers, bad keys, release, GetDisaggConfig.
 func TestDisaggLockService(t *testing.T) {
 	c, st, cfg := s3Cluster(t, 3)
-	l := c.leader(t)
-	f := (l + 1) % 3
+	f := c.follower(t)
 	const dat, dmf = "s1/data/dat_5_0", "s2/data/ks_3_t_100/dmf_7"
 
 	got, err := c.tikv(f).GetDisaggConfig(t.Context(), &kvdisagg.GetDisaggConfigRequest{})
@@ -117,25 +166,26 @@ func TestDisaggLockService(t *testing.T) {
 		t.Errorf("GetDisaggConfig: %v %v", got, err)
 	}
 
-	expect(t, "lock on a missing file", c.addLock(t, l, dat, 9, 1), "conflict: data file not exist, key="+dat)
+	expect(t, "lock on a missing file", c.addLock(t, -1, dat, 9, 1), "conflict: data file not exist, key="+dat)
 	putObject(t, st, dat)
 	putObject(t, st, dmf) // a DTFile exists when its meta does
-	expect(t, "lock on a DTFile without meta", c.addLock(t, l, dmf, 9, 1), "conflict: data file not exist")
+	expect(t, "lock on a DTFile without meta", c.addLock(t, -1, dmf, 9, 1), "conflict: data file not exist")
 	putObject(t, st, dmf+"/meta")
 
 	expect(t, "lock from a follower", c.addLock(t, f, dat, 9, 1), "not_owner")
+	f = c.follower(t)
 	expect(t, "mark from a follower", c.markDelete(t, f, dat), "not_owner")
-	expect(t, "lock", c.addLock(t, l, dat, 9, 1), "success")
-	expect(t, "the same lock again", c.addLock(t, l, dat, 9, 1), "success")
-	expect(t, "lock the DTFile", c.addLock(t, l, dmf, 4, 2), "success")
+	expect(t, "lock", c.addLock(t, -1, dat, 9, 1), "success")
+	expect(t, "the same lock again", c.addLock(t, -1, dat, 9, 1), "success")
+	expect(t, "lock the DTFile", c.addLock(t, -1, dmf, 4, 2), "success")
 	if got := objectNames(t, st, "lock/"); strings.Join(got, " ") != "lock/s1/dat_5_0.lock_s9_1 lock/s2/ks_3_t_100/dmf_7.lock_s4_2" {
 		t.Errorf("lock objects: %v", got)
 	}
-	expect(t, "mark a locked file", c.markDelete(t, l, dat), "conflict: data file is locked, key=s1/data/dat_5_0 lock_by=lock/s1/dat_5_0.lock_s9_1")
+	expect(t, "mark a locked file", c.markDelete(t, -1, dat), "conflict: data file is locked, key=s1/data/dat_5_0 lock_by=lock/s1/dat_5_0.lock_s9_1")
 
 	for _, bad := range []string{"s1/data/dat_5_0.del", "lock/s1/dat_5_0.lock_s9_1", "s1/manifest/mf_1", "nonsense", ""} {
-		_, err := c.tikv(l).TryAddLock(t.Context(), &kvdisagg.TryAddLockRequest{DataFileKey: []byte(bad), LockStoreId: 1, LockSeq: 1})
-		_, err2 := c.tikv(f).TryMarkDelete(t.Context(), &kvdisagg.TryMarkDeleteRequest{DataFileKey: []byte(bad)})
+		_, err := c.tikv(0).TryAddLock(t.Context(), &kvdisagg.TryAddLockRequest{DataFileKey: []byte(bad), LockStoreId: 1, LockSeq: 1})
+		_, err2 := c.tikv(1).TryMarkDelete(t.Context(), &kvdisagg.TryMarkDeleteRequest{DataFileKey: []byte(bad)})
 		for _, e := range []error{err, err2} {
 			if grpcstatus.Code(e) != codes.Internal || !strings.Contains(e.Error(), "not a data file key") {
 				t.Errorf("key %q: %v, want INTERNAL not a data file key", bad, e)
@@ -144,39 +194,58 @@ func TestDisaggLockService(t *testing.T) {
 	}
 
 	// Release store 9's locks up to seq 1: the table entry and its object go.
-	rel, err := disaggpb.NewDisaggInternalClient(c.conns[l]).Release(t.Context(), &disaggpb.ReleaseRequest{LockStoreId: 9, UpToSeq: 1})
-	if err != nil || strings.Join(rel.GetReleased(), " ") != "lock/s1/dat_5_0.lock_s9_1" {
-		t.Fatalf("release: %v %v", rel, err)
+	var rel *disaggpb.ReleaseResponse
+	c.onOwner(t, func(i int) string {
+		var err error
+		rel, err = disaggpb.NewDisaggInternalClient(c.conns[i]).Release(t.Context(), &disaggpb.ReleaseRequest{LockStoreId: 9, UpToSeq: 1})
+		if err != nil || rel.GetNotOwner() {
+			return "not_owner"
+		}
+		return "done"
+	})
+	if strings.Join(rel.GetReleased(), " ") != "lock/s1/dat_5_0.lock_s9_1" {
+		t.Fatalf("release: %v", rel)
 	}
 	if got := objectNames(t, st, "lock/s1/"); len(got) != 0 {
 		t.Errorf("lock objects after release: %v", got)
 	}
-	expect(t, "mark after release", c.markDelete(t, l, dat), "success")
-	expect(t, "mark again", c.markDelete(t, l, dat), "success")
+	expect(t, "mark after release", c.markDelete(t, -1, dat), "success")
+	expect(t, "mark again", c.markDelete(t, -1, dat), "success")
 	if got := objectNames(t, st, dat); strings.Join(got, " ") != dat+" "+dat+".del" {
 		t.Errorf("objects of %s: %v", dat, got)
 	}
-	expect(t, "lock a marked file", c.addLock(t, l, dat, 9, 2), "conflict: data file is mark deleted, key=s1/data/dat_5_0 delmark=s1/data/dat_5_0.del")
+	expect(t, "lock a marked file", c.addLock(t, -1, dat, 9, 2), "conflict: data file is mark deleted, key=s1/data/dat_5_0 delmark=s1/data/dat_5_0.del")
 
 	// Every replica holds the table; List answers on the leader only.
-	list, err := disaggpb.NewDisaggInternalClient(c.conns[l]).List(t.Context(), &disaggpb.ListRequest{})
-	if err != nil || len(list.GetFiles()) != 2 || !list.GetFiles()[0].GetDeleted() || len(list.GetFiles()[1].GetLocks()) != 1 {
-		t.Fatalf("list: %v %v", list, err)
+	var list *disaggpb.ListResponse
+	l := c.onOwnerIndex(t, func(i int) bool {
+		var err error
+		list, err = disaggpb.NewDisaggInternalClient(c.conns[i]).List(t.Context(), &disaggpb.ListRequest{})
+		return err == nil && !list.GetNotOwner()
+	})
+	if len(list.GetFiles()) != 2 || !list.GetFiles()[0].GetDeleted() || len(list.GetFiles()[1].GetLocks()) != 1 {
+		t.Fatalf("list: %v", list)
 	}
 	// chunkraft_disagg_requests_total counted every answer above.
+	// (Summed over the servers: a leader change under load moves the
+	// owner; not_owner answers count the retries too.)
 	for _, m := range []struct {
-		srv        int
 		op, result string
 		want       float64
 	}{
-		{l, "lock", "success", 3}, {l, "lock", "conflict", 3}, {f, "lock", "not_owner", 1}, {l, "lock", "error", 5},
-		{l, "mark_delete", "conflict", 1}, {l, "mark_delete", "success", 2}, {f, "mark_delete", "error", 5},
-		{l, "release", "success", 1},
+		{"lock", "success", 3}, {"lock", "conflict", 3}, {"lock", "not_owner", 1}, {"lock", "error", 5},
+		{"mark_delete", "conflict", 1}, {"mark_delete", "success", 2}, {"mark_delete", "not_owner", 1}, {"mark_delete", "error", 5},
+		{"release", "success", 1},
 	} {
-		if got := disaggRequests(t, c.servers[m.srv], m.op, m.result); got != m.want {
-			t.Errorf("server %d requests{%s,%s} = %v, want %v", m.srv, m.op, m.result, got, m.want)
+		got := 0.0
+		for _, srv := range c.servers {
+			got += disaggRequests(t, srv, m.op, m.result)
+		}
+		if got != m.want && (m.result != "not_owner" || got < m.want) {
+			t.Errorf("requests{%s,%s} = %v, want %v", m.op, m.result, got, m.want)
 		}
 	}
+	f = (l + 1) % 3
 	if fl, err := disaggpb.NewDisaggInternalClient(c.conns[f]).List(t.Context(), &disaggpb.ListRequest{}); err != nil || !fl.GetNotOwner() || fl.GetLeader() != string(c.servers[l].Local()) {
 		t.Errorf("list on a follower: %v %v", fl, err)
 	}
