@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"go.yaml.in/yaml/v3"
 )
@@ -95,6 +96,8 @@ type Config struct {
 	Raft RaftConfig `yaml:"raft"`
 	// Sync configures the sync service (package sync).
 	Sync SyncConfig `yaml:"sync"`
+	// Disagg configures the disagg service (package disagg).
+	Disagg disagg.Config `yaml:"disagg"`
 }
 
 // SyncConfig configures the sync service.
@@ -197,6 +200,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams: 1024,
 		GCPercent:            400,
 		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes},
+		Disagg:               disagg.DefaultConfig(),
 	}
 }
 
@@ -457,6 +461,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sync.MaxRetainedBytes < minRetainedBytes {
 		return fmt.Errorf("config: sync.max_retained_bytes %d must be at least %d (1 MiB)", c.Sync.MaxRetainedBytes, minRetainedBytes)
+	}
+	if err := c.Disagg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.StaleReplicaCheck < 0 {
 		return fmt.Errorf("config: stale_replica_check %v must not be negative (0 turns the sweep off)", c.StaleReplicaCheck)

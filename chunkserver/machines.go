@@ -33,6 +33,7 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 				return openFenceMachine(env.DataDir, epochs, env.Logger)
 			}},
 		syncsvc.Spec(),
+		s.disagg.Spec(),
 	}
 }
 

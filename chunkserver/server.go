@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
@@ -54,6 +55,7 @@ type Server struct {
 	ready    atomic.Bool
 	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
 	syncs    *syncsvc.Service   // DataCollector, SyncTool, SyncInternal, the export collectors
+	disagg   *disagg.Service    // tikvpb.Tikv's lock service and GetDisaggConfig, DisaggInternal
 	peers    *connCache         // connections to the other chunkservers (conncache.go)
 	rt       *runtimeState      // ConfigService, ChunkServerStatus (config_runtime.go)
 	tls      *serverTLS         // nil: plaintext (tls.go)
@@ -136,6 +138,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := s.openChunkResources(cfg, &layout); err != nil {
 		return nil, err
 	}
+	s.disagg = disagg.New(disagg.Deps{Local: local, Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
@@ -175,10 +178,12 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.fences.copysets = s.copysets
 	s.scans.Attach(s.copysets)
 	s.syncs.Attach(s.copysets)
+	s.disagg.Attach(s.copysets)
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries, cfg.Sync.MaxRetainedBytes))
 	s.metrics.reg.MustRegister(s.scans.Collectors()...)
 	s.metrics.reg.MustRegister(s.syncs.Collectors()...)
+	s.metrics.reg.MustRegister(s.disagg.Collectors()...)
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{

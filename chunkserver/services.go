@@ -9,7 +9,6 @@ import (
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
-	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
 )
 
 // curveServices are the Curve chunkserver services newServer builds.
@@ -37,6 +36,10 @@ func (s *Server) registerServices(curve curveServices) {
 	// The sync service (package sync): openmldb.datasync's DataCollector
 	// and SyncTool, and SyncInternal between servers.
 	s.syncs.Register(g)
+	// The disagg service (package disagg): tikvpb.Tikv's lock service
+	// and GetDisaggConfig (its other methods Unimplemented), and
+	// DisaggInternal for chunkctl.
+	s.disagg.Register(g)
 	// Between chunkservers: raft traffic of every copyset, epoch fences,
 	// the cluster map (cluster_map.go).
 	s.trans.Register(g)
@@ -51,5 +54,4 @@ func (s *Server) registerServices(curve curveServices) {
 // landed yet. Every call answers gRPC Unimplemented: honest, not faked.
 func registerUnimplemented(g *grpc.Server) {
 	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
-	tikvpb.RegisterTikvServer(g, tikvpb.UnimplementedTikvServer{})
 }

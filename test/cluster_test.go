@@ -23,24 +23,7 @@ import (
 
 var binDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "chunkraft-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	err = BuildBinaries(ctx, dir)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(RunWithBinaries(m, &binDir)) }
 
 const pool = 1
 

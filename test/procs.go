@@ -206,3 +206,24 @@ func (p *Proc) LogTail() string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// RunWithBinaries is a TestMain body: it builds the binaries into a
+// temporary directory, sets *dir to it, runs the tests, removes it and
+// returns the exit code.
+func RunWithBinaries(m interface{ Run() int }, dir *string) int {
+	d, err := os.MkdirTemp("", "chunkraft-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(d)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	err = BuildBinaries(ctx, d)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*dir = d
+	return m.Run()
+}

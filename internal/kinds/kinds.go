@@ -12,7 +12,7 @@ const (
 	Fence = 3
 	// Sync is the sync service's sub-tasks (sync/).
 	Sync = 4
-	// Disagg is reserved for disaggregated locks (disagg/).
+	// Disagg is the disagg service's lock table (disagg/).
 	Disagg = 5
 	// DM is reserved for DM subtasks (dm/).
 	DM = 6
@@ -31,6 +31,6 @@ var Table = []Entry{
 	{Integrity, "integrity", false},
 	{Fence, "fence", false},
 	{Sync, "sync", false},
-	{Disagg, "disagg", true},
+	{Disagg, "disagg", false},
 	{DM, "dm", true},
 }

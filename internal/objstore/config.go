@@ -138,3 +138,7 @@ func Open(ctx context.Context, c Config) (Store, error) {
 		return NewLocal(c.Local.Root)
 	}
 }
+
+// KeyPrefix is the prefix the store puts before every object name (Prefix
+// normalized: no leading '/', a trailing '/' unless empty).
+func (c S3Config) KeyPrefix() string { return normalizePrefix(c.Prefix) }

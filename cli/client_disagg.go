@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+
+	disaggpb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
+	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
+)
+
+// The disagg lock service answers on the lock copyset's leader (the
+// owner); every other server answers not_owner. A call goes to the
+// servers in turn, the leader a not_owner names first, until the owner
+// answers or the timeout.
+
+// errNotOwner is a server's not_owner answer.
+var errNotOwner = errors.New("not the owner of the disagg lock table")
+
+// notOwnerAt carries the leader a not_owner answer names.
+type notOwnerAt struct{ leader string }
+
+func (e *notOwnerAt) Error() string { return errNotOwner.Error() }
+func (e *notOwnerAt) Unwrap() error { return errNotOwner }
+
+// onOwner runs call on the servers until one answers other than
+// not_owner or a transient failure.
+func (c *Client) onOwner(parent context.Context, call rpcCall) error {
+	ctx, cancel := c.withDeadline(parent)
+	defer cancel()
+	bo := newBackoff()
+	var last error
+	next := ""
+	for ctx.Err() == nil {
+		order := c.serverOrder()
+		if next != "" {
+			order = append([]string{next}, order...)
+			next = ""
+		}
+		for _, addr := range order {
+			err := c.callOnce(ctx, addr, call)
+			var no *notOwnerAt
+			switch {
+			case err == nil:
+				return nil
+			case errors.As(err, &no):
+				if l := strings.TrimSuffix(no.leader, ":0"); l != "" && l != addr {
+					next = l
+				}
+			case !retryable(err):
+				return err
+			}
+			last = fmt.Errorf("%s: %w", addr, err)
+			if next != "" {
+				break
+			}
+		}
+		if next == "" && !bo.wait(ctx) {
+			break
+		}
+	}
+	if last == nil {
+		last = ctx.Err()
+	}
+	return fmt.Errorf("no server answered as the disagg lock owner before the timeout: %w", last)
+}
+
+// LockAnswer is a lock service answer: Success, or the conflict's reason.
+type LockAnswer struct {
+	Success  bool
+	Conflict string
+}
+
+func lockAnswer(r *dpb.S3LockResult) (LockAnswer, error) {
+	switch {
+	case r.GetNotOwner() != nil:
+		return LockAnswer{}, &notOwnerAt{}
+	case r.GetConflict() != nil:
+		return LockAnswer{Conflict: r.GetConflict().GetReason()}, nil
+	case r.GetSuccess() != nil:
+		return LockAnswer{Success: true}, nil
+	}
+	return LockAnswer{}, errors.New("the server answered no result")
+}
+
+// DisaggAddLock is tikvpb.Tikv tryAddLock on the owner.
+func (c *Client) DisaggAddLock(ctx context.Context, key string, store, seq uint64) (LockAnswer, error) {
+	var a LockAnswer
+	err := c.onOwner(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := tikvpb.NewTikvClient(cc).TryAddLock(ctx, &dpb.TryAddLockRequest{DataFileKey: []byte(key), LockStoreId: store, LockSeq: seq})
+		if err != nil {
+			return err
+		}
+		a, err = lockAnswer(resp.GetResult())
+		return err
+	})
+	return a, err
+}
+
+// DisaggMarkDelete is tikvpb.Tikv tryMarkDelete on the owner.
+func (c *Client) DisaggMarkDelete(ctx context.Context, key string) (LockAnswer, error) {
+	var a LockAnswer
+	err := c.onOwner(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := tikvpb.NewTikvClient(cc).TryMarkDelete(ctx, &dpb.TryMarkDeleteRequest{DataFileKey: []byte(key)})
+		if err != nil {
+			return err
+		}
+		a, err = lockAnswer(resp.GetResult())
+		return err
+	})
+	return a, err
+}
+
+// DisaggList is DisaggInternal.List on the owner: the lock table's
+// entries whose key starts with prefix.
+func (c *Client) DisaggList(ctx context.Context, prefix string) (*disaggpb.ListResponse, error) {
+	var out *disaggpb.ListResponse
+	err := c.onOwner(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := disaggpb.NewDisaggInternalClient(cc).List(ctx, &disaggpb.ListRequest{Prefix: prefix})
+		if err != nil {
+			return err
+		}
+		if resp.GetNotOwner() {
+			return &notOwnerAt{leader: resp.GetLeader()}
+		}
+		out = resp
+		return nil
+	})
+	return out, err
+}
+
+// DisaggRelease is DisaggInternal.Release on the owner: store's locks with
+// seq <= upTo leave the table and their lock objects are deleted.
+func (c *Client) DisaggRelease(ctx context.Context, store, upTo uint64) ([]string, error) {
+	var out []string
+	err := c.onOwner(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := disaggpb.NewDisaggInternalClient(cc).Release(ctx, &disaggpb.ReleaseRequest{LockStoreId: store, UpToSeq: upTo})
+		if err != nil {
+			return err
+		}
+		if resp.GetNotOwner() {
+			return &notOwnerAt{leader: resp.GetLeader()}
+		}
+		out = resp.GetReleased()
+		return nil
+	})
+	return out, err
+}
+
+// DisaggConfig is tikvpb.Tikv GetDisaggConfig on any server.
+func (c *Client) DisaggConfig(ctx context.Context) (*dpb.DisaggS3Config, error) {
+	var out *dpb.DisaggS3Config
+	err := c.onAnyServer(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := tikvpb.NewTikvClient(cc).GetDisaggConfig(ctx, &dpb.GetDisaggConfigRequest{})
+		if err != nil {
+			return err
+		}
+		out = resp.GetS3Config()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package disagg
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+)
+
+// applyOp applies op at index to st and returns its result and whether st
+// changed. The conflict checks are here, in the log's order, so of two
+// concurrent proposals on one key only the first can win: an AddLock on
+// a marked file and a MarkDelete on a locked one are refused. Every check
+// comes before the first change, and nothing here reads a clock or
+// anything outside st and op: every replica computes the same. The caller
+// stamps st.Applied.
+func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
+	if err := validateOp(op); err != nil {
+		return Result{Err: fmt.Errorf("%w: %v", ErrInvalidOp, err)}, false
+	}
+	switch o := op.GetOp().(type) {
+	case *pb.Op_AddLock:
+		return applyAddLock(st, index, o.AddLock)
+	case *pb.Op_MarkDelete:
+		return applyMarkDelete(st, index, o.MarkDelete)
+	default: // *pb.Op_Release: validateOp knows no other
+		return applyRelease(st, o.(*pb.Op_Release).Release)
+	}
+}
+
+// findFile returns the position of key in st.Files (where it would go).
+func findFile(st *pb.State, key string) (int, bool) {
+	return slices.BinarySearchFunc(st.Files, key, func(f *pb.DataFile, k string) int { return cmp.Compare(f.GetKey(), k) })
+}
+
+func lockCount(st *pb.State) int {
+	n := 0
+	for _, f := range st.Files {
+		n += len(f.Locks)
+	}
+	return n
+}
+
+// admit is the bound check of an op that adds a file (newFile) or a lock
+// (newLock) to st: the service runs it before proposing, Apply again.
+func admit(st *pb.State, newFile, newLock bool) error {
+	switch {
+	case newFile && len(st.Files) >= MaxFiles:
+		return fmt.Errorf("%w: %d data files (at most %d)", ErrFull, len(st.Files), MaxFiles)
+	case newLock && lockCount(st) >= MaxLocks:
+		return fmt.Errorf("%w: %d locks (at most %d)", ErrFull, lockCount(st), MaxLocks)
+	}
+	return nil
+}
+
+// applyAddLock is upstream tryAddLock's decision: a delete-marked file
+// is a conflict; the same lock again is a success that changes nothing
+// (a client's retry after a lost answer); else the lock is added.
+func applyAddLock(st *pb.State, index uint64, op *pb.AddLock) (Result, bool) {
+	k, _ := ParseKey(op.GetKey()) // validated
+	i, found := findFile(st, op.GetKey())
+	var f *pb.DataFile
+	if found {
+		f = st.Files[i]
+		if f.GetDeleted() {
+			return Result{Conflict: fmt.Sprintf("data file is mark deleted, key=%s delmark=%s", op.GetKey(), k.DelMarkKey())}, false
+		}
+	}
+	j, held := slices.BinarySearchFunc(f.GetLocks(), op, func(l *pb.Lock, o *pb.AddLock) int {
+		return cmp.Or(cmp.Compare(l.GetStoreId(), o.GetLockStoreId()), cmp.Compare(l.GetSeq(), o.GetLockSeq()))
+	})
+	if held {
+		return Result{}, false
+	}
+	if err := admit(st, !found, true); err != nil {
+		return Result{Err: err}, false
+	}
+	if found && len(f.Locks) >= MaxLocksPerFile {
+		return Result{Err: fmt.Errorf("%w: %s has %d locks (at most %d)", ErrFull, op.GetKey(), len(f.Locks), MaxLocksPerFile)}, false
+	}
+	if !found {
+		f = &pb.DataFile{Key: op.GetKey()}
+		st.Files = slices.Insert(st.Files, i, f)
+	}
+	f.Locks = slices.Insert(f.Locks, j, &pb.Lock{StoreId: op.GetLockStoreId(), Seq: op.GetLockSeq(), Index: index})
+	return Result{}, true
+}
+
+// applyMarkDelete is upstream tryMarkDelete's decision: any lock is a
+// conflict naming the first; a file already marked is a success that
+// changes nothing; else the mark is set.
+func applyMarkDelete(st *pb.State, index uint64, op *pb.MarkDelete) (Result, bool) {
+	k, _ := ParseKey(op.GetKey()) // validated
+	i, found := findFile(st, op.GetKey())
+	if found {
+		f := st.Files[i]
+		if len(f.Locks) > 0 {
+			l := f.Locks[0]
+			return Result{Conflict: fmt.Sprintf("data file is locked, key=%s lock_by=%s", op.GetKey(), k.LockKey(l.GetStoreId(), l.GetSeq()))}, false
+		}
+		if f.GetDeleted() {
+			return Result{}, false
+		}
+	}
+	if err := admit(st, !found, false); err != nil {
+		return Result{Err: err}, false
+	}
+	if !found {
+		st.Files = slices.Insert(st.Files, i, &pb.DataFile{Key: op.GetKey()})
+	}
+	f := st.Files[i]
+	f.Deleted, f.MarkedIndex = true, index
+	return Result{}, true
+}
+
+// applyRelease removes every lock of the store with seq <= up_to_seq
+// (upstream's GC of a store's superseded locks); a file left with neither
+// locks nor a mark leaves the table.
+func applyRelease(st *pb.State, op *pb.Release) (Result, bool) {
+	var released []string
+	for _, f := range st.Files {
+		k, _ := ParseKey(f.GetKey())
+		f.Locks = slices.DeleteFunc(f.Locks, func(l *pb.Lock) bool {
+			if l.GetStoreId() == op.GetLockStoreId() && l.GetSeq() <= op.GetUpToSeq() {
+				released = append(released, k.LockKey(l.GetStoreId(), l.GetSeq()))
+				return true
+			}
+			return false
+		})
+	}
+	st.Files = slices.DeleteFunc(st.Files, func(f *pb.DataFile) bool { return len(f.Locks) == 0 && !f.GetDeleted() })
+	slices.Sort(released)
+	return Result{Released: released}, len(released) > 0
+}

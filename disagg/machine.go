@@ -1,0 +1,171 @@
+package disagg
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	gosync "sync"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/statefile"
+	"github.com/chunkraft/chunkraft/internal/kinds"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	// Dir is the machine's directory in a copyset data dir.
+	Dir = "disagg"
+	// FileName is the state file in Dir.
+	FileName = "state.jsonl"
+)
+
+// Spec is the disagg machine's spec: kind kinds.Disagg, its files in Dir.
+// Its ops record their log index in the state, so they may not share one
+// (not Batch). Every copyset opens one; only the lock copyset's is used.
+func Spec() copyset.MachineSpec {
+	return copyset.MachineSpec{Kind: kinds.Disagg, Name: "disagg", Dir: Dir,
+		Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
+			g := env.Group
+			return openMachine(env.Dir, env.Logger.With("component", "disagg", "pool", g.Pool(), "copyset", g.Copyset()))
+		}}
+}
+
+// Machine is the kinds.Disagg state machine of one copyset: its lock table.
+type Machine struct {
+	log *slog.Logger
+
+	mu gosync.RWMutex
+	st *pb.State // changed only by Apply, under mu
+
+	file *statefile.File // appended by Apply, synced by Sync
+}
+
+var _ copyset.StateMachine = (*Machine)(nil)
+
+// openMachine loads dir/FileName: the valid line with the highest applied
+// index (the last of equals).
+func openMachine(dir string, log *slog.Logger) (*Machine, error) {
+	path := filepath.Join(dir, FileName)
+	file, b, err := statefile.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("disagg state: %w", err)
+	}
+	best := &pb.State{}
+	bad := statefile.EachLine(b, func(line []byte) bool {
+		st := &pb.State{}
+		if protojson.Unmarshal(line, st) != nil {
+			return false
+		}
+		if st.GetApplied() >= best.GetApplied() {
+			best = st
+		}
+		return true
+	})
+	if bad > 0 {
+		log.Warn("disagg state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
+	}
+	return &Machine{log: log, st: best, file: file}, nil
+}
+
+// Apply implements copyset.StateMachine. The result is a Result, or a
+// *copyset.FatalError when the op cannot be decoded or the state file
+// cannot be written. An op at or below the state's applied index is
+// already in the state (a replay after a restart or a snapshot install:
+// nobody waits for its answer) and changes nothing.
+func (m *Machine) Apply(index uint64, payload []byte) any {
+	op := &pb.Op{}
+	if err := proto.Unmarshal(payload, op); err != nil || op.GetOp() == nil {
+		if err == nil {
+			err = fmt.Errorf("no op this version knows")
+		}
+		m.log.Error("undecodable disagg op", "index", index, "err", err)
+		return &copyset.FatalError{Err: fmt.Errorf("disagg op at index %d: %w", index, err)}
+	}
+	m.mu.Lock()
+	if index <= m.st.GetApplied() {
+		m.mu.Unlock()
+		return Result{} // replayed: its answer was given when it first applied
+	}
+	res, changed := applyOp(m.st, index, op)
+	var line []byte
+	if changed {
+		m.st.Applied = index
+		var err error
+		if line, err = (protojson.MarshalOptions{}).Marshal(m.st); err != nil {
+			m.mu.Unlock()
+			return &copyset.FatalError{Err: fmt.Errorf("disagg op at index %d: encode state: %w", index, err)}
+		}
+	}
+	m.mu.Unlock()
+	if !changed {
+		return res
+	}
+	if err := m.file.Append(line); err != nil {
+		return &copyset.FatalError{Err: fmt.Errorf("disagg op at index %d: %w", index, err)}
+	}
+	m.logChange(index, op, res)
+	return res
+}
+
+func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
+	switch o := op.GetOp().(type) {
+	case *pb.Op_AddLock:
+		m.log.Info("disagg lock added", "index", index, "key", o.AddLock.GetKey(), "lock_store_id", o.AddLock.GetLockStoreId(), "lock_seq", o.AddLock.GetLockSeq())
+	case *pb.Op_MarkDelete:
+		m.log.Info("disagg data file marked deleted", "index", index, "key", o.MarkDelete.GetKey())
+	case *pb.Op_Release:
+		m.log.Info("disagg locks released", "index", index, "lock_store_id", o.Release.GetLockStoreId(), "up_to_seq", o.Release.GetUpToSeq(), "released", len(res.Released))
+	}
+}
+
+// Sync implements copyset.StateMachine: fsync the state file.
+func (m *Machine) Sync() error { return m.file.Sync() }
+
+// Files implements copyset.StateMachine.
+func (m *Machine) Files() ([]string, error) { return []string{filepath.Join(Dir, FileName)}, nil }
+
+// Close implements copyset.StateMachine.
+func (m *Machine) Close() error { return m.file.Close() }
+
+// List returns a copy of the entries whose key starts with prefix,
+// ascending, and the applied index.
+func (m *Machine) List(prefix string) ([]*pb.DataFile, uint64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*pb.DataFile
+	for _, f := range m.st.Files {
+		if strings.HasPrefix(f.GetKey(), prefix) {
+			out = append(out, proto.CloneOf(f))
+		}
+	}
+	return out, m.st.GetApplied()
+}
+
+// Get returns a copy of key's entry, or nil.
+func (m *Machine) Get(key string) *pb.DataFile {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if i, ok := findFile(m.st, key); ok {
+		return proto.CloneOf(m.st.Files[i])
+	}
+	return nil
+}
+
+// admit runs the bound check of an op adding key's entry or a lock on it
+// against the current table (the service's admission; Apply checks
+// again).
+func (m *Machine) admit(key string, lock bool) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i, found := findFile(m.st, key)
+	if lock && found && len(m.st.Files[i].Locks) >= MaxLocksPerFile {
+		return fmt.Errorf("%w: %s has %d locks (at most %d)", ErrFull, key, len(m.st.Files[i].Locks), MaxLocksPerFile)
+	}
+	return admit(m.st, !found, lock)
+}
+
+// MachineOf returns the disagg machine of n.
+func MachineOf(n *copyset.Node) (*Machine, bool) { return copyset.MachineOf[*Machine](n, kinds.Disagg) }

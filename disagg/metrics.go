@@ -1,0 +1,43 @@
+package disagg
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
+)
+
+// The label values of chunkraft_disagg_requests_total.
+var (
+	metricOps     = []string{"lock", "mark_delete", "release"}
+	metricResults = []string{"success", "conflict", "not_owner", "error"}
+)
+
+// newRequestsMetric is chunkraft_disagg_requests_total, every series at 0.
+func newRequestsMetric() *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunkraft_disagg_requests_total",
+		Help: "Lock service requests this server answered, by op (lock, mark_delete, release) and result (success, conflict, not_owner, error)."},
+		[]string{"op", "result"})
+	for _, op := range metricOps {
+		for _, r := range metricResults {
+			v.WithLabelValues(op, r)
+		}
+	}
+	return v
+}
+
+// countLock records one tryAddLock or tryMarkDelete answer.
+func (s *Service) countLock(op string, r *dpb.S3LockResult, err error) {
+	result := "not_owner"
+	switch {
+	case err != nil:
+		result = "error"
+	case r.GetSuccess() != nil:
+		result = "success"
+	case r.GetConflict() != nil:
+		result = "conflict"
+	}
+	s.requests.WithLabelValues(op, result).Inc()
+}
+
+// Collectors returns the service's metrics, for the server's registry.
+func (s *Service) Collectors() []prometheus.Collector { return []prometheus.Collector{s.requests} }

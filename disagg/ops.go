@@ -1,0 +1,87 @@
+package disagg
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The table's bounds: admission (the service, before proposing) and Apply
+// refuse an op that would pass them.
+const (
+	// MaxFiles bounds the data files the table holds (locked or marked).
+	MaxFiles = 4096
+	// MaxLocksPerFile bounds the locks on one data file.
+	MaxLocksPerFile = 64
+	// MaxLocks bounds the locks of the whole table.
+	MaxLocks = 16384
+)
+
+var (
+	// ErrFull: the op would pass one of the table's bounds.
+	ErrFull = errors.New("disagg lock table full")
+	// ErrInvalidOp: an op in the log that admission would have refused.
+	ErrInvalidOp = errors.New("invalid disagg op")
+)
+
+// Result is the apply result of every disagg op.
+type Result struct {
+	// Conflict, when not empty, is why an AddLock or MarkDelete was
+	// refused (upstream's conflict reason); nothing changed.
+	Conflict string
+	// Released are the lock keys a Release removed, ascending.
+	Released []string
+	// Err says why the op was refused for another reason (a bound, an
+	// invalid op); nothing changed.
+	Err error
+}
+
+// EncodeAddLock returns the replicated op locking key for (store, seq).
+func EncodeAddLock(key string, store, seq uint64) ([]byte, error) {
+	return encodeOp(&pb.Op{Op: &pb.Op_AddLock{AddLock: &pb.AddLock{Key: key, LockStoreId: store, LockSeq: seq}}})
+}
+
+// EncodeMarkDelete returns the replicated op marking key deleted.
+func EncodeMarkDelete(key string) ([]byte, error) {
+	return encodeOp(&pb.Op{Op: &pb.Op_MarkDelete{MarkDelete: &pb.MarkDelete{Key: key}}})
+}
+
+// EncodeRelease returns the replicated op removing store's locks with
+// seq <= upTo.
+func EncodeRelease(store, upTo uint64) ([]byte, error) {
+	return encodeOp(&pb.Op{Op: &pb.Op_Release{Release: &pb.Release{LockStoreId: store, UpToSeq: upTo}}})
+}
+
+// encodeOp validates op and returns the op header (kinds.Disagg) and op.
+func encodeOp(op *pb.Op) ([]byte, error) {
+	if err := validateOp(op); err != nil {
+		return nil, err
+	}
+	head := make([]byte, copyset.OpHeaderLen, copyset.OpHeaderLen+proto.Size(op))
+	out, err := proto.MarshalOptions{}.MarshalAppend(head, op)
+	if err != nil {
+		return nil, fmt.Errorf("encode disagg op: %w", err)
+	}
+	copyset.PutOpHeader(out, kinds.Disagg)
+	return out, nil
+}
+
+// validateOp is the admission check of every op: keys are data file keys
+// (ParseKey). Lock store ids and sequences are any uint64, as upstream.
+func validateOp(op *pb.Op) error {
+	switch o := op.GetOp().(type) {
+	case *pb.Op_AddLock:
+		_, err := ParseKey(o.AddLock.GetKey())
+		return err
+	case *pb.Op_MarkDelete:
+		_, err := ParseKey(o.MarkDelete.GetKey())
+		return err
+	case *pb.Op_Release:
+		return nil
+	}
+	return errors.New("disagg op: none of the known ops")
+}

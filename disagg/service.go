@@ -1,0 +1,385 @@
+package disagg
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
+	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
+)
+
+// Config configures the disagg service (the chunkserver's disagg:
+// section).
+type Config struct {
+	// LockCopyset is the copyset whose disagg machine holds the lock
+	// table; its leader is the lock service's owner. Default pool 1
+	// copyset 1.
+	LockCopyset CopysetRef `yaml:"lock_copyset"`
+}
+
+// CopysetRef names a copyset.
+type CopysetRef struct {
+	Pool    uint32 `yaml:"pool"`
+	Copyset uint32 `yaml:"copyset"`
+}
+
+// DefaultConfig is the lock table on pool 1 copyset 1.
+func DefaultConfig() Config { return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.LockCopyset.Pool == 0 || c.LockCopyset.Copyset == 0 {
+		return fmt.Errorf("disagg.lock_copyset {pool: %d, copyset: %d}: pool and copyset must not be 0", c.LockCopyset.Pool, c.LockCopyset.Copyset)
+	}
+	return nil
+}
+
+// Deps is what the disagg service needs of the process.
+type Deps struct {
+	// Local is this server's peer id.
+	Local copyset.PeerID
+	// Config is the service's configuration (validated).
+	Config Config
+	// Objects is the server's object store: data files are checked and
+	// lock and delete-mark objects written there.
+	Objects objstore.Store
+	// ObjectStore is its configuration (GetDisaggConfig).
+	ObjectStore objstore.Config
+	// Logger is the server's logger.
+	Logger *slog.Logger
+}
+
+// Service is the disagg service of one server: the machine's spec, the
+// lock service and GetDisaggConfig on tikvpb.Tikv, and DisaggInternal.
+type Service struct {
+	deps     Deps
+	log      *slog.Logger
+	group    copyset.GroupID
+	copysets *copyset.Manager // set by Attach
+	requests *prometheus.CounterVec
+}
+
+// New returns the service; Attach and Register wire it.
+func New(deps Deps) *Service {
+	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
+	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
+}
+
+// Spec is the disagg machine's spec.
+func (s *Service) Spec() copyset.MachineSpec { return Spec() }
+
+// Attach gives the service the copyset manager.
+func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
+
+// Register registers tikvpb.Tikv (the lock service and GetDisaggConfig;
+// every other method Unimplemented) and DisaggInternal on g.
+func (s *Service) Register(g *grpc.Server) {
+	tikvpb.RegisterTikvServer(g, &tikvService{s: s})
+	pb.RegisterDisaggInternalServer(g, &internalService{s: s})
+}
+
+// owner returns the lock copyset's node and machine when this server
+// leads it; else the leader it knows.
+func (s *Service) owner() (*copyset.Node, *Machine, copyset.PeerID, bool) {
+	n := s.copysets.Get(s.group)
+	if n == nil {
+		return nil, nil, "", false
+	}
+	if !n.IsLeader() || n.Broken() != nil {
+		return nil, nil, n.Leader(), false
+	}
+	m, ok := MachineOf(n)
+	return n, m, "", ok
+}
+
+// propose replicates op on the lock copyset through n. ok is false when
+// the outcome is not a decision this server can report: not the leader
+// any more, leadership lost or the commit not confirmed (the client
+// retries on the owner, and a retry is idempotent). err is the caller's
+// cancellation.
+func (s *Service) propose(ctx context.Context, n *copyset.Node, op []byte) (res Result, ok bool, err error) {
+	_, v, err := n.Propose(ctx, op)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, false, status.FromContextError(ctx.Err()).Err()
+		}
+		var nl *copyset.NotLeaderError
+		if !errors.As(err, &nl) {
+			s.log.Warn("disagg proposal not confirmed: answering not_owner", "err", err)
+		}
+		return Result{}, false, nil
+	}
+	r, isResult := v.(Result)
+	if !isResult {
+		s.log.Warn("disagg proposal failed on apply: answering not_owner", "result", fmt.Sprint(v))
+		return Result{}, false, nil
+	}
+	return r, true, nil
+}
+
+func notOwner() *dpb.S3LockResult {
+	return &dpb.S3LockResult{Error: &dpb.S3LockResult_NotOwner{NotOwner: &dpb.NotOwner{}}}
+}
+
+func conflict(reason string) *dpb.S3LockResult {
+	return &dpb.S3LockResult{Error: &dpb.S3LockResult_Conflict{Conflict: &dpb.Conflict{Reason: reason}}}
+}
+
+func success() *dpb.S3LockResult {
+	return &dpb.S3LockResult{Error: &dpb.S3LockResult_Success{Success: &dpb.Success{}}}
+}
+
+// parseKey is upstream's first check: a key that is not a data file key
+// is a gRPC error (upstream's RUNTIME_CHECK, INTERNAL).
+func parseKey(key []byte) (Key, error) {
+	k, err := ParseKey(string(key))
+	if err != nil {
+		return Key{}, status.Error(codes.Internal, err.Error())
+	}
+	return k, nil
+}
+
+// exists reports whether object name is in the store.
+func (s *Service) exists(ctx context.Context, name string) (bool, error) {
+	_, err := s.deps.Objects.Stat(ctx, name)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, objstore.ErrNotExist):
+		return false, nil
+	}
+	return false, status.Errorf(codes.Unavailable, "object store: %v", err)
+}
+
+// putEmpty writes the empty object name after a commit.
+func (s *Service) putEmpty(ctx context.Context, name, what string) error {
+	if err := s.deps.Objects.Put(ctx, name, bytes.NewReader(nil), 0); err != nil {
+		s.log.Warn("disagg: committed, but writing its object failed", "object", name, "err", err)
+		return status.Errorf(codes.Unavailable, "%s committed, but writing object %s failed (retry: it is idempotent): %v", what, name, err)
+	}
+	return nil
+}
+
+// TryAddLock is upstream tryAddLock: a non-data-file key is a gRPC error;
+// not the owner → not_owner; the data file missing in the object store or
+// its delete mark present → conflict; else the lock is committed through
+// raft (where a mark committed first makes it a conflict), its lock object
+// written, and the answer is success.
+func (s *Service) TryAddLock(ctx context.Context, key []byte, lockStore, lockSeq uint64) (*dpb.S3LockResult, error) {
+	k, err := parseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	n, m, _, ok := s.owner()
+	if !ok {
+		return notOwner(), nil
+	}
+	if err := m.admit(k.String(), true); err != nil {
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
+	}
+	if ok, err := s.exists(ctx, k.ExistsObject()); err != nil || !ok {
+		if err != nil {
+			return nil, err
+		}
+		return conflict(fmt.Sprintf("data file not exist, key=%s", k)), nil
+	}
+	if ok, err := s.exists(ctx, k.DelMarkKey()); err != nil || ok {
+		if err != nil {
+			return nil, err
+		}
+		return conflict(fmt.Sprintf("data file is mark deleted, key=%s delmark=%s", k, k.DelMarkKey())), nil
+	}
+	op, err := EncodeAddLock(k.String(), lockStore, lockSeq)
+	return s.decide(ctx, n, op, err, k.LockKey(lockStore, lockSeq), "the lock")
+}
+
+// decide commits op (encoded with encErr) through n and answers: the
+// conflict Apply found, not_owner when the commit is not confirmed, or
+// success once the empty object has been written.
+func (s *Service) decide(ctx context.Context, n *copyset.Node, op []byte, encErr error, object, what string) (*dpb.S3LockResult, error) {
+	if encErr != nil {
+		return nil, status.Error(codes.InvalidArgument, encErr.Error())
+	}
+	res, ok, err := s.propose(ctx, n, op)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return notOwner(), nil
+	case res.Err != nil:
+		return nil, status.Error(codes.ResourceExhausted, res.Err.Error())
+	case res.Conflict != "":
+		return conflict(res.Conflict), nil
+	}
+	if err := s.putEmpty(ctx, object, what); err != nil {
+		return nil, err
+	}
+	return success(), nil
+}
+
+// TryMarkDelete is upstream tryMarkDelete: a non-data-file key is a gRPC
+// error; not the owner → not_owner; a lock object of the file in the
+// object store → conflict; else the mark is committed through raft (where
+// a lock committed first makes it a conflict), the .del object written,
+// and the answer is success.
+func (s *Service) TryMarkDelete(ctx context.Context, key []byte) (*dpb.S3LockResult, error) {
+	k, err := parseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	n, m, _, ok := s.owner()
+	if !ok {
+		return notOwner(), nil
+	}
+	if err := m.admit(k.String(), false); err != nil {
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
+	}
+	locks, err := s.deps.Objects.List(ctx, k.LockObjectPrefix())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "object store: %v", err)
+	}
+	if len(locks) > 0 {
+		return conflict(fmt.Sprintf("data file is locked, key=%s lock_by=%s", k, locks[0].Name)), nil
+	}
+	op, err := EncodeMarkDelete(k.String())
+	return s.decide(ctx, n, op, err, k.DelMarkKey(), "the delete mark")
+}
+
+// DisaggConfig is GetDisaggConfig: the S3 object store's bucket, key
+// prefix (upstream's root) and endpoint; with the local-directory store,
+// UNIMPLEMENTED (upstream's answer outside storage mode).
+func (s *Service) DisaggConfig() (*dpb.DisaggS3Config, error) {
+	c := s.deps.ObjectStore
+	if c.Kind != objstore.KindS3 {
+		return nil, status.Errorf(codes.Unimplemented, "no S3 object store is configured (object_store.kind is %q)", c.Kind)
+	}
+	return &dpb.DisaggS3Config{Bucket: c.S3.Bucket, Root: c.S3.KeyPrefix(), Endpoint: c.S3.Endpoint}, nil
+}
+
+// tikvService is tikvpb.Tikv: the lock service and GetDisaggConfig; the
+// read-view RPCs and TiKV's own answer Unimplemented.
+type tikvService struct {
+	tikvpb.UnimplementedTikvServer
+	s *Service
+}
+
+func (t *tikvService) TryAddLock(ctx context.Context, req *dpb.TryAddLockRequest) (*dpb.TryAddLockResponse, error) {
+	r, err := t.s.TryAddLock(ctx, req.GetDataFileKey(), req.GetLockStoreId(), req.GetLockSeq())
+	t.s.countLock("lock", r, err)
+	if err != nil {
+		return nil, err
+	}
+	return &dpb.TryAddLockResponse{Result: r}, nil
+}
+
+func (t *tikvService) TryMarkDelete(ctx context.Context, req *dpb.TryMarkDeleteRequest) (*dpb.TryMarkDeleteResponse, error) {
+	r, err := t.s.TryMarkDelete(ctx, req.GetDataFileKey())
+	t.s.countLock("mark_delete", r, err)
+	if err != nil {
+		return nil, err
+	}
+	return &dpb.TryMarkDeleteResponse{Result: r}, nil
+}
+
+func (t *tikvService) GetDisaggConfig(context.Context, *dpb.GetDisaggConfigRequest) (*dpb.GetDisaggConfigResponse, error) {
+	c, err := t.s.DisaggConfig()
+	if err != nil {
+		return nil, err
+	}
+	return &dpb.GetDisaggConfigResponse{S3Config: c}, nil
+}
+
+// internalService is DisaggInternal: List and Release on the owner.
+type internalService struct {
+	pb.UnimplementedDisaggInternalServer
+	s *Service
+}
+
+func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
+	n, m, leader, ok := is.s.owner()
+	if !ok {
+		return &pb.ListResponse{NotOwner: true, Leader: string(leader)}, nil
+	}
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return &pb.ListResponse{NotOwner: true, Leader: string(n.Leader())}, nil
+	}
+	files, applied := m.List(req.GetPrefix())
+	return &pb.ListResponse{Files: files, Applied: applied, Pool: is.s.group.Pool(), Copyset: is.s.group.Copyset()}, nil
+}
+
+// Release commits the removal of the store's locks with seq <= up_to_seq
+// and then deletes their lock objects, and any other lock object of the
+// store up to that seq that the table does not hold (one a failed earlier
+// release left behind).
+func (is *internalService) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	resp, err := is.release(ctx, req)
+	result := "success"
+	switch {
+	case err != nil:
+		result = "error"
+	case resp.GetNotOwner():
+		result = "not_owner"
+	}
+	is.s.requests.WithLabelValues("release", result).Inc()
+	return resp, err
+}
+
+func (is *internalService) release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	s := is.s
+	n, m, leader, ok := s.owner()
+	if !ok {
+		return &pb.ReleaseResponse{NotOwner: true, Leader: string(leader)}, nil
+	}
+	op, err := EncodeRelease(req.GetLockStoreId(), req.GetUpToSeq())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, ok, err := s.propose(ctx, n, op)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return &pb.ReleaseResponse{NotOwner: true, Leader: string(n.Leader())}, nil
+	case res.Err != nil:
+		return nil, status.Error(codes.FailedPrecondition, res.Err.Error())
+	}
+	objs, err := s.deps.Objects.List(ctx, LockPrefix)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "released %d locks; listing lock objects: %v", len(res.Released), err)
+	}
+	// The table is read after the listing: a lock object listed was
+	// written after its lock committed, so a held lock is in the table.
+	drop := slices.Clone(res.Released)
+	for _, o := range objs {
+		k, store, seq, ok := parseLockObject(o.Name)
+		if !ok || store != req.GetLockStoreId() || seq > req.GetUpToSeq() || slices.Contains(drop, o.Name) {
+			continue
+		}
+		if f := m.Get(k.String()); f != nil && slices.ContainsFunc(f.GetLocks(), func(l *pb.Lock) bool { return l.GetStoreId() == store && l.GetSeq() == seq }) {
+			continue
+		}
+		drop = append(drop, o.Name)
+	}
+	for _, name := range drop {
+		if err := s.deps.Objects.Delete(ctx, name); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "released %d locks; deleting lock object %s: %v (run the release again)", len(res.Released), name, err)
+		}
+	}
+	slices.Sort(drop)
+	return &pb.ReleaseResponse{Released: drop}, nil
+}

@@ -1,0 +1,144 @@
+package kvproto
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	kvdisagg "github.com/pingcap/kvproto/pkg/disaggregated"
+	kvtikv "github.com/pingcap/kvproto/pkg/tikvpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/test"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) { os.Exit(test.RunWithBinaries(m, &binDir)) }
+
+// s3Servers starts n chunkservers whose object store is one in-process S3
+// server over HTTP (bucket tiflash, prefix cluster1), creates copyset 1/1
+// on them (the lock copyset), and returns them with a store on the bucket
+// and a kvproto Tikv client per server.
+func s3Servers(t *testing.T, ctx context.Context, n int) ([]*test.Proc, objstore.Store, objstore.S3Config, []kvtikv.TikvClient) {
+	t.Helper()
+	s3 := objstore.S3Config{Endpoint: fakes3.Start(t, nil), Bucket: "tiflash", Prefix: "cluster1", AccessKey: "a", SecretKey: "b",
+		Region: "us-east-1", BucketLookup: "path", CreateBucket: true}
+	st, err := objstore.NewS3(ctx, s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	config := fmt.Sprintf("object_store:\n  kind: s3\n  s3:\n    endpoint: %s\n    bucket: tiflash\n    prefix: cluster1\n    access_key: a\n    secret_key: b\n    region: us-east-1\n    bucket_lookup: path\n", s3.Endpoint)
+	var procs []*test.Proc
+	var addrs []string
+	for i := range n {
+		p, err := test.NewProc(filepath.Join(binDir, "chunkserver"), filepath.Join(t.TempDir(), fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(p.DataDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p.DataDir, "chunkserver.yaml"), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.StartFirst(ctx); err != nil {
+			t.Fatal(err)
+		}
+		procs, addrs = append(procs, p), append(addrs, p.Addr)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			if err := p.Kill(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
+			if t.Failed() {
+				t.Logf("log of %s:\n%s", p.Addr, p.LogTail())
+			}
+		}
+	})
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "chunkctl"), "copyset", "create", "--pool", "1", "--copyset", "1",
+		"--peers", strings.Join(addrs, ",")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("copyset create: %v\n%s", err, out)
+	}
+	var clients []kvtikv.TikvClient
+	for _, a := range addrs {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		clients = append(clients, kvtikv.NewTikvClient(cc))
+	}
+	return procs, st, s3, clients
+}
+
+// TestKvprotoClient: upstream's generated client, unchanged, drives the
+// lock service of a one-server cluster whose object store is an S3
+// server over HTTP: GetDisaggConfig, tryAddLock's conflicts and success
+// (the lock object under upstream's name), tryMarkDelete's conflict, a
+// non-data-file key as a gRPC INTERNAL error.
+func TestKvprotoClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	_, st, s3, clients := s3Servers(t, ctx, 1)
+	c := clients[0]
+
+	cfg, err := c.GetDisaggConfig(ctx, &kvdisagg.GetDisaggConfigRequest{})
+	if s := cfg.GetS3Config(); err != nil || s.GetBucket() != "tiflash" || s.GetRoot() != "cluster1/" || s.GetEndpoint() != s3.Endpoint {
+		t.Fatalf("GetDisaggConfig: %v %v", cfg, err)
+	}
+
+	const key = "s7/data/t_42/dmf_3"
+	lock := func() *kvdisagg.S3LockResult {
+		t.Helper()
+		// The copyset has just been created: until it has a leader the
+		// answer is not_owner, and the client retries, as upstream's does.
+		for ctx.Err() == nil {
+			resp, err := c.TryAddLock(ctx, &kvdisagg.TryAddLockRequest{DataFileKey: []byte(key), LockStoreId: 8, LockSeq: 12})
+			if err != nil {
+				t.Fatalf("tryAddLock: %v", err)
+			}
+			if resp.GetResult().GetNotOwner() == nil {
+				return resp.GetResult()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatal("no owner")
+		return nil
+	}
+	if r := lock(); !strings.HasPrefix(r.GetConflict().GetReason(), "data file not exist, key="+key) {
+		t.Fatalf("lock on a missing DTFile: %v", r)
+	}
+	if err := st.Put(ctx, key+"/meta", bytes.NewReader([]byte("m")), 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := lock(); r.GetSuccess() == nil {
+		t.Fatalf("lock: %v", r)
+	}
+	if _, err := st.Stat(ctx, "lock/s7/t_42/dmf_3.lock_s8_12"); err != nil {
+		t.Fatalf("the lock object: %v", err)
+	}
+	md, err := c.TryMarkDelete(ctx, &kvdisagg.TryMarkDeleteRequest{DataFileKey: []byte(key)})
+	if err != nil || md.GetResult().GetConflict().GetReason() != "data file is locked, key="+key+" lock_by=lock/s7/t_42/dmf_3.lock_s8_12" {
+		t.Fatalf("mark a locked file: %v %v", md, err)
+	}
+	_, err = c.TryMarkDelete(ctx, &kvdisagg.TryMarkDeleteRequest{DataFileKey: []byte("s7/manifest/mf_1")})
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "not a data file key") {
+		t.Fatalf("a manifest key: %v", err)
+	}
+}
