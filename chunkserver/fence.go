@@ -112,14 +112,7 @@ func openFenceMachine(dir string, epochs *epochMap, log *slog.Logger) (*fenceMac
 
 // encodeFenceOp builds the replicated fence op raising t.
 func encodeFenceOp(t fenceTable) ([]byte, error) {
-	op := &raftpb.FenceOp{Fences: fencesPB(t)}
-	head := make([]byte, copyset.OpHeaderLen, copyset.OpHeaderLen+proto.Size(op))
-	out, err := proto.MarshalOptions{}.MarshalAppend(head, op)
-	if err != nil {
-		return nil, fmt.Errorf("encode fence op: %w", err)
-	}
-	copyset.PutOpHeader(out, kinds.Fence)
-	return out, nil
+	return copyset.EncodeOp(kinds.Fence, &raftpb.FenceOp{Fences: fencesPB(t)})
 }
 
 // fencesPB lists t in ascending file id.

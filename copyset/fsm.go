@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"log/slog"
 	"sync"
@@ -29,6 +30,18 @@ const OpHeaderLen = 2
 func PutOpHeader(buf []byte, kind Kind) {
 	buf[0] = opVersion
 	buf[1] = byte(kind)
+}
+
+// EncodeOp returns msg marshalled behind the op header of kind, in one
+// buffer: the replicated op of a machine whose ops are protobuf messages.
+func EncodeOp(kind Kind, msg proto.Message) ([]byte, error) {
+	head := make([]byte, OpHeaderLen, OpHeaderLen+proto.Size(msg))
+	out, err := proto.MarshalOptions{}.MarshalAppend(head, msg)
+	if err != nil {
+		return nil, fmt.Errorf("encode op of kind %d: %w", kind, err)
+	}
+	PutOpHeader(out, kind)
+	return out, nil
 }
 
 // DecodeOp splits an op into its kind and payload.

@@ -2,12 +2,10 @@ package disagg
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // The table's bounds: admission (the service, before proposing) and Apply
@@ -61,13 +59,7 @@ func encodeOp(op *pb.Op) ([]byte, error) {
 	if err := validateOp(op); err != nil {
 		return nil, err
 	}
-	head := make([]byte, copyset.OpHeaderLen, copyset.OpHeaderLen+proto.Size(op))
-	out, err := proto.MarshalOptions{}.MarshalAppend(head, op)
-	if err != nil {
-		return nil, fmt.Errorf("encode disagg op: %w", err)
-	}
-	copyset.PutOpHeader(out, kinds.Disagg)
-	return out, nil
+	return copyset.EncodeOp(kinds.Disagg, op)
 }
 
 // validateOp is the admission check of every op: keys are data file keys

@@ -64,17 +64,7 @@ func openMachine(dir string, log *slog.Logger, hold *copyset.LogHold) (*Machine,
 	if err != nil {
 		return nil, fmt.Errorf("sync state: %w", err)
 	}
-	best := &pb.State{}
-	bad := statefile.EachLine(b, func(line []byte) bool {
-		st := &pb.State{}
-		if protojson.Unmarshal(line, st) != nil {
-			return false
-		}
-		if st.GetApplied() >= best.GetApplied() {
-			best = st
-		}
-		return true
-	})
+	best, bad := statefile.Newest(b, func() *pb.State { return &pb.State{} })
 	if bad > 0 {
 		log.Warn("sync state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
 	}

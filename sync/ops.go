@@ -2,12 +2,10 @@ package sync
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
-	"google.golang.org/protobuf/proto"
 )
 
 // Why an op was refused when it applied (Result.Err wraps one of them),
@@ -99,13 +97,7 @@ func encodeOp(op *pb.Op) ([]byte, error) {
 	if err := validateOp(op); err != nil {
 		return nil, err
 	}
-	head := make([]byte, copyset.OpHeaderLen, copyset.OpHeaderLen+proto.Size(op))
-	out, err := proto.MarshalOptions{}.MarshalAppend(head, op)
-	if err != nil {
-		return nil, fmt.Errorf("encode sync op: %w", err)
-	}
-	copyset.PutOpHeader(out, kinds.Sync)
-	return out, nil
+	return copyset.EncodeOp(kinds.Sync, op)
 }
 
 // validateOp runs the admission check of op's kind.

@@ -8,6 +8,9 @@ import (
 	"os"
 	"sync"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chunkraft/chunkraft/internal/atomicfile"
 )
 
@@ -56,6 +59,29 @@ func EachLine(b []byte, valid func(line []byte) bool) int {
 		}
 	}
 	return bad
+}
+
+// Newest decodes every line of b (EachLine) as protojson into a fresh()
+// message and returns the one with the highest applied index, the last of
+// equals (fresh() itself when none decodes), and how many lines it
+// refused: the load of a state machine that appends its whole state,
+// stamped with its applied index, as one line per change.
+func Newest[T interface {
+	proto.Message
+	GetApplied() uint64
+}](b []byte, fresh func() T) (T, int) {
+	best := fresh()
+	bad := EachLine(b, func(line []byte) bool {
+		st := fresh()
+		if protojson.Unmarshal(line, st) != nil {
+			return false
+		}
+		if st.GetApplied() >= best.GetApplied() {
+			best = st
+		}
+		return true
+	})
+	return best, bad
 }
 
 // Path returns the file's path.
