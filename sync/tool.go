@@ -524,9 +524,15 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 		st = &manifestState{m: m}
 	}
 	m := proto.CloneOf(st.m)
+	if pkt.Start.Phase == exportfmt.PhaseStart {
+		// Every export begins at the very start: what the manifest held
+		// is an earlier export's to the same place.
+		m = exportfmt.NewManifest(pool, cs)
+	}
 	if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
 		// The manifest lags the packets (written by a SyncTool that
-		// stopped before its next write): catch it up from them.
+		// stopped before its next write), or is an earlier export's:
+		// catch it up from the packets.
 		if m, err = catchUp(ctx, d, proto.CloneOf(st.m), pool, cs, name, pkt); err != nil {
 			return fmt.Errorf("manifest %s: %w", mname, err)
 		}
@@ -567,9 +573,11 @@ func loadManifest(ctx context.Context, d dest.Dest, pool, cs uint32) (*syncpb.Ma
 }
 
 // catchUp appends to m the packets of the copyset that follow its last
-// entry on d, up to and including pkt (just written as name). A packet
-// that does not continue the chain (another task's export in the same
-// place) starts the manifest over from it.
+// entry on d, up to and including pkt (just written as name). When m does
+// not lead to pkt that way (an earlier export's manifest, its last packet
+// named after pkt's), the manifest is rebuilt by following the chain of
+// points from the export's start packet to pkt (chainTo); a packet that
+// does not continue the chain starts the manifest over from it.
 func catchUp(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint32, name string, pkt *exportfmt.Packet) (*syncpb.Manifest, error) {
 	objs, err := d.List(ctx, exportfmt.CopysetPrefix(pool, cs))
 	if err != nil {
@@ -579,17 +587,16 @@ func catchUp(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint
 	if n := len(m.GetPackets()); n > 0 {
 		last = m.GetPackets()[n-1].GetName()
 	}
+	if last >= name {
+		return chainTo(ctx, d, objs, pool, cs, name, pkt)
+	}
 	for _, o := range objs {
 		if o.Name <= last || o.Name >= name || !strings.HasSuffix(o.Name, ".pkt") {
 			continue
 		}
-		b, err := d.Get(ctx, o.Name)
+		p, err := readPacket(ctx, d, o.Name)
 		if err != nil {
-			return nil, fmt.Errorf("read packet %s: %w", o.Name, err)
-		}
-		p, err := exportfmt.Decode(b)
-		if err != nil {
-			return nil, fmt.Errorf("packet %s: %w", o.Name, err)
+			return nil, err
 		}
 		if exportfmt.Append(m, p.Entry(o.Name)) != nil {
 			m = exportfmt.NewManifest(pool, cs)
@@ -605,6 +612,55 @@ func catchUp(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint
 		}
 	}
 	return m, nil
+}
+
+// chainTo builds the manifest of the chain that leads from the copyset's
+// start packet to pkt (name), each packet the one named by the point the
+// one before ends at; without such a chain on d, a manifest of pkt alone.
+func chainTo(ctx context.Context, d dest.Dest, objs []objstore.ObjectInfo, pool, cs uint32, name string, pkt *exportfmt.Packet) (*syncpb.Manifest, error) {
+	have := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		have[o.Name] = true
+	}
+	m := exportfmt.NewManifest(pool, cs)
+	cur := exportfmt.PacketName(pool, cs, exportfmt.StartPoint())
+	for range len(objs) + 1 {
+		if cur == name {
+			if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+				return nil, err
+			}
+			return m, nil
+		}
+		if !have[cur] {
+			break
+		}
+		p, err := readPacket(ctx, d, cur)
+		if err != nil {
+			return nil, err
+		}
+		if err := exportfmt.Append(m, p.Entry(cur)); err != nil || p.Next.Compare(p.Start) == 0 {
+			break
+		}
+		cur = exportfmt.PacketName(pool, cs, p.Next)
+	}
+	m = exportfmt.NewManifest(pool, cs)
+	if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// readPacket reads and checks packet name of d.
+func readPacket(ctx context.Context, d dest.Dest, name string) (*exportfmt.Packet, error) {
+	b, err := d.Get(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("read packet %s: %w", name, err)
+	}
+	p, err := exportfmt.Verify(b)
+	if err != nil {
+		return nil, fmt.Errorf("packet %s: %w", name, err)
+	}
+	return p, nil
 }
 
 // flush writes every manifest with entries not written yet.

@@ -152,8 +152,10 @@ type rebuilder struct {
 	ops      uint64
 }
 
-// DefaultMaxWrite bounds the data of one WriteChunk a rebuild sends.
-const DefaultMaxWrite = 4 << 20
+// DefaultMaxWrite bounds the data of one WriteChunk a rebuild sends: 1 MiB
+// writes restored a 1 GiB export of 16 copysets a little faster than 4 MiB
+// ones here (39.2 and 47.1 MB/s against 35.3 and 45.1, alternating).
+const DefaultMaxWrite = 1 << 20
 
 // Rebuild makes chunk c on an empty target exactly im (see
 // docs/sync-format.md, Restore), through ChunkService ops only. With base
