@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	gosync "sync"
 	"time"
 
@@ -529,10 +528,11 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 		// is an earlier export's to the same place.
 		m = exportfmt.NewManifest(pool, cs)
 	}
-	if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
+	if (len(m.GetPackets()) == 0 && pkt.Start.Phase != exportfmt.PhaseStart) || exportfmt.Append(m, pkt.Entry(name)) != nil {
 		// The manifest lags the packets (written by a SyncTool that
 		// stopped before its next write), or is an earlier export's:
 		// catch it up from the packets.
+		var err error
 		if m, err = catchUp(ctx, d, proto.CloneOf(st.m), pool, cs, name, pkt); err != nil {
 			return fmt.Errorf("manifest %s: %w", mname, err)
 		}
@@ -572,76 +572,27 @@ func loadManifest(ctx context.Context, d dest.Dest, pool, cs uint32) (*syncpb.Ma
 	return m, nil
 }
 
-// catchUp appends to m the packets of the copyset that follow its last
-// entry on d, up to and including pkt (just written as name). When m does
-// not lead to pkt that way (an earlier export's manifest, its last packet
-// named after pkt's), the manifest is rebuilt by following the chain of
-// points from the export's start packet to pkt (chainTo); a packet that
-// does not continue the chain starts the manifest over from it.
+// catchUp returns m (the copyset's manifest as this SyncTool had it or
+// found it on d) caught up to pkt (just written as name): the packets
+// that follow m's last entry on d, found by following the chain of points
+// (each packet is named by its start point, so the next one is named by
+// the point the one before ends at), then pkt. When m does not lead to
+// pkt that way — it is empty (the manifest not written yet when another
+// SyncTool took over), or an earlier export's to the same place — the
+// manifest is rebuilt along the chain from the export's start packet; a
+// manifest of pkt alone if even that chain is broken.
 func catchUp(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint32, name string, pkt *exportfmt.Packet) (*syncpb.Manifest, error) {
-	objs, err := d.List(ctx, exportfmt.CopysetPrefix(pool, cs))
-	if err != nil {
-		return nil, fmt.Errorf("list packets: %w", err)
-	}
-	last := ""
-	if n := len(m.GetPackets()); n > 0 {
-		last = m.GetPackets()[n-1].GetName()
-	}
-	if last >= name {
-		return chainTo(ctx, d, objs, pool, cs, name, pkt)
-	}
-	for _, o := range objs {
-		if o.Name <= last || o.Name >= name || !strings.HasSuffix(o.Name, ".pkt") {
-			continue
-		}
-		p, err := readPacket(ctx, d, o.Name)
-		if err != nil {
-			return nil, err
-		}
-		if exportfmt.Append(m, p.Entry(o.Name)) != nil {
-			m = exportfmt.NewManifest(pool, cs)
-			if err := exportfmt.Append(m, p.Entry(o.Name)); err != nil {
-				return nil, err
+	if n := len(m.GetPackets()); n > 0 && m.GetPackets()[n-1].GetName() < name {
+		next, err := exportfmt.ParsePoint(m.GetPackets()[n-1].GetNextPoint())
+		if err == nil {
+			if got, ok, err := chainFrom(ctx, d, proto.CloneOf(m), pool, cs, next, name, pkt); err != nil || ok {
+				return got, err
 			}
 		}
 	}
-	if exportfmt.Append(m, pkt.Entry(name)) != nil {
-		m = exportfmt.NewManifest(pool, cs)
-		if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-// chainTo builds the manifest of the chain that leads from the copyset's
-// start packet to pkt (name), each packet the one named by the point the
-// one before ends at; without such a chain on d, a manifest of pkt alone.
-func chainTo(ctx context.Context, d dest.Dest, objs []objstore.ObjectInfo, pool, cs uint32, name string, pkt *exportfmt.Packet) (*syncpb.Manifest, error) {
-	have := make(map[string]bool, len(objs))
-	for _, o := range objs {
-		have[o.Name] = true
-	}
-	m := exportfmt.NewManifest(pool, cs)
-	cur := exportfmt.PacketName(pool, cs, exportfmt.StartPoint())
-	for range len(objs) + 1 {
-		if cur == name {
-			if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
-				return nil, err
-			}
-			return m, nil
-		}
-		if !have[cur] {
-			break
-		}
-		p, err := readPacket(ctx, d, cur)
-		if err != nil {
-			return nil, err
-		}
-		if err := exportfmt.Append(m, p.Entry(cur)); err != nil || p.Next.Compare(p.Start) == 0 {
-			break
-		}
-		cur = exportfmt.PacketName(pool, cs, p.Next)
+	got, ok, err := chainFrom(ctx, d, exportfmt.NewManifest(pool, cs), pool, cs, exportfmt.StartPoint(), name, pkt)
+	if err != nil || ok {
+		return got, err
 	}
 	m = exportfmt.NewManifest(pool, cs)
 	if err := exportfmt.Append(m, pkt.Entry(name)); err != nil {
@@ -649,6 +600,36 @@ func chainTo(ctx context.Context, d dest.Dest, objs []objstore.ObjectInfo, pool,
 	}
 	return m, nil
 }
+
+// chainFrom appends to m the packets of d from the one named by point at
+// on, each the one named by where the one before ends, until pkt (name);
+// false if the chain breaks before it.
+func chainFrom(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint32, at exportfmt.Point, name string, pkt *exportfmt.Packet) (*syncpb.Manifest, bool, error) {
+	for range maxCatchUp {
+		cur := exportfmt.PacketName(pool, cs, at)
+		if cur == name {
+			return m, exportfmt.Append(m, pkt.Entry(name)) == nil, nil
+		}
+		if cur > name {
+			return nil, false, nil
+		}
+		p, err := readPacket(ctx, d, cur)
+		if errors.Is(err, objstore.ErrNotExist) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if exportfmt.Append(m, p.Entry(cur)) != nil || p.Next.Compare(p.Start) == 0 {
+			return nil, false, nil
+		}
+		at = p.Next
+	}
+	return nil, false, nil
+}
+
+// maxCatchUp bounds the packets one catch-up reads.
+const maxCatchUp = 1 << 20
 
 // readPacket reads and checks packet name of d.
 func readPacket(ctx context.Context, d dest.Dest, name string) (*exportfmt.Packet, error) {

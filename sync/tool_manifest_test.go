@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -63,10 +64,13 @@ func manifestNames(t *testing.T, c *destCache, u dest.URL) []string {
 // TestManifestOfASecondExport: a second export to the place an earlier
 // one went (the task deleted and created again) gets a manifest of its own
 // packets only, whether the SyncTool that writes it remembers the earlier
-// manifest or finds it on the dest after taking over mid-export.
+// manifest or finds it (or none, the earlier export's files removed, its
+// own not written yet) on the dest after taking over mid-export.
 func TestManifestOfASecondExport(t *testing.T) {
-	for _, takeover := range []bool{false, true} {
-		u, err := dest.Parse("file://" + filepath.Join(t.TempDir(), "export"))
+	for _, tc := range []struct{ takeover, removed bool }{{false, false}, {true, false}, {true, true}} {
+		takeover := tc.takeover
+		dir := filepath.Join(t.TempDir(), "export")
+		u, err := dest.Parse("file://" + dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,6 +78,11 @@ func TestManifestOfASecondExport(t *testing.T) {
 		defer c.close()
 		putChain(t, c, u, []exportfmt.Point{exportfmt.StartPoint(), exportfmt.SnapshotPoint(1, 0), exportfmt.BinlogPoint(10), exportfmt.BinlogPoint(12)}, nil)
 
+		if tc.removed { // the first export's files removed before the second
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var fresh func(i int) *destCache
 		if takeover {
 			fresh = func(i int) *destCache {
@@ -87,7 +96,7 @@ func TestManifestOfASecondExport(t *testing.T) {
 		}
 		want := putChain(t, c, u, []exportfmt.Point{exportfmt.StartPoint(), exportfmt.SnapshotPoint(2, 0), exportfmt.BinlogPoint(20), exportfmt.BinlogPoint(21)}, fresh)
 		if got := manifestNames(t, newDestCache(objstore.Config{}), u); !slices.Equal(got, want) {
-			t.Errorf("takeover %v: the second export's manifest lists %v, want %v", takeover, got, want)
+			t.Errorf("%+v: the second export's manifest lists %v, want %v", tc, got, want)
 		}
 	}
 }

@@ -164,6 +164,13 @@ func (l *Local) Put(ctx context.Context, name string, r io.Reader, size int64) e
 
 func (l *Local) put(ctx context.Context, name string, r io.Reader, size int64) (err error) {
 	f, err := os.CreateTemp(l.tmp, "put-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		// The store's directory was removed under it (an operator cleared
+		// an export's place): make it again rather than fail every put.
+		if err = os.MkdirAll(l.tmp, 0o755); err == nil {
+			f, err = os.CreateTemp(l.tmp, "put-*")
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -164,5 +165,28 @@ func TestLocalMaxLengthName(t *testing.T) {
 	mustPut(t, ctx, l, name, []byte("x"))
 	if got := mustRead(t, ctx, l, name, 0, 1); string(got) != "x" {
 		t.Errorf("read = %q", got)
+	}
+}
+
+// TestLocalPutAfterRootRemoved: a put after the store's directory was
+// removed under it (an export's place cleared) makes it again.
+func TestLocalPutAfterRootRemoved(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	l, err := NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := l.Put(ctx, "a/x", strings.NewReader("1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Put(ctx, "a/y", bytes.NewReader([]byte("22")), 2); err != nil {
+		t.Fatalf("put after the root was removed: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "a", "y")); err != nil || string(b) != "22" {
+		t.Fatalf("a/y: %q %v", b, err)
 	}
 }
