@@ -152,6 +152,20 @@ func (s *Service) proposeEach(ctx context.Context, css []*clusterpb.Copyset, op 
 	return out
 }
 
+// removeEach proposes op, a removal (DeleteTask, DeleteAll), on every
+// copyset of css at once and returns the sub-tasks removed and, per
+// copyset that did not answer success, why.
+func (s *Service) removeEach(ctx context.Context, css []*clusterpb.Copyset, op *pb.Op) (removed int, failed []string) {
+	for i, resp := range s.proposeEach(ctx, css, func(*clusterpb.Copyset) *pb.Op { return op }) {
+		if resp.GetCode() != 0 {
+			failed = append(failed, fmt.Sprintf("copyset %d/%d: %s", css[i].GetPool(), css[i].GetCopyset(), resp.GetMsg()))
+			continue
+		}
+		removed += int(resp.GetRemoved())
+	}
+	return removed, failed
+}
+
 // proposeParallel bounds the proposals of one proposeEach in flight.
 const proposeParallel = 16
 

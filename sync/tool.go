@@ -200,14 +200,7 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 		// may be what ran out.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		var left []string
-		for j, r := range s.proposeEach(uctx, css, func(*clusterpb.Copyset) *pb.Op {
-			return &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}}
-		}) {
-			if r.GetCode() != 0 {
-				left = append(left, fmt.Sprintf("copyset %d/%d: %s", pool, css[j].GetCopyset(), r.GetMsg()))
-			}
-		}
+		_, left := s.removeEach(uctx, css, &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
 		undo := "nothing was created"
 		if len(left) > 0 {
 			undo = fmt.Sprintf("sub-tasks may be left on %v: remove them with DeleteSyncTask", left)
@@ -241,16 +234,7 @@ func (t *toolService) DeleteSyncTask(ctx context.Context, req *dspb.DeleteSyncTa
 	if err != nil {
 		return general(-1, "delete sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
-	removed, errs := 0, []string{}
-	for i, resp := range s.proposeEach(ctx, css, func(*clusterpb.Copyset) *pb.Op {
-		return &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}}
-	}) {
-		if resp.GetCode() != 0 {
-			errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", pool, css[i].GetCopyset(), resp.GetMsg()))
-			continue
-		}
-		removed += int(resp.GetRemoved())
-	}
+	removed, errs := s.removeEach(ctx, css, &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
 	switch {
 	case len(errs) > 0:
 		return general(-1, "delete sync task %s/%s: removed %d sub-tasks; failed on %v", req.GetDb(), req.GetName(), removed, errs), nil
@@ -270,16 +254,7 @@ func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusReques
 		return &dspb.TaskStatusResponse{Response: general(-1, "task status: %v", err)}, nil
 	}
 	if req.GetClearAll() {
-		removed, errs := 0, []string{}
-		for i, resp := range s.proposeEach(ctx, css, func(*clusterpb.Copyset) *pb.Op {
-			return &pb.Op{Op: &pb.Op_DeleteAll{DeleteAll: &pb.DeleteAll{}}}
-		}) {
-			if resp.GetCode() != 0 {
-				errs = append(errs, fmt.Sprintf("copyset %d/%d: %s", css[i].GetPool(), css[i].GetCopyset(), resp.GetMsg()))
-				continue
-			}
-			removed += int(resp.GetRemoved())
-		}
+		removed, errs := s.removeEach(ctx, css, &pb.Op{Op: &pb.Op_DeleteAll{DeleteAll: &pb.DeleteAll{}}})
 		if len(errs) > 0 {
 			return &dspb.TaskStatusResponse{Response: general(-1, "clear all: removed %d sub-tasks; failed on %v", removed, errs)}, nil
 		}
@@ -514,26 +489,26 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 	c.mu.Lock()
 	st := c.manifests[key]
 	c.mu.Unlock()
-	mname := exportfmt.ManifestName(pool, cs)
 	if st == nil {
-		m, err := loadManifest(ctx, d, pool, cs)
-		if err != nil {
-			return err
-		}
-		st = &manifestState{m: m}
+		st = &manifestState{}
 	}
-	m := proto.CloneOf(st.m)
-	if pkt.Start.Phase == exportfmt.PhaseStart {
-		// Every export begins at the very start: what the manifest held
-		// is an earlier export's to the same place.
-		m = exportfmt.NewManifest(pool, cs)
+	mname := exportfmt.ManifestName(pool, cs)
+	// Every export begins at the very start: a manifest held here or on
+	// the dest is then an earlier export's to the same place.
+	m := exportfmt.NewManifest(pool, cs)
+	if pkt.Start.Phase != exportfmt.PhaseStart {
+		if st.m == nil {
+			if st.m, err = loadManifest(ctx, d, pool, cs); err != nil {
+				return err
+			}
+		}
+		m = proto.CloneOf(st.m) // flush reads st.m under c.mu
 	}
 	if (len(m.GetPackets()) == 0 && pkt.Start.Phase != exportfmt.PhaseStart) || exportfmt.Append(m, pkt.Entry(name)) != nil {
 		// The manifest lags the packets (written by a SyncTool that
 		// stopped before its next write), or is an earlier export's:
-		// catch it up from the packets.
-		var err error
-		if m, err = catchUp(ctx, d, proto.CloneOf(st.m), pool, cs, name, pkt); err != nil {
+		// catch it up from the packets. (A refused Append left m as it was.)
+		if m, err = catchUp(ctx, d, m, pool, cs, name, pkt); err != nil {
 			return fmt.Errorf("manifest %s: %w", mname, err)
 		}
 	}
@@ -585,7 +560,7 @@ func catchUp(ctx context.Context, d dest.Dest, m *syncpb.Manifest, pool, cs uint
 	if n := len(m.GetPackets()); n > 0 && m.GetPackets()[n-1].GetName() < name {
 		next, err := exportfmt.ParsePoint(m.GetPackets()[n-1].GetNextPoint())
 		if err == nil {
-			if got, ok, err := chainFrom(ctx, d, proto.CloneOf(m), pool, cs, next, name, pkt); err != nil || ok {
+			if got, ok, err := chainFrom(ctx, d, m, pool, cs, next, name, pkt); err != nil || ok {
 				return got, err
 			}
 		}

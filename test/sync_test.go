@@ -635,8 +635,11 @@ func TestSyncFullExportUnderWrites(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "export")
+	blocked := func(cs cli.CopysetID) string { // where the second packet of cs goes
+		return filepath.Join(dir, exportfmt.PacketName(1, cs.Copyset, exportfmt.SnapshotPoint(2, 0)))
+	}
 	for _, cs := range copysets {
-		block := filepath.Join(dir, exportfmt.PacketName(1, cs.Copyset, exportfmt.SnapshotPoint(2, 0)))
+		block := blocked(cs)
 		if err := os.MkdirAll(block, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -676,7 +679,7 @@ func TestSyncFullExportUnderWrites(t *testing.T) {
 		}
 	}
 	for _, cs := range copysets {
-		if err := os.RemoveAll(filepath.Join(dir, exportfmt.PacketName(1, cs.Copyset, exportfmt.SnapshotPoint(2, 0)))); err != nil {
+		if err := os.RemoveAll(blocked(cs)); err != nil {
 			t.Fatal(err)
 		}
 	}
