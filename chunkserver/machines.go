@@ -5,6 +5,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	syncsvc "github.com/chunkraft/chunkraft/sync"
@@ -33,7 +34,7 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 				return openFenceMachine(env.DataDir, epochs, env.Logger)
 			}},
 		syncsvc.Spec(),
-		s.disagg.Spec(),
+		disagg.Spec(),
 	}
 }
 

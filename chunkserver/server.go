@@ -138,7 +138,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := s.openChunkResources(cfg, &layout); err != nil {
 		return nil, err
 	}
-	s.disagg = disagg.New(disagg.Deps{Local: local, Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log})
+	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))

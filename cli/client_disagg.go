@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc"
 
@@ -48,7 +47,7 @@ func (c *Client) onOwner(parent context.Context, call rpcCall) error {
 			case err == nil:
 				return nil
 			case errors.As(err, &no):
-				if l := strings.TrimSuffix(no.leader, ":0"); l != "" && l != addr {
+				if l, err := PeerAddr(no.leader); err == nil && l != addr {
 					next = l
 				}
 			case !retryable(err):
@@ -162,8 +161,5 @@ func (c *Client) DisaggConfig(ctx context.Context) (*dpb.DisaggS3Config, error) 
 		out = resp.GetS3Config()
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, err
 }

@@ -54,6 +54,45 @@ func admit(st *pb.State, newFile, newLock bool) error {
 	return nil
 }
 
+// markedReason and lockedReason are upstream's conflict reasons, the
+// owner's precheck's and Apply's alike.
+func markedReason(key, delMark string) string {
+	return fmt.Sprintf("data file is mark deleted, key=%s delmark=%s", key, delMark)
+}
+
+func lockedReason(key, lockBy string) string {
+	return fmt.Sprintf("data file is locked, key=%s lock_by=%s", key, lockBy)
+}
+
+// findLock finds lock (store, seq) in locks (ascending): its place, and
+// whether it is there.
+func findLock(locks []*pb.Lock, store, seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(locks, [2]uint64{store, seq}, func(l *pb.Lock, k [2]uint64) int {
+		return cmp.Or(cmp.Compare(l.GetStoreId(), k[0]), cmp.Compare(l.GetSeq(), k[1]))
+	})
+}
+
+// admitLock is the bound check of lock (store, seq) on key: none for a
+// lock already held (a retry changes nothing), else the table's bounds
+// and the file's. The service's admission and Apply both run it.
+func admitLock(st *pb.State, key string, store, seq uint64) error {
+	i, found := findFile(st, key)
+	var locks []*pb.Lock
+	if found {
+		locks = st.Files[i].Locks
+	}
+	if _, held := findLock(locks, store, seq); held {
+		return nil
+	}
+	if err := admit(st, !found, true); err != nil {
+		return err
+	}
+	if len(locks) >= MaxLocksPerFile {
+		return fmt.Errorf("%w: %s has %d locks (at most %d)", ErrFull, key, len(locks), MaxLocksPerFile)
+	}
+	return nil
+}
+
 // applyAddLock is upstream tryAddLock's decision: a delete-marked file
 // is a conflict; the same lock again is a success that changes nothing
 // (a client's retry after a lost answer); else the lock is added.
@@ -64,20 +103,15 @@ func applyAddLock(st *pb.State, index uint64, op *pb.AddLock) (Result, bool) {
 	if found {
 		f = st.Files[i]
 		if f.GetDeleted() {
-			return Result{Conflict: fmt.Sprintf("data file is mark deleted, key=%s delmark=%s", op.GetKey(), k.DelMarkKey())}, false
+			return Result{Conflict: markedReason(op.GetKey(), k.DelMarkKey())}, false
 		}
 	}
-	j, held := slices.BinarySearchFunc(f.GetLocks(), op, func(l *pb.Lock, o *pb.AddLock) int {
-		return cmp.Or(cmp.Compare(l.GetStoreId(), o.GetLockStoreId()), cmp.Compare(l.GetSeq(), o.GetLockSeq()))
-	})
+	j, held := findLock(f.GetLocks(), op.GetLockStoreId(), op.GetLockSeq())
 	if held {
 		return Result{}, false
 	}
-	if err := admit(st, !found, true); err != nil {
+	if err := admitLock(st, op.GetKey(), op.GetLockStoreId(), op.GetLockSeq()); err != nil {
 		return Result{Err: err}, false
-	}
-	if found && len(f.Locks) >= MaxLocksPerFile {
-		return Result{Err: fmt.Errorf("%w: %s has %d locks (at most %d)", ErrFull, op.GetKey(), len(f.Locks), MaxLocksPerFile)}, false
 	}
 	if !found {
 		f = &pb.DataFile{Key: op.GetKey()}
@@ -97,7 +131,7 @@ func applyMarkDelete(st *pb.State, index uint64, op *pb.MarkDelete) (Result, boo
 		f := st.Files[i]
 		if len(f.Locks) > 0 {
 			l := f.Locks[0]
-			return Result{Conflict: fmt.Sprintf("data file is locked, key=%s lock_by=%s", op.GetKey(), k.LockKey(l.GetStoreId(), l.GetSeq()))}, false
+			return Result{Conflict: lockedReason(op.GetKey(), k.LockKey(l.GetStoreId(), l.GetSeq()))}, false
 		}
 		if f.GetDeleted() {
 			return Result{}, false

@@ -88,3 +88,22 @@ func TestBounds(t *testing.T) {
 		}
 	}
 }
+
+// A lock already held is admitted on a full file, by the service's
+// admission as by Apply: its retry is the idempotent success the client
+// relies on after a lost answer.
+func TestHeldLockAdmittedWhenFull(t *testing.T) {
+	st := &pb.State{}
+	for i := range MaxLocksPerFile {
+		applyOp(st, uint64(i+1), addLock("s1/data/dat_1_0", 1, uint64(i)))
+	}
+	if err := admitLock(st, "s1/data/dat_1_0", 1, 3); err != nil {
+		t.Fatalf("admission of a held lock on a full file: %v", err)
+	}
+	if err := admitLock(st, "s1/data/dat_1_0", 1, 1000); !errors.Is(err, ErrFull) {
+		t.Fatalf("admission of a new lock on a full file: %v", err)
+	}
+	if res, changed := applyOp(st, 1000, addLock("s1/data/dat_1_0", 1, 3)); res.Err != nil || res.Conflict != "" || changed {
+		t.Fatalf("apply of a held lock on a full file: %+v %v", res, changed)
+	}
+}

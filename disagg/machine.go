@@ -134,27 +134,32 @@ func (m *Machine) List(prefix string) ([]*pb.DataFile, uint64) {
 	return out, m.st.GetApplied()
 }
 
-// Get returns a copy of key's entry, or nil.
-func (m *Machine) Get(key string) *pb.DataFile {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if i, ok := findFile(m.st, key); ok {
-		return proto.CloneOf(m.st.Files[i])
-	}
-	return nil
-}
-
-// admit runs the bound check of an op adding key's entry or a lock on it
-// against the current table (the service's admission; Apply checks
-// again).
-func (m *Machine) admit(key string, lock bool) error {
+// holds says whether the table holds lock (store, seq) on key.
+func (m *Machine) holds(key string, store, seq uint64) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	i, found := findFile(m.st, key)
-	if lock && found && len(m.st.Files[i].Locks) >= MaxLocksPerFile {
-		return fmt.Errorf("%w: %s has %d locks (at most %d)", ErrFull, key, len(m.st.Files[i].Locks), MaxLocksPerFile)
+	if !found {
+		return false
 	}
-	return admit(m.st, !found, lock)
+	_, held := findLock(m.st.Files[i].Locks, store, seq)
+	return held
+}
+
+// admitLock runs the bound check of lock (store, seq) on key against the
+// current table (the service's admission; Apply checks again).
+func (m *Machine) admitLock(key string, store, seq uint64) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return admitLock(m.st, key, store, seq)
+}
+
+// admitMark runs the bound check of a delete mark on key (a new entry).
+func (m *Machine) admitMark(key string) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, found := findFile(m.st, key)
+	return admit(m.st, !found, false)
 }
 
 // MachineOf returns the disagg machine of n.

@@ -38,22 +38,6 @@ type Result struct {
 	Err error
 }
 
-// EncodeAddLock returns the replicated op locking key for (store, seq).
-func EncodeAddLock(key string, store, seq uint64) ([]byte, error) {
-	return encodeOp(&pb.Op{Op: &pb.Op_AddLock{AddLock: &pb.AddLock{Key: key, LockStoreId: store, LockSeq: seq}}})
-}
-
-// EncodeMarkDelete returns the replicated op marking key deleted.
-func EncodeMarkDelete(key string) ([]byte, error) {
-	return encodeOp(&pb.Op{Op: &pb.Op_MarkDelete{MarkDelete: &pb.MarkDelete{Key: key}}})
-}
-
-// EncodeRelease returns the replicated op removing store's locks with
-// seq <= upTo.
-func EncodeRelease(store, upTo uint64) ([]byte, error) {
-	return encodeOp(&pb.Op{Op: &pb.Op_Release{Release: &pb.Release{LockStoreId: store, UpToSeq: upTo}}})
-}
-
 // encodeOp validates op and returns the op header (kinds.Disagg) and op.
 func encodeOp(op *pb.Op) ([]byte, error) {
 	if err := validateOp(op); err != nil {

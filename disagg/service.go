@@ -48,8 +48,6 @@ func (c Config) Validate() error {
 
 // Deps is what the disagg service needs of the process.
 type Deps struct {
-	// Local is this server's peer id.
-	Local copyset.PeerID
 	// Config is the service's configuration (validated).
 	Config Config
 	// Objects is the server's object store: data files are checked and
@@ -61,8 +59,9 @@ type Deps struct {
 	Logger *slog.Logger
 }
 
-// Service is the disagg service of one server: the machine's spec, the
-// lock service and GetDisaggConfig on tikvpb.Tikv, and DisaggInternal.
+// Service is the disagg service of one server: the lock service and
+// GetDisaggConfig on tikvpb.Tikv, and DisaggInternal (the machine's spec
+// is the package's Spec).
 type Service struct {
 	deps     Deps
 	log      *slog.Logger
@@ -76,9 +75,6 @@ func New(deps Deps) *Service {
 	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
 	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
 }
-
-// Spec is the disagg machine's spec.
-func (s *Service) Spec() copyset.MachineSpec { return Spec() }
 
 // Attach gives the service the copyset manager.
 func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
@@ -108,9 +104,13 @@ func (s *Service) owner() (*copyset.Node, *Machine, copyset.PeerID, bool) {
 // the outcome is not a decision this server can report: not the leader
 // any more, leadership lost or the commit not confirmed (the client
 // retries on the owner, and a retry is idempotent). err is the caller's
-// cancellation.
-func (s *Service) propose(ctx context.Context, n *copyset.Node, op []byte) (res Result, ok bool, err error) {
-	_, v, err := n.Propose(ctx, op)
+// cancellation, or InvalidArgument for an op admission refuses.
+func (s *Service) propose(ctx context.Context, n *copyset.Node, op *pb.Op) (res Result, ok bool, err error) {
+	b, err := encodeOp(op)
+	if err != nil {
+		return Result{}, false, status.Error(codes.InvalidArgument, err.Error())
+	}
+	_, v, err := n.Propose(ctx, b)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, false, status.FromContextError(ctx.Err()).Err()
@@ -186,32 +186,31 @@ func (s *Service) TryAddLock(ctx context.Context, key []byte, lockStore, lockSeq
 	if !ok {
 		return notOwner(), nil
 	}
-	if err := m.admit(k.String(), true); err != nil {
+	if err := m.admitLock(k.String(), lockStore, lockSeq); err != nil {
 		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	}
-	if ok, err := s.exists(ctx, k.ExistsObject()); err != nil || !ok {
-		if err != nil {
-			return nil, err
-		}
+	exists, err := s.exists(ctx, k.ExistsObject())
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
 		return conflict(fmt.Sprintf("data file not exist, key=%s", k)), nil
 	}
-	if ok, err := s.exists(ctx, k.DelMarkKey()); err != nil || ok {
-		if err != nil {
-			return nil, err
-		}
-		return conflict(fmt.Sprintf("data file is mark deleted, key=%s delmark=%s", k, k.DelMarkKey())), nil
+	marked, err := s.exists(ctx, k.DelMarkKey())
+	if err != nil {
+		return nil, err
 	}
-	op, err := EncodeAddLock(k.String(), lockStore, lockSeq)
-	return s.decide(ctx, n, op, err, k.LockKey(lockStore, lockSeq), "the lock")
+	if marked {
+		return conflict(markedReason(k.String(), k.DelMarkKey())), nil
+	}
+	op := &pb.Op{Op: &pb.Op_AddLock{AddLock: &pb.AddLock{Key: k.String(), LockStoreId: lockStore, LockSeq: lockSeq}}}
+	return s.decide(ctx, n, op, k.LockKey(lockStore, lockSeq), "the lock")
 }
 
-// decide commits op (encoded with encErr) through n and answers: the
-// conflict Apply found, not_owner when the commit is not confirmed, or
-// success once the empty object has been written.
-func (s *Service) decide(ctx context.Context, n *copyset.Node, op []byte, encErr error, object, what string) (*dpb.S3LockResult, error) {
-	if encErr != nil {
-		return nil, status.Error(codes.InvalidArgument, encErr.Error())
-	}
+// decide commits op through n and answers: the conflict Apply found,
+// not_owner when the commit is not confirmed, or success once the empty
+// object has been written.
+func (s *Service) decide(ctx context.Context, n *copyset.Node, op *pb.Op, object, what string) (*dpb.S3LockResult, error) {
 	res, ok, err := s.propose(ctx, n, op)
 	switch {
 	case err != nil:
@@ -243,7 +242,7 @@ func (s *Service) TryMarkDelete(ctx context.Context, key []byte) (*dpb.S3LockRes
 	if !ok {
 		return notOwner(), nil
 	}
-	if err := m.admit(k.String(), false); err != nil {
+	if err := m.admitMark(k.String()); err != nil {
 		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	}
 	locks, err := s.deps.Objects.List(ctx, k.LockObjectPrefix())
@@ -251,10 +250,9 @@ func (s *Service) TryMarkDelete(ctx context.Context, key []byte) (*dpb.S3LockRes
 		return nil, status.Errorf(codes.Unavailable, "object store: %v", err)
 	}
 	if len(locks) > 0 {
-		return conflict(fmt.Sprintf("data file is locked, key=%s lock_by=%s", k, locks[0].Name)), nil
+		return conflict(lockedReason(k.String(), locks[0].Name)), nil
 	}
-	op, err := EncodeMarkDelete(k.String())
-	return s.decide(ctx, n, op, err, k.DelMarkKey(), "the delete mark")
+	return s.decide(ctx, n, &pb.Op{Op: &pb.Op_MarkDelete{MarkDelete: &pb.MarkDelete{Key: k.String()}}}, k.DelMarkKey(), "the delete mark")
 }
 
 // DisaggConfig is GetDisaggConfig: the S3 object store's bucket, key
@@ -345,11 +343,7 @@ func (is *internalService) release(ctx context.Context, req *pb.ReleaseRequest) 
 	if !ok {
 		return &pb.ReleaseResponse{NotOwner: true, Leader: string(leader)}, nil
 	}
-	op, err := EncodeRelease(req.GetLockStoreId(), req.GetUpToSeq())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	res, ok, err := s.propose(ctx, n, op)
+	res, ok, err := s.propose(ctx, n, &pb.Op{Op: &pb.Op_Release{Release: &pb.Release{LockStoreId: req.GetLockStoreId(), UpToSeq: req.GetUpToSeq()}}})
 	switch {
 	case err != nil:
 		return nil, err
@@ -364,16 +358,15 @@ func (is *internalService) release(ctx context.Context, req *pb.ReleaseRequest) 
 	}
 	// The table is read after the listing: a lock object listed was
 	// written after its lock committed, so a held lock is in the table.
-	drop := slices.Clone(res.Released)
+	drop := res.Released // ascending
 	for _, o := range objs {
 		k, store, seq, ok := parseLockObject(o.Name)
-		if !ok || store != req.GetLockStoreId() || seq > req.GetUpToSeq() || slices.Contains(drop, o.Name) {
+		if !ok || store != req.GetLockStoreId() || seq > req.GetUpToSeq() || m.holds(k.String(), store, seq) {
 			continue
 		}
-		if f := m.Get(k.String()); f != nil && slices.ContainsFunc(f.GetLocks(), func(l *pb.Lock) bool { return l.GetStoreId() == store && l.GetSeq() == seq }) {
-			continue
+		if _, released := slices.BinarySearch(res.Released, o.Name); !released {
+			drop = append(drop, o.Name)
 		}
-		drop = append(drop, o.Name)
 	}
 	for _, name := range drop {
 		if err := s.deps.Objects.Delete(ctx, name); err != nil {
