@@ -36,7 +36,7 @@ func PutOpHeader(buf []byte, kind Kind) {
 // buffer: the replicated op of a machine whose ops are protobuf messages.
 func EncodeOp(kind Kind, msg proto.Message) ([]byte, error) {
 	head := make([]byte, OpHeaderLen, OpHeaderLen+proto.Size(msg))
-	out, err := proto.MarshalOptions{}.MarshalAppend(head, msg)
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(head, msg) // the size just computed
 	if err != nil {
 		return nil, fmt.Errorf("encode op of kind %d: %w", kind, err)
 	}

@@ -228,14 +228,26 @@ func (p *logPins) checkIndex(holder string, index, first, last uint64) error {
 // index of the replica (of its log or its snapshot); first is last + 1
 // when the store is empty.
 func (n *Node) logBounds() (first, last uint64, err error) {
-	var storeLast uint64
-	if first, err = n.stores.log.FirstIndex(); err == nil {
-		storeLast, err = n.stores.log.LastIndex()
-	}
+	first, last, err = logBounds(n.stores.log, n.raft.LastIndex())
 	if err != nil {
 		return 0, 0, fmt.Errorf("copyset %s: log bounds: %w", n.group, err)
 	}
-	last = max(storeLast, n.raft.LastIndex())
+	return first, last, nil
+}
+
+// logBounds is Node.logBounds over log store v and raft's last index.
+func logBounds(v interface {
+	FirstIndex() (uint64, error)
+	LastIndex() (uint64, error)
+}, raftLast uint64) (first, last uint64, err error) {
+	var storeLast uint64
+	if first, err = v.FirstIndex(); err == nil {
+		storeLast, err = v.LastIndex()
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	last = max(storeLast, raftLast)
 	if first == 0 {
 		first = last + 1
 	}
@@ -475,20 +487,10 @@ func (p *logPins) placeHold(pin *LogPin, index uint64) {
 	if p.view == nil {
 		return // attach places it
 	}
-	first, err := p.view.FirstIndex()
-	var last uint64
-	if err == nil {
-		last, err = p.view.LastIndex()
-	}
+	first, last, err := logBounds(p.view, p.raftLast())
 	if err != nil {
 		p.log.Warn("log hold: read the log bounds; holding as asked", "holder", pin.holder, "index", index, "err", err)
 		return
-	}
-	if p.raftLast != nil {
-		last = max(last, p.raftLast())
-	}
-	if first == 0 {
-		first = last + 1
 	}
 	if index < first {
 		delete(p.pins, pin)

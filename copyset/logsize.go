@@ -25,7 +25,6 @@ import "sort"
 type logSizes struct {
 	total uint64 // bytes of the entries stored since the replica opened
 	next  uint64 // the index after the last entry stored; 0 before the first
-	since uint64 // bytes stored since the newest sample
 	// byteStep and entryStep space the samples; never 0.
 	byteStep, entryStep uint64
 	ring                []sizeSample // fixed capacity, ascending by index from head
@@ -57,7 +56,6 @@ func (s *logSizes) push(index uint64) {
 	}
 	*s.at(s.n) = sizeSample{index: index, before: s.total}
 	s.n++
-	s.since = 0
 }
 
 // add counts an entry of size bytes stored at index.
@@ -65,11 +63,14 @@ func (s *logSizes) add(index uint64, size int) {
 	switch {
 	case index != s.next:
 		s.jump(index)
-	case s.n == 0 || s.since >= s.byteStep || index-s.at(s.n-1).index >= s.entryStep:
+	case s.n == 0:
 		s.push(index)
+	default: // a sample every byteStep bytes or entryStep entries
+		if last := s.at(s.n - 1); s.total-last.before >= s.byteStep || index-last.index >= s.entryStep {
+			s.push(index)
+		}
 	}
 	s.total += uint64(size)
-	s.since += uint64(size)
 	s.next = index + 1
 }
 
@@ -82,7 +83,6 @@ func (s *logSizes) jump(index uint64) {
 	}
 	if s.n > 0 && s.at(s.n-1).index == index {
 		s.total = s.at(s.n - 1).before // back to exactly before index
-		s.since = 0
 		return
 	}
 	s.push(index)
