@@ -12,19 +12,26 @@ import (
 	_ "github.com/chunkraft/chunkraft/copyset" // its "proto" codec is the one chunkCodec wraps
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
 
-// chunkCodec decodes large ChunkRequests (WriteChunk, PasteChunk payloads)
+// chunkCodec moves the large payloads of two messages without copying
+// them: ChunkRequests (WriteChunk, PasteChunk payloads) and SendDataRequests
+// (sync packets), both with their bytes in field 100. It decodes a large one
 // with Data aliasing the received message instead of copying it out: one
 // copy of every large write less on the leader, which then copies the
-// payload once into the replicated op (encodeChunkOp). It is registered as
-// gRPC's "proto" codec on top of the one registered before it (copyset's
+// payload once into the replicated op (encodeChunkOp), and of every sync
+// packet on the SyncTool, which writes it as it came. It encodes a large
+// SendDataRequest as its other fields followed by Data where it lies, so
+// that gRPC frames the packet straight from the exporter's buffer instead
+// of from a marshalled copy (sync_codec.go). It is registered as gRPC's
+// "proto" codec on top of the one registered before it (copyset's
 // AppendEntries codec, itself on top of gRPC's), to which it hands every
-// other message and every ChunkRequest smaller than aliasDataMin.
+// other message and every message smaller than aliasDataMin.
 //
 // Invariant: for every input it decodes the same value (proto.Equal) and
-// returns an error exactly when proto.Unmarshal does; the wire bytes are
-// untouched (Marshal is the next codec's).
+// returns an error exactly when proto.Unmarshal does; what it encodes
+// decodes (by proto.Unmarshal) to the message encoded.
 type chunkCodec struct {
 	next encoding.CodecV2
 }
@@ -33,7 +40,8 @@ type chunkCodec struct {
 // the copy it saves is cheaper than the field split.
 const aliasDataMin = 64 << 10
 
-// chunkDataField is ChunkRequest.data's field number (chunk.proto).
+// chunkDataField is ChunkRequest.data's field number (chunk.proto) and
+// SendDataRequest.data's (data_sync.proto).
 const chunkDataField protowire.Number = 100
 
 func init() {
@@ -47,20 +55,38 @@ func init() {
 // Name implements encoding.CodecV2.
 func (c *chunkCodec) Name() string { return protoenc.Name }
 
-// Marshal implements encoding.CodecV2: the next codec's.
-func (c *chunkCodec) Marshal(v any) (mem.BufferSlice, error) { return c.next.Marshal(v) }
+// Marshal implements encoding.CodecV2: a *dspb.SendDataRequest with at
+// least aliasDataMin bytes of Data as marshalSendData does, anything else
+// the next codec's.
+func (c *chunkCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*dspb.SendDataRequest); ok && r != nil && len(r.Data) >= aliasDataMin {
+		return marshalSendData(r)
+	}
+	return c.next.Marshal(v)
+}
 
-// Unmarshal implements encoding.CodecV2. A *pb.ChunkRequest of at least
-// aliasDataMin bytes gets Data aliasing the received bytes (grpcbuf.Hold:
-// never recycled while Data lives); anything it does not parse goes to the
-// next codec.
+// Unmarshal implements encoding.CodecV2. A *pb.ChunkRequest or a
+// *dspb.SendDataRequest of at least aliasDataMin bytes gets Data aliasing
+// the received bytes (grpcbuf.Hold: never recycled while Data lives);
+// anything it does not parse goes to the next codec.
 func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	req, ok := v.(*pb.ChunkRequest)
-	if !ok || req == nil || data.Len() < aliasDataMin {
+	var set func(m proto.Message, d []byte)
+	switch r := v.(type) {
+	case *pb.ChunkRequest:
+		if r != nil {
+			set = func(m proto.Message, d []byte) { m.(*pb.ChunkRequest).Data = d }
+		}
+	case *dspb.SendDataRequest:
+		if r != nil {
+			set = func(m proto.Message, d []byte) { m.(*dspb.SendDataRequest).Data = d }
+		}
+	}
+	if set == nil || data.Len() < aliasDataMin {
 		return c.next.Unmarshal(data, v)
 	}
+	m := v.(proto.Message)
 	b, ref := grpcbuf.Hold(data)
-	aliased, ok := unmarshalChunkRequest(b, req)
+	aliased, ok := unmarshalAliasingData(b, m, set)
 	if ok {
 		if ref != nil && !aliased {
 			ref.Free()
@@ -72,19 +98,25 @@ func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		ref.Free()
 	}
 	if err != nil {
-		return fmt.Errorf("chunkserver: unmarshal ChunkRequest: %w", err)
+		return fmt.Errorf("chunkserver: unmarshal %T: %w", v, err)
 	}
 	return nil
 }
 
-// unmarshalChunkRequest decodes b into req (reset first) with Data aliasing
+// unmarshalChunkRequest is unmarshalAliasingData for a ChunkRequest.
+func unmarshalChunkRequest(b []byte, req *pb.ChunkRequest) (aliased, ok bool) {
+	return unmarshalAliasingData(b, req, func(m proto.Message, d []byte) { m.(*pb.ChunkRequest).Data = d })
+}
+
+// unmarshalAliasingData decodes b into m (reset first), a message whose
+// field 100 is bytes, with that field (set by set) aliasing
 // b, cap-limited so that an append reallocates: every field but data is
 // decoded by proto.Unmarshal from a copy of b without the data fields (in
 // their order, unknown fields included), and data, a singular bytes field,
 // takes its last occurrence as protobuf does. ok is false, and req must be
 // decoded another way, for anything malformed or a data field of another
 // wire type.
-func unmarshalChunkRequest(b []byte, req *pb.ChunkRequest) (aliased, ok bool) {
+func unmarshalAliasingData(b []byte, m proto.Message, set func(m proto.Message, d []byte)) (aliased, ok bool) {
 	var rest, d []byte
 	found := false
 	for p := b; len(p) > 0; {
@@ -107,14 +139,14 @@ func unmarshalChunkRequest(b []byte, req *pb.ChunkRequest) (aliased, ok bool) {
 		}
 		p = p[n+m:]
 	}
-	if err := proto.Unmarshal(rest, req); err != nil {
+	if err := proto.Unmarshal(rest, m); err != nil {
 		return false, false
 	}
 	if found {
-		req.Data = d[:len(d):len(d)]
-		if req.Data == nil {
-			req.Data = []byte{} // present but empty, as proto.Unmarshal decodes it
+		if d == nil {
+			d = []byte{} // present but empty, as proto.Unmarshal decodes it
 		}
+		set(m, d[:len(d):len(d)])
 	}
 	return found && len(d) > 0, true
 }

@@ -55,8 +55,8 @@ func (s exportSource) Materialize(context.Context, string, uint32) ([]byte, erro
 }
 
 // ChunkImage is the server's own adapter's (sync_source.go).
-func (s exportSource) ChunkImage(id uint64) (sync.ChunkImage, error) {
-	return (&syncChunks{store: s.store}).ChunkImage(id)
+func (s exportSource) ChunkImage(id uint64, buf *sync.ImageBuffers) (sync.ChunkImage, error) {
+	return (&syncChunks{store: s.store}).ChunkImage(id, buf)
 }
 
 // exportWriter proposes random chunk ops on a copyset until stopped: writes
@@ -191,6 +191,7 @@ func TestExportExact(t *testing.T) {
 			mu.Unlock()
 			return errInterrupt
 		}
+		p.Data = bytes.Clone(p.Data) // the export reuses the buffer once send returns
 		packets = append(packets, p)
 		if p.Start.GetType() == dspb.SyncType_kBINLOG {
 			binlogSent += int(p.Count)

@@ -36,8 +36,13 @@ func (s *Server) syncChunksOf(n *copyset.Node) (syncsvc.ChunkReader, error) {
 
 func (c *syncChunks) ListChunks() []uint64 { return c.store.ListChunks() }
 
-func (c *syncChunks) ChunkImage(id uint64) (syncsvc.ChunkImage, error) {
-	img, err := c.store.ChunkImage(id)
+func (c *syncChunks) ChunkImage(id uint64, buf *syncsvc.ImageBuffers) (syncsvc.ChunkImage, error) {
+	if buf == nil {
+		buf = &syncsvc.ImageBuffers{}
+	}
+	b := datastore.ImageBuffers{Data: buf.Data, Snap: buf.Snap}
+	img, err := c.store.ChunkImageInto(id, &b)
+	buf.Data, buf.Snap = b.Data, b.Snap
 	if errors.Is(err, datastore.ErrChunkNotExist) {
 		return syncsvc.ChunkImage{}, fmt.Errorf("chunk %d: %w", id, syncsvc.ErrChunkGone)
 	}

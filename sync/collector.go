@@ -302,12 +302,14 @@ type nodeSource struct {
 	chunks ChunkReader
 }
 
-func (ns *nodeSource) Pool() uint32                             { return ns.n.Group().Pool() }
-func (ns *nodeSource) Copyset() uint32                          { return ns.n.Group().Copyset() }
-func (ns *nodeSource) ListChunks() []uint64                     { return ns.chunks.ListChunks() }
-func (ns *nodeSource) ChunkImage(id uint64) (ChunkImage, error) { return ns.chunks.ChunkImage(id) }
-func (ns *nodeSource) AppliedIndex() uint64                     { return ns.n.AppliedIndex() }
-func (ns *nodeSource) CommitIndex() uint64                      { return ns.n.CommitIndex() }
+func (ns *nodeSource) Pool() uint32         { return ns.n.Group().Pool() }
+func (ns *nodeSource) Copyset() uint32      { return ns.n.Group().Copyset() }
+func (ns *nodeSource) ListChunks() []uint64 { return ns.chunks.ListChunks() }
+func (ns *nodeSource) ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error) {
+	return ns.chunks.ChunkImage(id, buf)
+}
+func (ns *nodeSource) AppliedIndex() uint64 { return ns.n.AppliedIndex() }
+func (ns *nodeSource) CommitIndex() uint64  { return ns.n.CommitIndex() }
 func (ns *nodeSource) LogEntry(index uint64) (copyset.LogEntry, error) {
 	return ns.n.LogEntry(index)
 }

@@ -73,6 +73,13 @@ type ChunkImage struct {
 	SnapData   []byte
 }
 
+// ImageBuffers is room for one ChunkImage, which the exporter hands from
+// packet to packet so that reading a chunk does not allocate (and fault
+// in) a chunk's size each time. What it holds is the source's business.
+type ImageBuffers struct {
+	Data, Snap []byte
+}
+
 // LogPin is a hold on a copyset's raft log from an index on
 // (*copyset.LogPin).
 type LogPin interface {
@@ -93,8 +100,10 @@ type Source interface {
 	// ListChunks returns the chunk ids, ascending.
 	ListChunks() []uint64
 	// ChunkImage returns chunk id as of one moment; an error wrapping
-	// ErrChunkGone if the chunk no longer exists.
-	ChunkImage(id uint64) (ChunkImage, error)
+	// ErrChunkGone if the chunk no longer exists. The image's data lies in
+	// buf (which the source fills in, allocating what it lacks) until the
+	// next ChunkImage with buf.
+	ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error)
 	// AppliedIndex is the highest log index the state machines applied.
 	AppliedIndex() uint64
 	// CommitIndex is the highest log index known committed: LogEntry reads
@@ -118,7 +127,9 @@ type Packet struct {
 	// Count is the number of records.
 	Count uint64
 	// Data is the exportfmt-encoded packet; nil for a heartbeat (Count 0,
-	// Start equal to Next, not Finished).
+	// Start equal to Next, not Finished). It is the sender's until send
+	// returns: the export encodes its next packet into the same buffer,
+	// so a sender that keeps the bytes must copy them.
 	Data []byte
 	// Finished marks the last packet of a kFull export. It is never a
 	// heartbeat, even with Start equal to Next (a kFull export whose binlog
@@ -233,6 +244,13 @@ type exporter struct {
 	pin         LogPin
 	binlogStart uint64
 	sendErr     error // the error send returned, which stopped the export
+	// images holds the buffers of the images in the packet being built,
+	// spare those free for the next images.
+	images, spare []*ImageBuffers
+	// scratch is the buffer the last packet was encoded in, which the next
+	// one reuses (send returned: it is done with it). After a failed send
+	// it is dropped: the transport may still hold it.
+	scratch []byte
 }
 
 func (e *exporter) release() {
@@ -284,6 +302,9 @@ func (e *exporter) run(ctx context.Context, at exportfmt.Point) error {
 	if err := e.snapshot(ctx, at); err != nil {
 		return err
 	}
+	// A tailing export lives on in the binlog phase: it does not keep the
+	// snapshot phase's chunk-sized buffers.
+	e.images, e.spare, e.scratch = nil, nil, nil
 	return e.binlog(ctx, e.binlogStart)
 }
 
@@ -323,12 +344,17 @@ func (e *exporter) pinAt(index uint64) error {
 func (e *exporter) emit(ctx context.Context, start, next exportfmt.Point, records []*syncpb.Record, finished bool) error {
 	hdr := &syncpb.PacketHeader{LogicPoolId: e.src.Pool(), CopysetId: e.src.Copyset(),
 		StartPoint: start.Proto(), NextPoint: next.Proto(), Finished: finished, BinlogStart: e.binlogStart}
-	data, err := exportfmt.Encode(hdr, records)
+	data, buf, err := exportfmt.EncodeInto(e.scratch, hdr, records)
 	if err != nil {
 		return err
 	}
-	return e.send(ctx, Packet{Start: start.Proto(), Next: next.Proto(), Count: uint64(len(records)),
-		Data: data, Finished: finished, BinlogStart: e.binlogStart})
+	e.scratch = nil // not reused unless send is done with it
+	if err := e.send(ctx, Packet{Start: start.Proto(), Next: next.Proto(), Count: uint64(len(records)),
+		Data: data, Finished: finished, BinlogStart: e.binlogStart}); err != nil {
+		return err
+	}
+	e.scratch = buf
+	return nil
 }
 
 // snapshot exports the snapshot phase from at (the start or a snapshot
@@ -345,8 +371,10 @@ func (e *exporter) snapshot(ctx context.Context, at exportfmt.Point) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		img, err := e.src.ChunkImage(id)
+		img, err := e.src.ChunkImage(id, e.imageBuffers())
 		if errors.Is(err, ErrChunkGone) {
+			e.spare = append(e.spare, e.images[len(e.images)-1])
+			e.images = e.images[:len(e.images)-1]
 			continue // the binlog deletes it (or creates it again)
 		}
 		if err != nil {
@@ -362,12 +390,34 @@ func (e *exporter) snapshot(ctx context.Context, at exportfmt.Point) error {
 			if err := e.emit(ctx, start, next, records, false); err != nil {
 				return err
 			}
+			e.sent()
 			start, records, size = next, nil, 0
 		}
 		records = append(records, recs...)
 		size += n
 	}
 	return e.emit(ctx, start, exportfmt.BinlogPoint(e.binlogStart), records, false)
+}
+
+// imageBuffers returns buffers for the next image of the packet being
+// built: spare ones when there are.
+func (e *exporter) imageBuffers() *ImageBuffers {
+	var b *ImageBuffers
+	if n := len(e.spare); n > 0 {
+		b, e.spare = e.spare[n-1], e.spare[:n-1]
+	} else {
+		b = &ImageBuffers{}
+	}
+	e.images = append(e.images, b)
+	return b
+}
+
+// sent frees the image buffers of the packet just sent: all but the last
+// image's, which was read for the next packet.
+func (e *exporter) sent() {
+	last := len(e.images) - 1
+	e.spare = append(e.spare, e.images[:last]...)
+	e.images = append(e.images[:0], e.images[last])
 }
 
 // imageRecords returns the records of chunk id's image: snapshot records

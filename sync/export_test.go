@@ -63,7 +63,7 @@ func (s *fakeSource) ListChunks() []uint64 {
 	return ids
 }
 
-func (s *fakeSource) ChunkImage(id uint64) (ChunkImage, error) {
+func (s *fakeSource) ChunkImage(id uint64, _ *ImageBuffers) (ChunkImage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img, ok := s.chunks[id]
@@ -215,6 +215,7 @@ type collector struct {
 }
 
 func (c *collector) send(_ context.Context, p Packet) error {
+	p.Data = bytes.Clone(p.Data) // the export reuses the buffer once send returns
 	c.mu.Lock()
 	c.packets = append(c.packets, p)
 	f := c.onSend

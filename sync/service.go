@@ -59,7 +59,7 @@ type Deps struct {
 // lead's adapter over the chunk machine (clone chunks materialised).
 type ChunkReader interface {
 	ListChunks() []uint64
-	ChunkImage(id uint64) (ChunkImage, error)
+	ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error) // Source.ChunkImage
 	Materialize(ctx context.Context, location string, size uint32) ([]byte, error)
 }
 

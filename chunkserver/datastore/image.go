@@ -47,7 +47,32 @@ func (s *Store) FileSize() int64 { return s.g.fileSize }
 // current meta (which Sync has perhaps not written yet) stamped with the
 // index of the last op applied to the chunk. Each call allocates the files'
 // size: stream chunks one at a time.
-func (s *Store) ChunkImage(id uint64) (Image, error) {
+func (s *Store) ChunkImage(id uint64) (Image, error) { return s.ChunkImageInto(id, nil) }
+
+// ImageBuffers is room for the files of one Image, reused from image to
+// image by ChunkImageInto.
+type ImageBuffers struct {
+	Data, Snap []byte
+}
+
+// take returns b's buffer *p if it holds size bytes, else a new one, which
+// it keeps in *p for the next image.
+func take(p *[]byte, size int64) []byte {
+	if int64(cap(*p)) < size {
+		*p = make([]byte, size)
+	}
+	return (*p)[:size]
+}
+
+// ChunkImageInto is ChunkImage reading the files into buf's buffers
+// (allocated there when missing or too small; nil buf: new ones): the
+// image aliases them until the next ChunkImageInto with buf. A reader
+// that goes through chunk after chunk so does not allocate (and fault in)
+// the files' size for each.
+func (s *Store) ChunkImageInto(id uint64, buf *ImageBuffers) (Image, error) {
+	if buf == nil {
+		buf = &ImageBuffers{}
+	}
 	c, err := s.lookup("image", id, lockShared)
 	if err != nil {
 		return Image{}, err
@@ -59,7 +84,7 @@ func (s *Store) ChunkImage(id uint64) (Image, error) {
 	m := c.meta
 	m.Version = MetaVersion
 	m.Seq = max(m.Seq, c.applied)
-	img := Image{Name: chunkFileName(id), Data: make([]byte, s.g.fileSize), Seq: m.Seq, Meta: m}
+	img := Image{Name: chunkFileName(id), Data: take(&buf.Data, s.g.fileSize), Seq: m.Seq, Meta: m}
 	if err := readFull(c.f, img.Data); err != nil {
 		return fail(err)
 	}
@@ -73,7 +98,7 @@ func (s *Store) ChunkImage(id uint64) (Image, error) {
 	}
 	if sp := c.snap; sp != nil {
 		img.SnapName = snapFileName(id, sp.meta.Sn)
-		img.SnapData = make([]byte, s.g.fileSize)
+		img.SnapData = take(&buf.Snap, s.g.fileSize)
 		if err := readFull(sp.f, img.SnapData); err != nil {
 			return fail(fmt.Errorf("snapshot sn %d: %w", sp.meta.Sn, err))
 		}

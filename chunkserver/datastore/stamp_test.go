@@ -140,6 +140,26 @@ func TestChunkImage(t *testing.T) {
 	if _, err := s.ChunkImage(3); !errors.Is(err, ErrChunkNotExist) {
 		t.Fatalf("image of a missing chunk: %v", err)
 	}
+	// ChunkImageInto reuses its buffers from image to image and reads the
+	// same images: chunk 2 (with its snapshot) into the buffers chunk 1's
+	// image took, then chunk 1 again, over chunk 2's bytes.
+	var buf ImageBuffers
+	if _, err := s.ChunkImageInto(1, &buf); err != nil {
+		t.Fatal(err)
+	}
+	data := &buf.Data[0]
+	for _, c := range []struct {
+		id   uint64
+		want Image
+	}{{2, img2}, {1, img}} {
+		got, err := s.ChunkImageInto(c.id, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &got.Data[0] != data || !bytes.Equal(got.Data, c.want.Data) || !bytes.Equal(got.SnapData, c.want.SnapData) || got.Seq != c.want.Seq {
+			t.Fatalf("image of chunk %d into reused buffers differs from ChunkImage's (same buffer %t)", c.id, &got.Data[0] == data)
+		}
+	}
 
 	dir := t.TempDir()
 	for _, f := range []struct {

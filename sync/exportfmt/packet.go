@@ -65,25 +65,40 @@ type Packet struct {
 // itself is not modified). It checks what Decode checks: a packet Encode
 // returns decodes.
 func Encode(h *syncpb.PacketHeader, records []*syncpb.Record) ([]byte, error) {
+	p, _, err := EncodeInto(nil, h, records)
+	return p, err
+}
+
+// EncodeInto is Encode building the packet in scratch when it has the
+// capacity (else in a new buffer): packet aliases buf, the buffer it used
+// (scratch or the new one), which the caller may hand to the next
+// EncodeInto once it is done with packet. A sender that encodes packet
+// after packet so reuses one buffer instead of faulting in a fresh one of
+// up to MaxPacketSize for each.
+func EncodeInto(scratch []byte, h *syncpb.PacketHeader, records []*syncpb.Record) (packet, buf []byte, err error) {
 	if h == nil {
-		return nil, errors.New("exportfmt: encode: no header")
+		return nil, nil, errors.New("exportfmt: encode: no header")
 	}
 	start, next, err := checkPoints(h)
 	if err != nil {
-		return nil, fmt.Errorf("exportfmt: encode: %w", err)
+		return nil, nil, fmt.Errorf("exportfmt: encode: %w", err)
 	}
 	if err := checkRecords(start, next, records, nil); err != nil {
-		return nil, fmt.Errorf("exportfmt: encode: %w", err)
+		return nil, nil, fmt.Errorf("exportfmt: encode: %w", err)
 	}
 	// The body is marshalled once, into the packet itself, after room
 	// for the prefix and a header (which needs the body's length and crc
 	// first); the header then goes right before it.
 	bd := &syncpb.Body{Records: records}
 	bodySize := marshal.Size(bd)
-	buf := make([]byte, headRoom, headRoom+bodySize)
+	if cap(scratch) >= headRoom+bodySize {
+		buf = scratch[:headRoom]
+	} else {
+		buf = make([]byte, headRoom, headRoom+bodySize)
+	}
 	buf, err = marshal.MarshalAppend(buf, bd)
 	if err != nil {
-		return nil, fmt.Errorf("exportfmt: encode body: %w", err)
+		return nil, nil, fmt.Errorf("exportfmt: encode body: %w", err)
 	}
 	body := buf[headRoom:]
 	hdr := proto.CloneOf(h)
@@ -94,22 +109,22 @@ func Encode(h *syncpb.PacketHeader, records []*syncpb.Record) ([]byte, error) {
 	hdr.FirstAppendedAtMs, hdr.LastAppendedAtMs = appendedRange(records)
 	hb, err := marshal.Marshal(hdr)
 	if err != nil {
-		return nil, fmt.Errorf("exportfmt: encode header: %w", err)
+		return nil, nil, fmt.Errorf("exportfmt: encode header: %w", err)
 	}
 	if len(hb) > MaxHeaderSize {
-		return nil, fmt.Errorf("exportfmt: encode: header is %d bytes, more than %d", len(hb), MaxHeaderSize)
+		return nil, nil, fmt.Errorf("exportfmt: encode: header is %d bytes, more than %d", len(hb), MaxHeaderSize)
 	}
 	size := PrefixSize + len(hb) + len(body)
 	if size > MaxPacketSize {
-		return nil, fmt.Errorf("exportfmt: encode: packet would be %d bytes, more than the %d-byte limit", size, MaxPacketSize)
+		return nil, nil, fmt.Errorf("exportfmt: encode: packet would be %d bytes, more than the %d-byte limit", size, MaxPacketSize)
 	}
 	if PrefixSize+len(hb) > headRoom { // a header bigger than the room: one copy more
 		out := make([]byte, 0, size)
-		return append(appendPrefix(out, hb), body...), nil
+		return append(appendPrefix(out, hb), body...), buf, nil
 	}
 	at := headRoom - PrefixSize - len(hb)
 	appendPrefix(buf[at:at], hb)
-	return buf[at:], nil
+	return buf[at:], buf, nil
 }
 
 // headRoom is the room Encode leaves before the body for the prefix and
