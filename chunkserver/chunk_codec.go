@@ -85,6 +85,9 @@ func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return c.next.Unmarshal(data, v)
 	}
 	m := v.(proto.Message)
+	if r, ok := v.(*dspb.SendDataRequest); ok {
+		return c.unmarshalSendData(data, r)
+	}
 	b, ref := grpcbuf.Hold(data)
 	aliased, ok := unmarshalAliasingData(b, m, set)
 	if ok {

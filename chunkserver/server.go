@@ -202,6 +202,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		// Needed although grpcbuf sets gRPC's default pool: grpc's default
 		// server options captured the old default at grpc's own init.
 		experimental.BufferPool(grpcbuf.Pool),
+		grpc.ChainUnaryInterceptor(recycleSendData),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{

@@ -2,8 +2,10 @@ package chunkserver
 
 import (
 	"bytes"
+	"context"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/protobuf/proto"
@@ -54,6 +56,24 @@ func TestSyncCodecRoundTrip(t *testing.T) {
 		in := chunked(wire)
 		if err := codec.Unmarshal(in, got); err != nil || !proto.Equal(got, want) {
 			t.Fatalf("%s: the codec decodes %v (%v), want %v", name, got, err, want)
+		}
+		_, held := sendDataBufs.Load(got)
+		if pooled := len(wire) >= aliasDataMin && len(got.Data) > 0; held != pooled {
+			t.Fatalf("%s: decoded into a pooled buffer %t, want %t", name, held, pooled)
+		}
+		// The call's end gives the buffer back after a success only.
+		ok := name != "unknown fields"
+		_, err = recycleSendData(context.Background(), got, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+			if !ok {
+				return &dspb.SendDataResponse{Response: &dspb.GeneralResponse{Code: proto.Int32(-1)}}, nil
+			}
+			return &dspb.SendDataResponse{Response: &dspb.GeneralResponse{Code: proto.Int32(0)}}, nil
+		})
+		if _, still := sendDataBufs.Load(got); err != nil || still {
+			t.Fatalf("%s: after the call: err %v, buffer still held %t", name, err, still)
+		}
+		if held && (got.Data == nil) != ok {
+			t.Fatalf("%s: after a call that succeeded %t, Data released %t", name, ok, got.Data == nil)
 		}
 	}
 	b := mustMarshal(t, big)
