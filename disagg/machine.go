@@ -108,6 +108,16 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 		m.log.Info("disagg data file marked deleted", "index", index, "key", o.MarkDelete.GetKey())
 	case *pb.Op_Release:
 		m.log.Info("disagg locks released", "index", index, "lock_store_id", o.Release.GetLockStoreId(), "up_to_seq", o.Release.GetUpToSeq(), "released", len(res.Released))
+	case *pb.Op_LockClone:
+		l := o.LockClone
+		m.log.Info("disagg clone lock taken", "index", index, "name", l.GetName(), "holder", CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk()))
+	case *pb.Op_ReleaseClone:
+		l := o.ReleaseClone
+		m.log.Info("disagg clone lock released", "index", index, "name", l.GetName(), "holder", CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk()))
+	case *pb.Op_MarkObject:
+		m.log.Info("disagg object marked deleted", "index", index, "name", o.MarkObject.GetName())
+	case *pb.Op_Forget:
+		m.log.Info("disagg collected objects forgotten", "index", index, "names", len(res.Released))
 	}
 }
 
