@@ -38,9 +38,9 @@ func TestCloneAndGcOps(t *testing.T) {
 		changed bool
 	}{
 		{lockClone(img, 7, 100), "", true},
-		{lockClone(img, 7, 100), "", false},    // a replayed or concurrent retry: same time
-		{lockClone(img, 7, 150), "", true},     // a retried creation refreshes the time
-		{lockClone(img, 8, 100), "", true},     // a second clone of the same source
+		{lockClone(img, 7, 100), "", false}, // a replayed or concurrent retry: same time
+		{lockClone(img, 7, 150), "", true},  // a retried creation refreshes the time
+		{lockClone(img, 8, 100), "", true},  // a second clone of the same source
 		{markObject(img, 200), "object is locked, name=images/base.raw lock_by=clone:1/2/7", false},
 		{releaseClone(img, 7, 150), "released []", false}, // refreshed at 150: not before 150
 		{releaseClone(img, 7, 151), "released [clone:1/2/7]", true},
@@ -60,7 +60,7 @@ func TestCloneAndGcOps(t *testing.T) {
 		{lockClone(dat, 1, 20), "data file is mark deleted, key=s1/data/dat_1_0 delmark=s1/data/dat_1_0.del", false},
 		{forget(img, "never/there"), "released [images/base.raw]", true},
 		{forget(img), "released []", false},
-		{lockClone(img, 9, 600), "", true}, // forgotten: a new object of that name may be cloned
+		{lockClone(img, 9, 600), "", true},  // forgotten: a new object of that name may be cloned
 		{forget(img), "released []", false}, // locked, not marked: stays
 		// Bad ops are refused in Apply, the table unchanged.
 		{markObject("lock/s1/dat_1_0.lock_s3_3", 1), "lock or delete-mark object", false},
