@@ -61,7 +61,7 @@ func final(err error) bool {
 // onOwner runs call on the lock owner until it answers (not not_owner, no
 // retryable error) or ctx ends.
 func (s *Service) onOwner(ctx context.Context, call ownerCall) error {
-	var last error = errors.New("no leader known")
+	var last error
 	hint := ""
 	wait := 20 * time.Millisecond
 	for {
