@@ -24,8 +24,10 @@ import (
 // lockSource is the prepare step of a clone creation (mutate, on the
 // leader after every check): for an @s3 location it takes the lock and
 // on failure sets *failed to the gRPC error the RPC answers (nothing
-// proposed): FAILED_PRECONDITION for a delete-marked source, UNAVAILABLE
-// when the lock owner cannot be reached.
+// proposed): FAILED_PRECONDITION for a delete-marked source,
+// INVALID_ARGUMENT for a name the lock table cannot hold (longer than 512
+// bytes, not a valid object name), RESOURCE_EXHAUSTED for a full table,
+// UNAVAILABLE when the lock owner cannot be reached.
 func (s *chunkService) lockSource(ctx context.Context, req *pb.ChunkRequest, failed *error) func(*copyset.Node) ([]byte, *pb.ChunkResponse) {
 	return func(*copyset.Node) ([]byte, *pb.ChunkResponse) {
 		loc, err := parseLocation(req.GetLocation()) // validated
@@ -42,7 +44,14 @@ func (s *chunkService) lockSource(ctx context.Context, req *pb.ChunkRequest, fai
 		}
 		s.log.Warn("clone source lock not taken: clone not created", "pool", req.GetLogicPoolId(), "copyset", req.GetCopysetId(),
 			"chunk", req.GetChunkId(), "err", err)
-		*failed = grpcstatus.Errorf(codes.Unavailable, "clone chunk %d not created: %v", req.GetChunkId(), err)
+		code := codes.Unavailable // the owner not reached: a retry may succeed
+		switch {
+		case errors.Is(err, disagg.ErrInvalidSource):
+			code = codes.InvalidArgument
+		case grpcstatus.Code(err) == codes.ResourceExhausted:
+			code = codes.ResourceExhausted // the lock table is full
+		}
+		*failed = grpcstatus.Errorf(code, "clone chunk %d not created: %v", req.GetChunkId(), err)
 		return nil, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
 	}
 }

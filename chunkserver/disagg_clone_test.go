@@ -138,6 +138,10 @@ func TestDisaggCloneSourceLocks(t *testing.T) {
 	if sns := c.info(t, 7); len(sns) != 0 {
 		t.Fatalf("chunk 7 exists after a refused clone: %v", sns)
 	}
+	// A source name the lock table cannot hold is refused too.
+	if err := c.s3Clone(t, 7, strings.Repeat("n/", 300)+"x"); grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 512") {
+		t.Fatalf("clone of a long name: %v", err)
+	}
 	// Within the grace the marks wait; after it they go, objects and all.
 	if r := c.gc(t, "img/", time.Hour); gcNames(r.GetWaiting()) != "img/b, img/c" || len(r.GetMarked())+len(r.GetRemoved()) != 0 {
 		t.Fatalf("gc within the grace: %v", r)

@@ -50,9 +50,14 @@ func (c CloneConfig) Validate() error {
 	return nil
 }
 
-// ErrSourceMarked is wrapped by LockClone's error when the source object
-// is delete-marked (disagg gc): the clone must not be created.
-var ErrSourceMarked = errors.New("clone source is marked deleted")
+var (
+	// ErrSourceMarked is wrapped by LockClone's error when the source
+	// object is delete-marked (disagg gc): the clone must not be created.
+	ErrSourceMarked = errors.New("clone source is marked deleted")
+	// ErrInvalidSource is wrapped by LockClone's error for a source name
+	// the lock table cannot hold.
+	ErrInvalidSource = errors.New("invalid clone source")
+)
 
 // LockClone locks object name for the clone chunk pool/copyset/chunk in
 // the replicated lock table, on the owner (this server or another), and
@@ -65,7 +70,7 @@ func (s *Service) LockClone(ctx context.Context, name string, pool, copyset uint
 		return nil
 	}
 	if err := validClone(name, pool, copyset); err != nil {
-		return fmt.Errorf("clone source lock: %w", err)
+		return fmt.Errorf("clone source lock: %w: %w", ErrInvalidSource, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.deps.Config.Clones.Timeout)
 	defer cancel()
@@ -78,7 +83,7 @@ func (s *Service) LockClone(ctx context.Context, name string, pool, copyset uint
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("clone source lock on %s for %s: %w", name, CloneHolder(pool, copyset, chunk), err)
+		return fmt.Errorf("clone source lock on %s for %s: %w", name, CloneHolder(pool, copyset, chunk), err) // a gRPC status or the owner not reached
 	case conflict != "":
 		return fmt.Errorf("%w: %s", ErrSourceMarked, conflict)
 	}
