@@ -9,6 +9,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
 	disaggpb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -242,4 +243,42 @@ func TestCloneLocksDisabled(t *testing.T) {
 	if got := c.cloneLocks(t, "img/a"); len(got) != 0 {
 		t.Fatalf("locks with clone locks disabled: %v", got)
 	}
+}
+
+// The lock owner on another server: the lock copyset (1/2 here) lives on
+// servers 1 and 2 only, and server 0 leads the clone's copyset (1/1), so
+// its creation finds the owner in the cluster map and locks over
+// DisaggInternal.LockClone; the reconciler lists and releases the same
+// way.
+func TestDisaggCloneLockRemoteOwner(t *testing.T) {
+	c, st, _ := s3Cluster(t, 3, fastCloneLocks, func(c *Config) { c.Disagg.LockCopyset = disagg.CopysetRef{Pool: 1, Copyset: 2} })
+	lockGroup := copyset.NewGroupID(1, 2)
+	peers := []copyset.PeerID{c.servers[1].Local(), c.servers[2].Local()}
+	for _, i := range []int{1, 2} {
+		if _, err := c.servers[i].Copysets().Create(t.Context(), lockGroup, peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); c.leader(t) != 0; {
+		l := c.leader(t)
+		if err := c.servers[l].Copysets().Get(c.group).TransferLeader(t.Context(), c.servers[0].Local()); err != nil && time.Now().After(deadline) {
+			t.Fatalf("transfer 1/1 to server 0: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	putObject(t, st, "img/r")
+	if err := c.s3Clone(t, 3, "img/r"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.cloneLocks(t, "img/r"), " "); got != "clone:1/1/3" {
+		t.Fatalf("clone locks of img/r: %q", got)
+	}
+	if c.servers[0].Copysets().Get(lockGroup) != nil {
+		t.Fatal("server 0 hosts the lock copyset")
+	}
+	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+		return cl.DeleteChunk(t.Context(), &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), LogicPoolId: proto.Uint32(1),
+			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3)})
+	})
+	c.waitUnlocked(t, "img/r")
 }
