@@ -16,9 +16,9 @@ import (
 )
 
 // fastCloneLocks makes the reconciler look every 50ms and release locks
-// older than a second.
+// older than 3s (the test checks a lock it just took within that).
 func fastCloneLocks(c *Config) {
-	c.Disagg.Clones.Grace, c.Disagg.Clones.Interval = time.Second, 50*time.Millisecond
+	c.Disagg.Clones.Grace, c.Disagg.Clones.Interval = 3*time.Second, 50*time.Millisecond
 }
 
 // internalCall runs call on the lock owner (retrying not_owner).
@@ -181,10 +181,20 @@ func TestDisaggCloneSourceLocks(t *testing.T) {
 		resp, err := cl.LockClone(t.Context(), &disaggpb.LockCloneRequest{Name: "other/x", Pool: 1, Copyset: 1, Chunk: 9})
 		return resp.GetNotOwner(), err
 	})
-	if got := strings.Join(c.cloneLocks(t, "other/x"), " "); got != "clone:1/1/9" {
+	// And a creation that failed after its lock: chunk 5 exists (a normal
+	// chunk now), so the clone is refused with CHUNK_EXIST.
+	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_EXIST, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+		resp, err := cl.CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1),
+			ChunkId: proto.Uint64(5), ChunkLocationInfo: proto.String("other/x")})
+		return &pb.ChunkResponse{Status: resp.GetStatus().Enum(), Redirect: resp.Redirect}, err
+	})
+	if got := strings.Join(c.cloneLocks(t, "other/x"), " "); !strings.Contains(got, "clone:1/1/5") {
 		t.Fatalf("clone locks of other/x: %q", got)
 	}
 	c.waitUnlocked(t, "other/x")
+	if r := c.gc(t, "other/", 0); gcNames(r.GetMarked()) != "other/x" {
+		t.Fatalf("gc of other/: %v", r)
+	}
 }
 
 // disagg gc's bad input is refused with nothing changed; a data file key
