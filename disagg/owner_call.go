@@ -70,6 +70,7 @@ func (s *Service) onOwner(ctx context.Context, call ownerCall) error {
 		if err == nil {
 			var notOwner bool
 			notOwner, hint, err = call(ctx, c)
+			s.rememberOwner(addr, err == nil && !notOwner)
 			switch {
 			case err == nil && !notOwner:
 				return nil
@@ -106,6 +107,11 @@ func (s *Service) ownerClient(ctx context.Context, hint string) (pb.DisaggIntern
 	if n := s.copysets.Get(s.group); leader == "" && n != nil {
 		leader = n.Leader()
 	}
+	if leader == "" {
+		s.mu.Lock()
+		leader = s.lastOwner
+		s.mu.Unlock()
+	}
 	if leader == "" && s.deps.Cluster != nil {
 		cm, err := s.deps.Cluster(ctx)
 		if err != nil {
@@ -131,4 +137,21 @@ func (s *Service) ownerClient(ctx context.Context, hint string) (pb.DisaggIntern
 		return nil, "", err
 	}
 	return pb.NewDisaggInternalClient(conn), leader.Addr(), nil
+}
+
+// rememberOwner keeps the remote owner that answered (ok) for the next
+// call, so that a server hosting no replica of the lock copyset does not
+// crawl the cluster map for every call; one that failed is forgotten.
+func (s *Service) rememberOwner(addr string, ok bool) {
+	if addr == "local" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case ok:
+		s.lastOwner = copyset.PeerID(addr) // host:port: its Addr is itself
+	case s.lastOwner.Addr() == addr:
+		s.lastOwner = ""
+	}
 }

@@ -89,6 +89,7 @@ type Service struct {
 
 	mu         gosync.Mutex
 	reconciler *copyset.LeaderWorker // set by Start, stopped by Stop
+	lastOwner  copyset.PeerID        // the remote owner that last answered (owner_call.go)
 }
 
 // New returns the service; Attach and Register wire it.
