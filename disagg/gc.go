@@ -19,8 +19,9 @@ import (
 // disagg gc (chunkctl disagg gc --prefix P --grace D), on the owner. The
 // objects under P are grouped into units: a DTFile's objects
 // (s{store}/data/.../dmf_{id}/...) into its data file key, any other
-// object is its own unit; lock objects (lock/...) and delete marks
-// (....del) are never units. One run:
+// object is its own unit; lock objects (lock/...), delete marks (....del)
+// and names longer than the table holds (512 bytes) are never units. One
+// run:
 //
 //  1. removes every unit under P marked longer than the grace ago: its
 //     objects, a data file's .del object, then its table entry (Forget,
@@ -124,12 +125,13 @@ func gcUnit(name string) string {
 }
 
 // units groups the listed objects by unit (only units under prefix;
-// lock and .del objects are skipped, and counted).
+// lock and .del objects, and names the table cannot hold, longer than 512
+// bytes, are skipped, and counted).
 func (r *gcRun) units(prefix string, objs []objstore.ObjectInfo) map[string][]string {
 	units := map[string][]string{}
 	for _, o := range objs {
 		u := gcUnit(o.Name)
-		if skippedByGc(o.Name) || !strings.HasPrefix(u, prefix) {
+		if skippedByGc(o.Name) || !strings.HasPrefix(u, prefix) || validName(u) != nil {
 			r.resp.Skipped++
 			continue
 		}
