@@ -57,9 +57,7 @@ func writePacket(t *testing.T, dir string, cs uint32, start, next exportfmt.Poin
 // a running server; the data is read back through the ChunkService. Bad
 // input is refused with one line and changes nothing.
 func TestSyncRestore(t *testing.T) {
-	// The export holds an @s3 clone: this cluster has no lock copyset
-	// (1/1) to lock its source in, so clone locks are off.
-	c := startClusterWithConfig(t, 1, "disagg:\n  clone_locks:\n    disabled: true\n")
+	c := startCluster(t, 1)
 	srv := c.addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
