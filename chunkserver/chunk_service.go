@@ -11,6 +11,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
@@ -26,6 +27,7 @@ type chunkService struct {
 	fences   *fencer
 	admit    *admission
 	sources  *cloneSource
+	locks    *disagg.Service // clone source locks (clone_lock.go)
 	metrics  *metrics
 	log      *slog.Logger
 }
@@ -274,10 +276,11 @@ func (s *chunkService) DeleteChunkSnapshotOrCorrectSn(ctx context.Context, req *
 }
 
 // CreateCloneChunk creates a clone chunk whose unwritten blocks read from
-// location (a chunk of this cluster, @cs, or an object, @s3).
+// location (a chunk of this cluster, @cs, or an object, @s3; an object is
+// locked first, clone_lock.go).
 func (s *chunkService) CreateCloneChunk(ctx context.Context, req *pb.ChunkRequest) (*pb.ChunkResponse, error) {
 	req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum()
-	return s.mutate(ctx, "create_clone", req, nil, func() error { return s.validClone(req) }, nil), nil
+	return s.createClone(ctx, "create_clone", req)
 }
 
 func (s *chunkService) validClone(req *pb.ChunkRequest) error {
@@ -301,7 +304,10 @@ func (s *chunkService) CreateS3CloneChunk(ctx context.Context, req *pb.CreateS3C
 		CorrectedSn: proto.Uint64(req.GetCorrectedSn()), Size: proto.Uint32(s.layout.ChunkSize),
 		Location: proto.String(req.GetChunkLocationInfo() + "@s3"),
 	}
-	resp := s.mutate(ctx, "create_s3_clone", creq, nil, func() error { return s.validClone(creq) }, nil)
+	resp, err := s.createClone(ctx, "create_s3_clone", creq)
+	if err != nil {
+		return nil, err
+	}
 	return &pb.CreateS3CloneChunkResponse{Status: resp.Status, Redirect: resp.Redirect}, nil
 }
 

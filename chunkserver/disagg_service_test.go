@@ -29,7 +29,7 @@ import (
 
 // s3Cluster starts n servers whose object store is one in-process S3
 // server over HTTP, and returns the cluster and a store on that bucket.
-func s3Cluster(t *testing.T, n int) (*testCluster, objstore.Store, objstore.S3Config) {
+func s3Cluster(t *testing.T, n int, opts ...clusterOpts) (*testCluster, objstore.Store, objstore.S3Config) {
 	t.Helper()
 	cfg := objstore.S3Config{Endpoint: fakes3.Start(t, nil), Bucket: "tiflash", Prefix: "root/", AccessKey: "a", SecretKey: "b",
 		Region: "us-east-1", BucketLookup: "path", CreateBucket: true}
@@ -38,7 +38,7 @@ func s3Cluster(t *testing.T, n int) (*testCluster, objstore.Store, objstore.S3Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	c := startTestCluster(t, n, func(c *Config) { c.ObjectStore = objstore.Config{Kind: objstore.KindS3, S3: cfg} })
+	c := startTestCluster(t, n, append([]clusterOpts{func(c *Config) { c.ObjectStore = objstore.Config{Kind: objstore.KindS3, S3: cfg} }}, opts...)...)
 	return c, st, cfg
 }
 

@@ -138,7 +138,10 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := s.openChunkResources(cfg, &layout); err != nil {
 		return nil, err
 	}
-	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log})
+	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log,
+		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
+			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
+		}})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
@@ -206,7 +209,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{
-		copysets: s.copysets, layout: ds, epochs: epochs, fences: s.fences, admit: s.admit, sources: s.sources, metrics: s.metrics, log: log,
+		copysets: s.copysets, layout: ds, epochs: epochs, fences: s.fences, admit: s.admit, sources: s.sources, locks: s.disagg, metrics: s.metrics, log: log,
 	}
 	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
@@ -344,6 +347,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		loadErr = s.syncs.Start()
 	}
 	if loadErr == nil {
+		loadErr = s.disagg.Start()
+	}
+	if loadErr == nil {
 		loadErr = s.copysets.Load(ctx)
 	}
 	if loadErr == nil {
@@ -377,6 +383,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	closeErr := s.copysets.Close()
 	s.scans.Stop()
 	s.syncs.Stop()
+	s.disagg.Stop()
 	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()

@@ -115,6 +115,11 @@ written read from the source; chunk recover copies them in for good.
                                            (offset: a multiple of 4096, < 16 MiB)
   <object>@s3                              an object in the servers' object store
 
+An @s3 source is first locked for the clone in the disagg lock table, so that
+chunkctl disagg gc never collects it while the clone reads from it; a source
+marked deleted is refused (FailedPrecondition) and nothing is created. The lock
+goes once the clone is recovered or deleted (docs/disagg-gc.md).
+
 Creating the same clone again succeeds; an existing chunk with another location
 or sn is refused with CHUNK_OP_STATUS_CHUNK_EXIST.`,
 		Args: cobra.NoArgs,

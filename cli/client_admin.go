@@ -50,11 +50,16 @@ type rpcCall func(ctx context.Context, cc grpc.ClientConnInterface) error
 // callOnce makes one attempt of call against addr, bounded by the client's
 // attempt timeout. Errors do not name the server: the caller's row does.
 func (c *Client) callOnce(ctx context.Context, addr string, call rpcCall) error {
+	return c.callWithin(ctx, addr, c.attemptTimeout, call)
+}
+
+// callWithin is callOnce with the attempt bounded by attempt.
+func (c *Client) callWithin(ctx context.Context, addr string, attempt time.Duration, call rpcCall) error {
 	cc, err := c.conn(addr)
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, c.attemptTimeout)
+	actx, cancel := context.WithTimeout(ctx, attempt)
 	defer cancel()
 	if err := call(actx, cc); err != nil {
 		return &serverError{Err: err}

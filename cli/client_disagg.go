@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -29,6 +30,15 @@ func (e *notOwnerAt) Unwrap() error { return errNotOwner }
 // onOwner runs call on the servers until one answers other than
 // not_owner or a transient failure.
 func (c *Client) onOwner(parent context.Context, call rpcCall) error {
+	return c.onOwnerWithin(parent, 0, call)
+}
+
+// onOwnerWithin is onOwner with each attempt bounded by attempt (0: the
+// client's attempt timeout).
+func (c *Client) onOwnerWithin(parent context.Context, attempt time.Duration, call rpcCall) error {
+	if attempt <= 0 {
+		attempt = c.attemptTimeout
+	}
 	ctx, cancel := c.withDeadline(parent)
 	defer cancel()
 	bo := newBackoff()
@@ -41,7 +51,7 @@ func (c *Client) onOwner(parent context.Context, call rpcCall) error {
 			next = ""
 		}
 		for _, addr := range order {
-			err := c.callOnce(ctx, addr, call)
+			err := c.callWithin(ctx, addr, attempt, call)
 			var no *notOwnerAt
 			switch {
 			case err == nil:
@@ -114,12 +124,18 @@ func (c *Client) DisaggMarkDelete(ctx context.Context, key string) (LockAnswer, 
 	return a, err
 }
 
-// DisaggList is DisaggInternal.List on the owner: the lock table's
-// entries whose key starts with prefix.
-func (c *Client) DisaggList(ctx context.Context, prefix string) (*disaggpb.ListResponse, error) {
-	var out *disaggpb.ListResponse
-	err := c.onOwner(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		resp, err := disaggpb.NewDisaggInternalClient(cc).List(ctx, &disaggpb.ListRequest{Prefix: prefix})
+// ownerAnswer is a DisaggInternal answer, not_owner naming the leader.
+type ownerAnswer interface {
+	GetNotOwner() bool
+	GetLeader() string
+}
+
+// internalOnOwner runs a DisaggInternal call on the owner (attempts
+// bounded by attempt, 0 the client's) and returns its answer.
+func internalOnOwner[R ownerAnswer](ctx context.Context, c *Client, attempt time.Duration, call func(context.Context, disaggpb.DisaggInternalClient) (R, error)) (R, error) {
+	var out R
+	err := c.onOwnerWithin(ctx, attempt, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := call(ctx, disaggpb.NewDisaggInternalClient(cc))
 		if err != nil {
 			return err
 		}
@@ -132,22 +148,21 @@ func (c *Client) DisaggList(ctx context.Context, prefix string) (*disaggpb.ListR
 	return out, err
 }
 
+// DisaggList is DisaggInternal.List on the owner: the lock table's
+// entries whose key starts with prefix.
+func (c *Client) DisaggList(ctx context.Context, prefix string) (*disaggpb.ListResponse, error) {
+	return internalOnOwner(ctx, c, 0, func(ctx context.Context, cl disaggpb.DisaggInternalClient) (*disaggpb.ListResponse, error) {
+		return cl.List(ctx, &disaggpb.ListRequest{Prefix: prefix})
+	})
+}
+
 // DisaggRelease is DisaggInternal.Release on the owner: store's locks with
 // seq <= upTo leave the table and their lock objects are deleted.
 func (c *Client) DisaggRelease(ctx context.Context, store, upTo uint64) ([]string, error) {
-	var out []string
-	err := c.onOwner(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
-		resp, err := disaggpb.NewDisaggInternalClient(cc).Release(ctx, &disaggpb.ReleaseRequest{LockStoreId: store, UpToSeq: upTo})
-		if err != nil {
-			return err
-		}
-		if resp.GetNotOwner() {
-			return &notOwnerAt{leader: resp.GetLeader()}
-		}
-		out = resp.GetReleased()
-		return nil
+	resp, err := internalOnOwner(ctx, c, 0, func(ctx context.Context, cl disaggpb.DisaggInternalClient) (*disaggpb.ReleaseResponse, error) {
+		return cl.Release(ctx, &disaggpb.ReleaseRequest{LockStoreId: store, UpToSeq: upTo})
 	})
-	return out, err
+	return resp.GetReleased(), err
 }
 
 // DisaggConfig is tikvpb.Tikv GetDisaggConfig on any server.
@@ -162,4 +177,22 @@ func (c *Client) DisaggConfig(ctx context.Context) (*dpb.DisaggS3Config, error) 
 		return nil
 	})
 	return out, err
+}
+
+// DisaggGc is DisaggInternal.Gc on the owner: mark deleted every object
+// under prefix no lock holds, remove those marked more than grace ago. An
+// empty prefix or a negative grace is refused before any call. The
+// attempt is bounded by the operation's timeout only (a run lists and
+// proposes per object); a retry after a lost answer is harmless (marks
+// and removals are idempotent).
+func (c *Client) DisaggGc(ctx context.Context, prefix string, grace time.Duration) (*disaggpb.GcResponse, error) {
+	switch {
+	case prefix == "":
+		return nil, errors.New("gc needs a prefix: an empty one would collect the whole object store")
+	case grace < 0:
+		return nil, fmt.Errorf("gc grace %v: must not be negative", grace)
+	}
+	return internalOnOwner(ctx, c, c.timeout, func(ctx context.Context, cl disaggpb.DisaggInternalClient) (*disaggpb.GcResponse, error) {
+		return cl.Gc(ctx, &disaggpb.GcRequest{Prefix: prefix, GraceMs: grace.Milliseconds()})
+	})
 }

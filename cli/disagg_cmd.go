@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -21,11 +22,14 @@ service keeps, per data file key (s{store}/data/{subpath}), the locks readers
 hold and the delete marks of the garbage collector, replicated on the lock
 copyset (disagg.lock_copyset, default 1/1); its leader is the owner. A lock is
 refused on a missing or marked file, a mark on a locked file. The lock and
-.del objects are written to the servers' object store under upstream's names.`,
+.del objects are written to the servers' object store under upstream's names.
+An @s3 clone chunk locks its source object in the same table (holder
+clone:{pool}/{copyset}/{chunk}) until it is recovered or deleted; disagg gc
+marks and removes the objects under a prefix that no lock holds.`,
 	}
 	lock := &cobra.Command{Use: "lock", Short: "Add, mark deleted, list and release data file locks"}
 	lock.AddCommand(newDisaggLockAddCommand(a), newDisaggMarkDeleteCommand(a), newDisaggLockListCommand(a), newDisaggReleaseCommand(a))
-	cmd.AddCommand(newDisaggConfigCommand(a), lock)
+	cmd.AddCommand(newDisaggConfigCommand(a), lock, newDisaggGcCommand(a))
 	return cmd
 }
 
@@ -113,9 +117,17 @@ func newDisaggMarkDeleteCommand(a *app) *cobra.Command {
 
 // disaggFileJSON is one entry of disagg lock list -o json.
 type disaggFileJSON struct {
-	Key     string           `json:"key"`
-	Deleted bool             `json:"deleted"`
-	Locks   []disaggLockJSON `json:"locks"`
+	Key        string                `json:"key"`
+	Deleted    bool                  `json:"deleted"`
+	Locks      []disaggLockJSON      `json:"locks"`
+	CloneLocks []disaggCloneLockJSON `json:"clone_locks"`
+}
+
+// disaggCloneLockJSON is a clone chunk's lock on its source object.
+type disaggCloneLockJSON struct {
+	Holder string `json:"holder"` // clone:{pool}/{copyset}/{chunk}
+	Index  uint64 `json:"index"`
+	Taken  string `json:"taken"` // RFC 3339, the owner's clock
 }
 
 type disaggLockJSON struct {
@@ -128,7 +140,7 @@ func newDisaggLockListCommand(a *app) *cobra.Command {
 	var prefix string
 	cmd := &cobra.Command{
 		Use:   "list [--prefix P]",
-		Short: "The lock table on its owner: every data file with locks or a delete mark",
+		Short: "The lock table on its owner: every object with locks (upstream's s{store}_{seq}, clone:{pool}/{copyset}/{chunk}) or a delete mark",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
@@ -139,11 +151,17 @@ func newDisaggLockListCommand(a *app) *cobra.Command {
 				js := []disaggFileJSON{}
 				var rows [][]string
 				for _, f := range resp.GetFiles() {
-					j := disaggFileJSON{Key: f.GetKey(), Deleted: f.GetDeleted(), Locks: []disaggLockJSON{}}
+					j := disaggFileJSON{Key: f.GetKey(), Deleted: f.GetDeleted(), Locks: []disaggLockJSON{}, CloneLocks: []disaggCloneLockJSON{}}
 					var locks []string
 					for _, l := range f.GetLocks() {
 						j.Locks = append(j.Locks, disaggLockJSON{Store: l.GetStoreId(), Seq: l.GetSeq(), Index: l.GetIndex()})
 						locks = append(locks, fmt.Sprintf("s%d_%d", l.GetStoreId(), l.GetSeq()))
+					}
+					for _, l := range f.GetCloneLocks() {
+						h := fmt.Sprintf("clone:%d/%d/%d", l.GetPool(), l.GetCopyset(), l.GetChunk())
+						j.CloneLocks = append(j.CloneLocks, disaggCloneLockJSON{Holder: h, Index: l.GetIndex(),
+							Taken: time.UnixMilli(l.GetTimeMs()).UTC().Format(time.RFC3339)})
+						locks = append(locks, h)
 					}
 					js = append(js, j)
 					rows = append(rows, []string{f.GetKey(), strconv.FormatBool(f.GetDeleted()), strings.Join(locks, " ")})
@@ -152,7 +170,7 @@ func newDisaggLockListCommand(a *app) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&prefix, "prefix", "", "only data file keys starting with this")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only keys (object names) starting with this")
 	return cmd
 }
 

@@ -28,6 +28,7 @@ type fakeLockServer struct {
 
 	mu     sync.Mutex
 	locks  map[string][]*disaggpb.Lock
+	clones []*disaggpb.DataFile // listed after locks
 	calls  int
 	config *dpb.DisaggS3Config
 }
@@ -74,6 +75,7 @@ func (f *fakeLockServer) List(context.Context, *disaggpb.ListRequest) (*disaggpb
 	for k, ls := range f.locks {
 		out.Files = append(out.Files, &disaggpb.DataFile{Key: k, Locks: ls})
 	}
+	out.Files = append(out.Files, f.clones...)
 	return out, nil
 }
 
@@ -149,5 +151,73 @@ func TestCommandDisagg(t *testing.T) {
 	calls := fs[2].calls
 	if _, err := run(t, addrs, nil, "disagg", "lock", "add", "--key", "k", "--store", "1"); err == nil || !strings.Contains(err.Error(), `"seq" not set`) || fs[2].calls != calls {
 		t.Fatalf("missing --seq: %v", err)
+	}
+}
+
+func (f *fakeLockServer) Gc(_ context.Context, req *disaggpb.GcRequest) (*disaggpb.GcResponse, error) {
+	if !f.isOwner() {
+		return &disaggpb.GcResponse{NotOwner: true, Leader: f.owner.addr + ":0"}, nil
+	}
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	resp := &disaggpb.GcResponse{
+		Marked:  []*disaggpb.GcObject{{Name: req.GetPrefix() + "b", MarkedMs: 1_700_000_000_000}},
+		Removed: []*disaggpb.GcObject{{Name: req.GetPrefix() + "c", MarkedMs: 1_600_000_000_000}},
+		Locked:  []*disaggpb.GcObject{{Name: req.GetPrefix() + "a", LockBy: "clone:1/1/5"}},
+		Skipped: 1,
+	}
+	if req.GetGraceMs() == 0 {
+		resp.Stopped = "the lock table holds 3072 entries"
+	}
+	return resp, nil
+}
+
+// chunkctl disagg gc: rows and a summary, JSON, bad input refused before
+// any call, a run that stopped early exits 1 after its report; the
+// holders of clone locks in lock list.
+func TestCommandDisaggGc(t *testing.T) {
+	fs, addrs := startFakeLockService(t, 2)
+	out := mustRun(t, addrs[:1], nil, "disagg", "gc", "--prefix", "img/", "--grace", "2h")
+	for _, want := range []string{"marked   img/b   marked 2023-11-14T22:13:20Z", "removed  img/c", "kept     img/a   locked by clone:1/1/5",
+		"marked 1, removed 1, kept 1 (locked), waiting 0, skipped 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("gc output lacks %q:\n%s", want, out)
+		}
+	}
+	out = mustRun(t, addrs, nil, "-o", "json", "disagg", "gc", "--prefix", "img/")
+	var js disaggGcJSON
+	if err := json.Unmarshal([]byte(out), &js); err != nil || js.Grace != "1h0m0s" || len(js.Kept) != 1 || js.Kept[0].LockBy != "clone:1/1/5" || len(js.Waiting) != 0 {
+		t.Fatalf("gc json: %q %v", out, err)
+	}
+	calls := fs[1].calls
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"disagg", "gc", "--prefix", ""}, "gc needs a prefix"},
+		{[]string{"disagg", "gc"}, `"prefix" not set`},
+		{[]string{"disagg", "gc", "--prefix", "x/", "--grace", "-1s"}, "must not be negative"},
+	} {
+		if _, err := run(t, addrs, nil, bad.args...); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want %q", bad.args, err, bad.want)
+		}
+	}
+	if fs[1].calls != calls {
+		t.Errorf("bad input reached the server")
+	}
+	fs[1].clones = []*disaggpb.DataFile{{Key: "img/a", CloneLocks: []*disaggpb.CloneLock{{Pool: 1, Copyset: 2, Chunk: 5, Index: 9, TimeMs: 1_700_000_000_000}}}}
+	if out := mustRun(t, addrs, nil, "disagg", "lock", "list"); !strings.Contains(out, "img/a  false           clone:1/2/5") {
+		t.Errorf("lock list of a clone lock: %q", out)
+	}
+	out = mustRun(t, addrs, nil, "-o", "json", "disagg", "lock", "list")
+	var files []disaggFileJSON
+	if err := json.Unmarshal([]byte(out), &files); err != nil || len(files) != 1 ||
+		len(files[0].CloneLocks) != 1 || files[0].CloneLocks[0] != (disaggCloneLockJSON{Holder: "clone:1/2/5", Index: 9, Taken: "2023-11-14T22:13:20Z"}) {
+		t.Errorf("lock list json: %q %v", out, err)
+	}
+	out, err := run(t, addrs, nil, "disagg", "gc", "--prefix", "img/", "--grace", "0s")
+	if err == nil || !strings.Contains(err.Error(), "gc stopped early: the lock table holds 3072 entries") || !strings.Contains(out, "img/b") {
+		t.Fatalf("stopped gc: %q %v", out, err)
 	}
 }

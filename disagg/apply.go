@@ -23,9 +23,17 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 	case *pb.Op_AddLock:
 		return applyAddLock(st, index, o.AddLock)
 	case *pb.Op_MarkDelete:
-		return applyMarkDelete(st, index, o.MarkDelete)
-	default: // *pb.Op_Release: validateOp knows no other
-		return applyRelease(st, o.(*pb.Op_Release).Release)
+		return applyMark(st, index, o.MarkDelete.GetKey(), o.MarkDelete.GetTimeMs())
+	case *pb.Op_Release:
+		return applyRelease(st, o.Release)
+	case *pb.Op_LockClone:
+		return applyLockClone(st, index, o.LockClone)
+	case *pb.Op_ReleaseClone:
+		return applyReleaseClone(st, o.ReleaseClone)
+	case *pb.Op_MarkObject:
+		return applyMark(st, index, o.MarkObject.GetName(), o.MarkObject.GetTimeMs())
+	default: // *pb.Op_Forget: validateOp knows no other
+		return applyForget(st, o.(*pb.Op_Forget).Forget)
 	}
 }
 
@@ -34,10 +42,11 @@ func findFile(st *pb.State, key string) (int, bool) {
 	return slices.BinarySearchFunc(st.Files, key, func(f *pb.DataFile, k string) int { return cmp.Compare(f.GetKey(), k) })
 }
 
+// lockCount counts the locks of the table, upstream's and clone locks.
 func lockCount(st *pb.State) int {
 	n := 0
 	for _, f := range st.Files {
-		n += len(f.Locks)
+		n += len(f.Locks) + len(f.CloneLocks)
 	}
 	return n
 }
@@ -97,13 +106,12 @@ func admitLock(st *pb.State, key string, store, seq uint64) error {
 // is a conflict; the same lock again is a success that changes nothing
 // (a client's retry after a lost answer); else the lock is added.
 func applyAddLock(st *pb.State, index uint64, op *pb.AddLock) (Result, bool) {
-	k, _ := ParseKey(op.GetKey()) // validated
 	i, found := findFile(st, op.GetKey())
 	var f *pb.DataFile
 	if found {
 		f = st.Files[i]
 		if f.GetDeleted() {
-			return Result{Conflict: markedReason(op.GetKey(), k.DelMarkKey())}, false
+			return Result{Conflict: markedConflict(op.GetKey())}, false
 		}
 	}
 	j, held := findLock(f.GetLocks(), op.GetLockStoreId(), op.GetLockSeq())
@@ -121,17 +129,16 @@ func applyAddLock(st *pb.State, index uint64, op *pb.AddLock) (Result, bool) {
 	return Result{}, true
 }
 
-// applyMarkDelete is upstream tryMarkDelete's decision: any lock is a
-// conflict naming the first; a file already marked is a success that
-// changes nothing; else the mark is set.
-func applyMarkDelete(st *pb.State, index uint64, op *pb.MarkDelete) (Result, bool) {
-	k, _ := ParseKey(op.GetKey()) // validated
-	i, found := findFile(st, op.GetKey())
+// applyMark is upstream tryMarkDelete's decision (MarkDelete), and
+// disagg gc's on any other object (MarkObject): any lock is a conflict
+// naming the first; an object already marked is a success that changes
+// nothing; else the mark is set at the op's time.
+func applyMark(st *pb.State, index uint64, name string, timeMs int64) (Result, bool) {
+	i, found := findFile(st, name)
 	if found {
 		f := st.Files[i]
-		if len(f.Locks) > 0 {
-			l := f.Locks[0]
-			return Result{Conflict: lockedReason(op.GetKey(), k.LockKey(l.GetStoreId(), l.GetSeq()))}, false
+		if by := lockBy(f); by != "" {
+			return Result{Conflict: lockedConflict(name, by)}, false
 		}
 		if f.GetDeleted() {
 			return Result{}, false
@@ -141,10 +148,10 @@ func applyMarkDelete(st *pb.State, index uint64, op *pb.MarkDelete) (Result, boo
 		return Result{Err: err}, false
 	}
 	if !found {
-		st.Files = slices.Insert(st.Files, i, &pb.DataFile{Key: op.GetKey()})
+		st.Files = slices.Insert(st.Files, i, &pb.DataFile{Key: name})
 	}
 	f := st.Files[i]
-	f.Deleted, f.MarkedIndex = true, index
+	f.Deleted, f.MarkedIndex, f.MarkedMs = true, index, timeMs
 	return Result{}, true
 }
 
@@ -154,6 +161,9 @@ func applyMarkDelete(st *pb.State, index uint64, op *pb.MarkDelete) (Result, boo
 func applyRelease(st *pb.State, op *pb.Release) (Result, bool) {
 	var released []string
 	for _, f := range st.Files {
+		if len(f.Locks) == 0 {
+			continue // not a data file key, or no upstream locks
+		}
 		k, _ := ParseKey(f.GetKey())
 		f.Locks = slices.DeleteFunc(f.Locks, func(l *pb.Lock) bool {
 			if l.GetStoreId() == op.GetLockStoreId() && l.GetSeq() <= op.GetUpToSeq() {
@@ -163,7 +173,7 @@ func applyRelease(st *pb.State, op *pb.Release) (Result, bool) {
 			return false
 		})
 	}
-	st.Files = slices.DeleteFunc(st.Files, func(f *pb.DataFile) bool { return len(f.Locks) == 0 && !f.GetDeleted() })
+	dropEmpty(st)
 	slices.Sort(released)
 	return Result{Released: released}, len(released) > 0
 }

@@ -15,8 +15,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// lockWorkload proposes locks, marks and releases on a few keys, so that
-// every answer (success, retry, conflict both ways, release) comes up; a
+// lockWorkload proposes locks, marks and releases on a few keys, and clone
+// locks, gc marks and forgets on a few names, so that every answer
+// (success, retry, conflict both ways, release) comes up; a
 // shadow table applied with the machine's rules counts them.
 type lockWorkload struct {
 	t       *testing.T
@@ -26,14 +27,26 @@ type lockWorkload struct {
 
 func (w *lockWorkload) op(rng *rand.Rand, i int) []byte {
 	key := fmt.Sprintf("s%d/data/dat_%d_0", 1+rng.IntN(2), rng.IntN(4))
+	obj := fmt.Sprintf("o/%d", rng.IntN(3))
+	if rng.IntN(3) == 0 {
+		obj = key // a clone of a data file key shares upstream's entry
+	}
 	var op *pb.Op
-	switch x := rng.IntN(10); {
+	switch x := rng.IntN(16); {
 	case x < 5:
 		op = addLock(key, uint64(1+rng.IntN(3)), uint64(rng.IntN(6)))
 	case x < 8:
 		op = markDelete(key)
-	default:
+	case x < 10:
 		op = release(uint64(1+rng.IntN(3)), uint64(rng.IntN(6)))
+	case x < 12:
+		op = lockClone(obj, uint64(rng.IntN(3)), int64(i)) // the proposer's time: the op's number
+	case x < 13:
+		op = releaseClone(obj, uint64(rng.IntN(3)), int64(i-rng.IntN(20)))
+	case x < 14:
+		op = markObject(fmt.Sprintf("o/%d", rng.IntN(3)), int64(i))
+	default:
+		op = forget(obj, fmt.Sprintf("o/%d", rng.IntN(3)))
 	}
 	b, err := encodeOp(op)
 	if err != nil {
@@ -77,10 +90,12 @@ func lockConformanceState(ms copyset.Machines) (string, error) {
 func TestDisaggMachineConforms(t *testing.T) {
 	w := &lockWorkload{t: t, shadow: &pb.State{}, reached: map[string]int{}}
 	copysettest.RunStateMachineConformance(t, []copyset.MachineSpec{Spec()},
-		copysettest.Workload{Op: w.op, State: lockConformanceState, Ops: 150})
+		copysettest.Workload{Op: w.op, State: lockConformanceState, Ops: 200})
 	t.Logf("answers %v; at the end %d files", w.reached, len(w.shadow.Files))
 	for _, k := range []string{"*disaggpb.Op_AddLock", "*disaggpb.Op_AddLock conflict", "*disaggpb.Op_AddLock unchanged",
-		"*disaggpb.Op_MarkDelete", "*disaggpb.Op_MarkDelete conflict", "*disaggpb.Op_Release"} {
+		"*disaggpb.Op_MarkDelete", "*disaggpb.Op_MarkDelete conflict", "*disaggpb.Op_Release",
+		"*disaggpb.Op_LockClone", "*disaggpb.Op_LockClone conflict", "*disaggpb.Op_ReleaseClone", "*disaggpb.Op_MarkObject",
+		"*disaggpb.Op_MarkObject conflict", "*disaggpb.Op_Forget"} {
 		if w.reached[k] == 0 {
 			t.Errorf("the workload never reached %s", k)
 		}

@@ -44,12 +44,24 @@
 // Release (chunkctl disagg lock release) removes a store's locks with
 // seq <= N through raft, then deletes their lock objects.
 //
+// Clone locks and gc (clone.go, reconcile.go, gc.go; docs/disagg-gc.md).
+// chunkraft uses the table for its own objects, keyed by any object name:
+// an @s3 clone chunk locks its source for the clone (LockClone, through
+// the owner) before its creation is proposed; a leader-only reconciler on
+// each copyset releases, after a grace, the locks of clones no longer
+// reading their source (ReleaseClone, only if the lock is still older
+// than the cutoff); disagg gc marks unlocked objects (MarkDelete for data
+// file keys, MarkObject else) and removes marked ones after a grace
+// (Forget). Times in these ops are the proposer's clock. tryAddLock and
+// tryMarkDelete keep upstream's key validation and objects.
+//
 // Invariants. Apply is deterministic: it reads only the state and the op,
 // never a clock, the network or the object store; a refusal is a Result
 // naming why (the same on every replica) with the state unchanged. The
 // table is bounded (MaxFiles, MaxLocksPerFile, MaxLocks), checked before
-// proposing and again in Apply. Every change appends the whole table,
-// stamped with its log index (State.applied), to disagg/state.jsonl, a
+// proposing and again in Apply; gc marks only below gcFill entries.
+// Every change appends the whole table, stamped with its log index
+// (State.applied), to disagg/state.jsonl, a
 // copyset/statefile file: any prefix of it loads as the table at some
 // earlier index, Apply skips ops at or below the loaded stamp, Sync makes
 // it durable, Files lists it (the contract of copyset/fsm.go).

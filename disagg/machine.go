@@ -108,6 +108,16 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 		m.log.Info("disagg data file marked deleted", "index", index, "key", o.MarkDelete.GetKey())
 	case *pb.Op_Release:
 		m.log.Info("disagg locks released", "index", index, "lock_store_id", o.Release.GetLockStoreId(), "up_to_seq", o.Release.GetUpToSeq(), "released", len(res.Released))
+	case *pb.Op_LockClone:
+		l := o.LockClone
+		m.log.Info("disagg clone lock taken", "index", index, "name", l.GetName(), "holder", CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk()))
+	case *pb.Op_ReleaseClone:
+		l := o.ReleaseClone
+		m.log.Info("disagg clone lock released", "index", index, "name", l.GetName(), "holder", CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk()))
+	case *pb.Op_MarkObject:
+		m.log.Info("disagg object marked deleted", "index", index, "name", o.MarkObject.GetName())
+	case *pb.Op_Forget:
+		m.log.Info("disagg collected objects forgotten", "index", index, "names", len(res.Released))
 	}
 }
 
@@ -121,17 +131,28 @@ func (m *Machine) Files() ([]string, error) { return []string{filepath.Join(Dir,
 func (m *Machine) Close() error { return m.file.Close() }
 
 // List returns a copy of the entries whose key starts with prefix,
-// ascending, and the applied index.
-func (m *Machine) List(prefix string) ([]*pb.DataFile, uint64) {
+// ascending, and the applied index; with holderPool not 0, only those
+// with a clone lock of copyset holderPool/holderCopyset.
+func (m *Machine) List(prefix string, holderPool, holderCopyset uint32) ([]*pb.DataFile, uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []*pb.DataFile
 	for _, f := range m.st.Files {
-		if strings.HasPrefix(f.GetKey(), prefix) {
+		if strings.HasPrefix(f.GetKey(), prefix) && (holderPool == 0 || heldBy(f, holderPool, holderCopyset)) {
 			out = append(out, proto.CloneOf(f))
 		}
 	}
 	return out, m.st.GetApplied()
+}
+
+// heldBy reports whether a clone chunk of copyset pool/copyset locks f.
+func heldBy(f *pb.DataFile, pool, copyset uint32) bool {
+	for _, l := range f.CloneLocks {
+		if l.GetPool() == pool && l.GetCopyset() == copyset {
+			return true
+		}
+	}
+	return false
 }
 
 // holds says whether the table holds lock (store, seq) on key.

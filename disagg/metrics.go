@@ -8,14 +8,14 @@ import (
 
 // The label values of chunkraft_disagg_requests_total.
 var (
-	metricOps     = []string{"lock", "mark_delete", "release"}
+	metricOps     = []string{"lock", "mark_delete", "release", "lock_clone", "release_clone", "gc"}
 	metricResults = []string{"success", "conflict", "not_owner", "error"}
 )
 
 // newRequestsMetric is chunkraft_disagg_requests_total, every series at 0.
 func newRequestsMetric() *prometheus.CounterVec {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunkraft_disagg_requests_total",
-		Help: "Lock service requests this server answered, by op (lock, mark_delete, release) and result (success, conflict, not_owner, error)."},
+		Help: "Lock service requests this server answered, by op (lock, mark_delete, release, lock_clone, release_clone, gc) and result (success, conflict, not_owner, error)."},
 		[]string{"op", "result"})
 	for _, op := range metricOps {
 		for _, r := range metricResults {
@@ -41,3 +41,17 @@ func (s *Service) countLock(op string, r *dpb.S3LockResult, err error) {
 
 // Collectors returns the service's metrics, for the server's registry.
 func (s *Service) Collectors() []prometheus.Collector { return []prometheus.Collector{s.requests} }
+
+// countInternal records one DisaggInternal answer.
+func (s *Service) countInternal(op string, notOwner, conflict bool, err error) {
+	result := "success"
+	switch {
+	case err != nil:
+		result = "error"
+	case notOwner:
+		result = "not_owner"
+	case conflict:
+		result = "conflict"
+	}
+	s.requests.WithLabelValues(op, result).Inc()
+}

@@ -2,9 +2,12 @@ package disagg
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/kinds"
+	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
@@ -15,8 +18,14 @@ const (
 	MaxFiles = 4096
 	// MaxLocksPerFile bounds the locks on one data file.
 	MaxLocksPerFile = 64
-	// MaxLocks bounds the locks of the whole table.
+	// MaxLocks bounds the locks of the whole table (upstream's and clone
+	// locks).
 	MaxLocks = 16384
+	// MaxForget bounds the names of one Forget op.
+	MaxForget = 256
+	// gcFill is the most entries disagg gc fills the table to with its
+	// marks: the rest stays for locks.
+	gcFill = MaxFiles * 3 / 4
 )
 
 var (
@@ -31,7 +40,8 @@ type Result struct {
 	// Conflict, when not empty, is why an AddLock or MarkDelete was
 	// refused (upstream's conflict reason); nothing changed.
 	Conflict string
-	// Released are the lock keys a Release removed, ascending.
+	// Released are the lock keys a Release removed, the clone holder a
+	// ReleaseClone removed, the names a Forget removed; ascending.
 	Released []string
 	// Err says why the op was refused for another reason (a bound, an
 	// invalid op); nothing changed.
@@ -46,8 +56,10 @@ func encodeOp(op *pb.Op) ([]byte, error) {
 	return copyset.EncodeOp(kinds.Disagg, op)
 }
 
-// validateOp is the admission check of every op: keys are data file keys
-// (ParseKey). Lock store ids and sequences are any uint64, as upstream.
+// validateOp is the admission check of every op: upstream's keys are data
+// file keys (ParseKey); lock store ids and sequences are any uint64, as
+// upstream. Clone locks and gc ops name any object (validName), a clone
+// chunk with non-zero pool and copyset.
 func validateOp(op *pb.Op) error {
 	switch o := op.GetOp().(type) {
 	case *pb.Op_AddLock:
@@ -58,6 +70,60 @@ func validateOp(op *pb.Op) error {
 		return err
 	case *pb.Op_Release:
 		return nil
+	case *pb.Op_LockClone:
+		return validClone(o.LockClone.GetName(), o.LockClone.GetPool(), o.LockClone.GetCopyset())
+	case *pb.Op_ReleaseClone:
+		return validClone(o.ReleaseClone.GetName(), o.ReleaseClone.GetPool(), o.ReleaseClone.GetCopyset())
+	case *pb.Op_MarkObject:
+		return validGcName(o.MarkObject.GetName())
+	case *pb.Op_Forget:
+		if len(o.Forget.GetNames()) > MaxForget {
+			return fmt.Errorf("forget of %d names (at most %d)", len(o.Forget.GetNames()), MaxForget)
+		}
+		for _, n := range o.Forget.GetNames() {
+			if err := validName(n); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return errors.New("disagg op: none of the known ops")
+}
+
+// validName checks an object name of the table: a valid object name
+// (objstore.ValidateName) of at most maxKeyLen bytes.
+func validName(name string) error {
+	if len(name) > maxKeyLen {
+		return fmt.Errorf("object name of %d bytes (at most %d)", len(name), maxKeyLen)
+	}
+	return objstore.ValidateName(name)
+}
+
+func validClone(name string, pool, copyset uint32) error {
+	if pool == 0 || copyset == 0 {
+		return fmt.Errorf("clone chunk %d/%d: pool and copyset must not be 0", pool, copyset)
+	}
+	return validName(name)
+}
+
+// validGcName checks a name disagg gc marks with MarkObject: not a lock
+// or .del object (never collected), not a data file key (MarkDelete marks
+// those, with its .del object).
+func validGcName(name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if skippedByGc(name) {
+		return fmt.Errorf("%q is a lock or delete-mark object", name)
+	}
+	if _, err := ParseKey(name); err == nil {
+		return fmt.Errorf("%q is a data file key: marked by MarkDelete", name)
+	}
+	return nil
+}
+
+// skippedByGc reports whether gc leaves name alone: lock objects and
+// delete marks.
+func skippedByGc(name string) bool {
+	return strings.HasPrefix(name, LockPrefix) || strings.HasSuffix(name, DelMarkSuffix)
 }

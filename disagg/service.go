@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	gosync "sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
@@ -27,6 +30,8 @@ type Config struct {
 	// table; its leader is the lock service's owner. Default pool 1
 	// copyset 1.
 	LockCopyset CopysetRef `yaml:"lock_copyset"`
+	// Clones configures the locks of @s3 clone sources (clone.go).
+	Clones CloneConfig `yaml:"clone_locks"`
 }
 
 // CopysetRef names a copyset.
@@ -35,15 +40,18 @@ type CopysetRef struct {
 	Copyset uint32 `yaml:"copyset"`
 }
 
-// DefaultConfig is the lock table on pool 1 copyset 1.
-func DefaultConfig() Config { return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}} }
+// DefaultConfig is the lock table on pool 1 copyset 1, clone sources
+// locked (DefaultCloneConfig).
+func DefaultConfig() Config {
+	return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}, Clones: DefaultCloneConfig()}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.LockCopyset.Pool == 0 || c.LockCopyset.Copyset == 0 {
 		return fmt.Errorf("disagg.lock_copyset {pool: %d, copyset: %d}: pool and copyset must not be 0", c.LockCopyset.Pool, c.LockCopyset.Copyset)
 	}
-	return nil
+	return c.Clones.Validate()
 }
 
 // Deps is what the disagg service needs of the process.
@@ -57,6 +65,15 @@ type Deps struct {
 	ObjectStore objstore.Config
 	// Logger is the server's logger.
 	Logger *slog.Logger
+	// Dial returns a connection to the server at addr (the lock owner).
+	Dial func(addr string) (*grpc.ClientConn, error)
+	// Cluster returns the cluster map: where the lock copyset's leader
+	// is when this server hosts no replica of it.
+	Cluster func(ctx context.Context) (*clusterpb.ClusterMapResponse, error)
+	// CloneOf returns the object an @s3 clone chunk of n reads from, ""
+	// for a normal chunk, another clone or no chunk (the reconciler;
+	// called after a read barrier on n's leader).
+	CloneOf func(n *copyset.Node, chunk uint64) (string, error)
 }
 
 // Service is the disagg service of one server: the lock service and
@@ -67,13 +84,20 @@ type Service struct {
 	log      *slog.Logger
 	group    copyset.GroupID
 	copysets *copyset.Manager // set by Attach
+	internal *internalService
 	requests *prometheus.CounterVec
+
+	mu         gosync.Mutex
+	reconciler *copyset.LeaderWorker // set by Start, stopped by Stop
+	lastOwner  copyset.PeerID        // the remote owner that last answered (owner_call.go)
 }
 
 // New returns the service; Attach and Register wire it.
 func New(deps Deps) *Service {
 	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
-	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
+	s := &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
+	s.internal = &internalService{s: s}
+	return s
 }
 
 // Attach gives the service the copyset manager.
@@ -83,7 +107,7 @@ func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
 // every other method Unimplemented) and DisaggInternal on g.
 func (s *Service) Register(g *grpc.Server) {
 	tikvpb.RegisterTikvServer(g, &tikvService{s: s})
-	pb.RegisterDisaggInternalServer(g, &internalService{s: s})
+	pb.RegisterDisaggInternalServer(g, s.internal)
 }
 
 // owner returns the lock copyset's node and machine when this server
@@ -252,7 +276,12 @@ func (s *Service) TryMarkDelete(ctx context.Context, key []byte) (*dpb.S3LockRes
 	if len(locks) > 0 {
 		return conflict(lockedReason(k.String(), locks[0].Name)), nil
 	}
-	return s.decide(ctx, n, &pb.Op{Op: &pb.Op_MarkDelete{MarkDelete: &pb.MarkDelete{Key: k.String()}}}, k.DelMarkKey(), "the delete mark")
+	return s.decide(ctx, n, markDeleteOp(k, time.Now()), k.DelMarkKey(), "the delete mark")
+}
+
+// markDeleteOp is the MarkDelete of data file k at now.
+func markDeleteOp(k Key, now time.Time) *pb.Op {
+	return &pb.Op{Op: &pb.Op_MarkDelete{MarkDelete: &pb.MarkDelete{Key: k.String(), TimeMs: now.UnixMilli()}}}
 }
 
 // DisaggConfig is GetDisaggConfig: the S3 object store's bucket, key
@@ -316,7 +345,7 @@ func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.L
 		}
 		return &pb.ListResponse{NotOwner: true, Leader: string(n.Leader())}, nil
 	}
-	files, applied := m.List(req.GetPrefix())
+	files, applied := m.List(req.GetPrefix(), req.GetHolderPool(), req.GetHolderCopyset())
 	return &pb.ListResponse{Files: files, Applied: applied, Pool: is.s.group.Pool(), Copyset: is.s.group.Copyset()}, nil
 }
 

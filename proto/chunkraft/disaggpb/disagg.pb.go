@@ -81,13 +81,16 @@ func (x *State) GetFiles() []*DataFile {
 	return nil
 }
 
-// DataFile is one data file key's entry.
+// DataFile is one object's entry: a data file key's (upstream locks and
+// marks) or any object name's (clone locks, gc marks).
 type DataFile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`                                     // s{store_id}/data/{subpath}
-	Locks         []*Lock                `protobuf:"bytes,2,rep,name=locks,proto3" json:"locks,omitempty"`                                 // ascending (store_id, seq)
-	Deleted       bool                   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`                            // delete-marked (tryMarkDelete succeeded)
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`                                     // s{store_id}/data/{subpath}, or any object name
+	Locks         []*Lock                `protobuf:"bytes,2,rep,name=locks,proto3" json:"locks,omitempty"`                                 // ascending (store_id, seq); only on data file keys
+	Deleted       bool                   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`                            // delete-marked (tryMarkDelete or disagg gc)
 	MarkedIndex   uint64                 `protobuf:"varint,4,opt,name=marked_index,json=markedIndex,proto3" json:"marked_index,omitempty"` // the log index of the mark
+	CloneLocks    []*CloneLock           `protobuf:"bytes,5,rep,name=clone_locks,json=cloneLocks,proto3" json:"clone_locks,omitempty"`     // ascending (pool, copyset, chunk)
+	MarkedMs      int64                  `protobuf:"varint,6,opt,name=marked_ms,json=markedMs,proto3" json:"marked_ms,omitempty"`          // the mark's time (Unix ms, the proposer's clock); 0: not recorded
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -150,6 +153,98 @@ func (x *DataFile) GetMarkedIndex() uint64 {
 	return 0
 }
 
+func (x *DataFile) GetCloneLocks() []*CloneLock {
+	if x != nil {
+		return x.CloneLocks
+	}
+	return nil
+}
+
+func (x *DataFile) GetMarkedMs() int64 {
+	if x != nil {
+		return x.MarkedMs
+	}
+	return 0
+}
+
+// CloneLock is an @s3 clone chunk of this cluster reading from the
+// object: held for the clone chunk pool/copyset/chunk.
+type CloneLock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Index         uint64                 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`                 // the log index that took or last refreshed it
+	TimeMs        int64                  `protobuf:"varint,5,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"` // that op's time (Unix ms, the proposer's clock)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneLock) Reset() {
+	*x = CloneLock{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneLock) ProtoMessage() {}
+
+func (x *CloneLock) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneLock.ProtoReflect.Descriptor instead.
+func (*CloneLock) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CloneLock) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *CloneLock) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *CloneLock) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *CloneLock) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CloneLock) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
 // Lock is one lock on a data file: held by store store_id for its upload
 // sequence seq (upstream lock_store_id, lock_seq).
 type Lock struct {
@@ -163,7 +258,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +270,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +283,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{2}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Lock) GetStoreId() uint64 {
@@ -220,6 +315,10 @@ type Op struct {
 	//	*Op_AddLock
 	//	*Op_MarkDelete
 	//	*Op_Release
+	//	*Op_LockClone
+	//	*Op_ReleaseClone
+	//	*Op_MarkObject
+	//	*Op_Forget
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -227,7 +326,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +338,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +351,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{3}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -289,6 +388,42 @@ func (x *Op) GetRelease() *Release {
 	return nil
 }
 
+func (x *Op) GetLockClone() *LockClone {
+	if x != nil {
+		if x, ok := x.Op.(*Op_LockClone); ok {
+			return x.LockClone
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetReleaseClone() *ReleaseClone {
+	if x != nil {
+		if x, ok := x.Op.(*Op_ReleaseClone); ok {
+			return x.ReleaseClone
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetMarkObject() *MarkObject {
+	if x != nil {
+		if x, ok := x.Op.(*Op_MarkObject); ok {
+			return x.MarkObject
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetForget() *Forget {
+	if x != nil {
+		if x, ok := x.Op.(*Op_Forget); ok {
+			return x.Forget
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -305,11 +440,35 @@ type Op_Release struct {
 	Release *Release `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
 }
 
+type Op_LockClone struct {
+	LockClone *LockClone `protobuf:"bytes,4,opt,name=lock_clone,json=lockClone,proto3,oneof"`
+}
+
+type Op_ReleaseClone struct {
+	ReleaseClone *ReleaseClone `protobuf:"bytes,5,opt,name=release_clone,json=releaseClone,proto3,oneof"`
+}
+
+type Op_MarkObject struct {
+	MarkObject *MarkObject `protobuf:"bytes,6,opt,name=mark_object,json=markObject,proto3,oneof"`
+}
+
+type Op_Forget struct {
+	Forget *Forget `protobuf:"bytes,7,opt,name=forget,proto3,oneof"`
+}
+
 func (*Op_AddLock) isOp_Op() {}
 
 func (*Op_MarkDelete) isOp_Op() {}
 
 func (*Op_Release) isOp_Op() {}
+
+func (*Op_LockClone) isOp_Op() {}
+
+func (*Op_ReleaseClone) isOp_Op() {}
+
+func (*Op_MarkObject) isOp_Op() {}
+
+func (*Op_Forget) isOp_Op() {}
 
 type AddLock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -322,7 +481,7 @@ type AddLock struct {
 
 func (x *AddLock) Reset() {
 	*x = AddLock{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +493,7 @@ func (x *AddLock) String() string {
 func (*AddLock) ProtoMessage() {}
 
 func (x *AddLock) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +506,7 @@ func (x *AddLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddLock.ProtoReflect.Descriptor instead.
 func (*AddLock) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{4}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddLock) GetKey() string {
@@ -374,13 +533,14 @@ func (x *AddLock) GetLockSeq() uint64 {
 type MarkDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"` // the proposer's clock (Unix ms); 0 in older logs
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MarkDelete) Reset() {
 	*x = MarkDelete{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +552,7 @@ func (x *MarkDelete) String() string {
 func (*MarkDelete) ProtoMessage() {}
 
 func (x *MarkDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +565,7 @@ func (x *MarkDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkDelete.ProtoReflect.Descriptor instead.
 func (*MarkDelete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{5}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MarkDelete) GetKey() string {
@@ -413,6 +573,269 @@ func (x *MarkDelete) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *MarkDelete) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+// LockClone locks object name for the clone chunk pool/copyset/chunk; a
+// marked object is a conflict; the same holder again refreshes the time.
+type LockClone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,5,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockClone) Reset() {
+	*x = LockClone{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockClone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockClone) ProtoMessage() {}
+
+func (x *LockClone) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockClone.ProtoReflect.Descriptor instead.
+func (*LockClone) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LockClone) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockClone) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *LockClone) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *LockClone) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *LockClone) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+// ReleaseClone removes the clone lock of pool/copyset/chunk on name if its
+// time is before before_ms (a lock refreshed since stays).
+type ReleaseClone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	BeforeMs      int64                  `protobuf:"varint,5,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseClone) Reset() {
+	*x = ReleaseClone{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseClone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseClone) ProtoMessage() {}
+
+func (x *ReleaseClone) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseClone.ProtoReflect.Descriptor instead.
+func (*ReleaseClone) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReleaseClone) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleaseClone) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *ReleaseClone) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *ReleaseClone) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ReleaseClone) GetBeforeMs() int64 {
+	if x != nil {
+		return x.BeforeMs
+	}
+	return 0
+}
+
+// MarkObject delete-marks any object name (disagg gc); a locked object is
+// a conflict. Data file keys are marked with MarkDelete.
+type MarkObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkObject) Reset() {
+	*x = MarkObject{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkObject) ProtoMessage() {}
+
+func (x *MarkObject) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkObject.ProtoReflect.Descriptor instead.
+func (*MarkObject) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MarkObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MarkObject) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+// Forget removes the entries of names that are delete-marked (disagg gc
+// deleted their objects); any other entry stays.
+type Forget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forget) Reset() {
+	*x = Forget{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forget) ProtoMessage() {}
+
+func (x *Forget) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forget.ProtoReflect.Descriptor instead.
+func (*Forget) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Forget) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
 }
 
 // Release removes every lock of lock_store_id with seq <= up_to_seq.
@@ -426,7 +849,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +861,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +874,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Release) GetLockStoreId() uint64 {
@@ -469,15 +892,19 @@ func (x *Release) GetUpToSeq() uint64 {
 }
 
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"` // only keys starting with it ("" is all)
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"` // only keys starting with it ("" is all)
+	// holder_pool/holder_copyset, when holder_pool is not 0: only entries
+	// with a clone lock of that copyset.
+	HolderPool    uint32 `protobuf:"varint,2,opt,name=holder_pool,json=holderPool,proto3" json:"holder_pool,omitempty"`
+	HolderCopyset uint32 `protobuf:"varint,3,opt,name=holder_copyset,json=holderCopyset,proto3" json:"holder_copyset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +916,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +929,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -510,6 +937,20 @@ func (x *ListRequest) GetPrefix() string {
 		return x.Prefix
 	}
 	return ""
+}
+
+func (x *ListRequest) GetHolderPool() uint32 {
+	if x != nil {
+		return x.HolderPool
+	}
+	return 0
+}
+
+func (x *ListRequest) GetHolderCopyset() uint32 {
+	if x != nil {
+		return x.HolderCopyset
+	}
+	return 0
 }
 
 type ListResponse struct {
@@ -526,7 +967,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +979,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +992,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListResponse) GetNotOwner() bool {
@@ -606,7 +1047,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +1059,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +1072,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetLockStoreId() uint64 {
@@ -659,7 +1100,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +1112,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +1125,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseResponse) GetNotOwner() bool {
@@ -708,6 +1149,482 @@ func (x *ReleaseResponse) GetReleased() []string {
 	return nil
 }
 
+type LockCloneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`  // the source object
+	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"` // the clone chunk
+	Copyset       uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockCloneRequest) Reset() {
+	*x = LockCloneRequest{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockCloneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockCloneRequest) ProtoMessage() {}
+
+func (x *LockCloneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockCloneRequest.ProtoReflect.Descriptor instead.
+func (*LockCloneRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LockCloneRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockCloneRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *LockCloneRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *LockCloneRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+type LockCloneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotOwner      bool                   `protobuf:"varint,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Conflict      string                 `protobuf:"bytes,3,opt,name=conflict,proto3" json:"conflict,omitempty"` // not empty: refused (the object is delete-marked)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockCloneResponse) Reset() {
+	*x = LockCloneResponse{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockCloneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockCloneResponse) ProtoMessage() {}
+
+func (x *LockCloneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockCloneResponse.ProtoReflect.Descriptor instead.
+func (*LockCloneResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LockCloneResponse) GetNotOwner() bool {
+	if x != nil {
+		return x.NotOwner
+	}
+	return false
+}
+
+func (x *LockCloneResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *LockCloneResponse) GetConflict() string {
+	if x != nil {
+		return x.Conflict
+	}
+	return ""
+}
+
+type ReleaseCloneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	BeforeMs      int64                  `protobuf:"varint,5,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseCloneRequest) Reset() {
+	*x = ReleaseCloneRequest{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseCloneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseCloneRequest) ProtoMessage() {}
+
+func (x *ReleaseCloneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseCloneRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseCloneRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReleaseCloneRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleaseCloneRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *ReleaseCloneRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *ReleaseCloneRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ReleaseCloneRequest) GetBeforeMs() int64 {
+	if x != nil {
+		return x.BeforeMs
+	}
+	return 0
+}
+
+type ReleaseCloneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotOwner      bool                   `protobuf:"varint,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Released      bool                   `protobuf:"varint,3,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseCloneResponse) Reset() {
+	*x = ReleaseCloneResponse{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseCloneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseCloneResponse) ProtoMessage() {}
+
+func (x *ReleaseCloneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseCloneResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseCloneResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReleaseCloneResponse) GetNotOwner() bool {
+	if x != nil {
+		return x.NotOwner
+	}
+	return false
+}
+
+func (x *ReleaseCloneResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *ReleaseCloneResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+type GcRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`                   // the objects under it (not empty)
+	GraceMs       int64                  `protobuf:"varint,2,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"` // marked objects older than this are removed (>= 0)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GcRequest) Reset() {
+	*x = GcRequest{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GcRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GcRequest) ProtoMessage() {}
+
+func (x *GcRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GcRequest.ProtoReflect.Descriptor instead.
+func (*GcRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GcRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *GcRequest) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+type GcObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LockBy        string                 `protobuf:"bytes,2,opt,name=lock_by,json=lockBy,proto3" json:"lock_by,omitempty"`        // kept: the first lock holding it
+	MarkedMs      int64                  `protobuf:"varint,3,opt,name=marked_ms,json=markedMs,proto3" json:"marked_ms,omitempty"` // marked or kept marked: when
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GcObject) Reset() {
+	*x = GcObject{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GcObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GcObject) ProtoMessage() {}
+
+func (x *GcObject) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GcObject.ProtoReflect.Descriptor instead.
+func (*GcObject) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GcObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GcObject) GetLockBy() string {
+	if x != nil {
+		return x.LockBy
+	}
+	return ""
+}
+
+func (x *GcObject) GetMarkedMs() int64 {
+	if x != nil {
+		return x.MarkedMs
+	}
+	return 0
+}
+
+type GcResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NotOwner      bool                   `protobuf:"varint,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Marked        []*GcObject            `protobuf:"bytes,3,rep,name=marked,proto3" json:"marked,omitempty"`    // marked deleted by this run
+	Removed       []*GcObject            `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`  // deleted with their .del and entry
+	Locked        []*GcObject            `protobuf:"bytes,5,rep,name=locked,proto3" json:"locked,omitempty"`    // kept: a lock holds them
+	Waiting       []*GcObject            `protobuf:"bytes,6,rep,name=waiting,proto3" json:"waiting,omitempty"`  // marked, the grace not passed yet
+	Skipped       uint32                 `protobuf:"varint,7,opt,name=skipped,proto3" json:"skipped,omitempty"` // lock and .del objects under the prefix
+	Stopped       string                 `protobuf:"bytes,8,opt,name=stopped,proto3" json:"stopped,omitempty"`  // not empty: why the run stopped early (the table full); what it did is above
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GcResponse) Reset() {
+	*x = GcResponse{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GcResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GcResponse) ProtoMessage() {}
+
+func (x *GcResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GcResponse.ProtoReflect.Descriptor instead.
+func (*GcResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GcResponse) GetNotOwner() bool {
+	if x != nil {
+		return x.NotOwner
+	}
+	return false
+}
+
+func (x *GcResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *GcResponse) GetMarked() []*GcObject {
+	if x != nil {
+		return x.Marked
+	}
+	return nil
+}
+
+func (x *GcResponse) GetRemoved() []*GcObject {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *GcResponse) GetLocked() []*GcObject {
+	if x != nil {
+		return x.Locked
+	}
+	return nil
+}
+
+func (x *GcResponse) GetWaiting() []*GcObject {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *GcResponse) GetSkipped() uint32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *GcResponse) GetStopped() string {
+	if x != nil {
+		return x.Stopped
+	}
+	return ""
+}
+
 var File_chunkraft_disaggpb_disagg_proto protoreflect.FileDescriptor
 
 const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
@@ -715,34 +1632,71 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\x1fchunkraft/disaggpb/disagg.proto\x12\x10chunkraft.disagg\"S\n" +
 	"\x05State\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x120\n" +
-	"\x05files\x18\x02 \x03(\v2\x1a.chunkraft.disagg.DataFileR\x05files\"\x87\x01\n" +
+	"\x05files\x18\x02 \x03(\v2\x1a.chunkraft.disagg.DataFileR\x05files\"\xe2\x01\n" +
 	"\bDataFile\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05locks\x18\x02 \x03(\v2\x16.chunkraft.disagg.LockR\x05locks\x12\x18\n" +
 	"\adeleted\x18\x03 \x01(\bR\adeleted\x12!\n" +
-	"\fmarked_index\x18\x04 \x01(\x04R\vmarkedIndex\"I\n" +
+	"\fmarked_index\x18\x04 \x01(\x04R\vmarkedIndex\x12<\n" +
+	"\vclone_locks\x18\x05 \x03(\v2\x1b.chunkraft.disagg.CloneLockR\n" +
+	"cloneLocks\x12\x1b\n" +
+	"\tmarked_ms\x18\x06 \x01(\x03R\bmarkedMs\"~\n" +
+	"\tCloneLock\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x14\n" +
+	"\x05chunk\x18\x03 \x01(\x04R\x05chunk\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\x12\x17\n" +
+	"\atime_ms\x18\x05 \x01(\x03R\x06timeMs\"I\n" +
 	"\x04Lock\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\xba\x01\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xb4\x03\n" +
 	"\x02Op\x126\n" +
 	"\badd_lock\x18\x01 \x01(\v2\x19.chunkraft.disagg.AddLockH\x00R\aaddLock\x12?\n" +
 	"\vmark_delete\x18\x02 \x01(\v2\x1c.chunkraft.disagg.MarkDeleteH\x00R\n" +
 	"markDelete\x125\n" +
-	"\arelease\x18\x03 \x01(\v2\x19.chunkraft.disagg.ReleaseH\x00R\areleaseB\x04\n" +
+	"\arelease\x18\x03 \x01(\v2\x19.chunkraft.disagg.ReleaseH\x00R\arelease\x12<\n" +
+	"\n" +
+	"lock_clone\x18\x04 \x01(\v2\x1b.chunkraft.disagg.LockCloneH\x00R\tlockClone\x12E\n" +
+	"\rrelease_clone\x18\x05 \x01(\v2\x1e.chunkraft.disagg.ReleaseCloneH\x00R\freleaseClone\x12?\n" +
+	"\vmark_object\x18\x06 \x01(\v2\x1c.chunkraft.disagg.MarkObjectH\x00R\n" +
+	"markObject\x122\n" +
+	"\x06forget\x18\a \x01(\v2\x18.chunkraft.disagg.ForgetH\x00R\x06forgetB\x04\n" +
 	"\x02op\"Z\n" +
 	"\aAddLock\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
 	"\rlock_store_id\x18\x02 \x01(\x04R\vlockStoreId\x12\x19\n" +
-	"\block_seq\x18\x03 \x01(\x04R\alockSeq\"\x1e\n" +
+	"\block_seq\x18\x03 \x01(\x04R\alockSeq\"7\n" +
 	"\n" +
 	"MarkDelete\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"I\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"|\n" +
+	"\tLockClone\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x03 \x01(\rR\acopyset\x12\x14\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x17\n" +
+	"\atime_ms\x18\x05 \x01(\x03R\x06timeMs\"\x83\x01\n" +
+	"\fReleaseClone\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x03 \x01(\rR\acopyset\x12\x14\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x1b\n" +
+	"\tbefore_ms\x18\x05 \x01(\x03R\bbeforeMs\"9\n" +
+	"\n" +
+	"MarkObject\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"\x1e\n" +
+	"\x06Forget\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"I\n" +
 	"\aRelease\x12\"\n" +
 	"\rlock_store_id\x18\x01 \x01(\x04R\vlockStoreId\x12\x1a\n" +
-	"\tup_to_seq\x18\x02 \x01(\x04R\aupToSeq\"%\n" +
+	"\tup_to_seq\x18\x02 \x01(\x04R\aupToSeq\"m\n" +
 	"\vListRequest\x12\x16\n" +
-	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\xbd\x01\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1f\n" +
+	"\vholder_pool\x18\x02 \x01(\rR\n" +
+	"holderPool\x12%\n" +
+	"\x0eholder_copyset\x18\x03 \x01(\rR\rholderCopyset\"\xbd\x01\n" +
 	"\fListResponse\x12\x1b\n" +
 	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x18\n" +
@@ -756,10 +1710,49 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1b\n" +
 	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x1a\n" +
-	"\breleased\x18\x03 \x03(\tR\breleased2\xa7\x01\n" +
+	"\breleased\x18\x03 \x03(\tR\breleased\"j\n" +
+	"\x10LockCloneRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x03 \x01(\rR\acopyset\x12\x14\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\"d\n" +
+	"\x11LockCloneResponse\x12\x1b\n" +
+	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x1a\n" +
+	"\bconflict\x18\x03 \x01(\tR\bconflict\"\x8a\x01\n" +
+	"\x13ReleaseCloneRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x03 \x01(\rR\acopyset\x12\x14\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x1b\n" +
+	"\tbefore_ms\x18\x05 \x01(\x03R\bbeforeMs\"g\n" +
+	"\x14ReleaseCloneResponse\x12\x1b\n" +
+	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x1a\n" +
+	"\breleased\x18\x03 \x01(\bR\breleased\">\n" +
+	"\tGcRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
+	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"T\n" +
+	"\bGcObject\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\alock_by\x18\x02 \x01(\tR\x06lockBy\x12\x1b\n" +
+	"\tmarked_ms\x18\x03 \x01(\x03R\bmarkedMs\"\xc9\x02\n" +
+	"\n" +
+	"GcResponse\x12\x1b\n" +
+	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x122\n" +
+	"\x06marked\x18\x03 \x03(\v2\x1a.chunkraft.disagg.GcObjectR\x06marked\x124\n" +
+	"\aremoved\x18\x04 \x03(\v2\x1a.chunkraft.disagg.GcObjectR\aremoved\x122\n" +
+	"\x06locked\x18\x05 \x03(\v2\x1a.chunkraft.disagg.GcObjectR\x06locked\x124\n" +
+	"\awaiting\x18\x06 \x03(\v2\x1a.chunkraft.disagg.GcObjectR\awaiting\x12\x18\n" +
+	"\askipped\x18\a \x01(\rR\askipped\x12\x18\n" +
+	"\astopped\x18\b \x01(\tR\astopped2\x9d\x03\n" +
 	"\x0eDisaggInternal\x12E\n" +
 	"\x04List\x12\x1d.chunkraft.disagg.ListRequest\x1a\x1e.chunkraft.disagg.ListResponse\x12N\n" +
-	"\aRelease\x12 .chunkraft.disagg.ReleaseRequest\x1a!.chunkraft.disagg.ReleaseResponseB9Z7github.com/chunkraft/chunkraft/proto/chunkraft/disaggpbb\x06proto3"
+	"\aRelease\x12 .chunkraft.disagg.ReleaseRequest\x1a!.chunkraft.disagg.ReleaseResponse\x12T\n" +
+	"\tLockClone\x12\".chunkraft.disagg.LockCloneRequest\x1a#.chunkraft.disagg.LockCloneResponse\x12]\n" +
+	"\fReleaseClone\x12%.chunkraft.disagg.ReleaseCloneRequest\x1a&.chunkraft.disagg.ReleaseCloneResponse\x12?\n" +
+	"\x02Gc\x12\x1b.chunkraft.disagg.GcRequest\x1a\x1c.chunkraft.disagg.GcResponseB9Z7github.com/chunkraft/chunkraft/proto/chunkraft/disaggpbb\x06proto3"
 
 var (
 	file_chunkraft_disaggpb_disagg_proto_rawDescOnce sync.Once
@@ -773,36 +1766,63 @@ func file_chunkraft_disaggpb_disagg_proto_rawDescGZIP() []byte {
 	return file_chunkraft_disaggpb_disagg_proto_rawDescData
 }
 
-var file_chunkraft_disaggpb_disagg_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_chunkraft_disaggpb_disagg_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_chunkraft_disaggpb_disagg_proto_goTypes = []any{
-	(*State)(nil),           // 0: chunkraft.disagg.State
-	(*DataFile)(nil),        // 1: chunkraft.disagg.DataFile
-	(*Lock)(nil),            // 2: chunkraft.disagg.Lock
-	(*Op)(nil),              // 3: chunkraft.disagg.Op
-	(*AddLock)(nil),         // 4: chunkraft.disagg.AddLock
-	(*MarkDelete)(nil),      // 5: chunkraft.disagg.MarkDelete
-	(*Release)(nil),         // 6: chunkraft.disagg.Release
-	(*ListRequest)(nil),     // 7: chunkraft.disagg.ListRequest
-	(*ListResponse)(nil),    // 8: chunkraft.disagg.ListResponse
-	(*ReleaseRequest)(nil),  // 9: chunkraft.disagg.ReleaseRequest
-	(*ReleaseResponse)(nil), // 10: chunkraft.disagg.ReleaseResponse
+	(*State)(nil),                // 0: chunkraft.disagg.State
+	(*DataFile)(nil),             // 1: chunkraft.disagg.DataFile
+	(*CloneLock)(nil),            // 2: chunkraft.disagg.CloneLock
+	(*Lock)(nil),                 // 3: chunkraft.disagg.Lock
+	(*Op)(nil),                   // 4: chunkraft.disagg.Op
+	(*AddLock)(nil),              // 5: chunkraft.disagg.AddLock
+	(*MarkDelete)(nil),           // 6: chunkraft.disagg.MarkDelete
+	(*LockClone)(nil),            // 7: chunkraft.disagg.LockClone
+	(*ReleaseClone)(nil),         // 8: chunkraft.disagg.ReleaseClone
+	(*MarkObject)(nil),           // 9: chunkraft.disagg.MarkObject
+	(*Forget)(nil),               // 10: chunkraft.disagg.Forget
+	(*Release)(nil),              // 11: chunkraft.disagg.Release
+	(*ListRequest)(nil),          // 12: chunkraft.disagg.ListRequest
+	(*ListResponse)(nil),         // 13: chunkraft.disagg.ListResponse
+	(*ReleaseRequest)(nil),       // 14: chunkraft.disagg.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 15: chunkraft.disagg.ReleaseResponse
+	(*LockCloneRequest)(nil),     // 16: chunkraft.disagg.LockCloneRequest
+	(*LockCloneResponse)(nil),    // 17: chunkraft.disagg.LockCloneResponse
+	(*ReleaseCloneRequest)(nil),  // 18: chunkraft.disagg.ReleaseCloneRequest
+	(*ReleaseCloneResponse)(nil), // 19: chunkraft.disagg.ReleaseCloneResponse
+	(*GcRequest)(nil),            // 20: chunkraft.disagg.GcRequest
+	(*GcObject)(nil),             // 21: chunkraft.disagg.GcObject
+	(*GcResponse)(nil),           // 22: chunkraft.disagg.GcResponse
 }
 var file_chunkraft_disaggpb_disagg_proto_depIdxs = []int32{
 	1,  // 0: chunkraft.disagg.State.files:type_name -> chunkraft.disagg.DataFile
-	2,  // 1: chunkraft.disagg.DataFile.locks:type_name -> chunkraft.disagg.Lock
-	4,  // 2: chunkraft.disagg.Op.add_lock:type_name -> chunkraft.disagg.AddLock
-	5,  // 3: chunkraft.disagg.Op.mark_delete:type_name -> chunkraft.disagg.MarkDelete
-	6,  // 4: chunkraft.disagg.Op.release:type_name -> chunkraft.disagg.Release
-	1,  // 5: chunkraft.disagg.ListResponse.files:type_name -> chunkraft.disagg.DataFile
-	7,  // 6: chunkraft.disagg.DisaggInternal.List:input_type -> chunkraft.disagg.ListRequest
-	9,  // 7: chunkraft.disagg.DisaggInternal.Release:input_type -> chunkraft.disagg.ReleaseRequest
-	8,  // 8: chunkraft.disagg.DisaggInternal.List:output_type -> chunkraft.disagg.ListResponse
-	10, // 9: chunkraft.disagg.DisaggInternal.Release:output_type -> chunkraft.disagg.ReleaseResponse
-	8,  // [8:10] is the sub-list for method output_type
-	6,  // [6:8] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	3,  // 1: chunkraft.disagg.DataFile.locks:type_name -> chunkraft.disagg.Lock
+	2,  // 2: chunkraft.disagg.DataFile.clone_locks:type_name -> chunkraft.disagg.CloneLock
+	5,  // 3: chunkraft.disagg.Op.add_lock:type_name -> chunkraft.disagg.AddLock
+	6,  // 4: chunkraft.disagg.Op.mark_delete:type_name -> chunkraft.disagg.MarkDelete
+	11, // 5: chunkraft.disagg.Op.release:type_name -> chunkraft.disagg.Release
+	7,  // 6: chunkraft.disagg.Op.lock_clone:type_name -> chunkraft.disagg.LockClone
+	8,  // 7: chunkraft.disagg.Op.release_clone:type_name -> chunkraft.disagg.ReleaseClone
+	9,  // 8: chunkraft.disagg.Op.mark_object:type_name -> chunkraft.disagg.MarkObject
+	10, // 9: chunkraft.disagg.Op.forget:type_name -> chunkraft.disagg.Forget
+	1,  // 10: chunkraft.disagg.ListResponse.files:type_name -> chunkraft.disagg.DataFile
+	21, // 11: chunkraft.disagg.GcResponse.marked:type_name -> chunkraft.disagg.GcObject
+	21, // 12: chunkraft.disagg.GcResponse.removed:type_name -> chunkraft.disagg.GcObject
+	21, // 13: chunkraft.disagg.GcResponse.locked:type_name -> chunkraft.disagg.GcObject
+	21, // 14: chunkraft.disagg.GcResponse.waiting:type_name -> chunkraft.disagg.GcObject
+	12, // 15: chunkraft.disagg.DisaggInternal.List:input_type -> chunkraft.disagg.ListRequest
+	14, // 16: chunkraft.disagg.DisaggInternal.Release:input_type -> chunkraft.disagg.ReleaseRequest
+	16, // 17: chunkraft.disagg.DisaggInternal.LockClone:input_type -> chunkraft.disagg.LockCloneRequest
+	18, // 18: chunkraft.disagg.DisaggInternal.ReleaseClone:input_type -> chunkraft.disagg.ReleaseCloneRequest
+	20, // 19: chunkraft.disagg.DisaggInternal.Gc:input_type -> chunkraft.disagg.GcRequest
+	13, // 20: chunkraft.disagg.DisaggInternal.List:output_type -> chunkraft.disagg.ListResponse
+	15, // 21: chunkraft.disagg.DisaggInternal.Release:output_type -> chunkraft.disagg.ReleaseResponse
+	17, // 22: chunkraft.disagg.DisaggInternal.LockClone:output_type -> chunkraft.disagg.LockCloneResponse
+	19, // 23: chunkraft.disagg.DisaggInternal.ReleaseClone:output_type -> chunkraft.disagg.ReleaseCloneResponse
+	22, // 24: chunkraft.disagg.DisaggInternal.Gc:output_type -> chunkraft.disagg.GcResponse
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_disaggpb_disagg_proto_init() }
@@ -810,10 +1830,14 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 	if File_chunkraft_disaggpb_disagg_proto != nil {
 		return
 	}
-	file_chunkraft_disaggpb_disagg_proto_msgTypes[3].OneofWrappers = []any{
+	file_chunkraft_disaggpb_disagg_proto_msgTypes[4].OneofWrappers = []any{
 		(*Op_AddLock)(nil),
 		(*Op_MarkDelete)(nil),
 		(*Op_Release)(nil),
+		(*Op_LockClone)(nil),
+		(*Op_ReleaseClone)(nil),
+		(*Op_MarkObject)(nil),
+		(*Op_Forget)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -821,7 +1845,7 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_disaggpb_disagg_proto_rawDesc), len(file_chunkraft_disaggpb_disagg_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

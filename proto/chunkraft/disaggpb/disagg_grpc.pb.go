@@ -25,8 +25,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DisaggInternal_List_FullMethodName    = "/chunkraft.disagg.DisaggInternal/List"
-	DisaggInternal_Release_FullMethodName = "/chunkraft.disagg.DisaggInternal/Release"
+	DisaggInternal_List_FullMethodName         = "/chunkraft.disagg.DisaggInternal/List"
+	DisaggInternal_Release_FullMethodName      = "/chunkraft.disagg.DisaggInternal/Release"
+	DisaggInternal_LockClone_FullMethodName    = "/chunkraft.disagg.DisaggInternal/LockClone"
+	DisaggInternal_ReleaseClone_FullMethodName = "/chunkraft.disagg.DisaggInternal/ReleaseClone"
+	DisaggInternal_Gc_FullMethodName           = "/chunkraft.disagg.DisaggInternal/Gc"
 )
 
 // DisaggInternalClient is the client API for DisaggInternal service.
@@ -37,9 +40,16 @@ const (
 // (linearizable: after a read barrier), Release proposes a Release and
 // deletes the released lock objects. Any other server answers not_owner
 // with the leader it knows.
+//
+// LockClone takes a clone lock for a server creating an @s3 clone chunk;
+// ReleaseClone drops one (the reconciler of the clone's copyset); Gc is
+// chunkctl disagg gc.
 type DisaggInternalClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	LockClone(ctx context.Context, in *LockCloneRequest, opts ...grpc.CallOption) (*LockCloneResponse, error)
+	ReleaseClone(ctx context.Context, in *ReleaseCloneRequest, opts ...grpc.CallOption) (*ReleaseCloneResponse, error)
+	Gc(ctx context.Context, in *GcRequest, opts ...grpc.CallOption) (*GcResponse, error)
 }
 
 type disaggInternalClient struct {
@@ -70,6 +80,36 @@ func (c *disaggInternalClient) Release(ctx context.Context, in *ReleaseRequest, 
 	return out, nil
 }
 
+func (c *disaggInternalClient) LockClone(ctx context.Context, in *LockCloneRequest, opts ...grpc.CallOption) (*LockCloneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockCloneResponse)
+	err := c.cc.Invoke(ctx, DisaggInternal_LockClone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *disaggInternalClient) ReleaseClone(ctx context.Context, in *ReleaseCloneRequest, opts ...grpc.CallOption) (*ReleaseCloneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseCloneResponse)
+	err := c.cc.Invoke(ctx, DisaggInternal_ReleaseClone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *disaggInternalClient) Gc(ctx context.Context, in *GcRequest, opts ...grpc.CallOption) (*GcResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GcResponse)
+	err := c.cc.Invoke(ctx, DisaggInternal_Gc_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DisaggInternalServer is the server API for DisaggInternal service.
 // All implementations must embed UnimplementedDisaggInternalServer
 // for forward compatibility.
@@ -78,9 +118,16 @@ func (c *disaggInternalClient) Release(ctx context.Context, in *ReleaseRequest, 
 // (linearizable: after a read barrier), Release proposes a Release and
 // deletes the released lock objects. Any other server answers not_owner
 // with the leader it knows.
+//
+// LockClone takes a clone lock for a server creating an @s3 clone chunk;
+// ReleaseClone drops one (the reconciler of the clone's copyset); Gc is
+// chunkctl disagg gc.
 type DisaggInternalServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	LockClone(context.Context, *LockCloneRequest) (*LockCloneResponse, error)
+	ReleaseClone(context.Context, *ReleaseCloneRequest) (*ReleaseCloneResponse, error)
+	Gc(context.Context, *GcRequest) (*GcResponse, error)
 	mustEmbedUnimplementedDisaggInternalServer()
 }
 
@@ -96,6 +143,15 @@ func (UnimplementedDisaggInternalServer) List(context.Context, *ListRequest) (*L
 }
 func (UnimplementedDisaggInternalServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedDisaggInternalServer) LockClone(context.Context, *LockCloneRequest) (*LockCloneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LockClone not implemented")
+}
+func (UnimplementedDisaggInternalServer) ReleaseClone(context.Context, *ReleaseCloneRequest) (*ReleaseCloneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseClone not implemented")
+}
+func (UnimplementedDisaggInternalServer) Gc(context.Context, *GcRequest) (*GcResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Gc not implemented")
 }
 func (UnimplementedDisaggInternalServer) mustEmbedUnimplementedDisaggInternalServer() {}
 func (UnimplementedDisaggInternalServer) testEmbeddedByValue()                        {}
@@ -154,6 +210,60 @@ func _DisaggInternal_Release_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DisaggInternal_LockClone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockCloneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisaggInternalServer).LockClone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisaggInternal_LockClone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisaggInternalServer).LockClone(ctx, req.(*LockCloneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisaggInternal_ReleaseClone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseCloneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisaggInternalServer).ReleaseClone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisaggInternal_ReleaseClone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisaggInternalServer).ReleaseClone(ctx, req.(*ReleaseCloneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisaggInternal_Gc_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GcRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisaggInternalServer).Gc(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisaggInternal_Gc_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisaggInternalServer).Gc(ctx, req.(*GcRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DisaggInternal_ServiceDesc is the grpc.ServiceDesc for DisaggInternal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +278,18 @@ var DisaggInternal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _DisaggInternal_Release_Handler,
+		},
+		{
+			MethodName: "LockClone",
+			Handler:    _DisaggInternal_LockClone_Handler,
+		},
+		{
+			MethodName: "ReleaseClone",
+			Handler:    _DisaggInternal_ReleaseClone_Handler,
+		},
+		{
+			MethodName: "Gc",
+			Handler:    _DisaggInternal_Gc_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,137 @@
+package disagg
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+)
+
+// The ops chunkraft itself proposes on any object name: clone locks
+// (LockClone, ReleaseClone) and disagg gc's marks and removals
+// (MarkObject, Forget). Like upstream's, their decisions are here, in log
+// order, reading only the state and the op: the times they carry were
+// chosen by the proposer.
+
+// CloneHolder names the clone chunk a clone lock is held for, as lock
+// list and conflicts show it: clone:{pool}/{copyset}/{chunk}.
+func CloneHolder(pool, copyset uint32, chunk uint64) string {
+	return fmt.Sprintf("clone:%d/%d/%d", pool, copyset, chunk)
+}
+
+// findCloneLock finds the clone lock of pool/copyset/chunk in locks
+// (ascending): its place, and whether it is there.
+func findCloneLock(locks []*pb.CloneLock, pool, copyset uint32, chunk uint64) (int, bool) {
+	return slices.BinarySearchFunc(locks, &pb.CloneLock{Pool: pool, Copyset: copyset, Chunk: chunk}, func(a, b *pb.CloneLock) int {
+		return cmp.Or(cmp.Compare(a.GetPool(), b.GetPool()), cmp.Compare(a.GetCopyset(), b.GetCopyset()), cmp.Compare(a.GetChunk(), b.GetChunk()))
+	})
+}
+
+// lockBy names the first lock holding f: an upstream lock object key,
+// else a clone holder; "" when none does.
+func lockBy(f *pb.DataFile) string {
+	if len(f.Locks) > 0 {
+		k, _ := ParseKey(f.GetKey()) // only data file keys hold upstream locks
+		return k.LockKey(f.Locks[0].GetStoreId(), f.Locks[0].GetSeq())
+	}
+	if len(f.CloneLocks) > 0 {
+		l := f.CloneLocks[0]
+		return CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk())
+	}
+	return ""
+}
+
+// markedConflict is the conflict of a lock on a marked object: upstream's
+// reason for a data file key.
+func markedConflict(name string) string {
+	if k, err := ParseKey(name); err == nil {
+		return markedReason(name, k.DelMarkKey())
+	}
+	return fmt.Sprintf("object is mark deleted, name=%s", name)
+}
+
+// lockedConflict is the conflict of a mark on a locked object: upstream's
+// reason for a data file key.
+func lockedConflict(name, by string) string {
+	if _, err := ParseKey(name); err == nil {
+		return lockedReason(name, by)
+	}
+	return fmt.Sprintf("object is locked, name=%s lock_by=%s", name, by)
+}
+
+// dropEmpty removes the entries with neither locks nor a mark.
+func dropEmpty(st *pb.State) {
+	st.Files = slices.DeleteFunc(st.Files, func(f *pb.DataFile) bool {
+		return len(f.Locks) == 0 && len(f.CloneLocks) == 0 && !f.GetDeleted()
+	})
+}
+
+// applyLockClone locks op.name for the clone chunk: a marked object is a
+// conflict; the same holder again refreshes the lock's time and index (a
+// retried creation restarts the reconciler's grace); else the lock is
+// added, bounded by MaxFiles and MaxLocks.
+func applyLockClone(st *pb.State, index uint64, op *pb.LockClone) (Result, bool) {
+	i, found := findFile(st, op.GetName())
+	var f *pb.DataFile
+	if found {
+		f = st.Files[i]
+		if f.GetDeleted() {
+			return Result{Conflict: markedConflict(op.GetName())}, false
+		}
+	}
+	j, held := findCloneLock(f.GetCloneLocks(), op.GetPool(), op.GetCopyset(), op.GetChunk())
+	if held {
+		l := f.CloneLocks[j]
+		if op.GetTimeMs() <= l.GetTimeMs() {
+			return Result{}, false
+		}
+		l.Index, l.TimeMs = index, op.GetTimeMs()
+		return Result{}, true
+	}
+	if err := admit(st, !found, true); err != nil {
+		return Result{Err: err}, false
+	}
+	if !found {
+		f = &pb.DataFile{Key: op.GetName()}
+		st.Files = slices.Insert(st.Files, i, f)
+	}
+	f.CloneLocks = slices.Insert(f.CloneLocks, j, &pb.CloneLock{
+		Pool: op.GetPool(), Copyset: op.GetCopyset(), Chunk: op.GetChunk(), Index: index, TimeMs: op.GetTimeMs()})
+	return Result{}, true
+}
+
+// applyReleaseClone removes the clone lock when its time is before
+// op.before_ms: one taken or refreshed since the releaser looked stays.
+// Released names the holder when it went.
+func applyReleaseClone(st *pb.State, op *pb.ReleaseClone) (Result, bool) {
+	i, found := findFile(st, op.GetName())
+	if !found {
+		return Result{}, false
+	}
+	f := st.Files[i]
+	j, held := findCloneLock(f.CloneLocks, op.GetPool(), op.GetCopyset(), op.GetChunk())
+	if !held || f.CloneLocks[j].GetTimeMs() >= op.GetBeforeMs() {
+		return Result{}, false
+	}
+	f.CloneLocks = slices.Delete(f.CloneLocks, j, j+1)
+	dropEmpty(st)
+	return Result{Released: []string{CloneHolder(op.GetPool(), op.GetCopyset(), op.GetChunk())}}, true
+}
+
+// applyForget removes the entries of op.names that are marked (gc deleted
+// their objects); names unmarked or absent change nothing. Released are
+// the names removed, ascending.
+func applyForget(st *pb.State, op *pb.Forget) (Result, bool) {
+	var gone []string
+	for _, name := range op.GetNames() {
+		i, found := findFile(st, name)
+		if !found || !st.Files[i].GetDeleted() {
+			continue
+		}
+		gone = append(gone, name)
+		st.Files = slices.Delete(st.Files, i, i+1)
+	}
+	slices.Sort(gone)
+	return Result{Released: gone}, len(gone) > 0
+}

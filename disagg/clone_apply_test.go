@@ -1,0 +1,128 @@
+package disagg
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	"google.golang.org/protobuf/proto"
+)
+
+func lockClone(name string, chunk uint64, ms int64) *pb.Op {
+	return &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: name, Pool: 1, Copyset: 2, Chunk: chunk, TimeMs: ms}}}
+}
+
+func releaseClone(name string, chunk uint64, before int64) *pb.Op {
+	return &pb.Op{Op: &pb.Op_ReleaseClone{ReleaseClone: &pb.ReleaseClone{Name: name, Pool: 1, Copyset: 2, Chunk: chunk, BeforeMs: before}}}
+}
+
+func markObject(name string, ms int64) *pb.Op {
+	return &pb.Op{Op: &pb.Op_MarkObject{MarkObject: &pb.MarkObject{Name: name, TimeMs: ms}}}
+}
+
+func forget(names ...string) *pb.Op {
+	return &pb.Op{Op: &pb.Op_Forget{Forget: &pb.Forget{Names: names}}}
+}
+
+// The clone lock and gc ops, applied in order to one table: each step's
+// answer and whether the table changed; each op applied a second time
+// changes nothing (idempotent), and the whole sequence applied again from
+// empty gives the same table (deterministic).
+func TestCloneAndGcOps(t *testing.T) {
+	const img, dat = "images/base.raw", "s1/data/dat_1_0"
+	steps := []struct {
+		op      *pb.Op
+		want    string // "" success; else a substring of the conflict, error or released list
+		changed bool
+	}{
+		{lockClone(img, 7, 100), "", true},
+		{lockClone(img, 7, 100), "", false}, // a replayed or concurrent retry: same time
+		{lockClone(img, 7, 150), "", true},  // a retried creation refreshes the time
+		{lockClone(img, 8, 100), "", true},  // a second clone of the same source
+		{markObject(img, 200), "object is locked, name=images/base.raw lock_by=clone:1/2/7", false},
+		{releaseClone(img, 7, 150), "released []", false}, // refreshed at 150: not before 150
+		{releaseClone(img, 7, 151), "released [clone:1/2/7]", true},
+		{releaseClone(img, 7, 151), "released []", false},
+		{markObject(img, 300), "lock_by=clone:1/2/8", false},
+		{releaseClone(img, 8, 1000), "released [clone:1/2/8]", true},
+		{markObject(img, 300), "", true},
+		{markObject(img, 400), "", false}, // a second mark keeps the first time
+		{lockClone(img, 9, 500), "object is mark deleted, name=images/base.raw", false},
+		// A clone of a data file key shares its entry with upstream's locks.
+		{lockClone(dat, 1, 10), "", true},
+		{markDelete(dat), "data file is locked, key=s1/data/dat_1_0 lock_by=clone:1/2/1", false},
+		{addLock(dat, 3, 3), "", true},
+		{release(3, 3), "released [lock/s1/dat_1_0.lock_s3_3]", true},
+		{releaseClone(dat, 1, 11), "released [clone:1/2/1]", true},
+		{markDelete(dat), "", true},
+		{lockClone(dat, 1, 20), "data file is mark deleted, key=s1/data/dat_1_0 delmark=s1/data/dat_1_0.del", false},
+		{forget(img, "never/there"), "released [images/base.raw]", true},
+		{forget(img), "released []", false},
+		{lockClone(img, 9, 600), "", true},  // forgotten: a new object of that name may be cloned
+		{forget(img), "released []", false}, // locked, not marked: stays
+		// Bad ops are refused in Apply, the table unchanged.
+		{markObject("lock/s1/dat_1_0.lock_s3_3", 1), "lock or delete-mark object", false},
+		{markObject("a/b.del", 1), "lock or delete-mark object", false},
+		{markObject(dat, 1), "is a data file key", false},
+		{lockClone("bad//name", 1, 1), "invalid object name", false},
+		{&pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: img, Pool: 0, Copyset: 2, Chunk: 1}}}, "must not be 0", false},
+	}
+	st := &pb.State{}
+	for i, s := range steps {
+		res, changed := applyOp(st, uint64(i+1), s.op)
+		got := res.Conflict
+		switch {
+		case res.Err != nil:
+			got = res.Err.Error()
+		case s.op.GetRelease() != nil || s.op.GetReleaseClone() != nil || s.op.GetForget() != nil:
+			got = fmt.Sprintf("released %v", res.Released)
+		}
+		if (s.want == "") != (got == "") || !strings.Contains(got, s.want) || changed != s.changed {
+			t.Errorf("step %d %v: %q changed=%v, want %q changed=%v", i+1, s.op, got, changed, s.want, s.changed)
+		}
+		// The same op again (a retry, a re-proposal) changes nothing more.
+		before := proto.CloneOf(st)
+		if _, changed := applyOp(st, uint64(i+1), s.op); changed || !proto.Equal(before, st) {
+			t.Errorf("step %d applied twice changed the table", i+1)
+		}
+	}
+	// At the end: dat marked at index 19, img locked by clone 9 (index 23).
+	if len(st.Files) != 2 || st.Files[0].GetKey() != img || len(st.Files[0].CloneLocks) != 1 || st.Files[0].CloneLocks[0].GetIndex() != 23 ||
+		!st.Files[1].GetDeleted() || st.Files[1].GetMarkedIndex() != 19 {
+		t.Fatalf("table at the end: %v", st.Files)
+	}
+	again := &pb.State{}
+	for i, s := range steps {
+		applyOp(again, uint64(i+1), s.op)
+	}
+	if !proto.Equal(again, st) {
+		t.Errorf("not deterministic:\n%v\n%v", again, st)
+	}
+}
+
+// Clone locks count against MaxLocks and new entries against MaxFiles; a
+// held clone lock is still refreshed on a full table.
+func TestCloneLockBounds(t *testing.T) {
+	st := &pb.State{}
+	for i := range MaxFiles {
+		if res, _ := applyOp(st, uint64(i+1), lockClone(fmt.Sprintf("o/%d", i), 1, 1)); res.Err != nil || res.Conflict != "" {
+			t.Fatalf("lock %d: %+v", i, res)
+		}
+	}
+	for _, op := range []*pb.Op{lockClone("o/new", 1, 1), markObject("o/new", 1), addLock("s1/data/dat_1_0", 1, 1)} {
+		if res, changed := applyOp(st, 99999, op); !errors.Is(res.Err, ErrFull) || changed {
+			t.Errorf("%v past MaxFiles: %+v %v", op, res, changed)
+		}
+	}
+	if res, changed := applyOp(st, 99999, lockClone("o/1", 1, 5)); res.Err != nil || !changed {
+		t.Errorf("refresh on a full table: %+v %v", res, changed)
+	}
+	for i := 2; lockCount(st) < MaxLocks; i++ {
+		applyOp(st, uint64(100000+i), lockClone("o/1", uint64(i), 1))
+	}
+	if res, changed := applyOp(st, 200000, lockClone("o/1", 1<<40, 1)); !errors.Is(res.Err, ErrFull) || changed {
+		t.Errorf("clone lock past MaxLocks: %+v %v", res, changed)
+	}
+}

@@ -1,0 +1,127 @@
+package disagg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+)
+
+// The clone lock reconciler: a leader-only worker (copyset.LeaderWorker)
+// on every copyset this server leads. Every Interval it asks the owner
+// for the clone locks its copyset's chunks hold, and releases each one
+// older than the grace whose chunk, read after a read barrier, is no
+// longer an @s3 clone of that object: recovered into a normal chunk,
+// deleted, never created (a creation that failed after its lock) or
+// recreated from another source. It is state-based: a crash, a lost
+// release or a leader change leaves a lock the next round releases.
+//
+// The grace keeps the lock of a creation in flight: the cutoff (now -
+// grace) is taken before the chunk is read, and the release removes the
+// lock only if its time is still before the cutoff, so a lock taken or
+// refreshed by a retried creation since stays. A creation whose commit
+// comes more than the grace after its lock could lose it: the grace
+// (default 10m) is far longer than a proposal takes.
+
+// Start starts the reconciler (nothing with clone locks disabled or no
+// CloneOf).
+func (s *Service) Start() error {
+	c := s.deps.Config.Clones
+	if c.Disabled || s.deps.CloneOf == nil {
+		return nil
+	}
+	w, err := s.copysets.StartLeaderWorker(s.reconcile, copyset.LeaderWorkerOptions{Name: "disagg-clone-locks", RetryDelay: c.Interval})
+	if err != nil {
+		return fmt.Errorf("disagg: %w", err)
+	}
+	s.mu.Lock()
+	s.reconciler = w
+	s.mu.Unlock()
+	return nil
+}
+
+// Stop stops the reconciler and waits for its runs. Idempotent.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	w := s.reconciler
+	s.reconciler = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.Stop()
+	}
+}
+
+// reconcile is the worker's run on copyset n while it leads: a round
+// every Interval until ctx ends. A failed round is logged and the next
+// one tries again.
+func (s *Service) reconcile(ctx context.Context, n *copyset.Node) error {
+	c := s.deps.Config.Clones
+	t := time.NewTicker(c.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.Interval+c.Timeout)
+		released, err := s.reconcileOnce(rctx, n, time.Now())
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("clone lock reconciler: round failed; next round retries", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "err", err)
+		case released > 0:
+			s.log.Info("clone lock reconciler: released locks of clones no longer reading their source", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "released", released)
+		}
+	}
+}
+
+// reconcileOnce releases the clone locks of n's chunks older than now -
+// grace that no clone chunk needs; it returns how many went.
+func (s *Service) reconcileOnce(ctx context.Context, n *copyset.Node, now time.Time) (int, error) {
+	g := n.Group()
+	var files []*pb.DataFile
+	err := s.onOwner(ctx, func(ctx context.Context, c pb.DisaggInternalClient) (bool, string, error) {
+		resp, err := c.List(ctx, &pb.ListRequest{HolderPool: g.Pool(), HolderCopyset: g.Copyset()})
+		files = resp.GetFiles()
+		return resp.GetNotOwner(), resp.GetLeader(), err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list clone locks: %w", err)
+	}
+	cutoff := now.Add(-s.deps.Config.Clones.Grace).UnixMilli()
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		return 0, fmt.Errorf("read barrier: %w", err)
+	}
+	released := 0
+	for _, f := range files {
+		for _, l := range f.GetCloneLocks() {
+			if l.GetPool() != g.Pool() || l.GetCopyset() != g.Copyset() || l.GetTimeMs() >= cutoff {
+				continue
+			}
+			obj, err := s.deps.CloneOf(n, l.GetChunk())
+			if err != nil {
+				return released, fmt.Errorf("chunk %d: %w", l.GetChunk(), err)
+			}
+			if obj == f.GetKey() {
+				continue // still reads from it
+			}
+			req := &pb.ReleaseCloneRequest{Name: f.GetKey(), Pool: g.Pool(), Copyset: g.Copyset(), Chunk: l.GetChunk(), BeforeMs: cutoff}
+			var done bool
+			err = s.onOwner(ctx, func(ctx context.Context, c pb.DisaggInternalClient) (bool, string, error) {
+				resp, err := c.ReleaseClone(ctx, req)
+				done = resp.GetReleased()
+				return resp.GetNotOwner(), resp.GetLeader(), err
+			})
+			if err != nil {
+				return released, fmt.Errorf("release %s on %s: %w", CloneHolder(g.Pool(), g.Copyset(), l.GetChunk()), f.GetKey(), err)
+			}
+			if done {
+				released++
+			}
+		}
+	}
+	return released, nil
+}
