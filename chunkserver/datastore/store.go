@@ -149,6 +149,9 @@ type Store struct {
 	// before closing any file. Add is only called under mu with !closed.
 	inflight sync.WaitGroup
 
+	// views is the table of read views (view.go).
+	views viewTable
+
 	stats struct {
 		crcFailures, poolTakes, poolFallbacks, cacheHits, cacheMisses, cowBlocks atomic.Uint64
 		snaps, clones                                                            atomic.Int64
@@ -198,6 +201,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("datastore: open: %w", err)
 	}
 	if err := s.load(); err != nil {
+		s.closeViews()
 		for _, c := range s.chunks {
 			_ = c.f.Close()
 			if c.snap != nil {
@@ -223,13 +227,24 @@ func (s *Store) load() error {
 		path   string
 	}
 	var snaps []snapEnt
+	var vl viewLoad
 	for _, e := range entries {
 		id, sn, kind := parseFileName(e.Name())
 		path := joinDir(dir, e.Name())
-		if kind == kindOther || !e.Type().IsRegular() {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if kind == kindOther {
+			if seq, ok := parseViewInfoName(e.Name()); ok {
+				vl.infos = append(vl.infos, viewEnt{seq: seq, path: path})
+			}
 			continue
 		}
 		switch kind {
+		case kindView:
+			vl.files = append(vl.files, viewEnt{id, sn, path})
+		case kindViewBase:
+			vl.bases = append(vl.bases, viewEnt{id, sn, path})
 		case kindTmp:
 			if err := discardFile(s.fs, s.pool, path); err != nil {
 				return fmt.Errorf("datastore: open: dispose of leftover temp file: %w", err)
@@ -266,7 +281,11 @@ func (s *Store) load() error {
 		c.snap = sp
 		s.stats.snaps.Add(1)
 	}
-	if changed {
+	viewsChanged, err := s.loadViews(vl)
+	if err != nil {
+		return fmt.Errorf("datastore: open: %w", err)
+	}
+	if changed || viewsChanged {
 		if err := s.fs.SyncDir(dir); err != nil {
 			return fmt.Errorf("datastore: open: sync dir %s: %w", dir, err)
 		}
@@ -632,6 +651,11 @@ func (s *Store) WriteChunkAt(index, id, sn uint64, data []byte, off uint32) erro
 			return fmt.Errorf("datastore: write chunk %d: %w", id, err)
 		}
 	}
+	if len(c.views) > 0 {
+		if err := s.captureViews(c, index, lo, hi); err != nil {
+			return fmt.Errorf("datastore: write chunk %d: %w", id, err)
+		}
+	}
 	if err := s.writeData(c, lo, data); err != nil {
 		return fmt.Errorf("datastore: write chunk %d: %w", id, err)
 	}
@@ -724,10 +748,16 @@ func (s *Store) DeleteChunkAt(index, id, sn uint64) error {
 			return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
 		}
 	}
-	if err := discardFile(s.fs, s.pool, c.path); err != nil {
-		return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
+	if len(c.views) > 0 {
+		if err := s.moveAside(c, index); err != nil {
+			return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
+		}
+	} else {
+		if err := discardFile(s.fs, s.pool, c.path); err != nil {
+			return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
+		}
+		_ = c.f.Close() // the file is gone; nothing of it is worth an error
 	}
-	_ = c.f.Close() // the file is gone; nothing of it is worth an error
 	s.dropChunk(c)
 	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
 		return fmt.Errorf("datastore: delete chunk %d: sync dir %s: %w", id, s.opts.Dir, err)
@@ -814,7 +844,7 @@ func (s *Store) Files() []string {
 		}
 		c.mu.RUnlock()
 	}
-	return append(chunks, snaps...)
+	return append(append(chunks, snaps...), s.viewFileNames()...)
 }
 
 // Sync makes every change applied before it was called durable: it fsyncs
@@ -981,5 +1011,6 @@ func (s *Store) Close() error {
 		}
 		c.mu.Unlock()
 	}
+	s.closeViews()
 	return errors.Join(errs...)
 }
