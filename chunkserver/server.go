@@ -138,7 +138,8 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	if err := s.openChunkResources(cfg, &layout); err != nil {
 		return nil, err
 	}
-	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log})
+	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log,
+		Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
@@ -343,6 +344,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		loadErr = s.syncs.Start()
 	}
 	if loadErr == nil {
+		loadErr = s.disagg.StartViews()
+	}
+	if loadErr == nil {
 		loadErr = s.copysets.Load(ctx)
 	}
 	if loadErr == nil {
@@ -376,6 +380,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	closeErr := s.copysets.Close()
 	s.scans.Stop()
 	s.syncs.Stop()
+	s.disagg.StopViews()
 	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()

@@ -16,6 +16,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
 )
@@ -27,6 +28,8 @@ type Config struct {
 	// table; its leader is the lock service's owner. Default pool 1
 	// copyset 1.
 	LockCopyset CopysetRef `yaml:"lock_copyset"`
+	// Views bounds the read views (view.go).
+	Views ViewConfig `yaml:"views"`
 }
 
 // CopysetRef names a copyset.
@@ -36,14 +39,16 @@ type CopysetRef struct {
 }
 
 // DefaultConfig is the lock table on pool 1 copyset 1.
-func DefaultConfig() Config { return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}} }
+func DefaultConfig() Config {
+	return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}, Views: DefaultViewConfig()}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.LockCopyset.Pool == 0 || c.LockCopyset.Copyset == 0 {
 		return fmt.Errorf("disagg.lock_copyset {pool: %d, copyset: %d}: pool and copyset must not be 0", c.LockCopyset.Pool, c.LockCopyset.Copyset)
 	}
-	return nil
+	return c.Views.Validate()
 }
 
 // Deps is what the disagg service needs of the process.
@@ -57,6 +62,11 @@ type Deps struct {
 	ObjectStore objstore.Config
 	// Logger is the server's logger.
 	Logger *slog.Logger
+	// Views gives a copyset's chunk store as the read views use it
+	// (nil: no read views).
+	Views func(n *copyset.Node) (ViewStore, bool)
+	// StoreID is the server's id in EstablishDisaggTask answers.
+	StoreID uint64
 }
 
 // Service is the disagg service of one server: the lock service and
@@ -68,12 +78,16 @@ type Service struct {
 	group    copyset.GroupID
 	copysets *copyset.Manager // set by Attach
 	requests *prometheus.CounterVec
+	// views is the read views' bookkeeping (view_tasks.go).
+	views        *viewTasks
+	viewRequests *prometheus.CounterVec
 }
 
 // New returns the service; Attach and Register wire it.
 func New(deps Deps) *Service {
 	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
-	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
+	return &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric(),
+		views: newViewTasks(), viewRequests: newViewRequestsMetric()}
 }
 
 // Attach gives the service the copyset manager.
@@ -84,6 +98,7 @@ func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
 func (s *Service) Register(g *grpc.Server) {
 	tikvpb.RegisterTikvServer(g, &tikvService{s: s})
 	pb.RegisterDisaggInternalServer(g, &internalService{s: s})
+	vpb.RegisterDisaggViewsServer(g, &viewsService{s: s})
 }
 
 // owner returns the lock copyset's node and machine when this server
@@ -266,8 +281,8 @@ func (s *Service) DisaggConfig() (*dpb.DisaggS3Config, error) {
 	return &dpb.DisaggS3Config{Bucket: c.S3.Bucket, Root: c.S3.KeyPrefix(), Endpoint: c.S3.Endpoint}, nil
 }
 
-// tikvService is tikvpb.Tikv: the lock service and GetDisaggConfig; the
-// read-view RPCs and TiKV's own answer Unimplemented.
+// tikvService is tikvpb.Tikv: the lock service, GetDisaggConfig and the
+// read views (view_service.go); TiKV's own methods answer Unimplemented.
 type tikvService struct {
 	tikvpb.UnimplementedTikvServer
 	s *Service

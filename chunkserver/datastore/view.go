@@ -638,8 +638,11 @@ func (s *Store) ViewPages(seq uint64) ([]ViewChunk, error) {
 		}
 	}
 	s.views.mu.RUnlock()
-	if v == nil {
+	switch {
+	case v == nil:
 		return nil, fmt.Errorf("datastore: view %d: %w", seq, ErrViewNotExist)
+	case v.over.Load():
+		return nil, fmt.Errorf("datastore: view %d (budget %d bytes): %w", seq, v.budget, ErrViewOverBudget)
 	}
 	slices.Sort(ids)
 	out := make([]ViewChunk, 0, len(ids))
