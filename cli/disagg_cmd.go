@@ -25,7 +25,7 @@ refused on a missing or marked file, a mark on a locked file. The lock and
 	}
 	lock := &cobra.Command{Use: "lock", Short: "Add, mark deleted, list and release data file locks"}
 	lock.AddCommand(newDisaggLockAddCommand(a), newDisaggMarkDeleteCommand(a), newDisaggLockListCommand(a), newDisaggReleaseCommand(a))
-	cmd.AddCommand(newDisaggConfigCommand(a), lock)
+	cmd.AddCommand(newDisaggConfigCommand(a), lock, newDisaggViewCommand(a))
 	return cmd
 }
 
