@@ -275,3 +275,30 @@ func TestDisaggViewCancelLeaseBudget(t *testing.T) {
 	}
 	c.waitNoViewFiles(t)
 }
+
+// disagg.views is read from the config file, its unset keys keep their
+// defaults, and a bound out of range is refused.
+func TestDisaggViewsConfigFile(t *testing.T) {
+	path := t.TempDir() + "/c.yaml"
+	for _, c := range []struct{ yaml, want string }{
+		{"disagg:\n  views:\n    max_per_copyset: 2\n    lease_check: 5s\n", ""},
+		{"disagg:\n  views:\n    max_per_copyset: 0\n", "disagg.views.max_per_copyset 0"},
+		{"disagg:\n  views:\n    max_preimage_bytes: 1000\n", "disagg.views.max_preimage_bytes 1000"},
+	} {
+		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfigFile(path)
+		if err == nil {
+			cfg.DataDir = t.TempDir()
+			err = cfg.Validate()
+		}
+		v := cfg.Disagg.Views
+		switch {
+		case c.want == "" && (err != nil || v.MaxPerCopyset != 2 || v.LeaseCheck != 5*time.Second || v.MaxPreimageBytes != 256<<20 || v.PacketBytes != 512<<10):
+			t.Errorf("%q: %+v %v", c.yaml, v, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}

@@ -15,13 +15,14 @@ import (
 func newDisaggCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "disagg",
-		Short: "The disagg service: the S3 lock service's locks and delete marks, the object store it serves",
+		Short: "The disagg service: the S3 lock service's locks and delete marks, the object store it serves, read views",
 		Long: `The disagg service answers TiFlash's disaggregated RPCs (tikvpb.Tikv). Its lock
 service keeps, per data file key (s{store}/data/{subpath}), the locks readers
 hold and the delete marks of the garbage collector, replicated on the lock
 copyset (disagg.lock_copyset, default 1/1); its leader is the owner. A lock is
 refused on a missing or marked file, a mark on a locked file. The lock and
-.del objects are written to the servers' object store under upstream's names.`,
+.del objects are written to the servers' object store under upstream's names.
+Read views (disagg view) keep chunks as of one point for remote readers.`,
 	}
 	lock := &cobra.Command{Use: "lock", Short: "Add, mark deleted, list and release data file locks"}
 	lock.AddCommand(newDisaggLockAddCommand(a), newDisaggMarkDeleteCommand(a), newDisaggLockListCommand(a), newDisaggReleaseCommand(a))
