@@ -811,13 +811,18 @@ func (s *Store) ListChunks() []uint64 {
 	return ids
 }
 
-// Files returns the name, relative to Dir, of every file of the store: the
+// Files returns the name, relative to Dir, of every file of the store:
+// the chunk and snapshot files (chunkFiles), then the read views' files
+// (view_load.go).
+func (s *Store) Files() []string { return append(s.chunkFiles(), s.viewFileNames()...) }
+
+// chunkFiles returns the name, relative to Dir, of every chunk and snapshot file: the
 // chunk files in ascending id order, then the snapshot files in ascending
 // chunk id order. It is the list a Raft snapshot streams; call Sync first
 // so the files are complete on disk, and keep writes out while they are
 // read. A Store opened on a directory holding exactly these files (with the
 // same sizes) has the same chunks and snapshots. None after Close.
-func (s *Store) Files() []string {
+func (s *Store) chunkFiles() []string {
 	s.mu.RLock()
 	cs := make([]*chunkFile, 0, len(s.chunks))
 	for _, c := range s.chunks {
@@ -844,7 +849,7 @@ func (s *Store) Files() []string {
 		}
 		c.mu.RUnlock()
 	}
-	return append(append(chunks, snaps...), s.viewFileNames()...)
+	return append(chunks, snaps...)
 }
 
 // Sync makes every change applied before it was called durable: it fsyncs

@@ -121,7 +121,9 @@ import (
 // A live chunk's pre-image files are guarded by the chunk's mu, like its
 // snapshot; views.mu guards the table of views and the moved-aside files.
 // Lock order: chunkFile.syncMu, chunkFile.mu, views.mu, Store.mu; a read
-// of a view takes views.mu shared, then the chunk's mu shared.
+// of a view looks its pre-image file up under views.mu, lets it go, then
+// takes the chunk's mu shared and the pre-image file's mu shared (which a
+// drop takes to close the files).
 
 // Errors of read views.
 var (
@@ -208,6 +210,10 @@ type viewFile struct {
 	next  uint32 // next slot
 	chunk *chunkFile
 	base  atomic.Pointer[baseFile]
+	// mu is held shared by reads of the view, exclusively by the drop
+	// that closes its files (dropped).
+	mu      sync.RWMutex
+	dropped bool
 }
 
 // baseFile is a deleted chunk's file kept for the views covering it.
@@ -304,24 +310,26 @@ func (s *Store) RegisterViewAt(seq uint64, spec ViewSpec) error {
 		return err
 	}
 	defer s.inflight.Done()
+	// One directory fsync at the end makes the files durable: no op
+	// captures into them before this one has returned, and after a crash
+	// before it pre-image files without their info are disposed of at
+	// Open and the replay registers the view again.
 	vs := &s.views
 	vs.mu.Lock()
 	v := vs.byseq[seq]
 	vs.mu.Unlock()
+	created := false
 	if v == nil {
 		v = &view{seq: seq, info: append([]byte(nil), spec.Info...), budget: spec.Budget,
 			path: joinDir(s.opts.Dir, viewInfoName(seq)), files: map[uint64]*viewFile{}}
 		if err := s.writeWhole(v.path, encodeViewInfo(spec.Budget, spec.Info)); err != nil {
 			return fmt.Errorf("datastore: register view %d: write info: %w", seq, err)
 		}
-		if err := s.fs.SyncDir(s.opts.Dir); err != nil {
-			return fmt.Errorf("datastore: register view %d: sync dir: %w", seq, err)
-		}
 		vs.mu.Lock()
 		vs.byseq[seq] = v
 		vs.mu.Unlock()
+		created = true
 	}
-	created := false
 	for _, id := range s.ListChunks() {
 		if !slices.ContainsFunc(spec.Ranges, func(r ChunkRange) bool { return r.has(id) }) {
 			continue
@@ -490,9 +498,9 @@ func (s *Store) DropViewAt(seq, viewSeq uint64) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("datastore: drop view %d: %w", viewSeq, err)
 	}
-	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
-		return fmt.Errorf("datastore: drop view %d: sync dir: %w", viewSeq, err)
-	}
+	// The info goes last; whichever removals a crash keeps, Open disposes
+	// of pre-image files without info and moved-aside files without
+	// pre-images, and the replayed drop finishes.
 	if err := s.fs.Remove(v.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("datastore: drop view %d: %w", viewSeq, err)
 	}
@@ -511,7 +519,10 @@ func (s *Store) dropViewFile(vf *viewFile) error {
 			c.mu.Unlock()
 		}
 	}
+	vf.mu.Lock()
+	vf.dropped = true
 	_ = vf.f.Close()
+	vf.mu.Unlock()
 	if err := s.fs.Remove(vf.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -579,31 +590,42 @@ func (s *Store) viewFileOf(seq, id uint64) (*viewFile, error) {
 }
 
 // withViewChunk runs fn on chunk id of view seq with the file its unsaved
-// blocks read from (the live chunk under its shared lock, or the
-// moved-aside file) and the geometry of that file.
+// blocks read from: the live chunk, under its shared lock, or the
+// moved-aside file. views.mu is not held meanwhile (an apply holding the
+// chunk's lock takes it); vf.mu shared keeps a drop from closing the
+// files under fn.
 func (s *Store) withViewChunk(seq, id uint64, fn func(vf *viewFile, src File) error) error {
 	s.views.mu.RLock()
-	defer s.views.mu.RUnlock()
 	vf, err := s.viewFileOf(seq, id)
+	s.views.mu.RUnlock()
 	if err != nil {
 		return err
 	}
+	gone := fmt.Errorf("datastore: view %d, chunk %d: dropped: %w", seq, id, ErrViewNotExist)
+	run := func(src File) error {
+		vf.mu.RLock()
+		defer vf.mu.RUnlock()
+		if vf.dropped {
+			return gone
+		}
+		return fn(vf, src)
+	}
 	for {
 		if b := vf.base.Load(); b != nil {
-			return fn(vf, b.f)
+			return run(b.f)
 		}
 		c, err := s.lookup("read view of", id, lockShared)
-		if err == nil && vf.base.Load() == nil && vf.chunk == c {
-			defer c.mu.RUnlock()
-			return fn(vf, c.f)
-		}
 		if err == nil {
+			if vf.base.Load() == nil && vf.chunk == c {
+				defer c.mu.RUnlock()
+				return run(c.f)
+			}
 			c.mu.RUnlock()
 		} else if !isNotExist(err) {
 			return err
 		}
 		if vf.base.Load() == nil {
-			return fmt.Errorf("datastore: view %d, chunk %d: chunk gone without its file kept: %w", seq, id, ErrViewNotExist)
+			return gone // dropped, and its chunk deleted since
 		}
 	}
 }

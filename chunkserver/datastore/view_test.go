@@ -3,6 +3,7 @@ package datastore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -224,5 +225,52 @@ func TestViewImagesAndReplay(t *testing.T) {
 		if got := viewOf(t, s, I, id); !bytes.Equal(got, want) {
 			t.Fatalf("leader: chunk %d as of the view differs", id)
 		}
+	}
+}
+
+// Reads of a view run while writes save pre-images, another view is
+// registered, the chunk is deleted and the view dropped: every read
+// returns the content at register until the drop, then ErrViewNotExist.
+func TestViewReadsDuringApplies(t *testing.T) {
+	s, _ := openTest(t)
+	a := pattern(5, testChunkSize)
+	mustAt(t, s.WriteChunkAt(1<<8, 1, 1, a, 0))
+	const I = 2 << 8
+	mustAt(t, s.RegisterViewAt(I, ViewSpec{Ranges: []ChunkRange{{0, 0}}, Budget: testViewBudget}))
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		buf := make([]byte, testBlock)
+		for i := uint32(0); ; i = (i + 1) % (testChunkSize / testBlock) {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			err := s.ReadView(I, 1, i, buf)
+			if errors.Is(err, ErrViewNotExist) {
+				return
+			}
+			if err != nil || !bytes.Equal(buf, a[i*testBlock:(i+1)*testBlock]) {
+				errc <- fmt.Errorf("block %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	seq := uint64(3 << 8)
+	for i := range uint32(testChunkSize / testBlock) {
+		mustAt(t, s.WriteChunkAt(seq, 1, 1, pattern(byte(i), testBlock), i*testBlock))
+		seq += 1 << 8
+		if i == 10 {
+			mustAt(t, s.RegisterViewAt(seq, ViewSpec{Ranges: []ChunkRange{{0, 0}}, Budget: testViewBudget}))
+			seq += 1 << 8
+		}
+	}
+	mustAt(t, s.DeleteChunkAt(seq, 1, 0))
+	mustAt(t, s.DropViewAt(seq+1<<8, I))
+	close(done)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
