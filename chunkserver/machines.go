@@ -35,6 +35,7 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 			}},
 		syncsvc.Spec(),
 		disagg.Spec(),
+		viewSpec(),
 	}
 }
 

@@ -141,7 +141,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log,
 		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
-		}})
+		}, Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
@@ -350,6 +350,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		loadErr = s.disagg.Start()
 	}
 	if loadErr == nil {
+		loadErr = s.disagg.StartViews()
+	}
+	if loadErr == nil {
 		loadErr = s.copysets.Load(ctx)
 	}
 	if loadErr == nil {
@@ -383,6 +386,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	closeErr := s.copysets.Close()
 	s.scans.Stop()
 	s.syncs.Stop()
+	s.disagg.StopViews()
 	s.disagg.Stop()
 	stopPool()
 	stopped := make(chan struct{})

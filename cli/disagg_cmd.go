@@ -16,7 +16,7 @@ import (
 func newDisaggCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "disagg",
-		Short: "The disagg service: the S3 lock service's locks and delete marks, the object store it serves",
+		Short: "The disagg service: the S3 lock service's locks and delete marks, the object store it serves, read views",
 		Long: `The disagg service answers TiFlash's disaggregated RPCs (tikvpb.Tikv). Its lock
 service keeps, per data file key (s{store}/data/{subpath}), the locks readers
 hold and the delete marks of the garbage collector, replicated on the lock
@@ -25,11 +25,12 @@ refused on a missing or marked file, a mark on a locked file. The lock and
 .del objects are written to the servers' object store under upstream's names.
 An @s3 clone chunk locks its source object in the same table (holder
 clone:{pool}/{copyset}/{chunk}) until it is recovered or deleted; disagg gc
-marks and removes the objects under a prefix that no lock holds.`,
+marks and removes the objects under a prefix that no lock holds. Read views
+(disagg view) keep chunks as of one point for remote readers.`,
 	}
 	lock := &cobra.Command{Use: "lock", Short: "Add, mark deleted, list and release data file locks"}
 	lock.AddCommand(newDisaggLockAddCommand(a), newDisaggMarkDeleteCommand(a), newDisaggLockListCommand(a), newDisaggReleaseCommand(a))
-	cmd.AddCommand(newDisaggConfigCommand(a), lock, newDisaggGcCommand(a))
+	cmd.AddCommand(newDisaggConfigCommand(a), lock, newDisaggGcCommand(a), newDisaggViewCommand(a))
 	return cmd
 }
 

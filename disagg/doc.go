@@ -7,8 +7,7 @@
 // TiFlash process (the S3 GC owner) and in S3 objects; here the lock
 // table is a replicated state machine (kind kinds.Disagg, Spec) and
 // survives the loss of any one server. The read views (EstablishDisaggTask,
-// FetchDisaggPages, CancelDisaggTask) are not built yet: they answer
-// Unimplemented, as every TiKV method does.
+// FetchDisaggPages, CancelDisaggTask) are below, "Read views".
 //
 // Owner. Every copyset opens the machine; only the one on the lock
 // copyset (Config.LockCopyset, disagg.lock_copyset, default pool 1
@@ -65,6 +64,53 @@
 // copyset/statefile file: any prefix of it loads as the table at some
 // earlier index, Apply skips ops at or below the loaded stamp, Sync makes
 // it durable, Files lists it (the contract of copyset/fsm.go).
+//
+// Read views (view*.go, docs/disagg-views.md; upstream's write-node
+// snapshots). A region is a copyset: region_id is the copyset's group id
+// (pool << 32 | copyset), region_epoch.conf_ver the copyset's epoch (the
+// configuration changes it applied, Node.Status().Epoch), ranges chunk id
+// ranges [start, end) as 8-byte big-endian keys (an empty end: no bound;
+// no ranges: every chunk). In the answer a table is a pool (table_id) and
+// a segment a copyset (segment_id); tables holds one viewpb.Table per
+// pool, each segment with its page ids (chunk_id << 20 | block index, the
+// blocks that held data at the view's point); PagesPacket.pages holds
+// viewpb.Page messages (page id, chunk, offset, data, crc32c of data).
+//
+// EstablishDisaggTask, on the leader of every requested copyset (else
+// error_region naming the regions; another epoch too; any other invalid
+// request error_other, gRPC OK as upstream), registers one view per
+// copyset through raft (kind kinds.View, viewpb.Register, applied to the
+// copyset's chunk store: chunkserver/view_fsm.go). The view's point I is
+// the register op's place in the log; from I on every replica keeps the
+// pre-image of each block of the view's chunks that is overwritten or
+// deleted (chunkserver/datastore/view.go: why that is consistent under
+// replay after kill -9 and snapshot install, the reason it lives in the
+// chunk store and not in a machine of this package). The task meta
+// identifies the task (taskKey): a retried Establish answers the same
+// views. Bounds: disagg.views.max_per_copyset views per copyset (checked
+// under a per-copyset lock before proposing), max_preimage_bytes per view
+// (the chunk store stops saving past it and marks the view over budget,
+// its reads fail; the leader then drops it and the next Fetch says why).
+//
+// FetchDisaggPages pops the segment (fetched once; a refused request, a
+// page id outside the view, leaves it), extends the task's lease to now +
+// 300 s, streams the pages as of I cut at disagg.views.packet_bytes, then
+// drops the segment's view (freeing its pre-images); errors are one error
+// packet {code, msg} with gRPC OK (CodeNotFound: unknown snapshot or
+// segment, CodeGone: dropped, with why, CodeInvalid, CodeNotLeader).
+// CancelDisaggTask drops the task's views on the copysets this server
+// leads at once; idempotent, empty answer.
+//
+// Leases are the leader's (view_tasks.go): it decides expiry by its wall
+// clock and proposes the drop, the deadline it saw pass carried in the op
+// for the log; Apply reads no clock. The register op carries the deadline
+// of the establish; a new leader (the view's files came with the chunk
+// store, so it serves the same bytes) gives a view it finds max(that
+// deadline, now + 300 s): an extension its predecessor granted was at
+// most 300 s past a fetch before now, so no view expires earlier than on
+// the old leader. Which segments were fetched is the leader's memory too:
+// after a leader change a segment whose view was not dropped yet can be
+// fetched again.
 //
 // Must not import: chunkserver/..., cli/..., cmd/..., test/..., sync/..., integrity/..., dm/...
 package disagg

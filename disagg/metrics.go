@@ -40,7 +40,9 @@ func (s *Service) countLock(op string, r *dpb.S3LockResult, err error) {
 }
 
 // Collectors returns the service's metrics, for the server's registry.
-func (s *Service) Collectors() []prometheus.Collector { return []prometheus.Collector{s.requests} }
+func (s *Service) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.requests, s.viewRequests}
+}
 
 // countInternal records one DisaggInternal answer.
 func (s *Service) countInternal(op string, notOwner, conflict bool, err error) {

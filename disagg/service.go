@@ -19,6 +19,7 @@ import (
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
+	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
 )
@@ -32,6 +33,8 @@ type Config struct {
 	LockCopyset CopysetRef `yaml:"lock_copyset"`
 	// Clones configures the locks of @s3 clone sources (clone.go).
 	Clones CloneConfig `yaml:"clone_locks"`
+	// Views bounds the read views (view.go).
+	Views ViewConfig `yaml:"views"`
 }
 
 // CopysetRef names a copyset.
@@ -41,9 +44,9 @@ type CopysetRef struct {
 }
 
 // DefaultConfig is the lock table on pool 1 copyset 1, clone sources
-// locked (DefaultCloneConfig).
+// locked (DefaultCloneConfig), the read views' default bounds.
 func DefaultConfig() Config {
-	return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}, Clones: DefaultCloneConfig()}
+	return Config{LockCopyset: CopysetRef{Pool: 1, Copyset: 1}, Clones: DefaultCloneConfig(), Views: DefaultViewConfig()}
 }
 
 // Validate checks the configuration.
@@ -51,7 +54,10 @@ func (c Config) Validate() error {
 	if c.LockCopyset.Pool == 0 || c.LockCopyset.Copyset == 0 {
 		return fmt.Errorf("disagg.lock_copyset {pool: %d, copyset: %d}: pool and copyset must not be 0", c.LockCopyset.Pool, c.LockCopyset.Copyset)
 	}
-	return c.Clones.Validate()
+	if err := c.Clones.Validate(); err != nil {
+		return err
+	}
+	return c.Views.Validate()
 }
 
 // Deps is what the disagg service needs of the process.
@@ -74,6 +80,11 @@ type Deps struct {
 	// for a normal chunk, another clone or no chunk (the reconciler;
 	// called after a read barrier on n's leader).
 	CloneOf func(n *copyset.Node, chunk uint64) (string, error)
+	// Views gives a copyset's chunk store as the read views use it
+	// (nil: no read views).
+	Views func(n *copyset.Node) (ViewStore, bool)
+	// StoreID is the server's id in EstablishDisaggTask answers.
+	StoreID uint64
 }
 
 // Service is the disagg service of one server: the lock service and
@@ -86,6 +97,9 @@ type Service struct {
 	copysets *copyset.Manager // set by Attach
 	internal *internalService
 	requests *prometheus.CounterVec
+	// views is the read views' bookkeeping (view_tasks.go).
+	views        *viewTasks
+	viewRequests *prometheus.CounterVec
 
 	mu         gosync.Mutex
 	reconciler *copyset.LeaderWorker // set by Start, stopped by Stop
@@ -95,7 +109,8 @@ type Service struct {
 // New returns the service; Attach and Register wire it.
 func New(deps Deps) *Service {
 	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
-	s := &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric()}
+	s := &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric(),
+		views: newViewTasks(), viewRequests: newViewRequestsMetric()}
 	s.internal = &internalService{s: s}
 	return s
 }
@@ -108,6 +123,7 @@ func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
 func (s *Service) Register(g *grpc.Server) {
 	tikvpb.RegisterTikvServer(g, &tikvService{s: s})
 	pb.RegisterDisaggInternalServer(g, s.internal)
+	vpb.RegisterDisaggViewsServer(g, &viewsService{s: s})
 }
 
 // owner returns the lock copyset's node and machine when this server
@@ -295,8 +311,8 @@ func (s *Service) DisaggConfig() (*dpb.DisaggS3Config, error) {
 	return &dpb.DisaggS3Config{Bucket: c.S3.Bucket, Root: c.S3.KeyPrefix(), Endpoint: c.S3.Endpoint}, nil
 }
 
-// tikvService is tikvpb.Tikv: the lock service and GetDisaggConfig; the
-// read-view RPCs and TiKV's own answer Unimplemented.
+// tikvService is tikvpb.Tikv: the lock service, GetDisaggConfig and the
+// read views (view_service.go); TiKV's own methods answer Unimplemented.
 type tikvService struct {
 	tikvpb.UnimplementedTikvServer
 	s *Service

@@ -87,3 +87,14 @@ func (b bitmap) validPadding(n uint32) bool {
 	}
 	return true
 }
+
+// countIn returns the number of set bits in [lo, hi).
+func (b bitmap) countIn(lo, hi uint32) int {
+	n := 0
+	for i := lo; i < hi; i++ {
+		if b.test(i) {
+			n++
+		}
+	}
+	return n
+}

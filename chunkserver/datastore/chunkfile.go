@@ -27,10 +27,12 @@ const (
 type fileKind int
 
 const (
-	kindOther fileKind = iota // not ours: ignored
-	kindChunk                 // "chunk_<id>"
-	kindSnap                  // "chunk_<id>_snap_<sn>"
-	kindTmp                   // either of the above + ".tmp": removed at Open
+	kindOther    fileKind = iota // not ours: ignored
+	kindChunk                    // "chunk_<id>"
+	kindSnap                     // "chunk_<id>_snap_<sn>"
+	kindTmp                      // either of the above + ".tmp": removed at Open
+	kindView                     // "chunk_<id>_view_<seq>": pre-images (view.go)
+	kindViewBase                 // "chunk_<id>_vbase_<seq>": a deleted chunk kept for views
 )
 
 // chunkFileName returns the file name of chunk id.
@@ -63,12 +65,20 @@ func parseFileName(name string) (id, sn uint64, kind fileKind) {
 		rest, tmp = s, true
 	}
 	kind = kindChunk
-	idPart, snPart, isSnap := strings.Cut(rest, snapInfix)
-	if isSnap {
-		kind = kindSnap
+	idPart := rest
+	for _, in := range []struct {
+		infix string
+		kind  fileKind
+	}{{snapInfix, kindSnap}, {viewInfix, kindView}, {baseInfix, kindViewBase}} {
+		head, snPart, found := strings.Cut(rest, in.infix)
+		if !found {
+			continue
+		}
+		idPart, kind = head, in.kind
 		if sn, ok = parseDecimal(snPart); !ok {
 			return 0, 0, kindOther
 		}
+		break
 	}
 	if id, ok = parseDecimal(idPart); !ok {
 		return 0, 0, kindOther
@@ -145,7 +155,10 @@ type chunkFile struct {
 	f    File
 	meta MetaPage // current meta, ahead of the page on disk while metaDirty
 	snap *snapFile
-	gone bool
+	// views are the chunk's pre-image files, one per read view covering it
+	// (view.go).
+	views []*viewFile
+	gone  bool
 	// applied is the highest log index of an op applied to this chunk
 	// (refused or not), at least meta.Index: the chunk's state reflects
 	// every op on it up to applied. Guarded by mu.

@@ -45,22 +45,18 @@ func (s *Store) createSnapshot(c *chunkFile) error {
 func (s *Store) cow(c *chunkFile, lo, hi uint32) error {
 	sp := c.snap
 	bm := bitmap(append([]byte(nil), sp.meta.Bitmap...))
-	bs := s.g.blockSize
-	n := 0
-	err := bm.runs(lo, hi, false, func(a, b uint32) error {
-		buf := make([]byte, (b-a)*bs)
-		if err := s.g.readBlocks(c.f, chunkName(c.id), a, buf, &s.stats.crcFailures); err != nil {
-			return fmt.Errorf("copy-on-write: read: %w", err)
-		}
+	n, err := s.copyOut(c, bm, lo, hi, func(a, b uint32, buf []byte) error {
 		if err := s.g.writeBlocks(sp.f, &c.snapDirty, a, buf); err != nil {
-			return fmt.Errorf("copy-on-write: write snapshot sn %d: %w", sp.meta.Sn, err)
+			return fmt.Errorf("write snapshot sn %d: %w", sp.meta.Sn, err)
 		}
 		bm.setRange(a, b)
-		n += int(b - a)
 		return nil
 	})
-	if err != nil || n == 0 {
-		return err
+	if err != nil {
+		return fmt.Errorf("copy-on-write: %w", err)
+	}
+	if n == 0 {
+		return nil
 	}
 	m := sp.meta
 	m.Bitmap = bm
@@ -79,6 +75,27 @@ func (s *Store) cow(c *chunkFile, lo, hi uint32) error {
 	sp.meta = m
 	s.stats.cowBlocks.Add(uint64(n))
 	return nil
+}
+
+// copyOut is the one copy path of copy-on-write snapshots and of read-view
+// pre-images (view.go): it reads from chunk c, verified, every run of
+// blocks in [lo, hi) that saved does not mark, hands each run to put, and
+// returns the number of blocks copied. The caller holds c.mu exclusively.
+func (s *Store) copyOut(c *chunkFile, saved bitmap, lo, hi uint32, put func(a, b uint32, buf []byte) error) (int, error) {
+	bs := s.g.blockSize
+	n := 0
+	err := saved.runs(lo, hi, false, func(a, b uint32) error {
+		buf := make([]byte, (b-a)*bs)
+		if err := s.g.readBlocks(c.f, chunkName(c.id), a, buf, &s.stats.crcFailures); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		if err := put(a, b, buf); err != nil {
+			return err
+		}
+		n += int(b - a)
+		return nil
+	})
+	return n, err
 }
 
 // removeSnapshot disposes of c's snapshot file and fsyncs the directory. The

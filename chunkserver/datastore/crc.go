@@ -178,7 +178,7 @@ func chunkName(id uint64) string { return "chunk " + strconv.FormatUint(id, 10) 
 func (s *Store) DataHash() (uint32, error) {
 	buf := make([]byte, 1<<20)
 	var h uint32
-	for _, name := range s.Files() {
+	for _, name := range s.chunkFiles() {
 		f, err := s.fs.OpenFile(filepath.Join(s.opts.Dir, name), os.O_RDONLY, 0)
 		if err != nil {
 			return 0, fmt.Errorf("datastore: hash %s: %w", name, err)

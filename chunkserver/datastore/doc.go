@@ -9,6 +9,11 @@
 //
 //	chunk_<id>               chunk id (decimal, no leading zeros)
 //	chunk_<id>_snap_<sn>     copy-on-write snapshot of chunk id at sn (cow.go)
+//	chunk_<id>_view_<seq>    pre-images of chunk id for the read view
+//	                         registered by the op at seq (view.go)
+//	chunk_<id>_vbase_<seq>   chunk id as the op at seq deleted it, kept for
+//	                         the read views covering it (view.go)
+//	view_<seq>               a read view's info (view.go)
 //	*.tmp                    a file under construction; disposed of by Open
 //
 // Every chunk and snapshot file has the same length and layout:
@@ -72,6 +77,15 @@
 //
 //   - Removing a snapshot (DeleteChunkSnapshotOrCorrectSn) first makes the
 //     chunk's meta page durable, after its data.
+//
+// # Read views
+//
+// A read view (view.go) keeps, from its register op on, the pre-image of
+// every block of its chunks that is overwritten (with the copy path of
+// the snapshots, copyOut) and the files of its chunks that are deleted
+// (moved aside, not copied), until it is dropped: reads as of the
+// register op, for the disagg service. view.go argues why the pre-images
+// stay consistent with the chunks under replay and snapshot streams.
 //
 // # Replay
 //

@@ -413,3 +413,23 @@ func PathBase(base string) func(string) bool {
 		return p[i+1:] == base
 	}
 }
+
+// writeFileDurable writes b as file path through temp file tmp: create,
+// write, fsync, close, rename. The caller fsyncs the directory.
+func writeFileDurable(fsys FS, path, tmp string, b []byte) error {
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, path)
+	}
+	return err
+}

@@ -35,6 +35,8 @@ type Image struct {
 	// others read from the live chunk (ReadChunkSnapshot).
 	SnapMeta      *SnapMetaPage
 	SnapChunkData []byte
+	// Views are the chunk's pre-image files (view.go), of the same moment.
+	Views []FileImage
 }
 
 // FileSize is the length of every chunk and snapshot file of the store.
@@ -109,6 +111,13 @@ func (s *Store) ChunkImageInto(id uint64, buf *ImageBuffers) (Image, error) {
 		if err := s.verifyImage(img.SnapData, fmt.Sprintf("chunk %d snapshot sn %d", id, sm.Sn), bitmap(sm.Bitmap)); err != nil {
 			return fail(err)
 		}
+	}
+	for _, vf := range c.views {
+		fi, err := s.imageViewFile(vf)
+		if err != nil {
+			return fail(err)
+		}
+		img.Views = append(img.Views, fi)
 	}
 	return img, nil
 }

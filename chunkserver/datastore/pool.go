@@ -194,21 +194,7 @@ func (p *FilePool) checkMeta() error {
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		b, _ := json.Marshal(want)
-		tmp := path + poolTmpSuffix
-		f, err := p.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteAt(b, 0)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = p.fs.Rename(tmp, path)
-		}
+		err := writeFileDurable(p.fs, path, path+poolTmpSuffix, b)
 		if err == nil {
 			err = p.fs.SyncDir(p.dir)
 		}

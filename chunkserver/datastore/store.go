@@ -149,6 +149,9 @@ type Store struct {
 	// before closing any file. Add is only called under mu with !closed.
 	inflight sync.WaitGroup
 
+	// views is the table of read views (view.go).
+	views viewTable
+
 	stats struct {
 		crcFailures, poolTakes, poolFallbacks, cacheHits, cacheMisses, cowBlocks atomic.Uint64
 		snaps, clones                                                            atomic.Int64
@@ -198,6 +201,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("datastore: open: %w", err)
 	}
 	if err := s.load(); err != nil {
+		s.closeViews()
 		for _, c := range s.chunks {
 			_ = c.f.Close()
 			if c.snap != nil {
@@ -223,13 +227,24 @@ func (s *Store) load() error {
 		path   string
 	}
 	var snaps []snapEnt
+	var vl viewLoad
 	for _, e := range entries {
 		id, sn, kind := parseFileName(e.Name())
 		path := joinDir(dir, e.Name())
-		if kind == kindOther || !e.Type().IsRegular() {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if kind == kindOther {
+			if seq, ok := parseViewInfoName(e.Name()); ok {
+				vl.infos = append(vl.infos, viewEnt{seq: seq, path: path})
+			}
 			continue
 		}
 		switch kind {
+		case kindView:
+			vl.files = append(vl.files, viewEnt{id, sn, path})
+		case kindViewBase:
+			vl.bases = append(vl.bases, viewEnt{id, sn, path})
 		case kindTmp:
 			if err := discardFile(s.fs, s.pool, path); err != nil {
 				return fmt.Errorf("datastore: open: dispose of leftover temp file: %w", err)
@@ -266,7 +281,11 @@ func (s *Store) load() error {
 		c.snap = sp
 		s.stats.snaps.Add(1)
 	}
-	if changed {
+	viewsChanged, err := s.loadViews(vl)
+	if err != nil {
+		return fmt.Errorf("datastore: open: %w", err)
+	}
+	if changed || viewsChanged {
 		if err := s.fs.SyncDir(dir); err != nil {
 			return fmt.Errorf("datastore: open: sync dir %s: %w", dir, err)
 		}
@@ -632,6 +651,11 @@ func (s *Store) WriteChunkAt(index, id, sn uint64, data []byte, off uint32) erro
 			return fmt.Errorf("datastore: write chunk %d: %w", id, err)
 		}
 	}
+	if len(c.views) > 0 {
+		if err := s.captureViews(c, index, lo, hi); err != nil {
+			return fmt.Errorf("datastore: write chunk %d: %w", id, err)
+		}
+	}
 	if err := s.writeData(c, lo, data); err != nil {
 		return fmt.Errorf("datastore: write chunk %d: %w", id, err)
 	}
@@ -724,10 +748,16 @@ func (s *Store) DeleteChunkAt(index, id, sn uint64) error {
 			return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
 		}
 	}
-	if err := discardFile(s.fs, s.pool, c.path); err != nil {
-		return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
+	if len(c.views) > 0 {
+		if err := s.moveAside(c, index); err != nil {
+			return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
+		}
+	} else {
+		if err := discardFile(s.fs, s.pool, c.path); err != nil {
+			return fmt.Errorf("datastore: delete chunk %d: %w", id, err)
+		}
+		_ = c.f.Close() // the file is gone; nothing of it is worth an error
 	}
-	_ = c.f.Close() // the file is gone; nothing of it is worth an error
 	s.dropChunk(c)
 	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
 		return fmt.Errorf("datastore: delete chunk %d: sync dir %s: %w", id, s.opts.Dir, err)
@@ -781,13 +811,18 @@ func (s *Store) ListChunks() []uint64 {
 	return ids
 }
 
-// Files returns the name, relative to Dir, of every file of the store: the
+// Files returns the name, relative to Dir, of every file of the store:
+// the chunk and snapshot files (chunkFiles), then the read views' files
+// (view_load.go).
+func (s *Store) Files() []string { return append(s.chunkFiles(), s.viewFileNames()...) }
+
+// chunkFiles returns the name, relative to Dir, of every chunk and snapshot file: the
 // chunk files in ascending id order, then the snapshot files in ascending
 // chunk id order. It is the list a Raft snapshot streams; call Sync first
 // so the files are complete on disk, and keep writes out while they are
 // read. A Store opened on a directory holding exactly these files (with the
 // same sizes) has the same chunks and snapshots. None after Close.
-func (s *Store) Files() []string {
+func (s *Store) chunkFiles() []string {
 	s.mu.RLock()
 	cs := make([]*chunkFile, 0, len(s.chunks))
 	for _, c := range s.chunks {
@@ -981,5 +1016,6 @@ func (s *Store) Close() error {
 		}
 		c.mu.Unlock()
 	}
+	s.closeViews()
 	return errors.Join(errs...)
 }

@@ -16,6 +16,9 @@ const (
 	Disagg = 5
 	// DM is reserved for DM subtasks (dm/).
 	DM = 6
+	// View is the disagg service's read views (disagg/view*.go), applied
+	// to the copyset's chunk store (chunkserver/view_fsm.go).
+	View = 7
 )
 
 // Entry is one row of the table.
@@ -33,4 +36,5 @@ var Table = []Entry{
 	{Sync, "sync", false},
 	{Disagg, "disagg", false},
 	{DM, "dm", true},
+	{View, "view", false},
 }

@@ -1,0 +1,362 @@
+package chunkserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/crc32"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/disagg"
+	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	kvcop "github.com/chunkraft/chunkraft/proto/kvproto/coprocessor"
+	kvdisagg "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
+	kvmeta "github.com/chunkraft/chunkraft/proto/kvproto/metapb"
+)
+
+func chunkKeyBE(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+
+// viewCluster is a 3-server cluster with short view leases checks.
+func viewCluster(t *testing.T) *testCluster {
+	return startTestCluster(t, 3, func(c *Config) {
+		c.Disagg.Views.LeaseCheck = 20 * time.Millisecond
+		c.Disagg.Views.MaxPreimageBytes = 1 << 20
+	})
+}
+
+// establish calls EstablishDisaggTask for chunks [lo, hi) of the copyset
+// on server i.
+func (c *testCluster) establish(t *testing.T, i int, task int64, epoch uint64, lo, hi uint64, timeoutS int64) *kvdisagg.EstablishDisaggTaskResponse {
+	t.Helper()
+	req := &kvdisagg.EstablishDisaggTaskRequest{Meta: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: task}, TimeoutS: timeoutS,
+		Regions: []*kvcop.RegionInfo{{RegionId: uint64(c.group), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: epoch},
+			Ranges: []*kvcop.KeyRange{{Start: chunkKeyBE(lo), End: chunkKeyBE(hi)}}}}}
+	resp, err := c.tikv(i).EstablishDisaggTask(t.Context(), req)
+	if err != nil {
+		t.Fatalf("establish: %v", err)
+	}
+	return resp
+}
+
+// segmentOf decodes the one segment of an Establish answer.
+func segmentOf(t *testing.T, resp *kvdisagg.EstablishDisaggTaskResponse) *vpb.Segment {
+	t.Helper()
+	if resp.GetError() != nil || len(resp.GetTables()) != 1 {
+		t.Fatalf("establish answered %v", resp)
+	}
+	var tb vpb.Table
+	if err := proto.Unmarshal(resp.GetTables()[0], &tb); err != nil || tb.GetTableId() != 1 || len(tb.GetSegments()) != 1 {
+		t.Fatalf("table %v: %v", &tb, err)
+	}
+	return tb.GetSegments()[0]
+}
+
+// fetch runs FetchDisaggPages on server i: the pages by id, or the error
+// packet's message.
+func (c *testCluster) fetch(t *testing.T, i int, task int64, ids []uint64) (map[uint64][]byte, string) {
+	t.Helper()
+	st, err := c.tikv(i).FetchDisaggPages(t.Context(), &kvdisagg.FetchDisaggPagesRequest{
+		SnapshotId: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: task}, TableId: 1, SegmentId: 1, PageIds: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := map[uint64][]byte{}
+	for {
+		p, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return pages, ""
+		}
+		if err != nil {
+			t.Fatalf("fetch stream: %v", err)
+		}
+		if e := p.GetError(); e != nil {
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("more after the error packet: %v", err)
+			}
+			return nil, e.GetMsg()
+		}
+		for _, b := range p.GetPages() {
+			var pg vpb.Page
+			if err := proto.Unmarshal(b, &pg); err != nil {
+				t.Fatal(err)
+			}
+			if crc32.Checksum(pg.GetData(), crc32.MakeTable(crc32.Castagnoli)) != pg.GetCrc32C() {
+				t.Fatalf("page %d: crc mismatch", pg.GetPageId())
+			}
+			pages[pg.GetPageId()] = pg.GetData()
+		}
+	}
+}
+
+func (c *testCluster) epoch(t *testing.T, i int) uint64 {
+	return c.servers[i].Copysets().Get(c.group).Status().Epoch
+}
+
+// viewFilesOn lists the read-view files in server i's copyset dir.
+func (c *testCluster) viewFilesOn(t *testing.T, i int) []string {
+	t.Helper()
+	ents, err := os.ReadDir(strings.TrimSuffix(c.chunkPath(i, 0), "/chunk_0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if n := e.Name(); strings.Contains(n, "view_") || strings.Contains(n, "vbase") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitNoViewFiles waits until no server keeps read-view files.
+func (c *testCluster) waitNoViewFiles(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left := []string{}
+		for i := range c.servers {
+			left = append(left, c.viewFilesOn(t, i)...)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read-view files left: %v", left)
+		}
+	}
+}
+
+func deleteReq(chunk uint64) *pb.ChunkRequest {
+	return &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1),
+		ChunkId: proto.Uint64(chunk), Sn: proto.Uint64(1)}
+}
+
+// TestDisaggViewAsOfEstablish: a view lists the blocks with data at
+// Establish; after every one is overwritten and a chunk deleted, Fetch
+// returns exactly the bytes as of Establish, from the leader after a
+// leader change too; the segment cannot be fetched twice and its view's
+// files are gone on every replica; the documented errors.
+func TestDisaggViewAsOfEstablish(t *testing.T) {
+	c := viewCluster(t)
+	orig := map[uint64][]byte{}
+	for _, w := range []struct {
+		chunk uint64
+		off   uint32
+		n     int
+	}{{1, 0, 4}, {2, 8192, 1}, {5, 0, 1}} {
+		data := bytes.Repeat([]byte{byte(w.chunk*16 + uint64(w.off/4096))}, w.n*4096)
+		for i := range data {
+			data[i] += byte(i / 4096)
+		}
+		c.write(t, w.chunk, 1, w.off, data, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		for k := range w.n {
+			orig[disagg.PageID(w.chunk, w.off/4096+uint32(k))] = data[k*4096 : (k+1)*4096]
+		}
+	}
+	delete(orig, disagg.PageID(5, 0)) // outside the range
+	l := c.leader(t)
+	ep := c.epoch(t, l)
+
+	// The documented errors of Establish.
+	if r := c.establish(t, l, 1, ep+1, 1, 5, 60); r.GetError().GetErrorRegion() == nil || r.GetError().GetErrorRegion().GetRegionIds()[0] != uint64(c.group) {
+		t.Fatalf("wrong epoch: %v", r)
+	}
+	if r := c.establish(t, (l+1)%3, 1, ep, 1, 5, 60); r.GetError().GetErrorRegion() == nil {
+		t.Fatalf("not the leader: %v", r)
+	}
+	bad := &kvdisagg.EstablishDisaggTaskRequest{Meta: &kvdisagg.DisaggTaskMeta{TaskId: 1},
+		Regions: []*kvcop.RegionInfo{{RegionId: uint64(c.group), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: ep}, Ranges: []*kvcop.KeyRange{{Start: []byte("x")}}}}}
+	if r, err := c.tikv(l).EstablishDisaggTask(t.Context(), bad); err != nil || r.GetError().GetErrorOther() == nil {
+		t.Fatalf("a bad range key: %v %v", r, err)
+	}
+
+	seg := segmentOf(t, c.establish(t, l, 1, ep, 1, 5, 60))
+	if len(seg.GetPageIds()) != len(orig) || seg.GetConfVer() != ep || seg.GetRegionId() != uint64(c.group) {
+		t.Fatalf("segment %v, want %d pages", seg, len(orig))
+	}
+	for _, id := range seg.GetPageIds() {
+		if orig[id] == nil {
+			t.Fatalf("page %d listed, not written before establish", id)
+		}
+	}
+	again := segmentOf(t, c.establish(t, l, 1, ep, 1, 5, 60)) // a retry: the same view
+	if again.GetViewSeq() != seg.GetViewSeq() {
+		t.Fatalf("retried establish: view %d, first %d", again.GetViewSeq(), seg.GetViewSeq())
+	}
+
+	// Overwrite every block, delete chunk 2.
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{0xee}, 4*4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.write(t, 2, 1, 8192, bytes.Repeat([]byte{0xdd}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+		return cl.DeleteChunk(context.Background(), deleteReq(2))
+	})
+
+	// A new leader serves the same bytes.
+	if err := c.servers[l].Copysets().Get(c.group).TransferLeaderAny(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for c.leader(t) == l {
+		time.Sleep(20 * time.Millisecond)
+	}
+	l = c.leader(t)
+
+	if _, msg := c.fetch(t, l, 99, nil); !strings.Contains(msg, "not found") {
+		t.Fatalf("unknown snapshot id: %q", msg)
+	}
+	if _, msg := c.fetch(t, l, 1, []uint64{disagg.PageID(5, 0)}); !strings.Contains(msg, "not in segment") {
+		t.Fatalf("a page outside the view: %q", msg)
+	}
+	pages, msg := c.fetch(t, l, 1, seg.GetPageIds())
+	if msg != "" || len(pages) != len(orig) {
+		t.Fatalf("fetch: %d pages, error %q", len(pages), msg)
+	}
+	for id, want := range orig {
+		if !bytes.Equal(pages[id], want) {
+			t.Fatalf("page %d differs from its content at establish", id)
+		}
+	}
+	if _, msg := c.fetch(t, l, 1, seg.GetPageIds()); msg == "" {
+		t.Fatal("a second fetch of the segment succeeded")
+	}
+	c.waitNoViewFiles(t)
+}
+
+// TestDisaggViewCancelLeaseBudget: cancel, an expired lease and a passed
+// pre-image budget drop a view and free its files on every replica; the
+// next Fetch answers why.
+func TestDisaggViewCancelLeaseBudget(t *testing.T) {
+	c := viewCluster(t)
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{1}, 1<<20), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l := c.leader(t)
+	ep := c.epoch(t, l)
+	overwrite := func(b byte, n int) {
+		c.write(t, 1, 1, 0, bytes.Repeat([]byte{b}, n), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	}
+
+	segmentOf(t, c.establish(t, l, 1, ep, 0, 0, 60))
+	overwrite(2, 64<<10)
+	if len(c.viewFilesOn(t, l)) == 0 {
+		t.Fatal("no pre-images kept")
+	}
+	for range 2 { // idempotent
+		if _, err := c.tikv(l).CancelDisaggTask(t.Context(), &kvdisagg.CancelDisaggTaskRequest{Meta: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitNoViewFiles(t)
+	if _, msg := c.fetch(t, l, 1, nil); !strings.Contains(msg, "cancelled") {
+		t.Fatalf("fetch after cancel: %q", msg)
+	}
+
+	segmentOf(t, c.establish(t, l, 2, ep, 0, 0, 1))
+	overwrite(3, 64<<10)
+	c.waitNoViewFiles(t) // the lease of 1 s expired
+	if _, msg := c.fetch(t, l, 2, nil); !strings.Contains(msg, "lease expired") {
+		t.Fatalf("fetch after the lease: %q", msg)
+	}
+
+	segmentOf(t, c.establish(t, l, 3, ep, 0, 0, 60))
+	overwrite(4, 1<<20+4096) // past the 1 MiB budget
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, msg := c.fetch(t, l, 3, nil)
+		if strings.Contains(msg, "budget") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fetch of an over-budget view: %q", msg)
+		}
+	}
+	c.waitNoViewFiles(t)
+}
+
+// disagg.views is read from the config file, its unset keys keep their
+// defaults, and a bound out of range is refused.
+func TestDisaggViewsConfigFile(t *testing.T) {
+	path := t.TempDir() + "/c.yaml"
+	for _, c := range []struct{ yaml, want string }{
+		{"disagg:\n  views:\n    max_per_copyset: 2\n    lease_check: 5s\n", ""},
+		{"disagg:\n  views:\n    max_per_copyset: 0\n", "disagg.views.max_per_copyset 0"},
+		{"disagg:\n  views:\n    max_preimage_bytes: 1000\n", "disagg.views.max_preimage_bytes 1000"},
+	} {
+		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfigFile(path)
+		if err == nil {
+			cfg.DataDir = t.TempDir()
+			err = cfg.Validate()
+		}
+		v := cfg.Disagg.Views
+		switch {
+		case c.want == "" && (err != nil || v.MaxPerCopyset != 2 || v.LeaseCheck != 5*time.Second || v.MaxPreimageBytes != 256<<20 || v.PacketBytes != 512<<10):
+			t.Errorf("%q: %+v %v", c.yaml, v, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+// TestDisaggViewSnapshotInstall: a follower that was down while a view
+// was established, its blocks overwritten and one of its chunks deleted
+// catches up by a snapshot install; made leader, it serves the bytes as of
+// establish.
+func TestDisaggViewSnapshotInstall(t *testing.T) {
+	c := startTestCluster(t, 3, func(cfg *Config) {
+		cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs = 32, 8
+		cfg.Raft.SnapshotInterval = 200 * time.Millisecond
+	})
+	orig := map[uint64][]byte{}
+	for id := uint64(1); id <= 2; id++ {
+		for b := range uint32(4) {
+			data := block(byte(id*16) + byte(b))
+			c.write(t, id, 1, b*4096, data, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+			orig[disagg.PageID(id, b)] = data
+		}
+	}
+	l := c.leader(t)
+	f := (l + 1) % 3
+	c.stop(f) // the view comes to it only in the snapshot
+	seg := segmentOf(t, c.establish(t, l, 1, c.epoch(t, l), 1, 3, 600))
+	for i := range 60 {
+		c.write(t, uint64(1+i%2), 1, uint32(i%4)*4096, block(byte(0xb0+i)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	}
+	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+		return cl.DeleteChunk(context.Background(), deleteReq(2))
+	})
+	for i, srv := range c.servers {
+		if i == f {
+			continue
+		}
+		if err := srv.Copysets().Get(c.group).Snapshot(context.Background()); err != nil && !strings.Contains(err.Error(), "nothing new") {
+			t.Fatal(err)
+		}
+	}
+	c.start(f, nil)
+	waitInstalled(t, c, f)
+	c.waitSame(t, []uint64{1})
+	nf := c.servers[f].Copysets().Get(c.group)
+	for deadline := time.Now().Add(20 * time.Second); !nf.IsLeader(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not take the lead")
+		}
+		if n := c.servers[c.leader(t)].Copysets().Get(c.group); n.IsLeader() && n != nf {
+			_ = n.TransferLeader(t.Context(), nf.Status().Peer)
+		}
+	}
+	pages, msg := c.fetch(t, f, 1, seg.GetPageIds())
+	if msg != "" || len(pages) != len(orig) {
+		t.Fatalf("fetch from the installed follower: %d pages, error %q", len(pages), msg)
+	}
+	for id, want := range orig {
+		if !bytes.Equal(pages[id], want) {
+			t.Fatalf("page %d differs from its content at establish", id)
+		}
+	}
+}

@@ -1,0 +1,524 @@
+package disagg
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/klauspost/crc32"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
+	coprocessor "github.com/chunkraft/chunkraft/proto/kvproto/coprocessor"
+	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
+)
+
+// The read-view RPCs of tikvpb.Tikv (see the package doc, "Read views").
+
+// Codes of error_other and of a Fetch's error packet.
+const (
+	CodeInvalid    = 400 // a request that cannot be served as it is
+	CodeNotFound   = 404 // unknown snapshot id, or segment not in it / fetched already
+	CodeGone       = 410 // the view was dropped (lease, budget, cancel)
+	CodeBounds     = 429 // past disagg.views bounds
+	CodeNotLeader  = 503 // this server does not lead the copyset (any more)
+	CodeInternal   = 500
+	maxPagesPerReq = 1 << 22
+)
+
+var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
+
+func errorOther(code int32, format string, a ...any) *dpb.EstablishDisaggTaskResponse {
+	return &dpb.EstablishDisaggTaskResponse{Error: &dpb.EstablishDisaggTaskError{
+		Errors: &dpb.EstablishDisaggTaskError_ErrorOther{ErrorOther: &dpb.ErrorOther{Code: code, Msg: fmt.Sprintf(format, a...)}}}}
+}
+
+func errorRegion(msg string, ids []uint64) *dpb.EstablishDisaggTaskResponse {
+	return &dpb.EstablishDisaggTaskResponse{Error: &dpb.EstablishDisaggTaskError{
+		Errors: &dpb.EstablishDisaggTaskError_ErrorRegion{ErrorRegion: &dpb.ErrorRegion{Msg: msg, RegionIds: ids}}}}
+}
+
+// wantView is one copyset an Establish registers a view on.
+type wantView struct {
+	n       *copyset.Node
+	epoch   uint64
+	regions []uint64
+	ranges  []*vpb.ChunkRange
+}
+
+// chunkKey parses a range key: 8 bytes big-endian, empty as bound.
+func chunkKey(k []byte, empty uint64) (uint64, error) {
+	switch len(k) {
+	case 0:
+		return empty, nil
+	case 8:
+		return binary.BigEndian.Uint64(k), nil
+	}
+	return 0, fmt.Errorf("range key %x: want 8 bytes (a big-endian chunk id) or empty", k)
+}
+
+// wantedViews checks the request's regions: unknown, not led here or of
+// another epoch → error_region; a bad range → error_other.
+func (s *Service) wantedViews(req *dpb.EstablishDisaggTaskRequest) ([]*wantView, *dpb.EstablishDisaggTaskResponse) {
+	regions := slices.Clone(req.GetRegions())
+	for _, tr := range req.GetTableRegions() {
+		regions = append(regions, tr.GetRegions()...)
+	}
+	if len(regions) == 0 {
+		return nil, errorOther(CodeInvalid, "no regions: a region is a copyset (region_id = its group id)")
+	}
+	byGroup := map[copyset.GroupID]*wantView{}
+	var order []*wantView
+	var bad []uint64
+	var msgs []string
+	for _, r := range regions {
+		g := copyset.GroupID(r.GetRegionId())
+		n := s.copysets.Get(g)
+		var why string
+		switch {
+		case n == nil:
+			why = fmt.Sprintf("region %d: copyset %d/%d is not on this server", r.GetRegionId(), g.Pool(), g.Copyset())
+		case !n.IsLeader() || n.Broken() != nil:
+			why = fmt.Sprintf("region %d: copyset %d/%d is not led here (leader %q)", r.GetRegionId(), g.Pool(), g.Copyset(), n.Leader())
+		case r.GetRegionEpoch().GetConfVer() != n.Status().Epoch:
+			why = fmt.Sprintf("region %d: epoch conf_ver %d, copyset epoch is %d", r.GetRegionId(), r.GetRegionEpoch().GetConfVer(), n.Status().Epoch)
+		}
+		if why != "" {
+			bad = append(bad, r.GetRegionId())
+			msgs = append(msgs, why)
+			continue
+		}
+		ranges, err := chunkRanges(r)
+		if err != nil {
+			return nil, errorOther(CodeInvalid, "region %d: %v", r.GetRegionId(), err)
+		}
+		w := byGroup[g]
+		if w == nil {
+			w = &wantView{n: n, epoch: n.Status().Epoch}
+			byGroup[g] = w
+			order = append(order, w)
+		}
+		w.regions = append(w.regions, r.GetRegionId())
+		w.ranges = append(w.ranges, ranges...)
+	}
+	if len(bad) > 0 {
+		return nil, errorRegion(fmt.Sprint(msgs), bad)
+	}
+	return order, nil
+}
+
+// chunkRanges is a region's ranges as chunk id ranges; no range is every
+// chunk.
+func chunkRanges(r *coprocessor.RegionInfo) ([]*vpb.ChunkRange, error) {
+	if len(r.GetRanges()) == 0 {
+		return []*vpb.ChunkRange{{}}, nil
+	}
+	var out []*vpb.ChunkRange
+	for _, kr := range r.GetRanges() {
+		lo, err := chunkKey(kr.GetStart(), 0)
+		if err != nil {
+			return nil, err
+		}
+		hi, err := chunkKey(kr.GetEnd(), 0)
+		if err != nil {
+			return nil, err
+		}
+		if hi != 0 && hi <= lo {
+			return nil, fmt.Errorf("range [%d, %d) is empty", lo, hi)
+		}
+		out = append(out, &vpb.ChunkRange{Lo: lo, Hi: hi})
+	}
+	return out, nil
+}
+
+// Establish is EstablishDisaggTask (see the package doc).
+func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskRequest) *dpb.EstablishDisaggTaskResponse {
+	meta := req.GetMeta()
+	if meta == nil {
+		return errorOther(CodeInvalid, "no task meta")
+	}
+	key := taskKey(meta)
+	if t := s.findTask(key); t != nil {
+		return s.describe(meta, t) // a retry: the same views
+	}
+	wants, bad := s.wantedViews(req)
+	if bad != nil {
+		return bad
+	}
+	cfg := s.deps.Config.Views
+	timeout := time.Duration(req.GetTimeoutS()) * time.Second
+	switch {
+	case req.GetTimeoutS() <= 0:
+		timeout = cfg.DefaultTimeout
+	case req.GetTimeoutS() > int64(cfg.MaxTimeout/time.Second):
+		return errorOther(CodeInvalid, "timeout_s %d: at most %d (disagg.views.max_timeout)", req.GetTimeoutS(), int64(cfg.MaxTimeout/time.Second))
+	}
+	metaBytes, err := proto.Marshal(meta)
+	if err != nil {
+		return errorOther(CodeInvalid, "task meta: %v", err)
+	}
+	deadline := time.Now().Add(timeout)
+	t := &viewTask{key: key, segs: map[copyset.GroupID]*segTask{}}
+	undo := func() {
+		for g, seg := range t.segs {
+			if n := s.copysets.Get(g); n != nil {
+				_ = s.dropView(ctx, n, seg.seq, "establish failed")
+			}
+		}
+	}
+	for _, w := range wants {
+		seq, resp := s.registerView(ctx, w, &vpb.ViewInfo{TaskMeta: metaBytes, TaskKey: key, DeadlineUnixMs: deadline.UnixMilli(),
+			RegionId: uint64(w.n.Group()), ConfVer: w.epoch, TableId: int64(w.n.Group().Pool()), SegmentId: uint64(w.n.Group().Copyset()),
+			StoreId: s.deps.StoreID})
+		if resp != nil {
+			undo()
+			return resp
+		}
+		t.segs[w.n.Group()] = &segTask{seq: seq}
+	}
+	s.views.mu.Lock()
+	s.views.tasks[key] = t
+	delete(s.views.gone, key)
+	for g, seg := range t.segs {
+		s.views.leases[viewRef{g, seg.seq}] = deadline
+	}
+	s.views.mu.Unlock()
+	return s.describe(meta, t)
+}
+
+// registerView checks the copyset's bound and registers w's view.
+func (s *Service) registerView(ctx context.Context, w *wantView, info *vpb.ViewInfo) (uint64, *dpb.EstablishDisaggTaskResponse) {
+	st, ok := s.viewStore(w.n)
+	if !ok {
+		return 0, errorOther(CodeInternal, "copyset %s: %v", w.n.Group(), errNoViews)
+	}
+	mu := s.views.admitLock(w.n.Group())
+	mu.Lock()
+	defer mu.Unlock()
+	max := s.deps.Config.Views.MaxPerCopyset
+	if have := len(st.Views()); have >= max {
+		return 0, errorOther(CodeBounds, "copyset %d/%d has %d read views, at most %d (disagg.views.max_per_copyset)",
+			w.n.Group().Pool(), w.n.Group().Copyset(), have, max)
+	}
+	res, err := proposeView(ctx, w.n, &vpb.Op{Op: &vpb.Op_Register{Register: &vpb.Register{
+		Ranges: w.ranges, BudgetBytes: s.deps.Config.Views.MaxPreimageBytes, Info: info}}})
+	if err != nil {
+		var nl *copyset.NotLeaderError
+		if errors.As(err, &nl) {
+			return 0, errorRegion(fmt.Sprintf("copyset %s: not the leader any more: %v", w.n.Group(), err), w.regions)
+		}
+		return 0, errorOther(CodeInternal, "register the view: %v", err)
+	}
+	return res.Seq, nil
+}
+
+// describe answers an Establish of task t: its segments' pages as of
+// their views.
+func (s *Service) describe(meta *dpb.DisaggTaskMeta, t *viewTask) *dpb.EstablishDisaggTaskResponse {
+	tables := map[int64]*vpb.Table{}
+	var pools []int64
+	groups := make([]copyset.GroupID, 0, len(t.segs))
+	for g := range t.segs {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	for _, g := range groups {
+		seg := t.segs[g]
+		n := s.copysets.Get(g)
+		if n == nil {
+			return errorOther(CodeGone, "copyset %s of the task left this server", g)
+		}
+		st, ok := s.viewStore(n)
+		if !ok {
+			return errorOther(CodeInternal, "copyset %s: %v", g, errNoViews)
+		}
+		pages, err := st.Pages(seg.seq)
+		if err != nil {
+			return errorOther(CodeGone, "copyset %s: %v (establish again with a new task id)", g, err)
+		}
+		var epoch uint64
+		for _, v := range st.Views() {
+			if v.Seq == seg.seq {
+				epoch = v.Info.GetConfVer()
+			}
+		}
+		sg := &vpb.Segment{SegmentId: uint64(g.Copyset()), RegionId: uint64(g), ConfVer: epoch, ViewSeq: seg.seq, BlockSize: st.BlockSize()}
+		for _, cp := range pages {
+			for _, b := range cp.Blocks {
+				sg.PageIds = append(sg.PageIds, PageID(cp.Chunk, b))
+			}
+		}
+		tb := tables[int64(g.Pool())]
+		if tb == nil {
+			tb = &vpb.Table{TableId: int64(g.Pool())}
+			tables[int64(g.Pool())] = tb
+			pools = append(pools, int64(g.Pool()))
+		}
+		tb.Segments = append(tb.Segments, sg)
+	}
+	resp := &dpb.EstablishDisaggTaskResponse{StoreId: s.deps.StoreID, SnapshotId: meta}
+	for _, p := range pools {
+		b, err := proto.Marshal(tables[p])
+		if err != nil {
+			return errorOther(CodeInternal, "encode table %d: %v", p, err)
+		}
+		resp.Tables = append(resp.Tables, b)
+	}
+	return resp
+}
+
+// fetchError is the one error packet of a failed Fetch.
+type fetchError struct {
+	code int32
+	msg  string
+}
+
+func (e *fetchError) Error() string { return e.msg }
+
+func fetchErr(code int32, format string, a ...any) *fetchError {
+	return &fetchError{code: code, msg: fmt.Sprintf(format, a...)}
+}
+
+// Fetch is FetchDisaggPages: the requested pages of one segment as of its
+// view, cut into packets; a failure is one error packet, the stream OK.
+func (s *Service) Fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, send func(*dpb.PagesPacket) error) error {
+	ferr := s.fetch(ctx, req, send)
+	var fe *fetchError
+	switch {
+	case ferr == nil:
+		return nil
+	case errors.As(ferr, &fe):
+		return send(&dpb.PagesPacket{Error: &dpb.DisaggReadError{Code: fe.code, Msg: fe.msg}})
+	}
+	return ferr // the stream itself failed
+}
+
+func (s *Service) fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, send func(*dpb.PagesPacket) error) error {
+	meta := req.GetSnapshotId()
+	if meta == nil {
+		return fetchErr(CodeInvalid, "no snapshot id")
+	}
+	if req.GetTableId() < 0 || req.GetTableId() > math.MaxUint32 || req.GetSegmentId() > math.MaxUint32 {
+		return fetchErr(CodeNotFound, "Segment task not found: table %d segment %d is not a pool and copyset", req.GetTableId(), req.GetSegmentId())
+	}
+	if len(req.GetPageIds()) > maxPagesPerReq {
+		return fetchErr(CodeInvalid, "%d page ids, at most %d", len(req.GetPageIds()), maxPagesPerReq)
+	}
+	key := taskKey(meta)
+	t := s.findTask(key)
+	vt := s.views
+	if t == nil {
+		vt.mu.Lock()
+		why, ok := vt.gone[key]
+		vt.mu.Unlock()
+		if ok {
+			return fetchErr(CodeGone, "snapshot %s: %s", key, why)
+		}
+		return fetchErr(CodeNotFound, "snapshot %s not found", key)
+	}
+	g := copyset.NewGroupID(uint32(req.GetTableId()), uint32(req.GetSegmentId()))
+	vt.mu.Lock()
+	vt.extend(t, time.Now().Add(RefreshLease))
+	seg := t.segs[g]
+	open := seg != nil && !seg.fetched
+	vt.mu.Unlock()
+	if !open {
+		return fetchErr(CodeNotFound, "Segment task not found: table %d segment %d (not in snapshot %s, or fetched already)", req.GetTableId(), req.GetSegmentId(), key)
+	}
+	n := s.copysets.Get(g)
+	if n == nil || !n.IsLeader() {
+		return fetchErr(CodeNotLeader, "copyset %d/%d is not led here", g.Pool(), g.Copyset())
+	}
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		return fetchErr(CodeNotLeader, "copyset %d/%d: %v", g.Pool(), g.Copyset(), err)
+	}
+	st, ok := s.viewStore(n)
+	if !ok {
+		return fetchErr(CodeInternal, "%v", errNoViews)
+	}
+	pages, err := st.Pages(seg.seq)
+	if err != nil {
+		return s.viewFetchErr(key, err)
+	}
+	valid := map[uint64]bool{}
+	for _, cp := range pages {
+		for _, b := range cp.Blocks {
+			valid[PageID(cp.Chunk, b)] = true
+		}
+	}
+	for _, id := range req.GetPageIds() {
+		if !valid[id] {
+			c, b := SplitPageID(id)
+			return fetchErr(CodeInvalid, "page id %d (chunk %d block %d) is not in segment %d of snapshot %s", id, c, b, req.GetSegmentId(), key)
+		}
+	}
+	// Pop the segment: it is fetched once (a request refused above
+	// leaves it).
+	vt.mu.Lock()
+	popped := !seg.fetched
+	seg.fetched = true
+	vt.mu.Unlock()
+	if !popped {
+		return fetchErr(CodeNotFound, "Segment task not found: table %d segment %d (fetched already)", req.GetTableId(), req.GetSegmentId())
+	}
+	defer s.fetched(ctx, t, n, seg)
+	return s.streamPages(st, seg.seq, key, req.GetPageIds(), send)
+}
+
+// streamPages sends pages cut at disagg.views.packet_bytes.
+func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64, send func(*dpb.PagesPacket) error) error {
+	bs := st.BlockSize()
+	limit := s.deps.Config.Views.PacketBytes
+	pkt := &dpb.PagesPacket{}
+	size := 0
+	for _, id := range ids {
+		c, b := SplitPageID(id)
+		buf := make([]byte, bs)
+		if err := st.ReadPage(seq, c, b, buf); err != nil {
+			return s.viewFetchErr(key, err)
+		}
+		enc, err := proto.Marshal(&vpb.Page{PageId: id, ChunkId: c, Offset: b * bs, Data: buf, Crc32C: crc32.Checksum(buf, castagnoliTable)})
+		if err != nil {
+			return fetchErr(CodeInternal, "encode page %d: %v", id, err)
+		}
+		if size > 0 && size+len(enc) > limit {
+			if err := send(pkt); err != nil {
+				return err
+			}
+			pkt, size = &dpb.PagesPacket{}, 0
+		}
+		pkt.Pages = append(pkt.Pages, enc)
+		size += len(enc)
+	}
+	if size > 0 {
+		return send(pkt)
+	}
+	return nil
+}
+
+// viewFetchErr is the error packet of a ViewStore error.
+func (s *Service) viewFetchErr(key string, err error) error {
+	switch {
+	case errors.Is(err, ErrViewOverBudget):
+		return fetchErr(CodeGone, "snapshot %s: dropped: over its pre-image budget (disagg.views.max_preimage_bytes): %v", key, err)
+	case errors.Is(err, ErrViewGone):
+		return fetchErr(CodeGone, "snapshot %s: %v", key, err)
+	case errors.Is(err, ErrPageNotInView):
+		return fetchErr(CodeInvalid, "snapshot %s: %v", key, err)
+	}
+	return fetchErr(CodeInternal, "snapshot %s: %v", key, err)
+}
+
+// fetched drops a fetched segment's view (it is fetched once) and the
+// task when its last segment went.
+func (s *Service) fetched(ctx context.Context, t *viewTask, n *copyset.Node, seg *segTask) {
+	if err := s.dropView(context.WithoutCancel(ctx), n, seg.seq, "fetched"); err != nil {
+		s.log.Warn("disagg: dropping a fetched read view failed (its lease drops it)", "copyset", n.Group(), "view", seg.seq, "err", err)
+	}
+	vt := s.views
+	vt.mu.Lock()
+	defer vt.mu.Unlock()
+	for _, sg := range t.segs {
+		if !sg.fetched {
+			return
+		}
+	}
+	delete(vt.tasks, t.key)
+	vt.setGone(t.key, "every segment was fetched")
+}
+
+// Cancel is CancelDisaggTask: the task's views on the copysets this
+// server leads are dropped; idempotent.
+func (s *Service) Cancel(ctx context.Context, meta *dpb.DisaggTaskMeta) error {
+	if meta == nil {
+		return nil
+	}
+	key := taskKey(meta)
+	t := s.findTask(key)
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	for g, seg := range t.segs {
+		if n := s.copysets.Get(g); n != nil && n.IsLeader() {
+			if err := s.dropView(ctx, n, seg.seq, "cancelled"); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	s.forgetTask(key, "cancelled")
+	return errors.Join(errs...)
+}
+
+// ListViews lists the views of the copysets this server leads.
+func (s *Service) ListViews(ctx context.Context) (*vpb.ListResponse, error) {
+	out := &vpb.ListResponse{}
+	for _, n := range s.copysets.List() {
+		if !n.IsLeader() {
+			continue
+		}
+		if _, err := n.ReadBarrier(ctx); err != nil {
+			continue
+		}
+		st, ok := s.viewStore(n)
+		if !ok {
+			continue
+		}
+		for _, v := range st.Views() {
+			vs := &vpb.ViewStatus{Pool: n.Group().Pool(), Copyset: n.Group().Copyset(), ViewSeq: v.Seq, Info: v.Info,
+				Chunks: uint64(v.Chunks), SavedBytes: v.Saved, BudgetBytes: v.Budget, OverBudget: v.Over}
+			s.views.mu.Lock()
+			vs.LeaseUnixMs = s.views.leaseFor(viewRef{n.Group(), v.Seq}, v.Info, time.Now()).UnixMilli()
+			if t := s.views.tasks[v.Info.GetTaskKey()]; t != nil {
+				for g, sg := range t.segs {
+					if sg.fetched {
+						vs.Fetched = append(vs.Fetched, uint64(g.Copyset()))
+					}
+				}
+			}
+			s.views.mu.Unlock()
+			out.Views = append(out.Views, vs)
+		}
+	}
+	return out, nil
+}
+
+func (t *tikvService) EstablishDisaggTask(ctx context.Context, req *dpb.EstablishDisaggTaskRequest) (*dpb.EstablishDisaggTaskResponse, error) {
+	resp := t.s.Establish(ctx, req)
+	t.s.countView("establish", resp.GetError() == nil)
+	return resp, nil
+}
+
+func (t *tikvService) FetchDisaggPages(req *dpb.FetchDisaggPagesRequest, stream grpc.ServerStreamingServer[dpb.PagesPacket]) error {
+	failed := false
+	err := t.s.Fetch(stream.Context(), req, func(p *dpb.PagesPacket) error {
+		failed = failed || p.GetError() != nil
+		return stream.Send(p)
+	})
+	t.s.countView("fetch", err == nil && !failed)
+	return err
+}
+
+func (t *tikvService) CancelDisaggTask(ctx context.Context, req *dpb.CancelDisaggTaskRequest) (*dpb.CancelDisaggTaskResponse, error) {
+	if err := t.s.Cancel(ctx, req.GetMeta()); err != nil {
+		t.s.log.Warn("disagg: cancel: dropping a view failed (its lease drops it)", "err", err)
+	}
+	t.s.countView("cancel", true)
+	return &dpb.CancelDisaggTaskResponse{}, nil
+}
+
+// viewsService is DisaggViews.
+type viewsService struct {
+	vpb.UnimplementedDisaggViewsServer
+	s *Service
+}
+
+func (v *viewsService) List(ctx context.Context, _ *vpb.ListRequest) (*vpb.ListResponse, error) {
+	return v.s.ListViews(ctx)
+}
