@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -144,12 +145,25 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 		return errorOther(CodeInvalid, "no task meta")
 	}
 	key := taskKey(meta)
-	if t := s.findTask(key); t != nil {
-		return s.describe(meta, t) // a retry: the same views
-	}
+	t := s.findTask(key)
 	wants, bad := s.wantedViews(req)
 	if bad != nil {
 		return bad
+	}
+	requested := map[copyset.GroupID]bool{}
+	for _, w := range wants {
+		requested[w.n.Group()] = true
+	}
+	if t != nil {
+		// A retry answers the same views; an Establish of the task on
+		// copysets it has no view on yet (chunkctl establishes one copyset
+		// at a time) adds views there.
+		s.views.mu.Lock()
+		wants = slices.DeleteFunc(wants, func(w *wantView) bool { return t.segs[w.n.Group()] != nil })
+		s.views.mu.Unlock()
+		if len(wants) == 0 {
+			return s.describe(meta, t, requested)
+		}
 	}
 	cfg := s.deps.Config.Views
 	timeout := time.Duration(req.GetTimeoutS()) * time.Second
@@ -164,9 +178,9 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 		return errorOther(CodeInvalid, "task meta: %v", err)
 	}
 	deadline := time.Now().Add(timeout)
-	t := &viewTask{key: key, segs: map[copyset.GroupID]*segTask{}}
+	added := map[copyset.GroupID]*segTask{}
 	undo := func() {
-		for g, seg := range t.segs {
+		for g, seg := range added {
 			if n := s.copysets.Get(g); n != nil {
 				_ = s.dropView(ctx, n, seg.seq, "establish failed")
 			}
@@ -180,16 +194,22 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 			undo()
 			return resp
 		}
-		t.segs[w.n.Group()] = &segTask{seq: seq}
+		added[w.n.Group()] = &segTask{seq: seq}
 	}
 	s.views.mu.Lock()
-	s.views.tasks[key] = t
+	if t == nil {
+		if t = s.views.tasks[key]; t == nil {
+			t = &viewTask{key: key, segs: map[copyset.GroupID]*segTask{}}
+			s.views.tasks[key] = t
+		}
+	}
 	delete(s.views.gone, key)
-	for g, seg := range t.segs {
+	for g, seg := range added {
+		t.segs[g] = seg
 		s.views.leases[viewRef{g, seg.seq}] = deadline
 	}
 	s.views.mu.Unlock()
-	return s.describe(meta, t)
+	return s.describe(meta, t, requested)
 }
 
 // registerView checks the copyset's bound and registers w's view.
@@ -218,18 +238,19 @@ func (s *Service) registerView(ctx context.Context, w *wantView, info *vpb.ViewI
 	return res.Seq, nil
 }
 
-// describe answers an Establish of task t: its segments' pages as of
-// their views.
-func (s *Service) describe(meta *dpb.DisaggTaskMeta, t *viewTask) *dpb.EstablishDisaggTaskResponse {
+// describe answers an Establish of task t on the copysets requested: their
+// segments' pages as of their views (the task's views elsewhere, which
+// other Establish calls asked for, may be fetched and gone already).
+func (s *Service) describe(meta *dpb.DisaggTaskMeta, t *viewTask, requested map[copyset.GroupID]bool) *dpb.EstablishDisaggTaskResponse {
 	tables := map[int64]*vpb.Table{}
 	var pools []int64
-	groups := make([]copyset.GroupID, 0, len(t.segs))
-	for g := range t.segs {
-		groups = append(groups, g)
-	}
-	slices.Sort(groups)
+	s.views.mu.Lock()
+	segs := maps.Clone(t.segs) // an Establish of the task elsewhere may add segments
+	s.views.mu.Unlock()
+	maps.DeleteFunc(segs, func(g copyset.GroupID, _ *segTask) bool { return !requested[g] })
+	groups := slices.Sorted(maps.Keys(segs))
 	for _, g := range groups {
-		seg := t.segs[g]
+		seg := segs[g]
 		n := s.copysets.Get(g)
 		if n == nil {
 			return errorOther(CodeGone, "copyset %s of the task left this server", g)
