@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/chunkraft/chunkraft/copyset"
 	"io"
 	"os"
 	"strings"
@@ -359,4 +360,59 @@ func TestDisaggViewSnapshotInstall(t *testing.T) {
 			t.Fatalf("page %d differs from its content at establish", id)
 		}
 	}
+}
+
+// A task established one copyset at a time (as chunkctl does): the second
+// Establish adds a view on its copyset and answers that copyset's segment,
+// a retry answers its own copyset's, and once one segment was fetched (its
+// view gone) the others are still answered and fetched.
+func TestDisaggViewTaskAcrossCopysets(t *testing.T) {
+	c := viewCluster(t)
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l := c.leader(t)
+	second := copyset.NewGroupID(1, 2)
+	peers := []copyset.PeerID{c.servers[0].Local(), c.servers[1].Local(), c.servers[2].Local()}
+	for i := range c.servers {
+		if _, err := c.servers[i].Copysets().Create(t.Context(), second, peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); !c.servers[l].Copysets().Get(second).IsLeader(); time.Sleep(50 * time.Millisecond) {
+		for i := range c.servers {
+			if n := c.servers[i].Copysets().Get(second); n.IsLeader() && i != l {
+				if err := n.TransferLeader(t.Context(), c.servers[l].Local()); err != nil && time.Now().After(deadline) {
+					t.Fatalf("transfer 1/2 to server %d: %v", l, err)
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server %d does not lead 1/2", l)
+		}
+	}
+	establish := func(g copyset.GroupID) *vpb.Segment {
+		t.Helper()
+		ep := c.servers[l].Copysets().Get(g).Status().Epoch
+		resp, err := c.tikv(l).EstablishDisaggTask(t.Context(), &kvdisagg.EstablishDisaggTaskRequest{
+			Meta: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: 9}, TimeoutS: 60,
+			Regions: []*kvcop.RegionInfo{{RegionId: uint64(g), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: ep},
+				Ranges: []*kvcop.KeyRange{{Start: chunkKeyBE(0), End: chunkKeyBE(0)}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sg := segmentOf(t, resp)
+		if sg.GetSegmentId() != uint64(g.Copyset()) {
+			t.Fatalf("Establish on %s answered segment %d", g, sg.GetSegmentId())
+		}
+		return sg
+	}
+	first := establish(c.group)
+	establish(second)
+	if again := establish(c.group); again.GetViewSeq() != first.GetViewSeq() || len(again.GetPageIds()) != 1 {
+		t.Fatalf("a retry on %s: view %d with %d pages, want view %d with 1", c.group, again.GetViewSeq(), len(again.GetPageIds()), first.GetViewSeq())
+	}
+	pages, msg := c.fetch(t, l, 9, first.GetPageIds())
+	if msg != "" || !bytes.Equal(pages[first.GetPageIds()[0]], bytes.Repeat([]byte{7}, 4096)) {
+		t.Fatalf("fetch of %s: %q, %d pages", c.group, msg, len(pages))
+	}
+	establish(second) // the task's fetched segment on 1/1 is gone; 1/2's is still answered
 }
