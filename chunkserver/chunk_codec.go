@@ -67,48 +67,51 @@ func (c *chunkCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal implements encoding.CodecV2. A *pb.ChunkRequest or a
 // *dspb.SendDataRequest of at least aliasDataMin bytes gets Data aliasing
-// the received bytes (grpcbuf.Hold: never recycled while Data lives);
-// anything it does not parse goes to the next codec.
+// the received bytes (unmarshalChunk, unmarshalSendData); anything else,
+// and anything they do not parse, goes to the next codec.
 func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	var set func(m proto.Message, d []byte)
-	switch r := v.(type) {
-	case *pb.ChunkRequest:
-		if r != nil {
-			set = func(m proto.Message, d []byte) { m.(*pb.ChunkRequest).Data = d }
+	if data.Len() >= aliasDataMin {
+		switch r := v.(type) {
+		case *pb.ChunkRequest:
+			if r != nil {
+				return c.unmarshalChunk(data, r)
+			}
+		case *dspb.SendDataRequest:
+			if r != nil {
+				return c.unmarshalSendData(data, r)
+			}
 		}
-	case *dspb.SendDataRequest:
-		if r != nil {
-			set = func(m proto.Message, d []byte) { m.(*dspb.SendDataRequest).Data = d }
-		}
 	}
-	if set == nil || data.Len() < aliasDataMin {
-		return c.next.Unmarshal(data, v)
-	}
-	m := v.(proto.Message)
-	if r, ok := v.(*dspb.SendDataRequest); ok {
-		return c.unmarshalSendData(data, r)
-	}
+	return c.next.Unmarshal(data, v)
+}
+
+// unmarshalChunk decodes a large ChunkRequest with Data aliasing the
+// received bytes (grpcbuf.Hold: never recycled while Data lives).
+func (c *chunkCodec) unmarshalChunk(data mem.BufferSlice, req *pb.ChunkRequest) error {
 	b, ref := grpcbuf.Hold(data)
-	aliased, ok := unmarshalAliasingData(b, m, set)
+	aliased, ok := unmarshalChunkRequest(b, req)
 	if ok {
 		if ref != nil && !aliased {
 			ref.Free()
 		}
 		return nil
 	}
-	err := c.next.Unmarshal(data, v) // resets req: nothing in it points into b
+	err := c.next.Unmarshal(data, req) // resets req: nothing in it points into b
 	if ref != nil {
 		ref.Free()
 	}
 	if err != nil {
-		return fmt.Errorf("chunkserver: unmarshal %T: %w", v, err)
+		return fmt.Errorf("chunkserver: unmarshal ChunkRequest: %w", err)
 	}
 	return nil
 }
 
+// setChunkData sets a ChunkRequest's data (unmarshalAliasingData's set).
+func setChunkData(m proto.Message, d []byte) { m.(*pb.ChunkRequest).Data = d }
+
 // unmarshalChunkRequest is unmarshalAliasingData for a ChunkRequest.
 func unmarshalChunkRequest(b []byte, req *pb.ChunkRequest) (aliased, ok bool) {
-	return unmarshalAliasingData(b, req, func(m proto.Message, d []byte) { m.(*pb.ChunkRequest).Data = d })
+	return unmarshalAliasingData(b, req, setChunkData)
 }
 
 // unmarshalAliasingData decodes b into m (reset first), a message whose
