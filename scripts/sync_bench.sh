@@ -14,8 +14,10 @@
 #      iodepth 64: alternating runs without and with the task (caught up before
 #      its run), A B A B.
 #
-# Before each timed phase the page cache is flushed (sync), so that a phase
-# pays for its own writes and not for the writeback of the one before.
+# Before each timed phase the servers' chunk file pools are refilled (they
+# format only once no chunk has been created for a second) and the page cache
+# is flushed (sync), so that a phase pays for its own writes and not for the
+# refill or writeback of the one before.
 #
 #   scripts/sync_bench.sh            one run; prints a table and writes JSON to $OUT.json
 #
@@ -42,6 +44,23 @@ trap cleanup EXIT
 scripts/cluster.sh up >/dev/null
 
 now() { date +%s.%N; }
+
+# settle: until every server's chunk file pool is full (at most 2 minutes),
+# then sync.
+settle() {
+    local i m r t full
+    for i in $(seq 1 600); do
+        full=1
+        for m in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do
+            r=$(curl -s "127.0.0.1:$m/metrics" | awk '/^chunkraft_chunkfilepool_ready /{print $2}')
+            t=$(curl -s "127.0.0.1:$m/metrics" | awk '/^chunkraft_chunkfilepool_target /{print $2}')
+            [ "${r:-0}" -ge "${t:-1}" ] || full=0
+        done
+        [ "$full" = 1 ] && break
+        sleep 0.2
+    done
+    sync
+}
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # wait_tasks COND: until every sub-task of `sync status` satisfies COND (a Python
@@ -60,14 +79,14 @@ sys.exit(0 if len(st) == 16 and all($1 for s in st) else 1)"; then return 0; fi
 
 echo "prefill: 1 GiB over 16 copysets" >&2
 "${BENCH[@]}" --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
-sync
+settle
 write_mb=$("${BENCH[@]}" --rw write --bs 1m --iodepth 8 --runtime "$RUNTIME" -o json | json 'd["mb_per_s"]')
 
 # export_once N: one kFull export to $EXPORT_DIR (emptied first) as task N;
 # prints its MB/s and seconds.
 export_once() {
     rm -rf "$EXPORT_DIR"
-    sync
+    settle
     local t0 t1 bytes
     t0=$(now)
     "${CTL[@]}" sync create --pool 1 --name "$1" --mode full --dest "file://$EXPORT_DIR" >/dev/null
@@ -86,13 +105,13 @@ read -r e3 s3 _ <<<"$(export_once bench3)"
 echo "restore: into pool 2" >&2
 "${CTL[@]}" copyset create --pool 2 --copyset 1-16 --peers "$S" >/dev/null
 for cs in $(seq 1 16); do "${CTL[@]}" leader get --pool 2 --copyset "$cs" >/dev/null; done
-sync
+settle
 restore_json=$("${CTL[@]}" -o json sync restore --from "file://$EXPORT_DIR" --pool 1 --to-pool 2 --progress never)
 restore_mb=$(echo "$restore_json" | json 'd["mbPerSecond"]')
 restore_s=$(echo "$restore_json" | json 'd["elapsedSeconds"]')
 
 echo "continuous task: randwrite 4k iodepth 64, without (A) and with (B)" >&2
-randwrite() { sync; "${BENCH[@]}" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json | json 'd["iops"]'; }
+randwrite() { settle; "${BENCH[@]}" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json | json 'd["iops"]'; }
 a1=$(randwrite)
 "${CTL[@]}" sync create --pool 1 --name tail --mode continuous --dest "file://$EXPORT_DIR-tail" >/dev/null
 wait_tasks "s['point'].startswith('binlog')"

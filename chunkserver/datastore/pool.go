@@ -64,7 +64,22 @@ type PoolOptions struct {
 	FS FS
 	// Logger receives progress and errors; nil discards them.
 	Logger *slog.Logger
+	// Quiet is how long Run waits after the last Take (or attempt) before
+	// it formats or re-zeroes a file (0: DefaultPoolQuiet; negative: no
+	// wait). See DefaultPoolQuiet.
+	Quiet time.Duration
 }
+
+// DefaultPoolQuiet is PoolOptions.Quiet's default. Formatting yields to
+// chunk creation: while chunks are being created Run writes no zeros, so a
+// burst of creations (a restore, an ingest) is not slowed by the refill of
+// the files it takes, and once the pool is empty the burst's files are
+// created sparse, each block written once instead of zeroed and then
+// written. On this VM's disk a block's first write costs about 1.5 times an
+// overwrite (fio, 1 MiB direct writes with fdatasync: 183 and 234 MB/s
+// fresh against 296 and 333 MB/s over the same file), so the zeros of a
+// refill compete with the burst at the disk's slowest rate.
+const DefaultPoolQuiet = time.Second
 
 // PoolStats is a snapshot of a FilePool's state and counters.
 type PoolStats struct {
@@ -104,6 +119,9 @@ type FilePool struct {
 	// wake, buffered 1, tells Run that Take or Recycle changed the counts.
 	wake    chan struct{}
 	running atomic.Bool
+	quiet   time.Duration
+	// lastTake is the time of the last Take, Unix nanoseconds.
+	lastTake atomic.Int64
 
 	// mu guards everything below.
 	mu         sync.Mutex
@@ -142,12 +160,16 @@ func OpenFilePool(opts PoolOptions) (*FilePool, error) {
 		return nil, fmt.Errorf("datastore: pool: negative Count %d: %w", opts.Count, ErrInvalidArg)
 	}
 	p := &FilePool{
-		dir:  opts.Dir,
-		g:    newGeometry(o.ChunkSize, o.PageSize, o.BlockSize),
-		fs:   opts.FS,
-		log:  opts.Logger,
-		want: opts.Count,
-		wake: make(chan struct{}, 1),
+		dir:   opts.Dir,
+		g:     newGeometry(o.ChunkSize, o.PageSize, o.BlockSize),
+		fs:    opts.FS,
+		log:   opts.Logger,
+		want:  opts.Count,
+		wake:  make(chan struct{}, 1),
+		quiet: opts.Quiet,
+	}
+	if p.quiet == 0 {
+		p.quiet = DefaultPoolQuiet
 	}
 	if p.fs == nil {
 		p.fs = OSFS{}
@@ -290,6 +312,7 @@ func (p *FilePool) Stats() PoolStats {
 // stays in the pool). The caller fsyncs dstPath's directory to make the move
 // durable; until then a crash may leave the file in the pool.
 func (p *FilePool) Take(dstPath string) error {
+	p.lastTake.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	if len(p.ready) == 0 {
 		p.st.Empty++
@@ -345,7 +368,8 @@ func (p *FilePool) Recycle(path string) error {
 }
 
 // Run re-zeroes recycled files (first) and formats new files until Count
-// are ready, then waits for Take and Recycle to give it more work. It blocks
+// are ready, each only once no Take has happened for the quiet period
+// (PoolOptions.Quiet), then waits for Take and Recycle to give it more work. It blocks
 // until ctx ends and returns nil then, leaving a file it was working on to
 // be redone later; it returns an error only if Run is already running. An
 // I/O error is logged and the work retried after a pause. The caller owns the
@@ -361,6 +385,9 @@ func (p *FilePool) Run(ctx context.Context) error {
 	lastLog := time.Now()
 	wasFull := st.Ready >= p.want
 	for ctx.Err() == nil {
+		if !p.waitQuiet(ctx) {
+			break
+		}
 		p.mu.Lock()
 		var n uint64
 		job := ""
@@ -428,6 +455,25 @@ func (p *FilePool) Run(ctx context.Context) error {
 	}
 	p.log.Info("chunk file pool stopped", "dir", p.dir)
 	return nil
+}
+
+// waitQuiet waits until no Take has happened for the quiet period (see
+// DefaultPoolQuiet); false if ctx ended first.
+func (p *FilePool) waitQuiet(ctx context.Context) bool {
+	for p.quiet > 0 {
+		left := p.quiet - time.Since(time.Unix(0, p.lastTake.Load()))
+		if left <= 0 {
+			return true
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // format creates ready file n: it writes "<n>.tmp" full of zeros, fsyncs

@@ -325,3 +325,52 @@ func TestStoreWithPool(t *testing.T) {
 		t.Fatalf("Files: %v", got)
 	}
 }
+
+// TestPoolQuiet: Run formats no file while Takes keep coming (within the
+// quiet period of the last one) and refills once they stop.
+func TestPoolQuiet(t *testing.T) {
+	open := func(quiet time.Duration) *FilePool {
+		opts := testPoolOpts(t.TempDir(), 2)
+		opts.Quiet = quiet
+		p, err := OpenFilePool(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runPool(t, p)
+		waitPool(t, p, "2 ready", poolReady(2))
+		return p
+	}
+	take := func(p *FilePool) {
+		t.Helper()
+		if err := p.Take(filepath.Join(t.TempDir(), "taken")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A quiet period longer than the test: a Take is not refilled, and a
+	// Take of the last file leaves the pool empty (the store then creates
+	// its files sparse).
+	held := open(time.Hour)
+	take(held)
+	time.Sleep(200 * time.Millisecond)
+	if st := held.Stats(); st.Ready != 1 || st.Formatted != 2 || st.Formatting != 0 {
+		t.Fatalf("within the quiet period: %+v, want 1 ready, 2 formatted, none formatting", st)
+	}
+	take(held)
+	if err := held.Take(filepath.Join(t.TempDir(), "x")); !errors.Is(err, ErrPoolEmpty) {
+		t.Fatalf("Take of an empty pool: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if st := held.Stats(); st.Ready != 0 || st.Formatted != 2 {
+		t.Fatalf("empty pool within the quiet period: %+v", st)
+	}
+
+	// A short one: the pool refills after the last Take.
+	short := open(50 * time.Millisecond)
+	take(short)
+	take(short)
+	st := waitPool(t, short, "refill after the quiet period", poolReady(2))
+	if st.Formatted != 4 || st.Taken != 2 {
+		t.Fatalf("after refill: %+v", st)
+	}
+}

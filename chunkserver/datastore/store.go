@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Defaults for zero Options fields; they are Curve's shipped values.
@@ -154,7 +155,10 @@ type Store struct {
 
 	stats struct {
 		crcFailures, poolTakes, poolFallbacks, cacheHits, cacheMisses, cowBlocks atomic.Uint64
-		snaps, clones                                                            atomic.Int64
+		// fallbackLogged is when the last "pool empty" line was logged
+		// (Unix ns): one per poolLogEvery, with the count so far.
+		fallbackLogged atomic.Int64
+		snaps, clones  atomic.Int64
 	}
 }
 
@@ -501,8 +505,12 @@ func (s *Store) newFile(path string, encode func(page []byte) error) (File, erro
 	case pooled:
 		s.stats.poolTakes.Add(1)
 	case s.pool != nil:
-		s.stats.poolFallbacks.Add(1)
-		s.log.Warn("datastore: chunk file pool empty, created file on the write path", "file", path)
+		n := s.stats.poolFallbacks.Add(1)
+		now, last := time.Now().UnixNano(), s.stats.fallbackLogged.Load()
+		if time.Duration(now-last) >= poolLogEvery && s.stats.fallbackLogged.CompareAndSwap(last, now) {
+			s.log.Warn("datastore: chunk file pool empty, created file on the write path (sparse)",
+				"file", path, "pool_fallbacks_total", n)
+		}
 	}
 	if err := s.fs.SyncDir(s.opts.Dir); err != nil {
 		_ = f.Close()
