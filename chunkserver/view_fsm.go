@@ -129,8 +129,8 @@ func (v viewStore) Pages(seq uint64) ([]disagg.ChunkPages, error) {
 	return out, nil
 }
 
-func (v viewStore) ReadPage(seq, chunk uint64, block uint32, buf []byte) error {
-	return viewErr(v.s.ReadView(seq, chunk, block, buf))
+func (v viewStore) ReadPages(seq, chunk uint64, first uint32, buf []byte) error {
+	return viewErr(v.s.ReadView(seq, chunk, first, buf))
 }
 
 func (v viewStore) BlockSize() uint32 { return v.s.Options().BlockSize }

@@ -75,10 +75,11 @@ type ViewStore interface {
 	Views() []ViewRecord
 	// Pages lists view seq's chunks and their blocks with data at I.
 	Pages(seq uint64) ([]ChunkPages, error)
-	// ReadPage reads block of chunk as of view seq into buf (BlockSize
-	// bytes). Errors wrap ErrViewGone, ErrViewOverBudget or
+	// ReadPages reads the len(buf)/BlockSize consecutive blocks of chunk
+	// from block first on, as of view seq, into buf (a non-zero multiple
+	// of BlockSize). Errors wrap ErrViewGone, ErrViewOverBudget or
 	// ErrPageNotInView when they are those.
-	ReadPage(seq, chunk uint64, block uint32, buf []byte) error
+	ReadPages(seq, chunk uint64, first uint32, buf []byte) error
 	// BlockSize is the size of a page.
 	BlockSize() uint32
 }

@@ -392,30 +392,48 @@ func (s *Service) fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, s
 	return s.streamPages(st, seg.seq, key, req.GetPageIds(), send)
 }
 
-// streamPages sends pages cut at disagg.views.packet_bytes.
+// maxRunPages bounds the pages streamPages reads at once: consecutive
+// pages of one chunk are read in one ReadPages of up to this many.
+const maxRunPages = 64
+
+// streamPages sends pages cut at disagg.views.packet_bytes, reading runs
+// of consecutive pages of a chunk at once.
 func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64, send func(*dpb.PagesPacket) error) error {
 	bs := st.BlockSize()
 	limit := s.deps.Config.Views.PacketBytes
 	pkt := &dpb.PagesPacket{}
 	size := 0
-	for _, id := range ids {
-		c, b := SplitPageID(id)
-		buf := make([]byte, bs)
-		if err := st.ReadPage(seq, c, b, buf); err != nil {
+	buf := make([]byte, maxRunPages*int(bs))
+	for k := 0; k < len(ids); {
+		c, b := SplitPageID(ids[k])
+		j := k + 1
+		for j < len(ids) && j-k < maxRunPages && ids[j] == ids[j-1]+1 {
+			if c2, _ := SplitPageID(ids[j]); c2 != c {
+				break
+			}
+			j++
+		}
+		run := buf[:(j-k)*int(bs)]
+		if err := st.ReadPages(seq, c, b, run); err != nil {
 			return s.viewFetchErr(key, err)
 		}
-		enc, err := proto.Marshal(&vpb.Page{PageId: id, ChunkId: c, Offset: b * bs, Data: buf, Crc32C: crc32.Checksum(buf, castagnoliTable)})
-		if err != nil {
-			return fetchErr(CodeInternal, "encode page %d: %v", id, err)
-		}
-		if size > 0 && size+len(enc) > limit {
-			if err := send(pkt); err != nil {
-				return err
+		for m := k; m < j; m++ {
+			data := run[(m-k)*int(bs) : (m-k+1)*int(bs)]
+			pb := b + uint32(m-k)
+			enc, err := proto.Marshal(&vpb.Page{PageId: ids[m], ChunkId: c, Offset: pb * bs, Data: data, Crc32C: crc32.Checksum(data, castagnoliTable)})
+			if err != nil {
+				return fetchErr(CodeInternal, "encode page %d: %v", ids[m], err)
 			}
-			pkt, size = &dpb.PagesPacket{}, 0
+			if size > 0 && size+len(enc) > limit {
+				if err := send(pkt); err != nil {
+					return err
+				}
+				pkt, size = &dpb.PagesPacket{}, 0
+			}
+			pkt.Pages = append(pkt.Pages, enc)
+			size += len(enc)
 		}
-		pkt.Pages = append(pkt.Pages, enc)
-		size += len(enc)
+		k = j
 	}
 	if size > 0 {
 		return send(pkt)

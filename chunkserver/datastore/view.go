@@ -630,21 +630,43 @@ func (s *Store) withViewChunk(seq, id uint64, fn func(vf *viewFile, src File) er
 	}
 }
 
-// ReadView reads block i of chunk id as of view seq into buf (BlockSize
-// bytes), verified against its checksum.
+// ReadView reads the len(buf)/BlockSize consecutive blocks of chunk id
+// from block i on, as of view seq, into buf (a non-zero multiple of
+// BlockSize), each verified against its checksum. Runs of blocks the view
+// has not saved are read from the chunk (or its moved-aside file) in one
+// read each.
 func (s *Store) ReadView(seq, id uint64, i uint32, buf []byte) error {
-	if i >= s.g.blocks || uint32(len(buf)) != s.g.blockSize {
-		return fmt.Errorf("datastore: read view %d chunk %d: block %d of %d, buffer %d bytes: %w", seq, id, i, s.g.blocks, len(buf), ErrInvalidArg)
+	bs := s.g.blockSize
+	n := uint32(len(buf)) / bs
+	if len(buf) == 0 || uint32(len(buf))%bs != 0 || i >= s.g.blocks || n > s.g.blocks-i {
+		return fmt.Errorf("datastore: read view %d chunk %d: blocks [%d, +%d bytes) of %d, buffer %d bytes: %w",
+			seq, id, i, len(buf), s.g.blocks, len(buf), ErrInvalidArg)
 	}
 	return s.withViewChunk(seq, id, func(vf *viewFile, src File) error {
-		if vf.saved.test(i) {
-			slot := binary.LittleEndian.Uint32(vf.idx[8*i:]) - 1
-			if _, err := vf.f.ReadAt(buf, s.slotOff(slot)); err != nil {
-				return fmt.Errorf("datastore: read view %d chunk %d block %d: %w", seq, id, i, err)
+		for k := uint32(0); k < n; {
+			b := i + k
+			if vf.saved.test(b) {
+				out := buf[k*bs : (k+1)*bs]
+				slot := binary.LittleEndian.Uint32(vf.idx[8*b:]) - 1
+				if _, err := vf.f.ReadAt(out, s.slotOff(slot)); err != nil {
+					return fmt.Errorf("datastore: read view %d chunk %d block %d: %w", seq, id, b, err)
+				}
+				if err := s.g.verifyBlock(fmt.Sprintf("view %d chunk %d pre-image", seq, id), b, out, vf.idx[8*b+4:], &s.stats.crcFailures); err != nil {
+					return err
+				}
+				k++
+				continue
 			}
-			return s.g.verifyBlock(fmt.Sprintf("view %d chunk %d pre-image", seq, id), i, buf, vf.idx[8*i+4:], &s.stats.crcFailures)
+			j := k + 1
+			for j < n && !vf.saved.test(i+j) {
+				j++
+			}
+			if err := s.g.readBlocks(src, chunkName(id), b, buf[k*bs:j*bs], &s.stats.crcFailures); err != nil {
+				return err
+			}
+			k = j
 		}
-		return s.g.readBlocks(src, chunkName(id), i, buf, &s.stats.crcFailures)
+		return nil
 	})
 }
 

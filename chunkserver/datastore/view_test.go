@@ -274,3 +274,39 @@ func TestViewReadsDuringApplies(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ReadView of several blocks at once reads saved pre-images and runs of
+// unsaved blocks alike: any cut of the chunk into runs reads as the view.
+func TestViewReadRuns(t *testing.T) {
+	s, _ := openTest(t)
+	a := pattern(1, testChunkSize)
+	mustAt(t, s.WriteChunkAt(1<<8, 1, 1, a, 0))
+	const I = 2 << 8
+	mustAt(t, s.RegisterViewAt(I, ViewSpec{Ranges: []ChunkRange{{1, 2}}, Budget: testViewBudget}))
+	// Blocks 1 and 4 (and the last) are overwritten: their pre-images are saved.
+	blocks := uint32(testChunkSize / testBlock)
+	for n, b := range []uint32{1, 4, blocks - 1} {
+		mustAt(t, s.WriteChunkAt(uint64(3+n)<<8, 1, 1, pattern(byte(9+n), testBlock), b*testBlock))
+	}
+	for _, run := range []uint32{1, 2, 3, 5, blocks} {
+		got := make([]byte, 0, testChunkSize)
+		for i := uint32(0); i < blocks; i += run {
+			buf := make([]byte, min(run, blocks-i)*testBlock)
+			if err := s.ReadView(I, 1, i, buf); err != nil {
+				t.Fatalf("ReadView of %d blocks at %d: %v", len(buf)/testBlock, i, err)
+			}
+			got = append(got, buf...)
+		}
+		if !bytes.Equal(got, a) {
+			t.Fatalf("runs of %d blocks: the view differs from the chunk at register", run)
+		}
+	}
+	for _, bad := range []struct {
+		i uint32
+		n int
+	}{{blocks - 1, 2 * testBlock}, {0, 0}, {0, testBlock + 1}, {blocks, testBlock}} {
+		if err := s.ReadView(I, 1, bad.i, make([]byte, bad.n)); !errors.Is(err, ErrInvalidArg) {
+			t.Fatalf("ReadView at block %d of %d bytes: %v, want ErrInvalidArg", bad.i, bad.n, err)
+		}
+	}
+}
