@@ -406,11 +406,8 @@ func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64
 	buf := make([]byte, maxRunPages*int(bs))
 	for k := 0; k < len(ids); {
 		c, b := SplitPageID(ids[k])
-		j := k + 1
-		for j < len(ids) && j-k < maxRunPages && ids[j] == ids[j-1]+1 {
-			if c2, _ := SplitPageID(ids[j]); c2 != c {
-				break
-			}
+		j := k + 1 // ids[k:j]: the next page of the same chunk each
+		for j < len(ids) && j-k < maxRunPages && ids[j] == ids[k]+uint64(j-k) && ids[j]>>pageBlockBits == c {
 			j++
 		}
 		run := buf[:(j-k)*int(bs)]

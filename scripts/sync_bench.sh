@@ -48,13 +48,14 @@ now() { date +%s.%N; }
 # settle: until every server's chunk file pool is full (at most 2 minutes),
 # then sync.
 settle() {
-    local i m r t full
+    local i m full
     for i in $(seq 1 600); do
         full=1
         for m in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do
-            r=$(curl -s "127.0.0.1:$m/metrics" | awk '/^chunkraft_chunkfilepool_ready /{print $2}')
-            t=$(curl -s "127.0.0.1:$m/metrics" | awk '/^chunkraft_chunkfilepool_target /{print $2}')
-            [ "${r:-0}" -ge "${t:-1}" ] || full=0
+            curl -s "127.0.0.1:$m/metrics" | awk '
+                /^chunkraft_chunkfilepool_ready /  { r = $2 }
+                /^chunkraft_chunkfilepool_target / { t = $2; seen = 1 }
+                END { exit !(seen && r >= t) }' || full=0
         done
         [ "$full" = 1 ] && break
         sleep 0.2

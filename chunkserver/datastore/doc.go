@@ -26,11 +26,11 @@
 //
 // A file is created as "<name>.tmp" (taken from the [FilePool] if
 // [Options.Pool] has a ready file, else created sparse; the pool refills
-// only after a quiet period without creations, [DefaultPoolQuiet]), its meta page written
-// and fsynced, renamed to its name, and the directory fsynced: after a crash
-// a file either exists with a valid meta page or does not exist. Deleted files
-// go back to the pool (or are removed), and the directory is fsynced. Files
-// with other names are ignored.
+// only after a quiet period without creations, [DefaultPoolQuiet]), its
+// meta page written and fsynced, renamed to its name, and the directory
+// fsynced: after a crash a file either exists with a valid meta page or
+// does not exist. Deleted files go back to the pool (or are removed), and
+// the directory is fsynced. Files with other names are ignored.
 //
 // # Checksums
 //

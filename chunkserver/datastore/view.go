@@ -643,6 +643,7 @@ func (s *Store) ReadView(seq, id uint64, i uint32, buf []byte) error {
 			seq, id, i, len(buf), s.g.blocks, len(buf), ErrInvalidArg)
 	}
 	return s.withViewChunk(seq, id, func(vf *viewFile, src File) error {
+		what := "" // named once, at the first saved block
 		for k := uint32(0); k < n; {
 			b := i + k
 			if vf.saved.test(b) {
@@ -651,7 +652,10 @@ func (s *Store) ReadView(seq, id uint64, i uint32, buf []byte) error {
 				if _, err := vf.f.ReadAt(out, s.slotOff(slot)); err != nil {
 					return fmt.Errorf("datastore: read view %d chunk %d block %d: %w", seq, id, b, err)
 				}
-				if err := s.g.verifyBlock(fmt.Sprintf("view %d chunk %d pre-image", seq, id), b, out, vf.idx[8*b+4:], &s.stats.crcFailures); err != nil {
+				if what == "" {
+					what = fmt.Sprintf("view %d chunk %d pre-image", seq, id)
+				}
+				if err := s.g.verifyBlock(what, b, out, vf.idx[8*b+4:], &s.stats.crcFailures); err != nil {
 					return err
 				}
 				k++
