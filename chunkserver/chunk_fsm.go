@@ -57,7 +57,7 @@ func (m *chunkMachine) Apply(index uint64, payload []byte) any { return m.ApplyO
 // ApplyOp implements copyset.OpApplier: Apply for the op at position pos
 // of its entry.
 func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
-	req, data, err := chunkop.Decode(payload)
+	req, data, pre, err := chunkop.Decode(payload)
 	if err != nil {
 		m.log.Error("undecodable chunk op", "index", index, "err", err)
 		return &copyset.FatalError{Err: err}
@@ -69,7 +69,11 @@ func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
 	}
 	switch req.GetOpType() {
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
-		err = m.store.WriteChunkAt(seq, id, req.GetSn(), data, req.GetOffset())
+		var dpre *datastore.PreImage
+		if pre != nil {
+			dpre = &datastore.PreImage{ViewSeq: pre.ViewSeq, Lo: pre.Lo, Data: pre.Data}
+		}
+		err = m.store.WriteChunkPreAt(seq, id, req.GetSn(), data, req.GetOffset(), dpre)
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
 		err = m.store.DeleteChunkAt(seq, id, req.GetSn())
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:

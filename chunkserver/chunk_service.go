@@ -134,7 +134,7 @@ func resultStatus(res any) pb.CHUNK_OP_STATUS {
 
 // propose replicates a chunk op and turns the outcome into a response.
 func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.ChunkRequest, data []byte) *pb.ChunkResponse {
-	op, err := chunkop.Encode(req, data)
+	op, err := chunkop.Encode(req, data, s.preImage(n, req, data))
 	if err != nil {
 		s.log.Error("encode chunk op", "err", err)
 		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
@@ -146,6 +146,26 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 	resp := chunkResponse(resultStatus(res))
 	resp.AppliedIndex = proto.Uint64(index)
 	return resp
+}
+
+// preImage is the pre-image a write carries for the read views of its
+// chunk (datastore.PreImage): the blocks a live view has not saved, read
+// from this replica's store now, so that no replica has to sync its
+// capture before it overwrites them. Nil for other ops and when there is
+// nothing to carry.
+func (s *chunkService) preImage(n *copyset.Node, req *pb.ChunkRequest, data []byte) *chunkop.PreImage {
+	if req.GetOpType() != pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE {
+		return nil
+	}
+	st, err := chunkStore(n)
+	if err != nil {
+		return nil
+	}
+	p := st.PreImageFor(req.GetChunkId(), req.GetOffset(), len(data))
+	if p == nil {
+		return nil
+	}
+	return &chunkop.PreImage{ViewSeq: p.ViewSeq, Lo: p.Lo, Data: p.Data}
 }
 
 // mutate runs the checks every mutating request passes, in order, and

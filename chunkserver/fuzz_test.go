@@ -32,11 +32,13 @@ func FuzzDecodeChunkOp(f *testing.F) {
 		readReq(2, 4096, 4096),
 		{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3), Location: proto.String("1/1/2:0@cs")},
 	} {
-		op, err := chunkop.Encode(req, req.GetData())
-		if err != nil {
-			f.Fatal(err)
+		for _, pre := range []*chunkop.PreImage{nil, {ViewSeq: 7 << 8, Lo: 3, Data: []byte("pre-image")}} {
+			op, err := chunkop.Encode(req, req.GetData(), pre)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(op[copyset.OpHeaderLen:])
 		}
-		f.Add(op[copyset.OpHeaderLen:])
 	}
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0})
@@ -44,21 +46,24 @@ func FuzzDecodeChunkOp(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Add([]byte{0, 0, 0, 2, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		req, data, err := chunkop.Decode(payload)
+		req, data, pre, err := chunkop.Decode(payload)
 		if err != nil {
 			return
 		}
-		op, err := chunkop.Encode(req, data)
+		op, err := chunkop.Encode(req, data, pre)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req2, data2, err := chunkop.Decode(op[copyset.OpHeaderLen:])
+		req2, data2, pre2, err := chunkop.Decode(op[copyset.OpHeaderLen:])
 		if err != nil {
 			t.Fatalf("re-encoded op does not decode: %v", err)
 		}
 		req.Data = nil // carried after the header, not in it
 		if !proto.Equal(req, req2) || !bytes.Equal(data, data2) {
 			t.Fatalf("round trip changed the op: %v %x -> %v %x", req, data, req2, data2)
+		}
+		if (pre == nil) != (pre2 == nil) || pre != nil && (pre.ViewSeq != pre2.ViewSeq || pre.Lo != pre2.Lo || !bytes.Equal(pre.Data, pre2.Data)) {
+			t.Fatalf("round trip changed the pre-image: %+v -> %+v", pre, pre2)
 		}
 	})
 }

@@ -84,7 +84,7 @@ func (w *chunkWorkload) op(rng *rand.Rand, i int) []byte {
 	default:
 		return w.op(rng, i)
 	}
-	op, err := chunkop.Encode(req, data)
+	op, err := chunkop.Encode(req, data, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestChunkOpsOfOneEntryReplay(t *testing.T) {
 		if typ == pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE {
 			data = bytes.Repeat([]byte{fill}, int(bs))
 		}
-		b, err := chunkop.Encode(req, data)
+		b, err := chunkop.Encode(req, data, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -93,7 +93,7 @@ func (w exportWriter) op(rng *rand.Rand) []byte {
 		}
 		req.Size = new(uint32(len(data)))
 	}
-	op, err := chunkop.Encode(req, data)
+	op, err := chunkop.Encode(req, data, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -93,12 +93,17 @@ func TestLeaderWorker(t *testing.T) {
 		eventually(t, func() error { return onLeader(g) })
 	}
 
-	leader := waitLeader(t, g1, servers...)
-	from := serverOf(servers, leader)
+	from := serverOf(servers, waitLeader(t, g1, servers...))
 	to := (from + 1) % len(servers)
-	if err := leader.TransferLeader(context.Background(), servers[to].peer()); err != nil {
-		t.Fatal(err)
-	}
+	// A transfer can time out on a loaded machine: try again until server
+	// to leads.
+	eventually(t, func() error {
+		l := waitLeader(t, g1, servers...)
+		if serverOf(servers, l) == to {
+			return nil
+		}
+		return l.TransferLeader(context.Background(), servers[to].peer())
+	})
 	eventually(t, func() error {
 		if got := tr.runsOn(g1, len(servers)); len(got) != 1 || got[0] != to {
 			return fmt.Errorf("after transfer to server %d, %s runs on %v", to, g1, got)

@@ -147,7 +147,7 @@ func (e *exporter) entryRecords(ctx context.Context, ent copyset.LogEntry) ([]*s
 		if op.Kind != kinds.Chunk {
 			continue
 		}
-		req, data, err := chunkop.Decode(op.Payload)
+		req, data, _, err := chunkop.Decode(op.Payload) // a pre-image is the views' business, not the export's
 		if err != nil {
 			return nil, fmt.Errorf("log index %d, op %d: %w", ent.Index, i, err)
 		}

@@ -171,7 +171,7 @@ func chunkOp(t *testing.T, typ cpb.CHUNK_OP_TYPE, id, sn uint64, off uint32, dat
 	if typ == cpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE {
 		req.Location, req.Size = proto.String("m@cs"), proto.Uint32(4*fakeBlock)
 	}
-	enc, err := chunkop.Encode(req, data)
+	enc, err := chunkop.Encode(req, data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

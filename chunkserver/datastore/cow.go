@@ -82,12 +82,24 @@ func (s *Store) cow(c *chunkFile, lo, hi uint32) error {
 // blocks in [lo, hi) that saved does not mark, hands each run to put, and
 // returns the number of blocks copied. The caller holds c.mu exclusively.
 func (s *Store) copyOut(c *chunkFile, saved bitmap, lo, hi uint32, put func(a, b uint32, buf []byte) error) (int, error) {
+	return s.copyOutFrom(c, saved, lo, hi, nil, put)
+}
+
+// copyOutFrom is copyOut taking a run's content from have when it returns
+// it (non-nil) instead of reading the chunk.
+func (s *Store) copyOutFrom(c *chunkFile, saved bitmap, lo, hi uint32, have func(a, b uint32) []byte, put func(a, b uint32, buf []byte) error) (int, error) {
 	bs := s.g.blockSize
 	n := 0
 	err := saved.runs(lo, hi, false, func(a, b uint32) error {
-		buf := make([]byte, (b-a)*bs)
-		if err := s.g.readBlocks(c.f, chunkName(c.id), a, buf, &s.stats.crcFailures); err != nil {
-			return fmt.Errorf("read: %w", err)
+		var buf []byte
+		if have != nil {
+			buf = have(a, b)
+		}
+		if buf == nil {
+			buf = make([]byte, (b-a)*bs)
+			if err := s.g.readBlocks(c.f, chunkName(c.id), a, buf, &s.stats.crcFailures); err != nil {
+				return fmt.Errorf("read: %w", err)
+			}
 		}
 		if err := put(a, b, buf); err != nil {
 			return err

@@ -617,6 +617,12 @@ func (s *Store) WriteChunk(id, sn uint64, data []byte, off uint32) error {
 // in the package documentation): on a chunk whose state is stamped with a
 // later index it does nothing and succeeds.
 func (s *Store) WriteChunkAt(index, id, sn uint64, data []byte, off uint32) error {
+	return s.WriteChunkPreAt(index, id, sn, data, off, nil)
+}
+
+// WriteChunkPreAt is WriteChunkAt for a write whose op carries pre, the
+// pre-image PreImageFor gave the leader (nil: none).
+func (s *Store) WriteChunkPreAt(index, id, sn uint64, data []byte, off uint32, pre *PreImage) error {
 	if err := s.checkRange("write", id, off, len(data)); err != nil {
 		return err
 	}
@@ -660,7 +666,7 @@ func (s *Store) WriteChunkAt(index, id, sn uint64, data []byte, off uint32) erro
 		}
 	}
 	if len(c.views) > 0 {
-		if err := s.captureViews(c, index, lo, hi); err != nil {
+		if err := s.captureViews(c, index, lo, hi, pre); err != nil {
 			return fmt.Errorf("datastore: write chunk %d: %w", id, err)
 		}
 	}
@@ -891,7 +897,7 @@ func (s *Store) Sync() error {
 		}
 	}
 	s.mu.RUnlock()
-	return s.syncAll(todo, false)
+	return errors.Join(s.syncViews(), s.syncAll(todo, false))
 }
 
 // syncAll runs syncChunk(c, locked) for every chunk in cs, at most
@@ -1011,7 +1017,7 @@ func (s *Store) Close() error {
 		}
 		live = append(live, c)
 	}
-	errs := []error{s.syncAll(live, true)}
+	errs := []error{s.syncViews(), s.syncAll(live, true)}
 	for _, c := range live {
 		c.gone = true
 		if err := c.f.Close(); err != nil {

@@ -38,12 +38,14 @@ import (
 //	                         kept for the views that covered it
 //
 // A pre-image file is [header page][index][slots]: the header names chunk
-// and view; the index has 8 bytes per block of the chunk (little-endian
-// slot number + 1, 0 when not saved, then the block's crc entry, as in a
+// and view and carries the durable mark W (every slot below W is on
+// disk); the index has 8 bytes per block of the chunk (little-endian slot
+// number + 1, 0 when not saved, then the block's crc entry, as in a
 // chunk's crc table); slot k holds the k-th block saved, at header +
-// index + k*BlockSize. The file is as long as the slots written, so its
-// size is what the view costs on disk, and a snapshot stream sends what
-// is saved, not a chunk's worth.
+// index + k*BlockSize. The file holds the slots written and at most
+// viewPrealloc zeroed slots after them (a capture past the end extends it
+// by that many), so its size is about what the view costs on disk, and a
+// snapshot stream sends what is saved, not a chunk's worth.
 //
 // # Consistency with the chunks (the argument)
 //
@@ -54,11 +56,22 @@ import (
 // already follow:
 //
 //  1. Replay after a crash (kill -9). Apply re-runs from the last durable
-//     point. A capture writes the pre-image slots, fsyncs, writes their
-//     index entries, fsyncs, and only then is the chunk block overwritten
-//     (a plain pwrite that may reach the disk at any time after): an index
-//     entry on disk means the pre-image is on disk, and a chunk block that
-//     changed after I on disk means its pre-image is indexed. The files of
+//     point. A capture writes the pre-image slots and their index entries,
+//     syncs once (fdatasync; an fsync when it extended the file), then
+//     sets the durable mark to the slots written, and only then is the
+//     chunk block overwritten (a plain pwrite that may reach the disk at
+//     any time after): a chunk block that changed after I on disk means
+//     its pre-image and index entry are on disk. An index entry on disk
+//     whose slot is not below the mark may come from a capture whose sync
+//     did not complete; Open checks its slot against the entry's crc and
+//     clears it when they differ (its chunk block was not overwritten, so
+//     the replay saves it again), and an entry below the mark was synced
+//     before the mark was written. A write whose op carries its
+//     pre-image (PreImage: read by the leader when it proposed the write)
+//     saves it without a sync: the raft log holds it until the store's
+//     next Sync, which syncs such captures (syncViews) before the log may
+//     drop the op, and a replay saves it again from the op whatever the
+//     chunk block on disk holds. The files of
 //     a view are created durably (file and directory fsynced) when the
 //     register op applies, before any later op. On replay the register op
 //     finds its files and keeps them; a replayed write before I (its
@@ -111,8 +124,9 @@ import (
 // capture that would pass it is not made and the view is marked over
 // budget: its reads fail (ErrViewOverBudget) from then on, on every
 // replica, so an incomplete view is never read. A view's disk use is thus
-// at most its budget plus a header and an index per covered chunk, and
-// the snapshot stream reserves exactly that. The number of views is
+// at most its budget plus a header, an index and viewPrealloc zeroed
+// slots per covered chunk; a snapshot stream sends the slots written and
+// reserves the budget plus a header and an index per chunk. The number of views is
 // bounded by the caller (the disagg service refuses to register past its
 // limit).
 //
@@ -185,6 +199,10 @@ type viewTable struct {
 	mu    sync.RWMutex
 	byseq map[uint64]*view
 	bases map[string]*baseFile // by file name
+	// unsynced maps the pre-image files with captures not synced yet (see
+	// PreImage) to how many of their slots were written; syncViews syncs
+	// them.
+	unsynced map[*viewFile]uint32
 }
 
 type view struct {
@@ -208,6 +226,7 @@ type viewFile struct {
 	idx   []byte // the index, 8 bytes per block
 	saved bitmap
 	next  uint32 // next slot
+	alloc uint32 // slots the file holds (written or preallocated)
 	chunk *chunkFile
 	base  atomic.Pointer[baseFile]
 	// mu is held shared by reads of the view, exclusively by the drop
@@ -254,6 +273,30 @@ func encodeViewHeader(page []byte, id, seq uint64) {
 	binary.LittleEndian.PutUint64(page[8:], seq)
 	binary.LittleEndian.PutUint64(page[16:], id)
 	binary.LittleEndian.PutUint32(page[24:], crc32.Checksum(page[:24], castagnoli))
+}
+
+// viewDurableOff is where a pre-image file's header keeps its durable
+// mark: the number of slots W below which every slot is durable (uint32)
+// and a crc32c of it. A mark whose crc fails reads as 0.
+const viewDurableOff = 32
+
+// viewPrealloc is how many slots past the last one written a pre-image
+// file is extended by (with zeros, then fsynced) when a capture passes its
+// end, so that the captures after it write over allocated blocks and
+// make them durable with an fdatasync that commits no metadata.
+const viewPrealloc = 64
+
+func encodeViewDurable(w uint32) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, w)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeViewDurable(page []byte) uint32 {
+	b := page[viewDurableOff : viewDurableOff+8]
+	if binary.LittleEndian.Uint32(b[4:]) != crc32.Checksum(b[:4], castagnoli) {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b)
 }
 
 func checkViewHeader(page []byte, id, seq uint64) error {
@@ -386,11 +429,71 @@ func (s *Store) attachNewView(c *chunkFile, v *view) (bool, error) {
 	return true, nil
 }
 
+// PreImage is what a write's replicated op carries for the read views of
+// its chunk: blocks [Lo, Lo+len(Data)/BlockSize) of the chunk as the
+// leader read them when it proposed the write (PreImageFor), and ViewSeq,
+// the newest view of the chunk then. A view at or before ViewSeq that has
+// not saved a block when the write applies saves it from Data: nothing
+// wrote the block since the view (a write would have saved it), so Data
+// is its content at the view. The capture then needs no sync before the
+// chunk is overwritten: the raft log holds the pre-image until the
+// store's next Sync, and a replay saves it again from the op.
+type PreImage struct {
+	ViewSeq uint64
+	Lo      uint32
+	Data    []byte
+}
+
+// PreImageFor returns the pre-image a write of n bytes at off of chunk id
+// should carry: the run of blocks of the range that some live view of
+// the chunk lacks, read now; nil when there is none, when the chunk does
+// not exist or is a clone chunk (a paste changes a clone's blocks without
+// saving them), or when the read fails (the write's apply then reads the
+// chunk itself).
+func (s *Store) PreImageFor(id uint64, off uint32, n int) *PreImage {
+	s.views.mu.RLock()
+	none := len(s.views.byseq) == 0
+	s.views.mu.RUnlock()
+	if none || s.checkRange("write", id, off, n) != nil {
+		return nil
+	}
+	c, err := s.lookup("pre-image", id, lockShared)
+	if err != nil {
+		return nil
+	}
+	defer c.mu.RUnlock()
+	if c.isClone() {
+		return nil
+	}
+	lo, hi := s.blockRange(off, n)
+	plo, phi := hi, lo
+	var seq uint64
+	for _, vf := range c.views {
+		seq = max(seq, vf.v.seq)
+		if vf.v.over.Load() {
+			continue
+		}
+		_ = vf.saved.runs(lo, hi, false, func(a, b uint32) error {
+			plo, phi = min(plo, a), max(phi, b)
+			return nil
+		})
+	}
+	if plo >= phi {
+		return nil
+	}
+	buf := make([]byte, (phi-plo)*s.g.blockSize)
+	if err := s.g.readBlocks(c.f, chunkName(c.id), plo, buf, &s.stats.crcFailures); err != nil {
+		return nil
+	}
+	return &PreImage{ViewSeq: seq, Lo: plo, Data: buf}
+}
+
 // captureViews saves, for every view of chunk c registered before the
 // write at seq, the blocks of [lo, hi) it has not saved yet (see the
-// argument above for the order of writes and fsyncs). The caller holds
-// c.mu exclusively.
-func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32) error {
+// argument above for the order of writes and fsyncs), from pre where it
+// may (see PreImage), else from the chunk. The caller holds c.mu
+// exclusively.
+func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32, pre *PreImage) error {
 	bs := s.g.blockSize
 	for _, vf := range c.views {
 		v := vf.v
@@ -407,7 +510,21 @@ func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32) error {
 		}
 		first := vf.next
 		idx := slices.Clone(vf.idx)
-		n, err := s.copyOut(c, vf.saved, lo, hi, func(a, b uint32, buf []byte) error {
+		var have func(a, b uint32) []byte
+		logged := true // every block saved comes from pre
+		if pre != nil && v.seq <= pre.ViewSeq {
+			end := pre.Lo + uint32(len(pre.Data))/bs
+			have = func(a, b uint32) []byte {
+				if a < pre.Lo || b > end {
+					logged = false
+					return nil
+				}
+				return pre.Data[(a-pre.Lo)*bs : (b-pre.Lo)*bs]
+			}
+		} else {
+			logged = false
+		}
+		n, err := s.copyOutFrom(c, vf.saved, lo, hi, have, func(a, b uint32, buf []byte) error {
 			slot := vf.next
 			if _, err := vf.f.WriteAt(buf, s.slotOff(slot)); err != nil {
 				return err
@@ -419,18 +536,37 @@ func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32) error {
 			vf.next += b - a
 			return nil
 		})
-		if err == nil {
-			err = vf.f.Sync()
+		alloc, sync := vf.alloc, datasync
+		if logged {
+			sync = nil // the store's next Sync (see PreImage)
+		} else if err == nil && vf.next > alloc {
+			// Past the preallocated slots: extend the file with zeros and
+			// fsync, which commits its new size and extents.
+			alloc, sync = min(s.g.blocks, vf.next+viewPrealloc), File.Sync
+			if alloc > vf.next {
+				_, err = vf.f.WriteAt(make([]byte, (alloc-vf.next)*bs), s.slotOff(vf.next))
+			}
 		}
 		if err == nil {
 			_, err = vf.f.WriteAt(idx[8*lo:8*hi], int64(s.g.pageSize)+8*int64(lo))
 		}
-		if err == nil {
-			err = vf.f.Sync()
+		if err == nil && sync != nil {
+			err = sync(vf.f)
+			if err == nil {
+				// Every slot below next is durable now: the mark says so
+				// from the file's next sync on.
+				_, err = vf.f.WriteAt(encodeViewDurable(vf.next), viewDurableOff)
+			}
 		}
 		if err != nil {
 			vf.next = first
 			return fmt.Errorf("save pre-images for view %d: %w", v.seq, err)
+		}
+		vf.alloc = max(vf.alloc, alloc)
+		if sync == nil {
+			s.views.mu.Lock()
+			s.views.unsynced[vf] = vf.next
+			s.views.mu.Unlock()
 		}
 		vf.idx = idx
 		for i := lo; i < hi; i++ {
@@ -441,6 +577,35 @@ func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32) error {
 		v.saved.Add(uint64(n) * uint64(bs))
 	}
 	return nil
+}
+
+// syncViews makes the captures that were not synced durable (see
+// PreImage): it fsyncs each such pre-image file and then sets its durable
+// mark to the slots written before the fsync. Sync and Close run it, so
+// that the raft log may drop the ops whose pre-images it held.
+func (s *Store) syncViews() error {
+	s.views.mu.Lock()
+	todo := s.views.unsynced
+	s.views.unsynced = map[*viewFile]uint32{}
+	s.views.mu.Unlock()
+	var errs []error
+	for vf, next := range todo {
+		vf.mu.RLock()
+		var err error
+		if !vf.dropped {
+			if err = vf.f.Sync(); err == nil {
+				_, err = vf.f.WriteAt(encodeViewDurable(next), viewDurableOff)
+			}
+		}
+		vf.mu.RUnlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sync pre-image file %s: %w", vf.path, err))
+			s.views.mu.Lock()
+			s.views.unsynced[vf] = max(s.views.unsynced[vf], next)
+			s.views.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // moveAside keeps chunk c's file, about to be deleted by the op at seq,

@@ -2,7 +2,9 @@ package datastore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 )
@@ -30,7 +32,7 @@ type viewLoad struct{ infos, files, bases []viewEnt }
 // from, are disposed of (leftovers of an interrupted drop).
 func (s *Store) loadViews(vl viewLoad) (changed bool, err error) {
 	vs := &s.views
-	vs.byseq, vs.bases = map[uint64]*view{}, map[string]*baseFile{}
+	vs.byseq, vs.bases, vs.unsynced = map[uint64]*view{}, map[string]*baseFile{}, map[*viewFile]uint32{}
 	for _, e := range vl.infos {
 		b, err := s.readWhole(e.path)
 		if err != nil {
@@ -148,6 +150,11 @@ func (s *Store) openViewFile(v *view, e viewEnt) (*viewFile, error) {
 	}
 	vf := &viewFile{v: v, id: e.id, path: e.path, f: f, saved: newBitmap(s.g.blocks),
 		idx: slices.Clone(head[s.g.pageSize : int64(s.g.pageSize)+8*int64(s.g.blocks)])}
+	durable := decodeViewDurable(head)
+	if err := s.dropTornSlots(vf, durable); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("pre-image file %s: %w", e.path, err)
+	}
 	for i := range s.g.blocks {
 		if slot := binary.LittleEndian.Uint32(vf.idx[8*i:]); slot != 0 {
 			vf.saved.set(i)
@@ -155,7 +162,44 @@ func (s *Store) openViewFile(v *view, e viewEnt) (*viewFile, error) {
 			v.saved.Add(uint64(s.g.blockSize))
 		}
 	}
+	vf.next = max(vf.next, durable)
+	vf.alloc = vf.next
 	return vf, nil
+}
+
+// dropTornSlots clears the index entries of vf whose slot is not below
+// the durable mark and does not hold the block the entry's crc names: a
+// capture writes its slots and their index entries and then syncs once,
+// so a crash before that sync can leave an entry whose slot never reached
+// the disk. Its chunk block was not overwritten yet (that comes after the
+// sync), so the replayed write saves it again. The cleared entries are
+// written back; the next capture's sync makes them durable before the
+// mark can pass their slots.
+func (s *Store) dropTornSlots(vf *viewFile, durable uint32) error {
+	var buf []byte
+	for i := range s.g.blocks {
+		e := vf.idx[8*i : 8*i+8]
+		slot := binary.LittleEndian.Uint32(e)
+		if slot == 0 || slot-1 < durable {
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, s.g.blockSize)
+		}
+		n, err := vf.f.ReadAt(buf, s.slotOff(slot-1))
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read slot %d: %w", slot-1, err)
+		}
+		clear(buf[n:])
+		if s.g.crcEntry(buf) == binary.LittleEndian.Uint32(e[4:]) {
+			continue
+		}
+		clear(e)
+		if _, err := vf.f.WriteAt(e, int64(s.g.pageSize)+8*int64(i)); err != nil {
+			return fmt.Errorf("clear the index entry of block %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // closeViews closes every view file.

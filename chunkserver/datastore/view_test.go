@@ -50,6 +50,30 @@ func viewFiles(t *testing.T, dir string) []string {
 	return out
 }
 
+// viewedChunk opens a store with chunk 1's first two blocks written (a)
+// and a view of every chunk registered at seq I, synced; synced is its
+// files then.
+func viewedChunk(t *testing.T, I uint64) (s *Store, dir string, a []byte, synced map[string][]byte) {
+	t.Helper()
+	s, dir = openTest(t)
+	a = pattern(1, 2*testBlock)
+	mustAt(t, s.WriteChunkAt(10<<8, 1, 1, a, 0))
+	mustAt(t, s.RegisterViewAt(I, ViewSpec{Ranges: []ChunkRange{{0, 0}}, Budget: testViewBudget}))
+	mustAt(t, s.Sync())
+	return s, dir, a, dirFiles(t, dir)
+}
+
+// crashed opens a store over the files of final, each as edit returns it
+// (what a crash left on disk).
+func crashed(t *testing.T, final map[string][]byte, edit func(name string, b []byte) []byte) *Store {
+	t.Helper()
+	crash := t.TempDir()
+	for name, b := range final {
+		mustAt(t, os.WriteFile(filepath.Join(crash, name), edit(name, bytes.Clone(b)), 0o644))
+	}
+	return openTestOpts(t, testOpts(crash))
+}
+
 // A view reads every block as of its register op after each block was
 // overwritten and the chunk deleted and created again; chunks outside its
 // ranges, and chunks created after it, are not in it; it lists the
@@ -141,20 +165,137 @@ func TestViewReplayAfterCrash(t *testing.T) {
 	}
 	mustAt(t, s.Close())
 	final := dirFiles(t, dir)
-	crash := t.TempDir()
-	for name, b := range final {
-		b = bytes.Clone(b)
+	r := crashed(t, final, func(name string, b []byte) []byte {
 		if old, ok := synced[name]; ok {
 			copy(b[:testPage], old[:testPage]) // the meta page as last synced
 		}
-		mustAt(t, os.WriteFile(filepath.Join(crash, name), b, 0o644))
-	}
-	r := openTestOpts(t, testOpts(crash))
+		return b
+	})
 	for _, op := range log {
 		mustAt(t, op(r))
 	}
 	if got := viewOf(t, r, 30<<8, 1)[:2*testBlock]; !bytes.Equal(got, want) {
 		t.Fatal("view after the crash and the replay differs from the content at register")
+	}
+}
+
+// A capture writes its slots and their index entries and syncs once, so a
+// crash before that sync can leave an index entry whose slot never reached
+// the disk, while the chunk block it saves still holds its content at the
+// register (the block is overwritten after the sync). Open drops such an
+// entry (its slot is not below the durable mark and fails its crc) and the
+// replayed write saves the block again.
+func TestViewTornCapture(t *testing.T) {
+	const I = 30 << 8
+	s, dir, a, synced := viewedChunk(t, I)
+	log := []func(s *Store) error{
+		func(s *Store) error { return s.WriteChunkAt(40<<8, 1, 1, pattern(2, testBlock), 0) },         // saves block 0 in slot 0
+		func(s *Store) error { return s.WriteChunkAt(50<<8, 1, 1, pattern(3, testBlock), testBlock) }, // saves block 1 in slot 1
+	}
+	for _, op := range log {
+		mustAt(t, op(s))
+	}
+	mustAt(t, s.Close())
+	final := dirFiles(t, dir)
+
+	// The crash came during the second capture's sync: the chunk as last
+	// synced, the pre-image file with both index entries but slot 1 lost
+	// and the durable mark the first capture wrote.
+	pre := viewFileName(1, I)
+	r := crashed(t, final, func(name string, b []byte) []byte {
+		if name == pre {
+			copy(b[s.slotOff(1):s.slotOff(2)], bytes.Repeat([]byte{0xee}, testBlock))
+			copy(b[viewDurableOff:], encodeViewDurable(1))
+		} else if old, ok := synced[name]; ok {
+			b = old
+		}
+		return b
+	})
+	for _, op := range log {
+		mustAt(t, op(r))
+	}
+	if got := viewOf(t, r, I, 1)[:2*testBlock]; !bytes.Equal(got, a) {
+		t.Fatal("view after the torn capture and the replay differs from the content at register")
+	}
+	// The replay saved block 1 again and the mark passed it: a reopen
+	// reads the same.
+	r = reopen(t, r)
+	if got := viewOf(t, r, I, 1)[:2*testBlock]; !bytes.Equal(got, a) {
+		t.Fatal("view after a reopen differs from the content at register")
+	}
+}
+
+// A write whose op carries the pre-image (PreImageFor on the leader)
+// saves it without a sync: after a crash in which the chunk block with the
+// new data reached the disk and the capture did not, the replay of the op
+// saves the pre-image again from the op, and the view reads the content at
+// the register. Store.Sync makes the unsynced captures durable.
+func TestViewPreImageCarried(t *testing.T) {
+	const I = 30 << 8
+	s, dir, a, synced := viewedChunk(t, I)
+	pre := s.PreImageFor(1, 0, 2*testBlock)
+	if pre == nil || pre.ViewSeq != I || pre.Lo != 0 || !bytes.Equal(pre.Data, a) {
+		t.Fatalf("PreImageFor = %+v, want blocks 0-1 as written, view %d", pre, I)
+	}
+	op := func(s *Store) error { return s.WriteChunkPreAt(40<<8, 1, 1, pattern(2, 2*testBlock), 0, pre) }
+	mustAt(t, op(s))
+	if got := viewOf(t, s, I, 1)[:2*testBlock]; !bytes.Equal(got, a) {
+		t.Fatal("view before the crash")
+	}
+	if p := s.PreImageFor(1, 0, 2*testBlock); p != nil {
+		t.Fatalf("PreImageFor after the capture = %+v, want nil (saved)", p)
+	}
+	mustAt(t, s.Close())
+	final := dirFiles(t, dir)
+
+	// The crash: the chunk with the new data, the pre-image file as at
+	// the register.
+	pf := viewFileName(1, I)
+	r := crashed(t, final, func(name string, b []byte) []byte {
+		if name == pf {
+			return synced[name]
+		}
+		return b
+	})
+	mustAt(t, op(r))
+	if got := viewOf(t, r, I, 1)[:2*testBlock]; !bytes.Equal(got, a) {
+		t.Fatal("view after the crash and the replay differs from the content at register")
+	}
+	mustAt(t, r.Sync())
+	r = reopen(t, r)
+	if got := viewOf(t, r, I, 1)[:2*testBlock]; !bytes.Equal(got, a) {
+		t.Fatal("view after Sync and a reopen differs from the content at register")
+	}
+}
+
+// Which views take a carried pre-image: those at or before its ViewSeq; a
+// view registered after the leader read it saves from the chunk. Nothing
+// is carried without a view lacking a block, nor for a clone chunk.
+func TestViewPreImageRule(t *testing.T) {
+	s, _ := openTest(t)
+	a := pattern(1, testBlock)
+	mustAt(t, s.WriteChunkAt(10<<8, 1, 1, a, 0))
+	if p := s.PreImageFor(1, 0, testBlock); p != nil {
+		t.Fatalf("PreImageFor without a view = %+v, want nil", p)
+	}
+	mustAt(t, s.RegisterViewAt(20<<8, ViewSpec{Ranges: []ChunkRange{{0, 0}}, Budget: testViewBudget}))
+	pre := s.PreImageFor(1, 0, testBlock)
+	if pre == nil || pre.ViewSeq != 20<<8 {
+		t.Fatalf("PreImageFor = %+v, want view %d", pre, 20<<8)
+	}
+	mustAt(t, s.RegisterViewAt(30<<8, ViewSpec{Ranges: []ChunkRange{{0, 0}}, Budget: testViewBudget}))
+	marked := pattern(9, testBlock) // not the chunk's content: shows where each view's copy came from
+	mustAt(t, s.WriteChunkPreAt(40<<8, 1, 1, pattern(2, testBlock), 0, &PreImage{ViewSeq: pre.ViewSeq, Lo: 0, Data: marked}))
+	if got := viewOf(t, s, 20<<8, 1)[:testBlock]; !bytes.Equal(got, marked) {
+		t.Fatal("the view at the pre-image's ViewSeq did not save the carried pre-image")
+	}
+	if got := viewOf(t, s, 30<<8, 1)[:testBlock]; !bytes.Equal(got, a) {
+		t.Fatal("the view after the pre-image's ViewSeq did not save from the chunk")
+	}
+	mustAt(t, s.CreateCloneChunkAt(50<<8, 2, 1, 0, testChunkSize, "1/1/1:0@cs"))
+	mustAt(t, s.RegisterViewAt(60<<8, ViewSpec{Ranges: []ChunkRange{{0, 0}}, Budget: testViewBudget}))
+	if p := s.PreImageFor(2, 0, testBlock); p != nil {
+		t.Fatalf("PreImageFor of a clone chunk = %+v, want nil", p)
 	}
 }
 

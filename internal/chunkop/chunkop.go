@@ -11,11 +11,27 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Encode builds the replicated op for req carrying data.
-// The request is marshalled without its data field (set aside for the
-// call, so the payload is copied once, into the op) and req is left as it
-// was.
-func Encode(req *pb.ChunkRequest, data []byte) ([]byte, error) {
+// PreImage is the pre-image a write op carries for the read views of its
+// chunk (chunkserver/datastore.PreImage): blocks from block Lo on, as the
+// leader read them, and the newest view of the chunk then.
+type PreImage struct {
+	ViewSeq uint64
+	Lo      uint32
+	Data    []byte
+}
+
+// preFlag, set in the request length, says a pre-image trailer follows
+// the data.
+const preFlag = 1 << 31
+
+// preFooter is the trailer's fixed end: ViewSeq, Lo, len(Data).
+const preFooter = 16
+
+// Encode builds the replicated op for req carrying data, and pre when it
+// is not nil. The request is marshalled without its data field (set aside
+// for the call, so the payload is copied once, into the op) and req is
+// left as it was.
+func Encode(req *pb.ChunkRequest, data []byte, pre *PreImage) ([]byte, error) {
 	saved := req.Data
 	req.Data = nil
 	size := proto.Size(req)
@@ -26,28 +42,54 @@ func Encode(req *pb.ChunkRequest, data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("encode chunk op: %w", err)
 	}
 	copyset.PutOpHeader(head, kinds.Chunk)
-	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], uint32(len(head)-copyset.OpHeaderLen-4))
-	if len(data) == 0 {
-		return head, nil
+	n := uint32(len(head) - copyset.OpHeaderLen - 4)
+	if pre == nil {
+		binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], n)
+		if len(data) == 0 {
+			return head, nil
+		}
+		// bytes.Join allocates exactly the op without clearing it first, where a
+		// make would zero a 1 MiB payload only to overwrite it.
+		return bytes.Join([][]byte{head, data}, nil), nil
 	}
-	// bytes.Join allocates exactly the op without clearing it first, where a
-	// make would zero a 1 MiB payload only to overwrite it.
-	return bytes.Join([][]byte{head, data}, nil), nil
+	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], n|preFlag)
+	foot := binary.BigEndian.AppendUint64(make([]byte, 0, preFooter), pre.ViewSeq)
+	foot = binary.BigEndian.AppendUint32(foot, pre.Lo)
+	foot = binary.BigEndian.AppendUint32(foot, uint32(len(pre.Data)))
+	return bytes.Join([][]byte{head, data, pre.Data, foot}, nil), nil
 }
 
 // Decode is the inverse of Encode on the payload (without the
-// copyset op header). data aliases payload.
-func Decode(payload []byte) (*pb.ChunkRequest, []byte, error) {
+// copyset op header). data and pre.Data alias payload; pre is nil when
+// the op carries none.
+func Decode(payload []byte) (*pb.ChunkRequest, []byte, *PreImage, error) {
 	if len(payload) < 4 {
-		return nil, nil, fmt.Errorf("decode chunk op: %d bytes, want at least 4", len(payload))
+		return nil, nil, nil, fmt.Errorf("decode chunk op: %d bytes, want at least 4", len(payload))
 	}
 	n := binary.BigEndian.Uint32(payload)
+	withPre := n&preFlag != 0
+	n &^= preFlag
 	if uint64(n) > uint64(len(payload)-4) {
-		return nil, nil, fmt.Errorf("decode chunk op: request length %d exceeds payload %d", n, len(payload)-4)
+		return nil, nil, nil, fmt.Errorf("decode chunk op: request length %d exceeds payload %d", n, len(payload)-4)
 	}
 	req := &pb.ChunkRequest{}
 	if err := proto.Unmarshal(payload[4:4+n], req); err != nil {
-		return nil, nil, fmt.Errorf("decode chunk op: %w", err)
+		return nil, nil, nil, fmt.Errorf("decode chunk op: %w", err)
 	}
-	return req, payload[4+n:], nil
+	data := payload[4+n:]
+	if !withPre {
+		return req, data, nil, nil
+	}
+	if len(data) < preFooter {
+		return nil, nil, nil, fmt.Errorf("decode chunk op: %d bytes after the request, want a pre-image trailer of at least %d", len(data), preFooter)
+	}
+	foot := data[len(data)-preFooter:]
+	pre := &PreImage{ViewSeq: binary.BigEndian.Uint64(foot), Lo: binary.BigEndian.Uint32(foot[8:])}
+	pn := binary.BigEndian.Uint32(foot[12:])
+	if uint64(pn) > uint64(len(data)-preFooter) {
+		return nil, nil, nil, fmt.Errorf("decode chunk op: pre-image of %d bytes exceeds the %d after the request", pn, len(data)-preFooter)
+	}
+	end := len(data) - preFooter
+	pre.Data = data[end-int(pn) : end]
+	return req, data[:end-int(pn)], pre, nil
 }

@@ -7,6 +7,10 @@
 // Payload layout (after the copyset op header), as Curve's
 // ChunkOpRequest::Encode: a 4-byte big-endian length n, n bytes of the
 // marshalled ChunkRequest without its data field, then the raw write data.
+// A write may carry a pre-image for the chunk's read views (PreImage):
+// then the length's top bit is set and the data is followed by the
+// pre-image's bytes and a 16-byte footer (big-endian view seq, first
+// block, pre-image length).
 //
 // Must not import: github.com/chunkraft/chunkraft/chunkserver/..., github.com/chunkraft/chunkraft/cli/..., github.com/chunkraft/chunkraft/sync/..., github.com/chunkraft/chunkraft/cmd/...
 package chunkop
