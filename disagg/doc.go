@@ -87,7 +87,12 @@
 // replay after kill -9 and snapshot install, the reason it lives in the
 // chunk store and not in a machine of this package). The task meta
 // identifies the task (taskKey): a retried Establish answers the same
-// views. Bounds: disagg.views.max_per_copyset views per copyset (checked
+// views. One view per task and copyset: the Establish calls of one task
+// run one at a time on a server, and the leader registers a view only
+// if, after a read barrier and under the copyset's admit lock, the
+// copyset has none of the task (else that one is the answer, also one a
+// predecessor as leader registered). It is the leader's rule, not
+// Apply's, which a replay could not repeat (registerView). Bounds: disagg.views.max_per_copyset views per copyset (checked
 // under a per-copyset lock before proposing), max_preimage_bytes per view
 // (the chunk store stops saving past it and marks the view over budget,
 // its reads fail; the leader then drops it and the next Fetch says why).
