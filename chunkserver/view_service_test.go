@@ -373,12 +373,7 @@ func TestDisaggViewSnapshotInstall(t *testing.T) {
 // a retry answers its own copyset's, and once one segment was fetched (its
 // view gone) the others are still answered and fetched.
 func TestDisaggViewTaskAcrossCopysets(t *testing.T) {
-	c := viewCluster(t)
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
-	second := copyset.NewGroupID(1, 2)
-	c.createCopyset(t, second, 0, 1, 2)
-	c.leadOn(t, second, l)
+	c, l, second := viewClusterTwoCopysets(t)
 	establish := func(g copyset.GroupID) *vpb.Segment {
 		t.Helper()
 		sg := segmentOf(t, c.establishOn(t, l, 9, g))

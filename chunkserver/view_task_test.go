@@ -2,10 +2,13 @@ package chunkserver
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -50,6 +53,20 @@ func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 	}
 }
 
+// viewClusterTwoCopysets is viewCluster with a block of 7s at the start
+// of chunk 1 of 1/1, and copyset second (1/2) on every server; server l
+// leads both.
+func viewClusterTwoCopysets(t *testing.T) (c *testCluster, l int, second copyset.GroupID) {
+	t.Helper()
+	c = viewCluster(t)
+	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l = c.leader(t)
+	second = copyset.NewGroupID(1, 2)
+	c.createCopyset(t, second, 0, 1, 2)
+	c.leadOn(t, second, l)
+	return c, l, second
+}
+
 // establishOn calls EstablishDisaggTask of task on server i for every
 // chunk of the copysets gs, with their epochs as server i has them.
 func (c *testCluster) establishOn(t *testing.T, i int, task int64, gs ...copyset.GroupID) *kvdisagg.EstablishDisaggTaskResponse {
@@ -72,6 +89,12 @@ func (c *testCluster) establishReq(i int, task int64, gs ...copyset.GroupID) *kv
 
 func viewMeta(task int64) *kvdisagg.DisaggTaskMeta {
 	return &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: task}
+}
+
+func (c *testCluster) cancelTask(t *testing.T, i int, task int64) error {
+	t.Helper()
+	_, err := c.tikv(i).CancelDisaggTask(t.Context(), &kvdisagg.CancelDisaggTaskRequest{Meta: viewMeta(task)})
+	return err
 }
 
 // taskViews counts the views of task in server i's replica of g.
@@ -122,16 +145,91 @@ func (c *testCluster) waitTaskViews(t *testing.T, g copyset.GroupID, task int64,
 	}
 }
 
+// TestDisaggViewCancelEverywhere: a CancelDisaggTask received by one
+// server drops the task's views on every copyset that has one: one it
+// leads, one it hosts and another server leads, one it does not host; a
+// second cancel is a no-op. With the only replica of one of the task's
+// copysets down, the cancel answers UNAVAILABLE naming it within
+// disagg.views.cancel_timeout and drops the other views; once the replica
+// is back, the retry drops its view.
+func TestDisaggViewCancelEverywhere(t *testing.T) {
+	c := startTestCluster(t, 3, func(cfg *Config) {
+		cfg.Disagg.Views.LeaseCheck = 20 * time.Millisecond
+		cfg.Disagg.Views.CancelTimeout = time.Second
+	})
+	a := c.leader(t)
+	b, o := (a+1)%3, (a+2)%3
+	second, third := copyset.NewGroupID(1, 2), copyset.NewGroupID(1, 3)
+	c.createCopyset(t, second, 0, 1, 2)
+	c.leadOn(t, second, b)
+	c.createCopyset(t, third, o) // not on a
+	c.leadOn(t, third, o)
+
+	segmentOf(t, c.establishOn(t, a, 1, c.group))
+	for _, e := range []struct {
+		i int
+		g copyset.GroupID
+	}{{b, second}, {o, third}} {
+		if r := c.establishOn(t, e.i, 1, e.g); r.GetError() != nil || len(r.GetTables()) != 1 {
+			t.Fatalf("establish on %d/%d: %v", e.g.Pool(), e.g.Copyset(), r)
+		}
+	}
+	groups := []copyset.GroupID{c.group, second, third}
+	for _, g := range groups {
+		c.waitTaskViews(t, g, 1, 1)
+	}
+	for range 2 { // idempotent
+		if err := c.cancelTask(t, a, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range groups {
+		c.waitTaskViews(t, g, 1, 0)
+	}
+	if _, msg := c.fetchSegment(t, b, 1, second, nil); !strings.Contains(msg, "cancelled") {
+		t.Fatalf("fetch on the leader of 1/2 after the cancel: %q", msg)
+	}
+	if err := c.cancelTask(t, b, 1); err != nil {
+		t.Fatalf("a cancel of a cancelled task: %v", err)
+	}
+
+	segmentOf(t, c.establishOn(t, a, 2, c.group))
+	segmentOf(t, c.establishOn(t, o, 2, third))
+	c.waitTaskViews(t, third, 2, 1)
+	c.stop(o)
+	start := time.Now()
+	err := c.cancelTask(t, a, 2)
+	if grpcstatus.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "1/3") {
+		t.Fatalf("cancel with the leader of 1/3 down: %v, want UNAVAILABLE naming 1/3", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("cancel with the leader of 1/3 down took %v", d)
+	}
+	c.waitTaskViews(t, c.group, 2, 0)
+	c.start(o, nil)
+	c.leadOn(t, third, o)
+	if got := c.taskViews(t, o, third, 2); got != 1 {
+		t.Fatalf("1/3 keeps %d views of task 2 while its leader was down, want 1", got)
+	}
+	// Retried until it succeeds: server a's connection to o may still be
+	// in its reconnect backoff.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		err := c.cancelTask(t, a, 2)
+		if err == nil {
+			break
+		}
+		if grpcstatus.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("the cancel retried: %v", err)
+		}
+	}
+	c.waitTaskViews(t, third, 2, 0)
+}
+
 // TestDisaggViewConcurrentEstablish: concurrent Establish calls of one
 // task on the same copysets register one view per copyset, and every call
 // answers it.
 func TestDisaggViewConcurrentEstablish(t *testing.T) {
-	c := viewCluster(t)
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
-	second := copyset.NewGroupID(1, 2)
-	c.createCopyset(t, second, 0, 1, 2)
-	c.leadOn(t, second, l)
+	c, l, second := viewClusterTwoCopysets(t)
 	const calls = 8
 	resps := make([]*kvdisagg.EstablishDisaggTaskResponse, calls)
 	errs := make([]error, calls)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -509,29 +511,6 @@ func (s *Service) fetched(ctx context.Context, t *viewTask, n *copyset.Node, seg
 	vt.setGone(t.key, "every segment was fetched")
 }
 
-// Cancel is CancelDisaggTask: the task's views on the copysets this
-// server leads are dropped; idempotent.
-func (s *Service) Cancel(ctx context.Context, meta *dpb.DisaggTaskMeta) error {
-	if meta == nil {
-		return nil
-	}
-	key := taskKey(meta)
-	t := s.findTask(key)
-	if t == nil {
-		return nil
-	}
-	var errs []error
-	for g, seg := range t.segs {
-		if n := s.copysets.Get(g); n != nil && n.IsLeader() {
-			if err := s.dropView(ctx, n, seg.seq, "cancelled"); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	s.forgetTask(key, "cancelled")
-	return errors.Join(errs...)
-}
-
 // ListViews lists the views of the copysets this server leads.
 func (s *Service) ListViews(ctx context.Context) (*vpb.ListResponse, error) {
 	out := &vpb.ListResponse{}
@@ -582,11 +561,16 @@ func (t *tikvService) FetchDisaggPages(req *dpb.FetchDisaggPagesRequest, stream 
 }
 
 func (t *tikvService) CancelDisaggTask(ctx context.Context, req *dpb.CancelDisaggTaskRequest) (*dpb.CancelDisaggTaskResponse, error) {
-	if err := t.s.Cancel(ctx, req.GetMeta()); err != nil {
-		t.s.log.Warn("disagg: cancel: dropping a view failed (its lease drops it)", "err", err)
+	err := t.s.Cancel(ctx, req.GetMeta())
+	t.s.countView("cancel", err == nil)
+	switch {
+	case err == nil:
+		return &dpb.CancelDisaggTaskResponse{}, nil
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	t.s.countView("cancel", true)
-	return &dpb.CancelDisaggTaskResponse{}, nil
+	t.s.log.Warn("disagg: cancel: read views may be left (their leases drop them)", "err", err)
+	return nil, status.Error(codes.Unavailable, err.Error())
 }
 
 // viewsService is DisaggViews.

@@ -16,7 +16,9 @@ import (
 // views went (for the next Fetch). It is memory: a new leader rebuilds a
 // task from the view infos it finds (findTask) and gives each view it
 // finds a lease of max(the register deadline, now + RefreshLease), which
-// no extension its predecessor granted can pass.
+// no extension its predecessor granted can pass. An extension a Fetch
+// grants (extend) is in this memory only, not replicated: it is lost
+// with the leader, and the grace a new leader gives covers it.
 
 // viewRef names a view: its copyset and register sequence number.
 type viewRef struct {
