@@ -33,7 +33,9 @@ func (c *testCluster) createCopyset(t *testing.T, g copyset.GroupID, members ...
 	}
 }
 
-// leadOn waits until server l leads g, moving the leadership to it.
+// leadOn waits until server l leads g, moving the leadership to it, and
+// has applied what was committed (a new copyset's epoch moves when it
+// applies its first configuration).
 func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); !c.servers[l].Copysets().Get(g).IsLeader(); time.Sleep(50 * time.Millisecond) {
@@ -50,6 +52,9 @@ func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("server %d does not lead %d/%d", l, g.Pool(), g.Copyset())
 		}
+	}
+	if _, err := c.servers[l].Copysets().Get(g).ReadBarrier(t.Context()); err != nil {
+		t.Fatalf("server %d, copyset %d/%d: read barrier: %v", l, g.Pool(), g.Copyset(), err)
 	}
 }
 
