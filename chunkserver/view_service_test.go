@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"github.com/chunkraft/chunkraft/copyset"
 	"io"
 	"os"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/klauspost/crc32"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -60,12 +60,18 @@ func segmentOf(t *testing.T, resp *kvdisagg.EstablishDisaggTaskResponse) *vpb.Se
 	return tb.GetSegments()[0]
 }
 
-// fetch runs FetchDisaggPages on server i: the pages by id, or the error
-// packet's message.
+// fetch runs FetchDisaggPages of segment 1/1 on server i: the pages by
+// id, or the error packet's message.
 func (c *testCluster) fetch(t *testing.T, i int, task int64, ids []uint64) (map[uint64][]byte, string) {
 	t.Helper()
+	return c.fetchSegment(t, i, task, c.group, ids)
+}
+
+// fetchSegment is fetch of copyset g's segment.
+func (c *testCluster) fetchSegment(t *testing.T, i int, task int64, g copyset.GroupID, ids []uint64) (map[uint64][]byte, string) {
+	t.Helper()
 	st, err := c.tikv(i).FetchDisaggPages(t.Context(), &kvdisagg.FetchDisaggPagesRequest{
-		SnapshotId: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: task}, TableId: 1, SegmentId: 1, PageIds: ids})
+		SnapshotId: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: task}, TableId: int64(g.Pool()), SegmentId: uint64(g.Copyset()), PageIds: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,39 +373,10 @@ func TestDisaggViewSnapshotInstall(t *testing.T) {
 // a retry answers its own copyset's, and once one segment was fetched (its
 // view gone) the others are still answered and fetched.
 func TestDisaggViewTaskAcrossCopysets(t *testing.T) {
-	c := viewCluster(t)
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
-	second := copyset.NewGroupID(1, 2)
-	peers := []copyset.PeerID{c.servers[0].Local(), c.servers[1].Local(), c.servers[2].Local()}
-	for i := range c.servers {
-		if _, err := c.servers[i].Copysets().Create(t.Context(), second, peers); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for deadline := time.Now().Add(20 * time.Second); !c.servers[l].Copysets().Get(second).IsLeader(); time.Sleep(50 * time.Millisecond) {
-		for i := range c.servers {
-			if n := c.servers[i].Copysets().Get(second); n.IsLeader() && i != l {
-				if err := n.TransferLeader(t.Context(), c.servers[l].Local()); err != nil && time.Now().After(deadline) {
-					t.Fatalf("transfer 1/2 to server %d: %v", l, err)
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %d does not lead 1/2", l)
-		}
-	}
+	c, l, second := viewClusterTwoCopysets(t)
 	establish := func(g copyset.GroupID) *vpb.Segment {
 		t.Helper()
-		ep := c.servers[l].Copysets().Get(g).Status().Epoch
-		resp, err := c.tikv(l).EstablishDisaggTask(t.Context(), &kvdisagg.EstablishDisaggTaskRequest{
-			Meta: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: 9}, TimeoutS: 60,
-			Regions: []*kvcop.RegionInfo{{RegionId: uint64(g), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: ep},
-				Ranges: []*kvcop.KeyRange{{Start: chunkKeyBE(0), End: chunkKeyBE(0)}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sg := segmentOf(t, resp)
+		sg := segmentOf(t, c.establishOn(t, l, 9, g))
 		if sg.GetSegmentId() != uint64(g.Copyset()) {
 			t.Fatalf("Establish on %s answered segment %d", g, sg.GetSegmentId())
 		}

@@ -149,24 +149,25 @@ func (c *Client) ViewFetch(parent context.Context, cs CopysetID, meta *dpb.Disag
 	}
 }
 
-// ViewCancel is CancelDisaggTask on every server (each drops the task's
-// views on the copysets it leads). It fails only if no server answered;
-// the others' failures are ignored (best effort, as upstream's).
+// ViewCancel is CancelDisaggTask on one server, which drops the task's
+// views on every copyset (asking their leaders); the next server when it
+// fails. When none succeeded, the error has each server's.
 func (c *Client) ViewCancel(ctx context.Context, meta *dpb.DisaggTaskMeta) error {
 	var errs []error
 	for _, addr := range c.Servers() {
-		err := c.callOnce(ctx, addr, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		err := c.callWithin(ctx, addr, c.changeAttempt(), func(ctx context.Context, cc grpc.ClientConnInterface) error {
 			_, err := tikvpb.NewTikvClient(cc).CancelDisaggTask(ctx, &dpb.CancelDisaggTaskRequest{Meta: meta})
 			return err
 		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
 		}
 	}
-	if len(errs) == len(c.Servers()) {
-		return fmt.Errorf("cancel: no server answered: %w", errors.Join(errs...))
-	}
-	return nil
+	return fmt.Errorf("cancel: %w", errors.Join(errs...))
 }
 
 // ViewList is DisaggViews.List on every server: the views of the

@@ -221,7 +221,7 @@ func newViewCancelCommand(a *app) *cobra.Command {
 	var tf viewTaskFlags
 	cmd := &cobra.Command{
 		Use:   "cancel --task N [--start-ts T]",
-		Short: "CancelDisaggTask on every server: the task's views are dropped and their pre-images freed",
+		Short: "CancelDisaggTask: the task's views are dropped on every copyset and their pre-images freed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {

@@ -87,7 +87,12 @@
 // replay after kill -9 and snapshot install, the reason it lives in the
 // chunk store and not in a machine of this package). The task meta
 // identifies the task (taskKey): a retried Establish answers the same
-// views. Bounds: disagg.views.max_per_copyset views per copyset (checked
+// views. One view per task and copyset: the Establish calls of one task
+// run one at a time on a server, and the leader registers a view only
+// if, after a read barrier and under the copyset's admit lock, the
+// copyset has none of the task (else that one is the answer, also one a
+// predecessor as leader registered). It is the leader's rule, not
+// Apply's, which a replay could not repeat (registerView). Bounds: disagg.views.max_per_copyset views per copyset (checked
 // under a per-copyset lock before proposing), max_preimage_bytes per view
 // (the chunk store stops saving past it and marks the view over budget,
 // its reads fail; the leader then drops it and the next Fetch says why).
@@ -98,8 +103,16 @@
 // drops the segment's view (freeing its pre-images); errors are one error
 // packet {code, msg} with gRPC OK (CodeNotFound: unknown snapshot or
 // segment, CodeGone: dropped, with why, CodeInvalid, CodeNotLeader).
-// CancelDisaggTask drops the task's views on the copysets this server
-// leads at once; idempotent, empty answer.
+// CancelDisaggTask drops the task's views at once on every copyset, from
+// whichever server it reaches (view_cancel.go): that server has the
+// leader of each copyset it knows of (its own replicas' leaders, the
+// cluster map's for the others) drop the task's views there
+// (DisaggViews.DropTask; the view infos name the task key), until every
+// one answered or disagg.views.cancel_timeout (default 5 s); idempotent,
+// empty answer. When a leader could not be reached in time the answer is
+// gRPC UNAVAILABLE naming the copysets where views may be left: the
+// others' views are dropped, those go with their lease, and a retry is
+// idempotent.
 //
 // Leases are the leader's (view_tasks.go): it decides expiry by its wall
 // clock and proposes the drop, the deadline it saw pass carried in the op
@@ -108,9 +121,11 @@
 // store, so it serves the same bytes) gives a view it finds max(that
 // deadline, now + 300 s): an extension its predecessor granted was at
 // most 300 s past a fetch before now, so no view expires earlier than on
-// the old leader. Which segments were fetched is the leader's memory too:
-// after a leader change a segment whose view was not dropped yet can be
-// fetched again.
+// the old leader. The extension a Fetch grants is the leader's memory
+// only (no op carries it): a new leader can keep a view up to 300 s
+// longer than its predecessor would have, never shorter. Which segments
+// were fetched is the leader's memory too: after a leader change a
+// segment whose view was not dropped yet can be fetched again.
 //
 // Must not import: chunkserver/..., cli/..., cmd/..., test/..., sync/..., integrity/..., dm/...
 package disagg

@@ -38,12 +38,16 @@ type ViewConfig struct {
 	// LeaseCheck is how often a leader looks for expired and over-budget
 	// views. Default 1 s.
 	LeaseCheck time.Duration `yaml:"lease_check"`
+	// CancelTimeout bounds a CancelDisaggTask: how long the server it
+	// reached keeps asking the leaders of the task's copysets to drop
+	// their views (view_cancel.go). Default 5 s.
+	CancelTimeout time.Duration `yaml:"cancel_timeout"`
 }
 
 // DefaultViewConfig is the default bounds.
 func DefaultViewConfig() ViewConfig {
 	return ViewConfig{MaxPerCopyset: 4, MaxPreimageBytes: 256 << 20, PacketBytes: 512 << 10,
-		DefaultTimeout: 1800 * time.Second, MaxTimeout: 24 * time.Hour, LeaseCheck: time.Second}
+		DefaultTimeout: 1800 * time.Second, MaxTimeout: 24 * time.Hour, LeaseCheck: time.Second, CancelTimeout: 5 * time.Second}
 }
 
 // Validate checks the bounds.
@@ -59,6 +63,8 @@ func (c ViewConfig) Validate() error {
 		return fmt.Errorf("disagg.views.default_timeout %v, max_timeout %v: need 0 < default <= max", c.DefaultTimeout, c.MaxTimeout)
 	case c.LeaseCheck <= 0:
 		return fmt.Errorf("disagg.views.lease_check %v: must be positive", c.LeaseCheck)
+	case c.CancelTimeout <= 0 || c.CancelTimeout > 5*time.Minute:
+		return fmt.Errorf("disagg.views.cancel_timeout %v: must be in (0, 5m]", c.CancelTimeout)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -145,6 +147,13 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 		return errorOther(CodeInvalid, "no task meta")
 	}
 	key := taskKey(meta)
+	// One Establish of a task at a time: a concurrent one of the same
+	// task waits, then finds the views this one registered.
+	unlock, err := s.views.running.lock(ctx, key)
+	if err != nil {
+		return errorOther(CodeInternal, "task %s: waiting for another Establish or Cancel of it: %v", key, err)
+	}
+	defer unlock()
 	t := s.findTask(key)
 	wants, bad := s.wantedViews(req)
 	if bad != nil {
@@ -179,15 +188,16 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 	}
 	deadline := time.Now().Add(timeout)
 	added := map[copyset.GroupID]*segTask{}
+	made := map[copyset.GroupID]bool{} // registered by this call (not found registered)
 	undo := func() {
 		for g, seg := range added {
-			if n := s.copysets.Get(g); n != nil {
+			if n := s.copysets.Get(g); n != nil && made[g] {
 				_ = s.dropView(ctx, n, seg.seq, "establish failed")
 			}
 		}
 	}
 	for _, w := range wants {
-		seq, resp := s.registerView(ctx, w, &vpb.ViewInfo{TaskMeta: metaBytes, TaskKey: key, DeadlineUnixMs: deadline.UnixMilli(),
+		seq, registered, resp := s.registerView(ctx, w, &vpb.ViewInfo{TaskMeta: metaBytes, TaskKey: key, DeadlineUnixMs: deadline.UnixMilli(),
 			RegionId: uint64(w.n.Group()), ConfVer: w.epoch, TableId: int64(w.n.Group().Pool()), SegmentId: uint64(w.n.Group().Copyset()),
 			StoreId: s.deps.StoreID})
 		if resp != nil {
@@ -195,6 +205,7 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 			return resp
 		}
 		added[w.n.Group()] = &segTask{seq: seq}
+		made[w.n.Group()] = registered
 	}
 	s.views.mu.Lock()
 	if t == nil {
@@ -206,36 +217,67 @@ func (s *Service) Establish(ctx context.Context, req *dpb.EstablishDisaggTaskReq
 	delete(s.views.gone, key)
 	for g, seg := range added {
 		t.segs[g] = seg
-		s.views.leases[viewRef{g, seg.seq}] = deadline
+		if made[g] {
+			s.views.leases[viewRef{g, seg.seq}] = deadline
+		}
 	}
 	s.views.mu.Unlock()
 	return s.describe(meta, t, requested)
 }
 
-// registerView checks the copyset's bound and registers w's view.
-func (s *Service) registerView(ctx context.Context, w *wantView, info *vpb.ViewInfo) (uint64, *dpb.EstablishDisaggTaskResponse) {
+// registerView registers w's view of the task info names, unless the
+// copyset has one already (a predecessor as leader registered it, this
+// server's memory lost it): then it answers that view's sequence number
+// and registered false. One view per task and copyset is the leader's
+// rule, not Apply's: a replay after kill -9 sees the views that were
+// live at the crash, not those of the op's place in the log (one dropped
+// in between is missing), so Apply could not decide a refusal the same
+// way again. Under the copyset's admit lock and after a read barrier
+// (every register a predecessor committed is applied here), the look and
+// the register cannot interleave with another's.
+func (s *Service) registerView(ctx context.Context, w *wantView, info *vpb.ViewInfo) (seq uint64, registered bool, _ *dpb.EstablishDisaggTaskResponse) {
+	g := w.n.Group()
 	st, ok := s.viewStore(w.n)
 	if !ok {
-		return 0, errorOther(CodeInternal, "copyset %s: %v", w.n.Group(), errNoViews)
+		return 0, false, errorOther(CodeInternal, "copyset %s: %v", g, errNoViews)
 	}
-	mu := s.views.admitLock(w.n.Group())
-	mu.Lock()
-	defer mu.Unlock()
-	max := s.deps.Config.Views.MaxPerCopyset
-	if have := len(st.Views()); have >= max {
-		return 0, errorOther(CodeBounds, "copyset %d/%d has %d read views, at most %d (disagg.views.max_per_copyset)",
-			w.n.Group().Pool(), w.n.Group().Copyset(), have, max)
+	unlock, err := s.views.admit.lock(ctx, g)
+	if err != nil {
+		return 0, false, errorOther(CodeInternal, "copyset %d/%d: waiting to register the view: %v", g.Pool(), g.Copyset(), err)
+	}
+	defer unlock()
+	notLeader := func(err error) *dpb.EstablishDisaggTaskResponse {
+		var nl *copyset.NotLeaderError
+		if errors.As(err, &nl) {
+			return errorRegion(fmt.Sprintf("copyset %s: not the leader any more: %v", g, err), w.regions)
+		}
+		return nil
+	}
+	if _, err := w.n.ReadBarrier(ctx); err != nil {
+		if resp := notLeader(err); resp != nil {
+			return 0, false, resp
+		}
+		return 0, false, errorOther(CodeInternal, "copyset %d/%d: read barrier: %v", g.Pool(), g.Copyset(), err)
+	}
+	views := st.Views()
+	for _, v := range views {
+		if v.Info.GetTaskKey() == info.GetTaskKey() {
+			return v.Seq, false, nil
+		}
+	}
+	if max := s.deps.Config.Views.MaxPerCopyset; len(views) >= max {
+		return 0, false, errorOther(CodeBounds, "copyset %d/%d has %d read views, at most %d (disagg.views.max_per_copyset)",
+			g.Pool(), g.Copyset(), len(views), max)
 	}
 	res, err := proposeView(ctx, w.n, &vpb.Op{Op: &vpb.Op_Register{Register: &vpb.Register{
 		Ranges: w.ranges, BudgetBytes: s.deps.Config.Views.MaxPreimageBytes, Info: info}}})
 	if err != nil {
-		var nl *copyset.NotLeaderError
-		if errors.As(err, &nl) {
-			return 0, errorRegion(fmt.Sprintf("copyset %s: not the leader any more: %v", w.n.Group(), err), w.regions)
+		if resp := notLeader(err); resp != nil {
+			return 0, false, resp
 		}
-		return 0, errorOther(CodeInternal, "register the view: %v", err)
+		return 0, false, errorOther(CodeInternal, "register the view: %v", err)
 	}
-	return res.Seq, nil
+	return res.Seq, true, nil
 }
 
 // describe answers an Establish of task t on the copysets requested: their
@@ -469,29 +511,6 @@ func (s *Service) fetched(ctx context.Context, t *viewTask, n *copyset.Node, seg
 	vt.setGone(t.key, "every segment was fetched")
 }
 
-// Cancel is CancelDisaggTask: the task's views on the copysets this
-// server leads are dropped; idempotent.
-func (s *Service) Cancel(ctx context.Context, meta *dpb.DisaggTaskMeta) error {
-	if meta == nil {
-		return nil
-	}
-	key := taskKey(meta)
-	t := s.findTask(key)
-	if t == nil {
-		return nil
-	}
-	var errs []error
-	for g, seg := range t.segs {
-		if n := s.copysets.Get(g); n != nil && n.IsLeader() {
-			if err := s.dropView(ctx, n, seg.seq, "cancelled"); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	s.forgetTask(key, "cancelled")
-	return errors.Join(errs...)
-}
-
 // ListViews lists the views of the copysets this server leads.
 func (s *Service) ListViews(ctx context.Context) (*vpb.ListResponse, error) {
 	out := &vpb.ListResponse{}
@@ -542,11 +561,16 @@ func (t *tikvService) FetchDisaggPages(req *dpb.FetchDisaggPagesRequest, stream 
 }
 
 func (t *tikvService) CancelDisaggTask(ctx context.Context, req *dpb.CancelDisaggTaskRequest) (*dpb.CancelDisaggTaskResponse, error) {
-	if err := t.s.Cancel(ctx, req.GetMeta()); err != nil {
-		t.s.log.Warn("disagg: cancel: dropping a view failed (its lease drops it)", "err", err)
+	err := t.s.Cancel(ctx, req.GetMeta())
+	t.s.countView("cancel", err == nil)
+	switch {
+	case err == nil:
+		return &dpb.CancelDisaggTaskResponse{}, nil
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	t.s.countView("cancel", true)
-	return &dpb.CancelDisaggTaskResponse{}, nil
+	t.s.log.Warn("disagg: cancel: read views may be left (their leases drop them)", "err", err)
+	return nil, status.Error(codes.Unavailable, err.Error())
 }
 
 // viewsService is DisaggViews.

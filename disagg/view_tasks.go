@@ -16,7 +16,9 @@ import (
 // views went (for the next Fetch). It is memory: a new leader rebuilds a
 // task from the view infos it finds (findTask) and gives each view it
 // finds a lease of max(the register deadline, now + RefreshLease), which
-// no extension its predecessor granted can pass.
+// no extension its predecessor granted can pass. An extension a Fetch
+// grants (extend) is in this memory only, not replicated: it is lost
+// with the leader, and the grace a new leader gives covers it.
 
 // viewRef names a view: its copyset and register sequence number.
 type viewRef struct {
@@ -46,24 +48,61 @@ type viewTasks struct {
 	leases    map[viewRef]time.Time
 	gone      map[string]string
 	goneOrder []string
-	admit     map[copyset.GroupID]*sync.Mutex // serialises bound checks and registers per copyset
 	worker    *copyset.LeaderWorker
+
+	// admit serialises, per copyset, the look for a view of the task, the
+	// bound check and the register; running serialises the Establish and
+	// Cancel calls of one task (by task key) on this server.
+	admit   keyLocks[copyset.GroupID]
+	running keyLocks[string]
 }
 
 func newViewTasks() *viewTasks {
-	return &viewTasks{tasks: map[string]*viewTask{}, leases: map[viewRef]time.Time{}, gone: map[string]string{},
-		admit: map[copyset.GroupID]*sync.Mutex{}}
+	return &viewTasks{tasks: map[string]*viewTask{}, leases: map[viewRef]time.Time{}, gone: map[string]string{}}
 }
 
-func (vt *viewTasks) admitLock(g copyset.GroupID) *sync.Mutex {
-	vt.mu.Lock()
-	defer vt.mu.Unlock()
-	m := vt.admit[g]
-	if m == nil {
-		m = &sync.Mutex{}
-		vt.admit[g] = m
+// keyLocks are mutexes by key whose lock waits no longer than a context.
+// A key's entry lives while the lock is held or waited for.
+type keyLocks[K comparable] struct {
+	mu    sync.Mutex
+	locks map[K]*keyLock
+}
+
+type keyLock struct {
+	held chan struct{} // holds a token while locked
+	refs int           // holders and waiters
+}
+
+// lock locks k, or fails when ctx ends first; unlock releases it.
+func (l *keyLocks[K]) lock(ctx context.Context, k K) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[K]*keyLock{}
 	}
-	return m
+	kl := l.locks[k]
+	if kl == nil {
+		kl = &keyLock{held: make(chan struct{}, 1)}
+		l.locks[k] = kl
+	}
+	kl.refs++
+	l.mu.Unlock()
+	release := func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if kl.refs--; kl.refs == 0 {
+			delete(l.locks, k)
+		}
+	}
+	select {
+	case kl.held <- struct{}{}:
+		return sync.OnceFunc(func() {
+			<-kl.held
+			release()
+		}), nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
 }
 
 // setGone records why task key's views went. The caller holds mu.

@@ -1,9 +1,12 @@
 package disagg
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	coprocessor "github.com/chunkraft/chunkraft/proto/kvproto/coprocessor"
 	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
@@ -55,5 +58,40 @@ func TestViewConfigValidate(t *testing.T) {
 	c.PacketBytes = 10
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "packet_bytes") {
 		t.Fatalf("packet_bytes 10: %v", err)
+	}
+	c = DefaultViewConfig()
+	c.CancelTimeout = 0
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "cancel_timeout") {
+		t.Fatalf("cancel_timeout 0: %v", err)
+	}
+}
+
+// A key's lock is exclusive, a wait ends with its context, and an entry
+// goes with its last holder or waiter.
+func TestKeyLocks(t *testing.T) {
+	var l keyLocks[string]
+	unlock, err := l.lock(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.lock(t.Context(), "b")
+	if err != nil {
+		t.Fatalf("another key: %v", err)
+	}
+	other()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.lock(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a held key: %v", err)
+	}
+	unlock()
+	unlock() // once
+	again, err := l.lock(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again()
+	if len(l.locks) != 0 {
+		t.Fatalf("%d entries left", len(l.locks))
 	}
 }

@@ -805,6 +805,181 @@ func (x *ViewStatus) GetFetched() []uint64 {
 	return nil
 }
 
+type DropTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskKey       string                 `protobuf:"bytes,1,opt,name=task_key,json=taskKey,proto3" json:"task_key,omitempty"` // the task's identity, as ViewInfo.task_key
+	Groups        []uint64               `protobuf:"varint,2,rep,packed,name=groups,proto3" json:"groups,omitempty"`          // copyset group ids (pool << 32 | copyset)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropTaskRequest) Reset() {
+	*x = DropTaskRequest{}
+	mi := &file_chunkraft_viewpb_view_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropTaskRequest) ProtoMessage() {}
+
+func (x *DropTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_viewpb_view_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropTaskRequest.ProtoReflect.Descriptor instead.
+func (*DropTaskRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_viewpb_view_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DropTaskRequest) GetTaskKey() string {
+	if x != nil {
+		return x.TaskKey
+	}
+	return ""
+}
+
+func (x *DropTaskRequest) GetGroups() []uint64 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// DropTaskResponse has one result per group of the request, in its order.
+type DropTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*DropTaskResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropTaskResponse) Reset() {
+	*x = DropTaskResponse{}
+	mi := &file_chunkraft_viewpb_view_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropTaskResponse) ProtoMessage() {}
+
+func (x *DropTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_viewpb_view_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropTaskResponse.ProtoReflect.Descriptor instead.
+func (*DropTaskResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_viewpb_view_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DropTaskResponse) GetResults() []*DropTaskResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type DropTaskResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// not_led: this server does not lead the copyset (now); leader is the
+	// leader its replica knows ("" none, or no replica here).
+	NotLed        bool   `protobuf:"varint,2,opt,name=not_led,json=notLed,proto3" json:"not_led,omitempty"`
+	Leader        string `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	Dropped       uint32 `protobuf:"varint,4,opt,name=dropped,proto3" json:"dropped,omitempty"` // the task's views dropped on it (0: it had none)
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`      // the drop failed (the view's lease still drops it)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropTaskResult) Reset() {
+	*x = DropTaskResult{}
+	mi := &file_chunkraft_viewpb_view_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropTaskResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropTaskResult) ProtoMessage() {}
+
+func (x *DropTaskResult) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_viewpb_view_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropTaskResult.ProtoReflect.Descriptor instead.
+func (*DropTaskResult) Descriptor() ([]byte, []int) {
+	return file_chunkraft_viewpb_view_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DropTaskResult) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *DropTaskResult) GetNotLed() bool {
+	if x != nil {
+		return x.NotLed
+	}
+	return false
+}
+
+func (x *DropTaskResult) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *DropTaskResult) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *DropTaskResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_chunkraft_viewpb_view_proto protoreflect.FileDescriptor
 
 const file_chunkraft_viewpb_view_proto_rawDesc = "" +
@@ -872,9 +1047,21 @@ const file_chunkraft_viewpb_view_proto_rawDesc = "" +
 	"overBudget\x12\"\n" +
 	"\rlease_unix_ms\x18\t \x01(\x03R\vleaseUnixMs\x12\x18\n" +
 	"\afetched\x18\n" +
-	" \x03(\x04R\afetched2P\n" +
+	" \x03(\x04R\afetched\"D\n" +
+	"\x0fDropTaskRequest\x12\x19\n" +
+	"\btask_key\x18\x01 \x01(\tR\ataskKey\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\x04R\x06groups\"L\n" +
+	"\x10DropTaskResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.chunkraft.view.DropTaskResultR\aresults\"\x87\x01\n" +
+	"\x0eDropTaskResult\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x17\n" +
+	"\anot_led\x18\x02 \x01(\bR\x06notLed\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\x12\x18\n" +
+	"\adropped\x18\x04 \x01(\rR\adropped\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error2\x9f\x01\n" +
 	"\vDisaggViews\x12A\n" +
-	"\x04List\x12\x1b.chunkraft.view.ListRequest\x1a\x1c.chunkraft.view.ListResponseB7Z5github.com/chunkraft/chunkraft/proto/chunkraft/viewpbb\x06proto3"
+	"\x04List\x12\x1b.chunkraft.view.ListRequest\x1a\x1c.chunkraft.view.ListResponse\x12M\n" +
+	"\bDropTask\x12\x1f.chunkraft.view.DropTaskRequest\x1a .chunkraft.view.DropTaskResponseB7Z5github.com/chunkraft/chunkraft/proto/chunkraft/viewpbb\x06proto3"
 
 var (
 	file_chunkraft_viewpb_view_proto_rawDescOnce sync.Once
@@ -888,19 +1075,22 @@ func file_chunkraft_viewpb_view_proto_rawDescGZIP() []byte {
 	return file_chunkraft_viewpb_view_proto_rawDescData
 }
 
-var file_chunkraft_viewpb_view_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_chunkraft_viewpb_view_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_chunkraft_viewpb_view_proto_goTypes = []any{
-	(*Op)(nil),           // 0: chunkraft.view.Op
-	(*ChunkRange)(nil),   // 1: chunkraft.view.ChunkRange
-	(*Register)(nil),     // 2: chunkraft.view.Register
-	(*Drop)(nil),         // 3: chunkraft.view.Drop
-	(*ViewInfo)(nil),     // 4: chunkraft.view.ViewInfo
-	(*Table)(nil),        // 5: chunkraft.view.Table
-	(*Segment)(nil),      // 6: chunkraft.view.Segment
-	(*Page)(nil),         // 7: chunkraft.view.Page
-	(*ListRequest)(nil),  // 8: chunkraft.view.ListRequest
-	(*ListResponse)(nil), // 9: chunkraft.view.ListResponse
-	(*ViewStatus)(nil),   // 10: chunkraft.view.ViewStatus
+	(*Op)(nil),               // 0: chunkraft.view.Op
+	(*ChunkRange)(nil),       // 1: chunkraft.view.ChunkRange
+	(*Register)(nil),         // 2: chunkraft.view.Register
+	(*Drop)(nil),             // 3: chunkraft.view.Drop
+	(*ViewInfo)(nil),         // 4: chunkraft.view.ViewInfo
+	(*Table)(nil),            // 5: chunkraft.view.Table
+	(*Segment)(nil),          // 6: chunkraft.view.Segment
+	(*Page)(nil),             // 7: chunkraft.view.Page
+	(*ListRequest)(nil),      // 8: chunkraft.view.ListRequest
+	(*ListResponse)(nil),     // 9: chunkraft.view.ListResponse
+	(*ViewStatus)(nil),       // 10: chunkraft.view.ViewStatus
+	(*DropTaskRequest)(nil),  // 11: chunkraft.view.DropTaskRequest
+	(*DropTaskResponse)(nil), // 12: chunkraft.view.DropTaskResponse
+	(*DropTaskResult)(nil),   // 13: chunkraft.view.DropTaskResult
 }
 var file_chunkraft_viewpb_view_proto_depIdxs = []int32{
 	2,  // 0: chunkraft.view.Op.register:type_name -> chunkraft.view.Register
@@ -910,13 +1100,16 @@ var file_chunkraft_viewpb_view_proto_depIdxs = []int32{
 	6,  // 4: chunkraft.view.Table.segments:type_name -> chunkraft.view.Segment
 	10, // 5: chunkraft.view.ListResponse.views:type_name -> chunkraft.view.ViewStatus
 	4,  // 6: chunkraft.view.ViewStatus.info:type_name -> chunkraft.view.ViewInfo
-	8,  // 7: chunkraft.view.DisaggViews.List:input_type -> chunkraft.view.ListRequest
-	9,  // 8: chunkraft.view.DisaggViews.List:output_type -> chunkraft.view.ListResponse
-	8,  // [8:9] is the sub-list for method output_type
-	7,  // [7:8] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 7: chunkraft.view.DropTaskResponse.results:type_name -> chunkraft.view.DropTaskResult
+	8,  // 8: chunkraft.view.DisaggViews.List:input_type -> chunkraft.view.ListRequest
+	11, // 9: chunkraft.view.DisaggViews.DropTask:input_type -> chunkraft.view.DropTaskRequest
+	9,  // 10: chunkraft.view.DisaggViews.List:output_type -> chunkraft.view.ListResponse
+	12, // 11: chunkraft.view.DisaggViews.DropTask:output_type -> chunkraft.view.DropTaskResponse
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_viewpb_view_proto_init() }
@@ -934,7 +1127,7 @@ func file_chunkraft_viewpb_view_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_viewpb_view_proto_rawDesc), len(file_chunkraft_viewpb_view_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

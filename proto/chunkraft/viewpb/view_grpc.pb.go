@@ -26,16 +26,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DisaggViews_List_FullMethodName = "/chunkraft.view.DisaggViews/List"
+	DisaggViews_List_FullMethodName     = "/chunkraft.view.DisaggViews/List"
+	DisaggViews_DropTask_FullMethodName = "/chunkraft.view.DisaggViews/DropTask"
 )
 
 // DisaggViewsClient is the client API for DisaggViews service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// DisaggViews is the views' service for chunkctl (disagg view list).
+// DisaggViews is the views' service for chunkctl (disagg view list) and
+// between servers (DropTask).
 type DisaggViewsClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// DropTask drops the views of a task on those of the copysets named that
+	// this server leads: the server a CancelDisaggTask reached asks each
+	// copyset's leader (package disagg, view_cancel.go). It does not forward.
+	DropTask(ctx context.Context, in *DropTaskRequest, opts ...grpc.CallOption) (*DropTaskResponse, error)
 }
 
 type disaggViewsClient struct {
@@ -56,13 +62,28 @@ func (c *disaggViewsClient) List(ctx context.Context, in *ListRequest, opts ...g
 	return out, nil
 }
 
+func (c *disaggViewsClient) DropTask(ctx context.Context, in *DropTaskRequest, opts ...grpc.CallOption) (*DropTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DropTaskResponse)
+	err := c.cc.Invoke(ctx, DisaggViews_DropTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DisaggViewsServer is the server API for DisaggViews service.
 // All implementations must embed UnimplementedDisaggViewsServer
 // for forward compatibility.
 //
-// DisaggViews is the views' service for chunkctl (disagg view list).
+// DisaggViews is the views' service for chunkctl (disagg view list) and
+// between servers (DropTask).
 type DisaggViewsServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// DropTask drops the views of a task on those of the copysets named that
+	// this server leads: the server a CancelDisaggTask reached asks each
+	// copyset's leader (package disagg, view_cancel.go). It does not forward.
+	DropTask(context.Context, *DropTaskRequest) (*DropTaskResponse, error)
 	mustEmbedUnimplementedDisaggViewsServer()
 }
 
@@ -75,6 +96,9 @@ type UnimplementedDisaggViewsServer struct{}
 
 func (UnimplementedDisaggViewsServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedDisaggViewsServer) DropTask(context.Context, *DropTaskRequest) (*DropTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DropTask not implemented")
 }
 func (UnimplementedDisaggViewsServer) mustEmbedUnimplementedDisaggViewsServer() {}
 func (UnimplementedDisaggViewsServer) testEmbeddedByValue()                     {}
@@ -115,6 +139,24 @@ func _DisaggViews_List_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DisaggViews_DropTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DropTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisaggViewsServer).DropTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisaggViews_DropTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisaggViewsServer).DropTask(ctx, req.(*DropTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DisaggViews_ServiceDesc is the grpc.ServiceDesc for DisaggViews service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -125,6 +167,10 @@ var DisaggViews_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "List",
 			Handler:    _DisaggViews_List_Handler,
+		},
+		{
+			MethodName: "DropTask",
+			Handler:    _DisaggViews_DropTask_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
