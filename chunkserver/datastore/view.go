@@ -198,6 +198,7 @@ type ViewChunk struct {
 type viewTable struct {
 	mu    sync.RWMutex
 	byseq map[uint64]*view
+	live  atomic.Int64         // len(byseq), read without mu
 	bases map[string]*baseFile // by file name
 	// unsynced maps the pre-image files with captures not synced yet (see
 	// PreImage) to how many of their slots were written; syncViews syncs
@@ -370,6 +371,7 @@ func (s *Store) RegisterViewAt(seq uint64, spec ViewSpec) error {
 		}
 		vs.mu.Lock()
 		vs.byseq[seq] = v
+		vs.live.Store(int64(len(vs.byseq)))
 		vs.mu.Unlock()
 		created = true
 	}
@@ -451,10 +453,7 @@ type PreImage struct {
 // saving them), or when the read fails (the write's apply then reads the
 // chunk itself).
 func (s *Store) PreImageFor(id uint64, off uint32, n int) *PreImage {
-	s.views.mu.RLock()
-	none := len(s.views.byseq) == 0
-	s.views.mu.RUnlock()
-	if none || s.checkRange("write", id, off, n) != nil {
+	if s.views.live.Load() == 0 || s.checkRange("write", id, off, n) != nil {
 		return nil
 	}
 	c, err := s.lookup("pre-image", id, lockShared)
@@ -646,6 +645,7 @@ func (s *Store) DropViewAt(seq, viewSeq uint64) error {
 	vs.mu.Lock()
 	v := vs.byseq[viewSeq]
 	delete(vs.byseq, viewSeq)
+	vs.live.Store(int64(len(vs.byseq)))
 	vs.mu.Unlock()
 	if v == nil {
 		return nil

@@ -112,6 +112,7 @@ func (s *Store) loadViews(vl viewLoad) (changed bool, err error) {
 			}
 		}
 	}
+	vs.live.Store(int64(len(vs.byseq)))
 	return changed, nil
 }
 
