@@ -215,7 +215,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	s.setupRuntime()
-	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.peers}
+	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.peers, ready: s.ready.Load}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.registerServices(curveServices{
