@@ -139,8 +139,8 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		return nil, err
 	}
 	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log,
-		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
-			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
+		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
+			return s.cluster.ClusterMap(ctx, req)
 		}, Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {

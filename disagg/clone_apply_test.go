@@ -126,3 +126,66 @@ func TestCloneLockBounds(t *testing.T) {
 		t.Errorf("clone lock past MaxLocks: %+v %v", res, changed)
 	}
 }
+
+func lockCloneIn(copyset uint32, chunk uint64, ms int64, members ...string) *pb.Op {
+	return &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: "o/a", Pool: 1, Copyset: copyset, Chunk: chunk, TimeMs: ms, Members: members}}}
+}
+
+func releaseCloneIn(copyset uint32, chunk uint64) *pb.Op {
+	return &pb.Op{Op: &pb.Op_ReleaseClone{ReleaseClone: &pb.ReleaseClone{Name: "o/a", Pool: 1, Copyset: copyset, Chunk: chunk, BeforeMs: 1 << 40}}}
+}
+
+// The members a LockClone records for its copyset: taken with the first
+// lock, replaced by a lock (new or held) naming others, left by one
+// naming none or the same, removed with the copyset's last lock; bad
+// member lists are refused. Replays change nothing, and the sequence is
+// deterministic.
+func TestCloneCopysetMembers(t *testing.T) {
+	records := func(st *pb.State) string {
+		var out []string
+		for _, c := range st.CloneCopysets {
+			out = append(out, fmt.Sprintf("%d/%d=%s", c.GetPool(), c.GetCopyset(), strings.Join(c.GetMembers(), ",")))
+		}
+		return strings.Join(out, " ")
+	}
+	steps := []struct {
+		op      *pb.Op
+		changed bool
+		want    string // the records after it, or the refusal
+	}{
+		{lockCloneIn(7, 1, 10, "a:1:0", "b:1:0"), true, "1/7=a:1:0,b:1:0"},
+		{lockCloneIn(7, 1, 10, "a:1:0", "b:1:0"), false, "1/7=a:1:0,b:1:0"},
+		{lockCloneIn(7, 1, 10, "a:1:0", "c:1:0"), true, "1/7=a:1:0,c:1:0"}, // held, same time: only the record
+		{lockCloneIn(7, 2, 10), true, "1/7=a:1:0,c:1:0"},                   // no members: the record stays
+		{lockCloneIn(3, 1, 10, "d:1:0"), true, "1/3=d:1:0 1/7=a:1:0,c:1:0"},
+		{releaseCloneIn(7, 1), true, "1/3=d:1:0 1/7=a:1:0,c:1:0"}, // 1/7 still holds chunk 2
+		{releaseCloneIn(7, 2), true, "1/3=d:1:0"},
+		{lockCloneIn(3, 1, 10, "b:1:0", "a:1:0"), false, "not sorted"},
+		{lockCloneIn(3, 1, 10, "a:1:0", "a:1:0"), false, "not sorted"},
+		{lockCloneIn(3, 1, 10, ""), false, "empty"},
+		{lockCloneIn(3, 1, 10, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"), false, "at most 16"},
+		{releaseCloneIn(3, 1), true, ""},
+	}
+	st := &pb.State{}
+	for i, s := range steps {
+		res, changed := applyOp(st, uint64(i+1), s.op)
+		got := records(st)
+		if res.Err != nil {
+			got = res.Err.Error()
+		}
+		if changed != s.changed || !strings.Contains(got, s.want) || (s.want == "" && got != "") {
+			t.Errorf("step %d %v: %q changed=%v, want %q changed=%v", i+1, s.op, got, changed, s.want, s.changed)
+		}
+		before := proto.CloneOf(st)
+		if _, changed := applyOp(st, uint64(i+1), s.op); changed || !proto.Equal(before, st) {
+			t.Errorf("step %d applied twice changed the table", i+1)
+		}
+	}
+	again := &pb.State{}
+	for i, s := range steps {
+		applyOp(again, uint64(i+1), s.op)
+	}
+	if !proto.Equal(again, st) {
+		t.Errorf("not deterministic:\n%v\n%v", again, st)
+	}
+}

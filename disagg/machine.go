@@ -145,6 +145,21 @@ func (m *Machine) List(prefix string, holderPool, holderCopyset uint32) ([]*pb.D
 	return out, m.st.GetApplied()
 }
 
+// cloneCopysets returns a copy of the recorded members of the copysets
+// holding clone locks (State.clone_copysets); with pool not 0, only that
+// of pool/copyset.
+func (m *Machine) cloneCopysets(pool, copyset uint32) []*pb.CloneCopyset {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*pb.CloneCopyset
+	for _, c := range m.st.CloneCopysets {
+		if pool == 0 || (c.GetPool() == pool && c.GetCopyset() == copyset) {
+			out = append(out, proto.CloneOf(c))
+		}
+	}
+	return out
+}
+
 // heldBy reports whether a clone chunk of copyset pool/copyset locks f.
 func heldBy(f *pb.DataFile, pool, copyset uint32) bool {
 	for _, l := range f.CloneLocks {

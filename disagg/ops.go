@@ -23,6 +23,10 @@ const (
 	MaxLocks = 16384
 	// MaxForget bounds the names of one Forget op.
 	MaxForget = 256
+	// MaxCloneMembers bounds the members a LockClone records for its
+	// copyset, and maxPeerLen the length of each.
+	MaxCloneMembers = 16
+	maxPeerLen      = 256
 	// gcFill is the most entries disagg gc fills the table to with its
 	// marks: the rest stays for locks.
 	gcFill = MaxFiles * 3 / 4
@@ -71,6 +75,9 @@ func validateOp(op *pb.Op) error {
 	case *pb.Op_Release:
 		return nil
 	case *pb.Op_LockClone:
+		if err := validMembers(o.LockClone.GetMembers()); err != nil {
+			return err
+		}
 		return validClone(o.LockClone.GetName(), o.LockClone.GetPool(), o.LockClone.GetCopyset())
 	case *pb.Op_ReleaseClone:
 		return validClone(o.ReleaseClone.GetName(), o.ReleaseClone.GetPool(), o.ReleaseClone.GetCopyset())
@@ -104,6 +111,24 @@ func validClone(name string, pool, copyset uint32) error {
 		return fmt.Errorf("clone chunk %d/%d: pool and copyset must not be 0", pool, copyset)
 	}
 	return validName(name)
+}
+
+// validMembers checks a clone copyset's members: at most
+// MaxCloneMembers, each non-empty and at most maxPeerLen bytes, sorted
+// without repeats (one record per configuration: Apply compares them).
+func validMembers(members []string) error {
+	if len(members) > MaxCloneMembers {
+		return fmt.Errorf("clone copyset of %d members (at most %d)", len(members), MaxCloneMembers)
+	}
+	for i, m := range members {
+		switch {
+		case m == "" || len(m) > maxPeerLen:
+			return fmt.Errorf("clone copyset member %q: empty or longer than %d bytes", m, maxPeerLen)
+		case i > 0 && m <= members[i-1]:
+			return fmt.Errorf("clone copyset members not sorted without repeats: %q after %q", m, members[i-1])
+		}
+	}
+	return nil
 }
 
 // validGcName checks a name disagg gc marks with MarkObject: not a lock

@@ -28,7 +28,7 @@ func TestReconcileGrace(t *testing.T) {
 	s.Attach(c.Servers[0].Mgr)
 	ctx := t.Context()
 	for _, chunk := range []uint64{5, 9} {
-		if err := s.LockClone(ctx, "o/a", 1, 1, chunk); err != nil {
+		if err := s.LockClone(ctx, "o/a", 1, 1, chunk, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,7 +59,7 @@ func TestReconcileGrace(t *testing.T) {
 		t.Fatalf("old lock: %+v %v", res, err)
 	}
 	cutoff := time.Now().Add(-cfg.Clones.Grace).UnixMilli()
-	if err := s.LockClone(ctx, "o/a", 1, 1, 9); err != nil {
+	if err := s.LockClone(ctx, "o/a", 1, 1, 9, nil); err != nil {
 		t.Fatal(err)
 	}
 	op := &pb.Op{Op: &pb.Op_ReleaseClone{ReleaseClone: &pb.ReleaseClone{Name: "o/a", Pool: 1, Copyset: 1, Chunk: 9, BeforeMs: cutoff}}}
@@ -71,7 +71,7 @@ func TestReconcileGrace(t *testing.T) {
 	cfg.Clones.Disabled = true
 	off := New(Deps{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	off.Attach(c.Servers[0].Mgr)
-	err = off.LockClone(ctx, "o/b", 1, 1, 1)
+	err = off.LockClone(ctx, "o/b", 1, 1, 1, nil)
 	if files, _ := m.List("o/b", 0, 0); err != nil || len(files) != 0 {
 		t.Fatalf("disabled: %v, table %v", err, files)
 	}
