@@ -2,6 +2,7 @@ package disagg
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // the grace stays whatever its chunk (a creation may be in flight); past
 // the grace, a lock whose chunk still clones the object stays and one
 // whose chunk does not goes; a lock refreshed by a retried creation after
-// the reconciler took its cutoff stays.
+// the reconciler took its cutoff stays. A round records the copyset's
+// members when the table has others (none, here).
 func TestReconcileGrace(t *testing.T) {
 	c := copysettest.NewCluster(t, 1, []copyset.MachineSpec{Spec()}, copysettest.FastRaft())
 	g := copyset.NewGroupID(1, 1)
@@ -46,6 +48,11 @@ func TestReconcileGrace(t *testing.T) {
 	now := time.Now()
 	if released, err := s.reconcileOnce(ctx, n, now); err != nil || released != 0 || len(holders()) != 2 {
 		t.Fatalf("within the grace: released %d (%v), held %v", released, err, holders())
+	}
+	// The locks were taken without members: the round recorded the
+	// copyset's configuration with the lock of the live clone.
+	if recs := m.cloneCopysets(1, 1); len(recs) != 1 || !slices.Equal(recs[0].GetMembers(), Members(n)) || len(Members(n)) != 1 {
+		t.Fatalf("recorded members %v, want %v", recs, Members(n))
 	}
 	later := now.Add(11 * time.Minute)
 	if released, err := s.reconcileOnce(ctx, n, later); err != nil || released != 1 || len(holders()) != 1 || holders()[0] != "clone:1/1/5" {
