@@ -23,10 +23,14 @@ func fastCloneLocks(c *Config) {
 	c.Disagg.Clones.Grace, c.Disagg.Clones.Interval = 3*time.Second, 50*time.Millisecond
 }
 
-// internalCall runs call on the lock owner (retrying not_owner).
+// internalCall runs call on the lock owner (retrying not_owner; a
+// stopped server is not asked).
 func (c *testCluster) internalCall(t *testing.T, call func(cl disaggpb.DisaggInternalClient) (notOwner bool, err error)) {
 	t.Helper()
 	c.onOwner(t, func(i int) string {
+		if c.cancels[i] == nil {
+			return "not_owner"
+		}
 		notOwner, err := call(disaggpb.NewDisaggInternalClient(c.conns[i]))
 		if err != nil {
 			t.Fatalf("DisaggInternal on %d: %v", i, err)
