@@ -10,7 +10,7 @@ import (
 
 // The ops chunkraft itself proposes on any object name: clone locks
 // (LockClone, ReleaseClone) and disagg gc's marks and removals
-// (MarkObject, Forget). Like upstream's, their decisions are here, in log
+// (MarkObject, MarkObjects, Forget). Like upstream's, their decisions are here, in log
 // order, reading only the state and the op: the times they carry were
 // chosen by the proposer.
 
@@ -158,6 +158,32 @@ func applyReleaseClone(st *pb.State, op *pb.ReleaseClone) (Result, bool) {
 		st.CloneCopysets = slices.Delete(st.CloneCopysets, k, k+1) // its last lock went
 	}
 	return Result{Released: []string{CloneHolder(op.GetPool(), op.GetCopyset(), op.GetChunk())}}, true
+}
+
+// applyMarkBatch marks each name of op as applyMark would, at op's time:
+// a locked name is refused (Locked), one already marked stays as it is.
+// The bound comes first: a batch whose new entries would pass MaxFiles is
+// refused whole, the table unchanged.
+func applyMarkBatch(st *pb.State, index uint64, op *pb.MarkObjects) (Result, bool) {
+	fresh := 0
+	for _, name := range op.GetNames() {
+		if _, found := findFile(st, name); !found {
+			fresh++
+		}
+	}
+	if len(st.Files)+fresh > MaxFiles {
+		return Result{Err: fmt.Errorf("%w: %d entries and %d new marks (at most %d)", ErrFull, len(st.Files), fresh, MaxFiles)}, false
+	}
+	var res Result
+	changed := false
+	for _, name := range op.GetNames() {
+		r, c := applyMark(st, index, name, op.GetTimeMs())
+		if r.Conflict != "" {
+			res.Locked = append(res.Locked, name) // names are ascending
+		}
+		changed = changed || c
+	}
+	return res, changed
 }
 
 // applyForget removes the entries of op.names that are marked (gc deleted

@@ -22,6 +22,10 @@ func markObject(name string, ms int64) *pb.Op {
 	return &pb.Op{Op: &pb.Op_MarkObject{MarkObject: &pb.MarkObject{Name: name, TimeMs: ms}}}
 }
 
+func markObjects(ms int64, names ...string) *pb.Op {
+	return &pb.Op{Op: &pb.Op_MarkObjects{MarkObjects: &pb.MarkObjects{Names: names, TimeMs: ms}}}
+}
+
 func forget(names ...string) *pb.Op {
 	return &pb.Op{Op: &pb.Op_Forget{Forget: &pb.Forget{Names: names}}}
 }
@@ -187,5 +191,69 @@ func TestCloneCopysetMembers(t *testing.T) {
 	}
 	if !proto.Equal(again, st) {
 		t.Errorf("not deterministic:\n%v\n%v", again, st)
+	}
+}
+
+// A MarkObjects batch marks each name as MarkDelete or MarkObject would
+// at its time: a locked name is refused and reported, one already marked
+// keeps its first mark; applied again it changes nothing. Bad batches and
+// one whose new entries would pass MaxFiles are refused whole.
+func TestMarkObjects(t *testing.T) {
+	const dat, locked = "s1/data/dat_1_0", "s1/data/dat_2_0"
+	st := &pb.State{}
+	for i, op := range []*pb.Op{lockClone("o/b", 1, 1), addLock(locked, 3, 1), markObject("o/c", 50)} {
+		if res, changed := applyOp(st, uint64(i+1), op); res.Err != nil || !changed {
+			t.Fatalf("setup %v: %+v", op, res)
+		}
+	}
+	batch := markObjects(100, "o/a", "o/b", "o/c", dat, locked)
+	res, changed := applyOp(st, 10, batch)
+	if res.Err != nil || !changed || strings.Join(res.Locked, " ") != "o/b "+locked {
+		t.Fatalf("batch: %+v changed=%v", res, changed)
+	}
+	marks := func() string {
+		var out []string
+		for _, f := range st.Files {
+			if f.GetDeleted() {
+				out = append(out, fmt.Sprintf("%s@%d/%d", f.GetKey(), f.GetMarkedIndex(), f.GetMarkedMs()))
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := marks(), "o/a@10/100 o/c@3/50 "+dat+"@10/100"; got != want {
+		t.Fatalf("marks %q, want %q", got, want)
+	}
+	before := proto.CloneOf(st)
+	if res, changed := applyOp(st, 11, batch); changed || !proto.Equal(before, st) || len(res.Locked) != 2 {
+		t.Fatalf("the batch again: %+v changed=%v", res, changed)
+	}
+	many := make([]string, MaxMarkBatch+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m/%04d", i)
+	}
+	for _, bad := range []struct {
+		op   *pb.Op
+		want string
+	}{
+		{markObjects(1), "1 to 256"},
+		{markObjects(1, many...), "1 to 256"},
+		{markObjects(1, "o/b", "o/a"), "not strictly ascending"},
+		{markObjects(1, "o/a", "o/a"), "not strictly ascending"},
+		{markObjects(1, "a/b.del"), "lock or delete-mark object"},
+		{markObjects(1, "lock/s1/dat_1_0.lock_s3_3"), "lock or delete-mark object"},
+	} {
+		if res, changed := applyOp(st, 12, bad.op); changed || res.Err == nil || !strings.Contains(res.Err.Error(), bad.want) {
+			t.Errorf("%v: %+v changed=%v, want %q", bad.op, res, changed, bad.want)
+		}
+	}
+	// The bound: room for one new entry.
+	for i := len(st.Files); i < MaxFiles-1; i++ {
+		applyOp(st, uint64(100+i), markObject(fmt.Sprintf("f/%05d", i), 1))
+	}
+	if res, changed := applyOp(st, 20000, markObjects(1, "n/1", "n/2")); changed || !errors.Is(res.Err, ErrFull) {
+		t.Fatalf("two new entries on a table with room for one: %+v changed=%v", res, changed)
+	}
+	if res, changed := applyOp(st, 20001, markObjects(1, "n/1", "o/a")); !changed || res.Err != nil || len(st.Files) != MaxFiles {
+		t.Fatalf("one new entry and a marked one: %+v changed=%v", res, changed)
 	}
 }

@@ -52,9 +52,10 @@
 // source (ReleaseClone, only if the lock is still older than the cutoff),
 // and the owner those of copysets gone from the cluster for the grace
 // (complete crawls of the cluster map, seeded with the recorded members,
-// found no replica); disagg gc marks unlocked objects (MarkDelete for
-// data file keys, MarkObject else) and removes marked ones after a grace
-// (Forget). Times in these ops are the proposer's clock. tryAddLock and
+// found no replica); disagg gc marks unlocked objects (MarkObjects, up to
+// 256 names an op, each marked as MarkDelete marks a data file key and
+// MarkObject any other name) and removes marked ones after a grace
+// (Forget, up to 256 names an op). Times in these ops are the proposer's clock. tryAddLock and
 // tryMarkDelete keep upstream's key validation and objects.
 //
 // Invariants. Apply is deterministic: it reads only the state and the op,

@@ -116,6 +116,8 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 		m.log.Info("disagg clone lock released", "index", index, "name", l.GetName(), "holder", CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk()))
 	case *pb.Op_MarkObject:
 		m.log.Info("disagg object marked deleted", "index", index, "name", o.MarkObject.GetName())
+	case *pb.Op_MarkObjects:
+		m.log.Info("disagg objects marked deleted", "index", index, "names", len(o.MarkObjects.GetNames())-len(res.Locked), "locked", len(res.Locked))
 	case *pb.Op_Forget:
 		m.log.Info("disagg collected objects forgotten", "index", index, "names", len(res.Released))
 	}

@@ -21,8 +21,10 @@ const (
 	// MaxLocks bounds the locks of the whole table (upstream's and clone
 	// locks).
 	MaxLocks = 16384
-	// MaxForget bounds the names of one Forget op.
-	MaxForget = 256
+	// MaxForget bounds the names of one Forget op, MaxMarkBatch those of
+	// one MarkObjects op.
+	MaxForget    = 256
+	MaxMarkBatch = 256
 	// MaxCloneMembers bounds the members a LockClone records for its
 	// copyset, and maxPeerLen the length of each.
 	MaxCloneMembers = 16
@@ -47,6 +49,9 @@ type Result struct {
 	// Released are the lock keys a Release removed, the clone holder a
 	// ReleaseClone removed, the names a Forget removed; ascending.
 	Released []string
+	// Locked are the names of a MarkObjects that a lock holds (refused,
+	// ascending); the batch's other names are marked.
+	Locked []string
 	// Err says why the op was refused for another reason (a bound, an
 	// invalid op); nothing changed.
 	Err error
@@ -83,6 +88,8 @@ func validateOp(op *pb.Op) error {
 		return validClone(o.ReleaseClone.GetName(), o.ReleaseClone.GetPool(), o.ReleaseClone.GetCopyset())
 	case *pb.Op_MarkObject:
 		return validGcName(o.MarkObject.GetName())
+	case *pb.Op_MarkObjects:
+		return validMarkBatch(o.MarkObjects.GetNames())
 	case *pb.Op_Forget:
 		if len(o.Forget.GetNames()) > MaxForget {
 			return fmt.Errorf("forget of %d names (at most %d)", len(o.Forget.GetNames()), MaxForget)
@@ -126,6 +133,26 @@ func validMembers(members []string) error {
 			return fmt.Errorf("clone copyset member %q: empty or longer than %d bytes", m, maxPeerLen)
 		case i > 0 && m <= members[i-1]:
 			return fmt.Errorf("clone copyset members not sorted without repeats: %q after %q", m, members[i-1])
+		}
+	}
+	return nil
+}
+
+// validMarkBatch checks the names of a MarkObjects: 1 to MaxMarkBatch,
+// strictly ascending, each a data file key or a name MarkObject takes.
+func validMarkBatch(names []string) error {
+	if len(names) == 0 || len(names) > MaxMarkBatch {
+		return fmt.Errorf("mark of %d names (1 to %d)", len(names), MaxMarkBatch)
+	}
+	for i, name := range names {
+		if i > 0 && name <= names[i-1] {
+			return fmt.Errorf("mark names not strictly ascending: %q after %q", name, names[i-1])
+		}
+		if _, err := ParseKey(name); err == nil {
+			continue
+		}
+		if err := validGcName(name); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -393,6 +393,7 @@ type Op struct {
 	//	*Op_ReleaseClone
 	//	*Op_MarkObject
 	//	*Op_Forget
+	//	*Op_MarkObjects
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -498,6 +499,15 @@ func (x *Op) GetForget() *Forget {
 	return nil
 }
 
+func (x *Op) GetMarkObjects() *MarkObjects {
+	if x != nil {
+		if x, ok := x.Op.(*Op_MarkObjects); ok {
+			return x.MarkObjects
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -530,6 +540,10 @@ type Op_Forget struct {
 	Forget *Forget `protobuf:"bytes,7,opt,name=forget,proto3,oneof"`
 }
 
+type Op_MarkObjects struct {
+	MarkObjects *MarkObjects `protobuf:"bytes,8,opt,name=mark_objects,json=markObjects,proto3,oneof"`
+}
+
 func (*Op_AddLock) isOp_Op() {}
 
 func (*Op_MarkDelete) isOp_Op() {}
@@ -543,6 +557,8 @@ func (*Op_ReleaseClone) isOp_Op() {}
 func (*Op_MarkObject) isOp_Op() {}
 
 func (*Op_Forget) isOp_Op() {}
+
+func (*Op_MarkObjects) isOp_Op() {}
 
 type AddLock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -877,6 +893,63 @@ func (x *MarkObject) GetTimeMs() int64 {
 	return 0
 }
 
+// MarkObjects is disagg gc's batch of marks (at most 256 names, strictly
+// ascending): each name is marked as a MarkDelete (a data file key) or a
+// MarkObject (any other name) of it at time_ms would mark it; a locked
+// name is refused and reported, the others marked. A batch that would
+// pass the table's bound on entries is refused whole.
+type MarkObjects struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkObjects) Reset() {
+	*x = MarkObjects{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkObjects) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkObjects) ProtoMessage() {}
+
+func (x *MarkObjects) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkObjects.ProtoReflect.Descriptor instead.
+func (*MarkObjects) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MarkObjects) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *MarkObjects) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
 // Forget removes the entries of names that are delete-marked (disagg gc
 // deleted their objects); any other entry stays.
 type Forget struct {
@@ -888,7 +961,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +973,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +986,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Forget) GetNames() []string {
@@ -934,7 +1007,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1019,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1032,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Release) GetLockStoreId() uint64 {
@@ -989,7 +1062,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1074,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1087,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1055,7 +1128,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1140,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1153,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetNotOwner() bool {
@@ -1142,7 +1215,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1227,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1240,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetLockStoreId() uint64 {
@@ -1195,7 +1268,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1280,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1293,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetNotOwner() bool {
@@ -1257,7 +1330,7 @@ type LockCloneRequest struct {
 
 func (x *LockCloneRequest) Reset() {
 	*x = LockCloneRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1342,7 @@ func (x *LockCloneRequest) String() string {
 func (*LockCloneRequest) ProtoMessage() {}
 
 func (x *LockCloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1355,7 @@ func (x *LockCloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockCloneRequest.ProtoReflect.Descriptor instead.
 func (*LockCloneRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockCloneRequest) GetName() string {
@@ -1331,7 +1404,7 @@ type LockCloneResponse struct {
 
 func (x *LockCloneResponse) Reset() {
 	*x = LockCloneResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1416,7 @@ func (x *LockCloneResponse) String() string {
 func (*LockCloneResponse) ProtoMessage() {}
 
 func (x *LockCloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1429,7 @@ func (x *LockCloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockCloneResponse.ProtoReflect.Descriptor instead.
 func (*LockCloneResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockCloneResponse) GetNotOwner() bool {
@@ -1393,7 +1466,7 @@ type ReleaseCloneRequest struct {
 
 func (x *ReleaseCloneRequest) Reset() {
 	*x = ReleaseCloneRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1478,7 @@ func (x *ReleaseCloneRequest) String() string {
 func (*ReleaseCloneRequest) ProtoMessage() {}
 
 func (x *ReleaseCloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1491,7 @@ func (x *ReleaseCloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCloneRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCloneRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseCloneRequest) GetName() string {
@@ -1467,7 +1540,7 @@ type ReleaseCloneResponse struct {
 
 func (x *ReleaseCloneResponse) Reset() {
 	*x = ReleaseCloneResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1552,7 @@ func (x *ReleaseCloneResponse) String() string {
 func (*ReleaseCloneResponse) ProtoMessage() {}
 
 func (x *ReleaseCloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1565,7 @@ func (x *ReleaseCloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCloneResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCloneResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseCloneResponse) GetNotOwner() bool {
@@ -1526,7 +1599,7 @@ type GcRequest struct {
 
 func (x *GcRequest) Reset() {
 	*x = GcRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1611,7 @@ func (x *GcRequest) String() string {
 func (*GcRequest) ProtoMessage() {}
 
 func (x *GcRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1624,7 @@ func (x *GcRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRequest.ProtoReflect.Descriptor instead.
 func (*GcRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GcRequest) GetPrefix() string {
@@ -1579,7 +1652,7 @@ type GcObject struct {
 
 func (x *GcObject) Reset() {
 	*x = GcObject{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1664,7 @@ func (x *GcObject) String() string {
 func (*GcObject) ProtoMessage() {}
 
 func (x *GcObject) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1677,7 @@ func (x *GcObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcObject.ProtoReflect.Descriptor instead.
 func (*GcObject) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{22}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GcObject) GetName() string {
@@ -1644,7 +1717,7 @@ type GcResponse struct {
 
 func (x *GcResponse) Reset() {
 	*x = GcResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[23]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1729,7 @@ func (x *GcResponse) String() string {
 func (*GcResponse) ProtoMessage() {}
 
 func (x *GcResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[23]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1742,7 @@ func (x *GcResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcResponse.ProtoReflect.Descriptor instead.
 func (*GcResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{23}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GcResponse) GetNotOwner() bool {
@@ -1758,7 +1831,7 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\x04Lock\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\xb4\x03\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xf8\x03\n" +
 	"\x02Op\x126\n" +
 	"\badd_lock\x18\x01 \x01(\v2\x19.chunkraft.disagg.AddLockH\x00R\aaddLock\x12?\n" +
 	"\vmark_delete\x18\x02 \x01(\v2\x1c.chunkraft.disagg.MarkDeleteH\x00R\n" +
@@ -1769,7 +1842,8 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\rrelease_clone\x18\x05 \x01(\v2\x1e.chunkraft.disagg.ReleaseCloneH\x00R\freleaseClone\x12?\n" +
 	"\vmark_object\x18\x06 \x01(\v2\x1c.chunkraft.disagg.MarkObjectH\x00R\n" +
 	"markObject\x122\n" +
-	"\x06forget\x18\a \x01(\v2\x18.chunkraft.disagg.ForgetH\x00R\x06forgetB\x04\n" +
+	"\x06forget\x18\a \x01(\v2\x18.chunkraft.disagg.ForgetH\x00R\x06forget\x12B\n" +
+	"\fmark_objects\x18\b \x01(\v2\x1d.chunkraft.disagg.MarkObjectsH\x00R\vmarkObjectsB\x04\n" +
 	"\x02op\"Z\n" +
 	"\aAddLock\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
@@ -1795,6 +1869,9 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\n" +
 	"MarkObject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"<\n" +
+	"\vMarkObjects\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\x12\x17\n" +
 	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"\x1e\n" +
 	"\x06Forget\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"I\n" +
@@ -1877,7 +1954,7 @@ func file_chunkraft_disaggpb_disagg_proto_rawDescGZIP() []byte {
 	return file_chunkraft_disaggpb_disagg_proto_rawDescData
 }
 
-var file_chunkraft_disaggpb_disagg_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_chunkraft_disaggpb_disagg_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_chunkraft_disaggpb_disagg_proto_goTypes = []any{
 	(*State)(nil),                // 0: chunkraft.disagg.State
 	(*CloneCopyset)(nil),         // 1: chunkraft.disagg.CloneCopyset
@@ -1890,19 +1967,20 @@ var file_chunkraft_disaggpb_disagg_proto_goTypes = []any{
 	(*LockClone)(nil),            // 8: chunkraft.disagg.LockClone
 	(*ReleaseClone)(nil),         // 9: chunkraft.disagg.ReleaseClone
 	(*MarkObject)(nil),           // 10: chunkraft.disagg.MarkObject
-	(*Forget)(nil),               // 11: chunkraft.disagg.Forget
-	(*Release)(nil),              // 12: chunkraft.disagg.Release
-	(*ListRequest)(nil),          // 13: chunkraft.disagg.ListRequest
-	(*ListResponse)(nil),         // 14: chunkraft.disagg.ListResponse
-	(*ReleaseRequest)(nil),       // 15: chunkraft.disagg.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 16: chunkraft.disagg.ReleaseResponse
-	(*LockCloneRequest)(nil),     // 17: chunkraft.disagg.LockCloneRequest
-	(*LockCloneResponse)(nil),    // 18: chunkraft.disagg.LockCloneResponse
-	(*ReleaseCloneRequest)(nil),  // 19: chunkraft.disagg.ReleaseCloneRequest
-	(*ReleaseCloneResponse)(nil), // 20: chunkraft.disagg.ReleaseCloneResponse
-	(*GcRequest)(nil),            // 21: chunkraft.disagg.GcRequest
-	(*GcObject)(nil),             // 22: chunkraft.disagg.GcObject
-	(*GcResponse)(nil),           // 23: chunkraft.disagg.GcResponse
+	(*MarkObjects)(nil),          // 11: chunkraft.disagg.MarkObjects
+	(*Forget)(nil),               // 12: chunkraft.disagg.Forget
+	(*Release)(nil),              // 13: chunkraft.disagg.Release
+	(*ListRequest)(nil),          // 14: chunkraft.disagg.ListRequest
+	(*ListResponse)(nil),         // 15: chunkraft.disagg.ListResponse
+	(*ReleaseRequest)(nil),       // 16: chunkraft.disagg.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 17: chunkraft.disagg.ReleaseResponse
+	(*LockCloneRequest)(nil),     // 18: chunkraft.disagg.LockCloneRequest
+	(*LockCloneResponse)(nil),    // 19: chunkraft.disagg.LockCloneResponse
+	(*ReleaseCloneRequest)(nil),  // 20: chunkraft.disagg.ReleaseCloneRequest
+	(*ReleaseCloneResponse)(nil), // 21: chunkraft.disagg.ReleaseCloneResponse
+	(*GcRequest)(nil),            // 22: chunkraft.disagg.GcRequest
+	(*GcObject)(nil),             // 23: chunkraft.disagg.GcObject
+	(*GcResponse)(nil),           // 24: chunkraft.disagg.GcResponse
 }
 var file_chunkraft_disaggpb_disagg_proto_depIdxs = []int32{
 	2,  // 0: chunkraft.disagg.State.files:type_name -> chunkraft.disagg.DataFile
@@ -1911,32 +1989,33 @@ var file_chunkraft_disaggpb_disagg_proto_depIdxs = []int32{
 	3,  // 3: chunkraft.disagg.DataFile.clone_locks:type_name -> chunkraft.disagg.CloneLock
 	6,  // 4: chunkraft.disagg.Op.add_lock:type_name -> chunkraft.disagg.AddLock
 	7,  // 5: chunkraft.disagg.Op.mark_delete:type_name -> chunkraft.disagg.MarkDelete
-	12, // 6: chunkraft.disagg.Op.release:type_name -> chunkraft.disagg.Release
+	13, // 6: chunkraft.disagg.Op.release:type_name -> chunkraft.disagg.Release
 	8,  // 7: chunkraft.disagg.Op.lock_clone:type_name -> chunkraft.disagg.LockClone
 	9,  // 8: chunkraft.disagg.Op.release_clone:type_name -> chunkraft.disagg.ReleaseClone
 	10, // 9: chunkraft.disagg.Op.mark_object:type_name -> chunkraft.disagg.MarkObject
-	11, // 10: chunkraft.disagg.Op.forget:type_name -> chunkraft.disagg.Forget
-	2,  // 11: chunkraft.disagg.ListResponse.files:type_name -> chunkraft.disagg.DataFile
-	1,  // 12: chunkraft.disagg.ListResponse.copysets:type_name -> chunkraft.disagg.CloneCopyset
-	22, // 13: chunkraft.disagg.GcResponse.marked:type_name -> chunkraft.disagg.GcObject
-	22, // 14: chunkraft.disagg.GcResponse.removed:type_name -> chunkraft.disagg.GcObject
-	22, // 15: chunkraft.disagg.GcResponse.locked:type_name -> chunkraft.disagg.GcObject
-	22, // 16: chunkraft.disagg.GcResponse.waiting:type_name -> chunkraft.disagg.GcObject
-	13, // 17: chunkraft.disagg.DisaggInternal.List:input_type -> chunkraft.disagg.ListRequest
-	15, // 18: chunkraft.disagg.DisaggInternal.Release:input_type -> chunkraft.disagg.ReleaseRequest
-	17, // 19: chunkraft.disagg.DisaggInternal.LockClone:input_type -> chunkraft.disagg.LockCloneRequest
-	19, // 20: chunkraft.disagg.DisaggInternal.ReleaseClone:input_type -> chunkraft.disagg.ReleaseCloneRequest
-	21, // 21: chunkraft.disagg.DisaggInternal.Gc:input_type -> chunkraft.disagg.GcRequest
-	14, // 22: chunkraft.disagg.DisaggInternal.List:output_type -> chunkraft.disagg.ListResponse
-	16, // 23: chunkraft.disagg.DisaggInternal.Release:output_type -> chunkraft.disagg.ReleaseResponse
-	18, // 24: chunkraft.disagg.DisaggInternal.LockClone:output_type -> chunkraft.disagg.LockCloneResponse
-	20, // 25: chunkraft.disagg.DisaggInternal.ReleaseClone:output_type -> chunkraft.disagg.ReleaseCloneResponse
-	23, // 26: chunkraft.disagg.DisaggInternal.Gc:output_type -> chunkraft.disagg.GcResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 10: chunkraft.disagg.Op.forget:type_name -> chunkraft.disagg.Forget
+	11, // 11: chunkraft.disagg.Op.mark_objects:type_name -> chunkraft.disagg.MarkObjects
+	2,  // 12: chunkraft.disagg.ListResponse.files:type_name -> chunkraft.disagg.DataFile
+	1,  // 13: chunkraft.disagg.ListResponse.copysets:type_name -> chunkraft.disagg.CloneCopyset
+	23, // 14: chunkraft.disagg.GcResponse.marked:type_name -> chunkraft.disagg.GcObject
+	23, // 15: chunkraft.disagg.GcResponse.removed:type_name -> chunkraft.disagg.GcObject
+	23, // 16: chunkraft.disagg.GcResponse.locked:type_name -> chunkraft.disagg.GcObject
+	23, // 17: chunkraft.disagg.GcResponse.waiting:type_name -> chunkraft.disagg.GcObject
+	14, // 18: chunkraft.disagg.DisaggInternal.List:input_type -> chunkraft.disagg.ListRequest
+	16, // 19: chunkraft.disagg.DisaggInternal.Release:input_type -> chunkraft.disagg.ReleaseRequest
+	18, // 20: chunkraft.disagg.DisaggInternal.LockClone:input_type -> chunkraft.disagg.LockCloneRequest
+	20, // 21: chunkraft.disagg.DisaggInternal.ReleaseClone:input_type -> chunkraft.disagg.ReleaseCloneRequest
+	22, // 22: chunkraft.disagg.DisaggInternal.Gc:input_type -> chunkraft.disagg.GcRequest
+	15, // 23: chunkraft.disagg.DisaggInternal.List:output_type -> chunkraft.disagg.ListResponse
+	17, // 24: chunkraft.disagg.DisaggInternal.Release:output_type -> chunkraft.disagg.ReleaseResponse
+	19, // 25: chunkraft.disagg.DisaggInternal.LockClone:output_type -> chunkraft.disagg.LockCloneResponse
+	21, // 26: chunkraft.disagg.DisaggInternal.ReleaseClone:output_type -> chunkraft.disagg.ReleaseCloneResponse
+	24, // 27: chunkraft.disagg.DisaggInternal.Gc:output_type -> chunkraft.disagg.GcResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_disaggpb_disagg_proto_init() }
@@ -1952,6 +2031,7 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 		(*Op_ReleaseClone)(nil),
 		(*Op_MarkObject)(nil),
 		(*Op_Forget)(nil),
+		(*Op_MarkObjects)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1959,7 +2039,7 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_disaggpb_disagg_proto_rawDesc), len(file_chunkraft_disaggpb_disagg_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
