@@ -10,9 +10,9 @@ import (
 
 // The ops chunkraft itself proposes on any object name: clone locks
 // (LockClone, ReleaseClone) and disagg gc's marks and removals
-// (MarkObject, MarkObjects, Forget). Like upstream's, their decisions are here, in log
-// order, reading only the state and the op: the times they carry were
-// chosen by the proposer.
+// (MarkObject, MarkObjects, Forget). Like upstream's, their decisions are
+// here, in log order, reading only the state and the op: the times they
+// carry were chosen by the proposer.
 
 // CloneHolder names the clone chunk a clone lock is held for, as lock
 // list and conflicts show it: clone:{pool}/{copyset}/{chunk}.

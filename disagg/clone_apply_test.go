@@ -10,6 +10,19 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// sameFromEmpty checks that ops applied to an empty table, op i at index
+// i+1, give st (Apply is deterministic).
+func sameFromEmpty(t *testing.T, st *pb.State, ops []*pb.Op) {
+	t.Helper()
+	again := &pb.State{}
+	for i, op := range ops {
+		applyOp(again, uint64(i+1), op)
+	}
+	if !proto.Equal(again, st) {
+		t.Errorf("not deterministic:\n%v\n%v", again, st)
+	}
+}
+
 func lockClone(name string, chunk uint64, ms int64) *pb.Op {
 	return &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: name, Pool: 1, Copyset: 2, Chunk: chunk, TimeMs: ms}}}
 }
@@ -97,13 +110,11 @@ func TestCloneAndGcOps(t *testing.T) {
 		!st.Files[1].GetDeleted() || st.Files[1].GetMarkedIndex() != 19 {
 		t.Fatalf("table at the end: %v", st.Files)
 	}
-	again := &pb.State{}
-	for i, s := range steps {
-		applyOp(again, uint64(i+1), s.op)
+	var ops []*pb.Op
+	for _, s := range steps {
+		ops = append(ops, s.op)
 	}
-	if !proto.Equal(again, st) {
-		t.Errorf("not deterministic:\n%v\n%v", again, st)
-	}
+	sameFromEmpty(t, st, ops)
 }
 
 // Clone locks count against MaxLocks and new entries against MaxFiles; a
@@ -185,13 +196,11 @@ func TestCloneCopysetMembers(t *testing.T) {
 			t.Errorf("step %d applied twice changed the table", i+1)
 		}
 	}
-	again := &pb.State{}
-	for i, s := range steps {
-		applyOp(again, uint64(i+1), s.op)
+	var ops []*pb.Op
+	for _, s := range steps {
+		ops = append(ops, s.op)
 	}
-	if !proto.Equal(again, st) {
-		t.Errorf("not deterministic:\n%v\n%v", again, st)
-	}
+	sameFromEmpty(t, st, ops)
 }
 
 // A MarkObjects batch marks each name as MarkDelete or MarkObject would

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/copyset/copysettest"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
@@ -19,10 +17,7 @@ import (
 // their .del objects, and the removal forgets them in three proposals
 // too.
 func TestGcMarksInBatches(t *testing.T) {
-	c := copysettest.NewCluster(t, 1, []copyset.MachineSpec{Spec()}, copysettest.FastRaft())
-	g := copyset.NewGroupID(1, 1)
-	c.Create(g)
-	n := c.Node(c.Leader(g), g)
+	c, n := lockCopyset(t)
 	ctx := t.Context()
 	st, err := objstore.Open(ctx, objstore.Config{Kind: objstore.KindLocal, Local: objstore.LocalConfig{Root: t.TempDir()}})
 	if err != nil {

@@ -11,6 +11,16 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
+// lockCopyset starts a one-server cluster with the lock copyset (1/1)
+// and returns it with the copyset's leader.
+func lockCopyset(t *testing.T) (*copysettest.Cluster, *copyset.Node) {
+	t.Helper()
+	c := copysettest.NewCluster(t, 1, []copyset.MachineSpec{Spec()}, copysettest.FastRaft())
+	g := copyset.NewGroupID(1, 1)
+	c.Create(g)
+	return c, c.Node(c.Leader(g), g)
+}
+
 // The reconciler's decision, with its clock given: a lock younger than
 // the grace stays whatever its chunk (a creation may be in flight); past
 // the grace, a lock whose chunk still clones the object stays and one
@@ -18,10 +28,7 @@ import (
 // the reconciler took its cutoff stays. A round records the copyset's
 // members when the table has others (none, here).
 func TestReconcileGrace(t *testing.T) {
-	c := copysettest.NewCluster(t, 1, []copyset.MachineSpec{Spec()}, copysettest.FastRaft())
-	g := copyset.NewGroupID(1, 1)
-	c.Create(g)
-	n := c.Node(c.Leader(g), g)
+	c, n := lockCopyset(t)
 	clones := map[uint64]string{5: "o/a"} // chunk 5 clones o/a; 9 is not a clone
 	cfg := DefaultConfig()
 	cfg.Clones.Grace = 10 * time.Minute

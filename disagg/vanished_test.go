@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/copyset/copysettest"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
@@ -23,10 +21,7 @@ import (
 // lock taken after the cutoff stays. The crawl is seeded with the
 // members the locks recorded.
 func TestReleaseVanished(t *testing.T) {
-	c := copysettest.NewCluster(t, 1, []copyset.MachineSpec{Spec()}, copysettest.FastRaft())
-	g := copyset.NewGroupID(1, 1)
-	c.Create(g)
-	n := c.Node(c.Leader(g), g)
+	c, n := lockCopyset(t)
 	m, _ := MachineOf(n)
 	var (
 		crawl *clusterpb.ClusterMapResponse

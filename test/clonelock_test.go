@@ -44,9 +44,28 @@ func cloneHolders(ctx context.Context, c *cli.Client, prefix string) (map[string
 	return out, nil
 }
 
-// killLeader kills -9 the leader of cs and returns its process.
-func (c *cluster) killLeader(t *testing.T, ctx context.Context, cs cli.CopysetID) *Proc {
+// forEachClone runs op on every clone in turn, each retried until it
+// succeeds (one cut by a kill may or may not have committed: every op
+// here is idempotent), and counts those done; an error only once ctx
+// ends.
+func forEachClone(ctx context.Context, done *atomic.Int32, op func(i int) error) error {
+	for i := range cloneLockClones {
+		for err := op(i); err != nil; err = op(i) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("clone %d: %w", i, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		done.Add(1)
+	}
+	return nil
+}
+
+// killLeaderDuring kills -9 the leader of cs once three clones are done,
+// and starts it again once three more are (done without it).
+func (c *cluster) killLeaderDuring(t *testing.T, ctx context.Context, cs cli.CopysetID, done *atomic.Int32) {
 	t.Helper()
+	waitFor(t, ctx, "three clones done", func() (bool, error) { return done.Load() >= 3, nil })
 	leader, err := c.client.GetLeader(ctx, cs)
 	if err != nil {
 		t.Fatalf("leader of %v: %v", cs, err)
@@ -58,7 +77,10 @@ func (c *cluster) killLeader(t *testing.T, ctx context.Context, cs cli.CopysetID
 	if err := p.Kill(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	return p
+	waitFor(t, ctx, "six clones done, the leader of "+cs.String()+" killed", func() (bool, error) { return done.Load() >= 6, nil })
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitFor polls cond every 100 ms until it holds or ctx ends.
@@ -122,35 +144,17 @@ disagg:
 		t.Fatal(err)
 	}
 
-	// Create the clones one after another (each retried until it is
-	// created: a creation cut by the kill may or may not have committed,
-	// and creating it again is idempotent) and kill the owner after the
+	// Create the clones one after another and kill the owner after the
 	// third.
 	var created atomic.Int32
 	var wg sync.WaitGroup
 	var createErr error
 	wg.Go(func() {
-		for i := range cloneLockClones {
-			for {
-				err := c.client.CreateCloneChunk(ctx, cloneChunk(i), cloneSource(i)+"@s3", 1, 0)
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil {
-					createErr = fmt.Errorf("clone %d: %w", i, err)
-					return
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			created.Add(1)
-		}
+		createErr = forEachClone(ctx, &created, func(i int) error {
+			return c.client.CreateCloneChunk(ctx, cloneChunk(i), cloneSource(i)+"@s3", 1, 0)
+		})
 	})
-	waitFor(t, ctx, "three clones created", func() (bool, error) { return created.Load() >= 3, nil })
-	owner := c.killLeader(t, ctx, copysets[0])
-	waitFor(t, ctx, "six clones created with the owner down", func() (bool, error) { return created.Load() >= 6, nil })
-	if err := owner.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c.killLeaderDuring(t, ctx, copysets[0], &created)
 	wg.Wait()
 	if createErr != nil {
 		t.Fatal(createErr)
@@ -194,26 +198,13 @@ disagg:
 	var done atomic.Int32
 	var opErr error
 	wg.Go(func() {
-		for i := range cloneLockClones {
+		opErr = forEachClone(ctx, &done, func(i int) error {
 			started[i].Store(true)
-			for {
-				var err error
-				if i%2 == 0 {
-					err = c.client.RecoverChunk(ctx, cloneChunk(i), 0, cli.CloneChunkSize)
-				} else {
-					err = c.client.DeleteChunk(ctx, cloneChunk(i), 0)
-				}
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil {
-					opErr = fmt.Errorf("clone %d: %w", i, err)
-					return
-				}
-				time.Sleep(50 * time.Millisecond)
+			if i%2 == 0 {
+				return c.client.RecoverChunk(ctx, cloneChunk(i), 0, cli.CloneChunkSize)
 			}
-			done.Add(1)
-		}
+			return c.client.DeleteChunk(ctx, cloneChunk(i), 0)
+		})
 	})
 	stopGc := make(chan struct{})
 	var gcRuns atomic.Int32
@@ -264,12 +255,7 @@ disagg:
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	waitFor(t, ctx, "three clones recovered or deleted", func() (bool, error) { return done.Load() >= 3, nil })
-	leader := c.killLeader(t, ctx, copysets[1])
-	waitFor(t, ctx, "six clones recovered or deleted", func() (bool, error) { return done.Load() >= 6, nil })
-	if err := leader.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c.killLeaderDuring(t, ctx, copysets[1], &done)
 	wg.Wait()
 	if opErr != nil {
 		t.Fatal(opErr)
