@@ -107,6 +107,9 @@ func (is *internalService) lockClone(ctx context.Context, req *pb.LockCloneReque
 		return &pb.LockCloneResponse{NotOwner: true, Leader: string(leader)}, nil
 	}
 	members := slices.Compact(slices.Sorted(slices.Values(req.GetMembers())))
+	if validMembers(members) != nil {
+		members = nil // a configuration the table cannot record does not keep the clone from its lock
+	}
 	op := &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: req.GetName(), Pool: req.GetPool(), Copyset: req.GetCopyset(),
 		Chunk: req.GetChunk(), TimeMs: time.Now().UnixMilli(), Members: members}}}
 	res, ok, err := is.s.propose(ctx, n, op)

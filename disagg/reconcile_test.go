@@ -1,6 +1,7 @@
 package disagg
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -80,6 +81,14 @@ func TestReconcileGrace(t *testing.T) {
 	res, _, err := s.propose(ctx, n, op)
 	if err != nil || len(res.Released) != 0 || len(holders()) != 2 {
 		t.Fatalf("release after a refresh: %+v %v, held %v", res, err, holders())
+	}
+	// Members the table cannot record are left out; the lock is taken.
+	many := make([]string, MaxCloneMembers+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%02d:1:0", i)
+	}
+	if err := s.LockClone(ctx, "o/m", 1, 1, 3, many); err != nil {
+		t.Fatalf("a lock with %d members: %v", len(many), err)
 	}
 	// With clone locks disabled, LockClone takes none.
 	cfg.Clones.Disabled = true
