@@ -22,19 +22,21 @@ import (
 // (cloneOf).
 
 // lockSource is the prepare step of a clone creation (mutate, on the
-// leader after every check): for an @s3 location it takes the lock and
+// leader after every check): for an @s3 location it takes the lock (with
+// the copyset's configuration, which the lock owner keeps to tell a
+// vanished copyset from an unreachable one) and
 // on failure sets *failed to the gRPC error the RPC answers (nothing
 // proposed): FAILED_PRECONDITION for a delete-marked source,
 // INVALID_ARGUMENT for a name the lock table cannot hold (longer than 512
 // bytes, not a valid object name), RESOURCE_EXHAUSTED for a full table,
 // UNAVAILABLE when the lock owner cannot be reached.
 func (s *chunkService) lockSource(ctx context.Context, req *pb.ChunkRequest, failed *error) func(*copyset.Node) ([]byte, *pb.ChunkResponse) {
-	return func(*copyset.Node) ([]byte, *pb.ChunkResponse) {
+	return func(n *copyset.Node) ([]byte, *pb.ChunkResponse) {
 		loc, err := parseLocation(req.GetLocation()) // validated
 		if err != nil || !loc.s3 {
 			return nil, nil
 		}
-		err = s.locks.LockClone(ctx, loc.object, req.GetLogicPoolId(), req.GetCopysetId(), req.GetChunkId())
+		err = s.locks.LockClone(ctx, loc.object, req.GetLogicPoolId(), req.GetCopysetId(), req.GetChunkId(), disagg.Members(n))
 		switch {
 		case err == nil:
 			return nil, nil

@@ -22,6 +22,9 @@ package chunkserver
 //     is forgotten once a crawl reached every member it had and none hosts
 //     it. The memory is this process's: a restarted server knows only what
 //     it finds.
+//   - A server answers while it opens its copysets from disk at start (and
+//     while it shuts down): its answer then says loading, and the map marks
+//     it so, since it may host replicas it did not list.
 
 import (
 	"cmp"
@@ -58,8 +61,9 @@ type clusterMap struct {
 	clusterpb.UnimplementedClusterServer
 	copysets *copyset.Manager
 	local    copyset.PeerID
-	seeds    []string   // cluster_seeds, host:port
-	conns    *connCache // the server's connections to the other chunkservers
+	seeds    []string    // cluster_seeds, host:port
+	conns    *connCache  // the server's connections to the other chunkservers
+	ready    func() bool // every copyset on disk is open (nil: always)
 
 	mu   sync.Mutex
 	seen map[copyset.GroupID][]string // copysets earlier crawls found: their members then
@@ -67,8 +71,12 @@ type clusterMap struct {
 
 // LocalCopysets reports every replica this server hosts.
 func (m *clusterMap) LocalCopysets(context.Context, *clusterpb.LocalCopysetsRequest) (*clusterpb.LocalCopysetsResponse, error) {
-	return &clusterpb.LocalCopysetsResponse{Peer: string(m.local), Replicas: m.localReplicas()}, nil
+	return &clusterpb.LocalCopysetsResponse{Peer: string(m.local), Replicas: m.localReplicas(), Loading: m.loading()}, nil
 }
+
+// loading reports whether this server may host replicas it does not list
+// (still opening them, or closing them).
+func (m *clusterMap) loading() bool { return m.ready != nil && !m.ready() }
 
 func (m *clusterMap) localReplicas() []*clusterpb.Replica {
 	nodes := m.copysets.List()
@@ -95,6 +103,7 @@ type crawlServer struct {
 	addr     string
 	asked    bool
 	replicas []*clusterpb.Replica
+	loading  bool
 	err      error
 }
 
@@ -166,7 +175,7 @@ func (m *clusterMap) askAll(ctx context.Context, wave []*crawlServer) {
 	sem := make(chan struct{}, clusterAskParallel)
 	for _, s := range wave {
 		if s.addr == m.local.Addr() {
-			s.asked, s.replicas = true, m.localReplicas()
+			s.asked, s.replicas, s.loading = true, m.localReplicas(), m.loading()
 			continue
 		}
 		select {
@@ -178,24 +187,25 @@ func (m *clusterMap) askAll(ctx context.Context, wave []*crawlServer) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			s.asked = true
-			s.replicas, s.err = m.ask(ctx, s.addr)
+			s.replicas, s.loading, s.err = m.ask(ctx, s.addr)
 		}()
 	}
 	wg.Wait()
 }
 
-// ask calls LocalCopysets on addr within clusterAskTimeout.
-func (m *clusterMap) ask(ctx context.Context, addr string) ([]*clusterpb.Replica, error) {
-	var replicas []*clusterpb.Replica
+// ask calls LocalCopysets on addr within clusterAskTimeout: its replicas
+// and whether it is loading.
+func (m *clusterMap) ask(ctx context.Context, addr string) ([]*clusterpb.Replica, bool, error) {
+	var resp *clusterpb.LocalCopysetsResponse
 	err := m.conns.call(ctx, addr, clusterAskTimeout, func(ctx context.Context, cc *grpc.ClientConn) error {
-		resp, err := clusterpb.NewClusterClient(cc).LocalCopysets(ctx, &clusterpb.LocalCopysetsRequest{})
-		replicas = resp.GetReplicas()
+		var err error
+		resp, err = clusterpb.NewClusterClient(cc).LocalCopysets(ctx, &clusterpb.LocalCopysetsRequest{})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("local copysets of %s: %w", addr, err)
+		return nil, false, fmt.Errorf("local copysets of %s: %w", addr, err)
 	}
-	return replicas, nil
+	return resp.GetReplicas(), resp.GetLoading(), nil
 }
 
 // assemble builds the answer from what the crawl found and updates the
@@ -209,7 +219,7 @@ func (m *clusterMap) assemble(known map[string]*crawlServer, remembered map[copy
 	groups := map[copyset.GroupID]*found{}
 	for _, addr := range slices.Sorted(maps.Keys(known)) {
 		s := known[addr]
-		srv := &clusterpb.Server{Address: addr, Reachable: s.asked && s.err == nil}
+		srv := &clusterpb.Server{Address: addr, Reachable: s.asked && s.err == nil, Loading: s.loading}
 		switch {
 		case !s.asked:
 			srv.Error = "not asked: the crawl ran out of time"

@@ -66,11 +66,12 @@ func TestClusterMapAssemble(t *testing.T) {
 	}
 }
 
-// fakeLocal answers LocalCopysets with replicas, or, when stall, not
-// before the caller gives up.
+// fakeLocal answers LocalCopysets with replicas (and loading), or, when
+// stall, not before the caller gives up.
 type fakeLocal struct {
 	clusterpb.UnimplementedClusterServer
 	replicas []*clusterpb.Replica
+	loading  bool
 	stall    bool
 }
 
@@ -79,7 +80,7 @@ func (f *fakeLocal) LocalCopysets(ctx context.Context, _ *clusterpb.LocalCopyset
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &clusterpb.LocalCopysetsResponse{Replicas: f.replicas}, nil
+	return &clusterpb.LocalCopysetsResponse{Replicas: f.replicas, Loading: f.loading}, nil
 }
 
 func serveFake(t *testing.T, f *fakeLocal) string {
@@ -97,7 +98,8 @@ func serveFake(t *testing.T, f *fakeLocal) string {
 
 // ClusterMap follows the members a seed's replicas name, stops at
 // max_servers (truncated: the third member is left out), reports a server that does not answer within
-// clusterAskTimeout and one that refuses, and refuses a bad seed.
+// clusterAskTimeout and one that refuses, marks one still loading its
+// copysets, and refuses a bad seed.
 func TestClusterMapCrawl(t *testing.T) {
 	c := startTestCluster(t, 1)
 	stalled := serveFake(t, &fakeLocal{stall: true})
@@ -110,7 +112,7 @@ func TestClusterMapCrawl(t *testing.T) {
 		return lis.Addr().String()
 	}
 	far := []string{refusing() + ":0", refusing() + ":0", refusing() + ":0"}
-	seedFake := &fakeLocal{}
+	seedFake := &fakeLocal{loading: true}
 	seed := serveFake(t, seedFake)
 	seedFake.replicas = []*clusterpb.Replica{{Pool: 1, Copyset: 9, Peer: seed + ":0", IsLeader: true, Term: 2, Members: far}}
 	svc := clusterpb.NewClusterClient(c.conns[0])
@@ -125,7 +127,7 @@ func TestClusterMapCrawl(t *testing.T) {
 	}
 	local := c.servers[0].Local().Addr()
 	if !resp.Truncated || len(resp.Servers) != 5 || !byAddr[local].GetReachable() || byAddr[local].GetReplicas() != 1 ||
-		!byAddr[seed].GetReachable() || byAddr[strings.TrimSuffix(far[0], ":0")].GetReachable() ||
+		!byAddr[seed].GetReachable() || !byAddr[seed].GetLoading() || byAddr[local].GetLoading() || byAddr[strings.TrimSuffix(far[0], ":0")].GetReachable() ||
 		!strings.Contains(byAddr[stalled].GetError(), "DeadlineExceeded") {
 		t.Errorf("map: %v", resp)
 	}

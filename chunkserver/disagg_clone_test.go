@@ -1,6 +1,8 @@
 package chunkserver
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +23,14 @@ func fastCloneLocks(c *Config) {
 	c.Disagg.Clones.Grace, c.Disagg.Clones.Interval = 3*time.Second, 50*time.Millisecond
 }
 
-// internalCall runs call on the lock owner (retrying not_owner).
+// internalCall runs call on the lock owner (retrying not_owner; a
+// stopped server is not asked).
 func (c *testCluster) internalCall(t *testing.T, call func(cl disaggpb.DisaggInternalClient) (notOwner bool, err error)) {
 	t.Helper()
 	c.onOwner(t, func(i int) string {
+		if c.cancels[i] == nil {
+			return "not_owner"
+		}
 		notOwner, err := call(disaggpb.NewDisaggInternalClient(c.conns[i]))
 		if err != nil {
 			t.Fatalf("DisaggInternal on %d: %v", i, err)
@@ -292,4 +298,52 @@ func TestDisaggCloneLockRemoteOwner(t *testing.T) {
 			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3)})
 	})
 	c.waitUnlocked(t, "img/r")
+}
+
+// A clone lock whose copyset is gone from the cluster: copyset 1/2 lives
+// on server 2 alone and holds a clone of img/v. While server 2 is down
+// (the copyset unreachable, not gone) the lock stays past the grace;
+// once server 2 is back without the copyset (its disk lost), the owner
+// finds it absent from the cluster and releases the lock after the
+// grace, and gc collects the source.
+func TestDisaggCloneLockVanishedCopyset(t *testing.T) {
+	c, st, _ := s3Cluster(t, 3, fastCloneLocks)
+	g2 := copyset.NewGroupID(1, 2)
+	if _, err := c.servers[2].Copysets().Create(t.Context(), g2, []copyset.PeerID{c.servers[2].Local()}); err != nil {
+		t.Fatal(err)
+	}
+	putObject(t, st, "img/v")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := c.chunk(2).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
+			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(2), ChunkId: proto.Uint64(5), ChunkLocationInfo: proto.String("img/v")})
+		if err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CreateS3CloneChunk in 1/2: %v %v", resp.GetStatus(), err)
+		}
+	}
+	if got := strings.Join(c.cloneLocks(t, "img/v"), " "); got != "clone:1/2/5" {
+		t.Fatalf("clone locks of img/v: %q", got)
+	}
+	// Server 2 down for two graces: its copyset cannot be asked, so the
+	// lock stays.
+	c.stop(2)
+	for end := time.Now().Add(2 * 3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if got := strings.Join(c.cloneLocks(t, "img/v"), " "); got != "clone:1/2/5" {
+			t.Fatalf("the lock of a copyset whose server is down went: %q", got)
+		}
+	}
+	if r := c.gc(t, "img/", 0); gcNames(r.GetLocked()) != "img/v by clone:1/2/5" || len(r.GetMarked()) != 0 {
+		t.Fatalf("gc with the copyset's server down: %v", r)
+	}
+	// Back without the copyset: gone from the cluster.
+	if err := os.RemoveAll(filepath.Join(c.cfgs[2].DataDir, "copysets", g2.String())); err != nil {
+		t.Fatal(err)
+	}
+	c.start(2, nil)
+	c.waitUnlocked(t, "img/v")
+	if r := c.gc(t, "img/", 0); gcNames(r.GetMarked()) != "img/v" {
+		t.Fatalf("gc after the copyset went: %v", r)
+	}
 }

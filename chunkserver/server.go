@@ -139,8 +139,8 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		return nil, err
 	}
 	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log,
-		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
-			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
+		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
+			return s.cluster.ClusterMap(ctx, req)
 		}, Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
@@ -215,7 +215,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	s.setupRuntime()
-	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.peers}
+	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.peers, ready: s.ready.Load}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.registerServices(curveServices{

@@ -32,6 +32,8 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 		return applyReleaseClone(st, o.ReleaseClone)
 	case *pb.Op_MarkObject:
 		return applyMark(st, index, o.MarkObject.GetName(), o.MarkObject.GetTimeMs())
+	case *pb.Op_MarkObjects:
+		return applyMarkBatch(st, index, o.MarkObjects)
 	default: // *pb.Op_Forget: validateOp knows no other
 		return applyForget(st, o.(*pb.Op_Forget).Forget)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -61,11 +62,13 @@ var (
 
 // LockClone locks object name for the clone chunk pool/copyset/chunk in
 // the replicated lock table, on the owner (this server or another), and
-// returns once the lock is committed. A delete-marked object gives an
-// error wrapping ErrSourceMarked; an owner that cannot be reached within
-// the configured timeout, another error. With clone locks disabled it
-// does nothing.
-func (s *Service) LockClone(ctx context.Context, name string, pool, copyset uint32, chunk uint64) error {
+// returns once the lock is committed; members, the clone copyset's
+// configuration (peer ids), are recorded with it for the owner's check of
+// vanished copysets (vanished.go). A delete-marked object gives an error
+// wrapping ErrSourceMarked; an owner that cannot be reached within the
+// configured timeout, another error. With clone locks disabled it does
+// nothing.
+func (s *Service) LockClone(ctx context.Context, name string, pool, copyset uint32, chunk uint64, members []string) error {
 	if s.deps.Config.Clones.Disabled {
 		return nil
 	}
@@ -74,7 +77,7 @@ func (s *Service) LockClone(ctx context.Context, name string, pool, copyset uint
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.deps.Config.Clones.Timeout)
 	defer cancel()
-	req := &pb.LockCloneRequest{Name: name, Pool: pool, Copyset: copyset, Chunk: chunk}
+	req := &pb.LockCloneRequest{Name: name, Pool: pool, Copyset: copyset, Chunk: chunk, Members: members}
 	var conflict string
 	err := s.onOwner(ctx, func(ctx context.Context, c pb.DisaggInternalClient) (bool, string, error) {
 		resp, err := c.LockClone(ctx, req)
@@ -103,8 +106,12 @@ func (is *internalService) lockClone(ctx context.Context, req *pb.LockCloneReque
 	if !ok {
 		return &pb.LockCloneResponse{NotOwner: true, Leader: string(leader)}, nil
 	}
+	members := slices.Compact(slices.Sorted(slices.Values(req.GetMembers())))
+	if validMembers(members) != nil {
+		members = nil // a configuration the table cannot record does not keep the clone from its lock
+	}
 	op := &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: req.GetName(), Pool: req.GetPool(), Copyset: req.GetCopyset(),
-		Chunk: req.GetChunk(), TimeMs: time.Now().UnixMilli()}}}
+		Chunk: req.GetChunk(), TimeMs: time.Now().UnixMilli(), Members: members}}}
 	res, ok, err := is.s.propose(ctx, n, op)
 	switch {
 	case err != nil:

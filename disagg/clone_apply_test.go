@@ -10,6 +10,19 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// sameFromEmpty checks that ops applied to an empty table, op i at index
+// i+1, give st (Apply is deterministic).
+func sameFromEmpty(t *testing.T, st *pb.State, ops []*pb.Op) {
+	t.Helper()
+	again := &pb.State{}
+	for i, op := range ops {
+		applyOp(again, uint64(i+1), op)
+	}
+	if !proto.Equal(again, st) {
+		t.Errorf("not deterministic:\n%v\n%v", again, st)
+	}
+}
+
 func lockClone(name string, chunk uint64, ms int64) *pb.Op {
 	return &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: name, Pool: 1, Copyset: 2, Chunk: chunk, TimeMs: ms}}}
 }
@@ -20,6 +33,10 @@ func releaseClone(name string, chunk uint64, before int64) *pb.Op {
 
 func markObject(name string, ms int64) *pb.Op {
 	return &pb.Op{Op: &pb.Op_MarkObject{MarkObject: &pb.MarkObject{Name: name, TimeMs: ms}}}
+}
+
+func markObjects(ms int64, names ...string) *pb.Op {
+	return &pb.Op{Op: &pb.Op_MarkObjects{MarkObjects: &pb.MarkObjects{Names: names, TimeMs: ms}}}
 }
 
 func forget(names ...string) *pb.Op {
@@ -93,13 +110,11 @@ func TestCloneAndGcOps(t *testing.T) {
 		!st.Files[1].GetDeleted() || st.Files[1].GetMarkedIndex() != 19 {
 		t.Fatalf("table at the end: %v", st.Files)
 	}
-	again := &pb.State{}
-	for i, s := range steps {
-		applyOp(again, uint64(i+1), s.op)
+	var ops []*pb.Op
+	for _, s := range steps {
+		ops = append(ops, s.op)
 	}
-	if !proto.Equal(again, st) {
-		t.Errorf("not deterministic:\n%v\n%v", again, st)
-	}
+	sameFromEmpty(t, st, ops)
 }
 
 // Clone locks count against MaxLocks and new entries against MaxFiles; a
@@ -124,5 +139,130 @@ func TestCloneLockBounds(t *testing.T) {
 	}
 	if res, changed := applyOp(st, 200000, lockClone("o/1", 1<<40, 1)); !errors.Is(res.Err, ErrFull) || changed {
 		t.Errorf("clone lock past MaxLocks: %+v %v", res, changed)
+	}
+}
+
+func lockCloneIn(copyset uint32, chunk uint64, ms int64, members ...string) *pb.Op {
+	return &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: "o/a", Pool: 1, Copyset: copyset, Chunk: chunk, TimeMs: ms, Members: members}}}
+}
+
+func releaseCloneIn(copyset uint32, chunk uint64) *pb.Op {
+	return &pb.Op{Op: &pb.Op_ReleaseClone{ReleaseClone: &pb.ReleaseClone{Name: "o/a", Pool: 1, Copyset: copyset, Chunk: chunk, BeforeMs: 1 << 40}}}
+}
+
+// The members a LockClone records for its copyset: taken with the first
+// lock, replaced by a lock (new or held) naming others, left by one
+// naming none or the same, removed with the copyset's last lock; bad
+// member lists are refused. Replays change nothing, and the sequence is
+// deterministic.
+func TestCloneCopysetMembers(t *testing.T) {
+	records := func(st *pb.State) string {
+		var out []string
+		for _, c := range st.CloneCopysets {
+			out = append(out, fmt.Sprintf("%d/%d=%s", c.GetPool(), c.GetCopyset(), strings.Join(c.GetMembers(), ",")))
+		}
+		return strings.Join(out, " ")
+	}
+	steps := []struct {
+		op      *pb.Op
+		changed bool
+		want    string // the records after it, or the refusal
+	}{
+		{lockCloneIn(7, 1, 10, "a:1:0", "b:1:0"), true, "1/7=a:1:0,b:1:0"},
+		{lockCloneIn(7, 1, 10, "a:1:0", "b:1:0"), false, "1/7=a:1:0,b:1:0"},
+		{lockCloneIn(7, 1, 10, "a:1:0", "c:1:0"), true, "1/7=a:1:0,c:1:0"}, // held, same time: only the record
+		{lockCloneIn(7, 2, 10), true, "1/7=a:1:0,c:1:0"},                   // no members: the record stays
+		{lockCloneIn(3, 1, 10, "d:1:0"), true, "1/3=d:1:0 1/7=a:1:0,c:1:0"},
+		{releaseCloneIn(7, 1), true, "1/3=d:1:0 1/7=a:1:0,c:1:0"}, // 1/7 still holds chunk 2
+		{releaseCloneIn(7, 2), true, "1/3=d:1:0"},
+		{lockCloneIn(3, 1, 10, "b:1:0", "a:1:0"), false, "not sorted"},
+		{lockCloneIn(3, 1, 10, "a:1:0", "a:1:0"), false, "not sorted"},
+		{lockCloneIn(3, 1, 10, ""), false, "empty"},
+		{lockCloneIn(3, 1, 10, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"), false, "at most 16"},
+		{releaseCloneIn(3, 1), true, ""},
+	}
+	st := &pb.State{}
+	for i, s := range steps {
+		res, changed := applyOp(st, uint64(i+1), s.op)
+		got := records(st)
+		if res.Err != nil {
+			got = res.Err.Error()
+		}
+		if changed != s.changed || !strings.Contains(got, s.want) || (s.want == "" && got != "") {
+			t.Errorf("step %d %v: %q changed=%v, want %q changed=%v", i+1, s.op, got, changed, s.want, s.changed)
+		}
+		before := proto.CloneOf(st)
+		if _, changed := applyOp(st, uint64(i+1), s.op); changed || !proto.Equal(before, st) {
+			t.Errorf("step %d applied twice changed the table", i+1)
+		}
+	}
+	var ops []*pb.Op
+	for _, s := range steps {
+		ops = append(ops, s.op)
+	}
+	sameFromEmpty(t, st, ops)
+}
+
+// A MarkObjects batch marks each name as MarkDelete or MarkObject would
+// at its time: a locked name is refused and reported, one already marked
+// keeps its first mark; applied again it changes nothing. Bad batches and
+// one whose new entries would pass MaxFiles are refused whole.
+func TestMarkObjects(t *testing.T) {
+	const dat, locked = "s1/data/dat_1_0", "s1/data/dat_2_0"
+	st := &pb.State{}
+	for i, op := range []*pb.Op{lockClone("o/b", 1, 1), addLock(locked, 3, 1), markObject("o/c", 50)} {
+		if res, changed := applyOp(st, uint64(i+1), op); res.Err != nil || !changed {
+			t.Fatalf("setup %v: %+v", op, res)
+		}
+	}
+	batch := markObjects(100, "o/a", "o/b", "o/c", dat, locked)
+	res, changed := applyOp(st, 10, batch)
+	if res.Err != nil || !changed || strings.Join(res.Locked, " ") != "o/b "+locked {
+		t.Fatalf("batch: %+v changed=%v", res, changed)
+	}
+	marks := func() string {
+		var out []string
+		for _, f := range st.Files {
+			if f.GetDeleted() {
+				out = append(out, fmt.Sprintf("%s@%d/%d", f.GetKey(), f.GetMarkedIndex(), f.GetMarkedMs()))
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := marks(), "o/a@10/100 o/c@3/50 "+dat+"@10/100"; got != want {
+		t.Fatalf("marks %q, want %q", got, want)
+	}
+	before := proto.CloneOf(st)
+	if res, changed := applyOp(st, 11, batch); changed || !proto.Equal(before, st) || len(res.Locked) != 2 {
+		t.Fatalf("the batch again: %+v changed=%v", res, changed)
+	}
+	many := make([]string, MaxMarkBatch+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m/%04d", i)
+	}
+	for _, bad := range []struct {
+		op   *pb.Op
+		want string
+	}{
+		{markObjects(1), "1 to 256"},
+		{markObjects(1, many...), "1 to 256"},
+		{markObjects(1, "o/b", "o/a"), "not strictly ascending"},
+		{markObjects(1, "o/a", "o/a"), "not strictly ascending"},
+		{markObjects(1, "a/b.del"), "lock or delete-mark object"},
+		{markObjects(1, "lock/s1/dat_1_0.lock_s3_3"), "lock or delete-mark object"},
+	} {
+		if res, changed := applyOp(st, 12, bad.op); changed || res.Err == nil || !strings.Contains(res.Err.Error(), bad.want) {
+			t.Errorf("%v: %+v changed=%v, want %q", bad.op, res, changed, bad.want)
+		}
+	}
+	// The bound: room for one new entry.
+	for i := len(st.Files); i < MaxFiles-1; i++ {
+		applyOp(st, uint64(100+i), markObject(fmt.Sprintf("f/%05d", i), 1))
+	}
+	if res, changed := applyOp(st, 20000, markObjects(1, "n/1", "n/2")); changed || !errors.Is(res.Err, ErrFull) {
+		t.Fatalf("two new entries on a table with room for one: %+v changed=%v", res, changed)
+	}
+	if res, changed := applyOp(st, 20001, markObjects(1, "n/1", "o/a")); !changed || res.Err != nil || len(st.Files) != MaxFiles {
+		t.Fatalf("one new entry and a marked one: %+v changed=%v", res, changed)
 	}
 }

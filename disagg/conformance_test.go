@@ -16,9 +16,9 @@ import (
 )
 
 // lockWorkload proposes locks, marks and releases on a few keys, and clone
-// locks, gc marks and forgets on a few names, so that every answer
-// (success, retry, conflict both ways, release) comes up; a
-// shadow table applied with the machine's rules counts them.
+// locks, gc marks (one by one and batched) and forgets on a few names, so
+// that every answer (success, retry, conflict both ways, release) comes
+// up; a shadow table applied with the machine's rules counts them.
 type lockWorkload struct {
 	t       *testing.T
 	shadow  *pb.State
@@ -32,7 +32,7 @@ func (w *lockWorkload) op(rng *rand.Rand, i int) []byte {
 		obj = key // a clone of a data file key shares upstream's entry
 	}
 	var op *pb.Op
-	switch x := rng.IntN(16); {
+	switch x := rng.IntN(18); {
 	case x < 5:
 		op = addLock(key, uint64(1+rng.IntN(3)), uint64(rng.IntN(6)))
 	case x < 8:
@@ -45,6 +45,9 @@ func (w *lockWorkload) op(rng *rand.Rand, i int) []byte {
 		op = releaseClone(obj, uint64(rng.IntN(3)), int64(i-rng.IntN(20)))
 	case x < 14:
 		op = markObject(fmt.Sprintf("o/%d", rng.IntN(3)), int64(i))
+	case x < 16:
+		names := []string{"o/0", "o/1", "o/2", key}
+		op = markObjects(int64(i), names[rng.IntN(2):2+rng.IntN(3)]...) // ascending
 	default:
 		op = forget(obj, fmt.Sprintf("o/%d", rng.IntN(3)))
 	}
@@ -58,7 +61,7 @@ func (w *lockWorkload) op(rng *rand.Rand, i int) []byte {
 	}
 	kind := fmt.Sprintf("%T", op.GetOp())
 	switch {
-	case res.Conflict != "":
+	case res.Conflict != "" || (len(res.Locked) > 0 && !changed):
 		kind += " conflict"
 	case !changed:
 		kind += " unchanged"
@@ -95,7 +98,7 @@ func TestDisaggMachineConforms(t *testing.T) {
 	for _, k := range []string{"*disaggpb.Op_AddLock", "*disaggpb.Op_AddLock conflict", "*disaggpb.Op_AddLock unchanged",
 		"*disaggpb.Op_MarkDelete", "*disaggpb.Op_MarkDelete conflict", "*disaggpb.Op_Release",
 		"*disaggpb.Op_LockClone", "*disaggpb.Op_LockClone conflict", "*disaggpb.Op_ReleaseClone", "*disaggpb.Op_MarkObject",
-		"*disaggpb.Op_MarkObject conflict", "*disaggpb.Op_Forget"} {
+		"*disaggpb.Op_MarkObject conflict", "*disaggpb.Op_MarkObjects", "*disaggpb.Op_Forget"} {
 		if w.reached[k] == 0 {
 			t.Errorf("the workload never reached %s", k)
 		}

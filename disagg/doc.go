@@ -43,15 +43,19 @@
 // Release (chunkctl disagg lock release) removes a store's locks with
 // seq <= N through raft, then deletes their lock objects.
 //
-// Clone locks and gc (clone.go, reconcile.go, gc.go; docs/disagg-gc.md).
-// chunkraft uses the table for its own objects, keyed by any object name:
-// an @s3 clone chunk locks its source for the clone (LockClone, through
-// the owner) before its creation is proposed; a leader-only reconciler on
-// each copyset releases, after a grace, the locks of clones no longer
-// reading their source (ReleaseClone, only if the lock is still older
-// than the cutoff); disagg gc marks unlocked objects (MarkDelete for data
-// file keys, MarkObject else) and removes marked ones after a grace
-// (Forget). Times in these ops are the proposer's clock. tryAddLock and
+// Clone locks and gc (clone.go, reconcile.go, vanished.go, gc.go;
+// docs/disagg-gc.md). chunkraft uses the table for its own objects, keyed
+// by any object name: an @s3 clone chunk locks its source for the clone
+// (LockClone, through the owner, recording its copyset's members) before
+// its creation is proposed; a leader-only reconciler on each copyset
+// releases, after a grace, the locks of clones no longer reading their
+// source (ReleaseClone, only if the lock is still older than the cutoff),
+// and the owner those of copysets gone from the cluster for the grace
+// (complete crawls of the cluster map, seeded with the recorded members,
+// found no replica); disagg gc marks unlocked objects (MarkObjects, up to
+// 256 names an op, each marked as MarkDelete marks a data file key and
+// MarkObject any other name) and removes marked ones after a grace
+// (Forget, up to 256 names an op). Times in these ops are the proposer's clock. tryAddLock and
 // tryMarkDelete keep upstream's key validation and objects.
 //
 // Invariants. Apply is deterministic: it reads only the state and the op,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -28,10 +29,12 @@ import (
 //     through raft). A crash in between leaves the entry marked: the
 //     next run deletes what is left and forgets it.
 //  2. marks every other unit under P no lock holds, at the owner's clock,
-//     through raft (a data file key with MarkDelete and its .del object,
-//     as tryMarkDelete; any other name with MarkObject). A unit locked in
-//     the table, or a data file with a lock object in the store, is kept
-//     and reported with the lock.
+//     through raft, MaxMarkBatch (256) names per MarkObjects op: each
+//     marked as MarkDelete would mark a data file key (then its .del
+//     object is written, as tryMarkDelete does) or MarkObject any other
+//     name. A unit locked in the table (also one a lock took between the
+//     look and the commit: Apply refuses it), or a data file with a lock
+//     object in the store, is kept and reported with the lock.
 //
 // Safety: a clone locks its source before it is created, a mark is
 // refused on a locked object and a lock on a marked one, in the log's
@@ -107,6 +110,7 @@ func (is *internalService) gc(ctx context.Context, req *pb.GcRequest) (*pb.GcRes
 	case !ok:
 		return &pb.GcResponse{NotOwner: true, Leader: string(n.Leader())}, nil
 	}
+	slices.SortStableFunc(r.resp.Locked, func(a, b *pb.GcObject) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return r.resp, nil
 }
 
@@ -225,15 +229,12 @@ func (r *gcRun) forget(ctx context.Context, names []string) (bool, error) {
 	return true, nil
 }
 
-// mark marks every unit no lock holds, in name order, while the table has
-// room (gcFill).
+// mark marks every unit no lock holds, in name order, in batches of up to
+// MaxMarkBatch names (one MarkObjects op each), while the table has room
+// (gcFill).
 func (r *gcRun) mark(ctx context.Context, units map[string][]string, lockObjs map[string]string) (bool, error) {
-	names := make([]string, 0, len(units))
-	for u := range units {
-		names = append(names, u)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	var todo []string
+	for _, name := range slices.Sorted(maps.Keys(units)) {
 		if by := r.m.lockBy(name); by != "" {
 			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: by})
 			continue
@@ -242,46 +243,49 @@ func (r *gcRun) mark(ctx context.Context, units map[string][]string, lockObjs ma
 			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: by})
 			continue
 		}
-		if size := r.m.size(); size >= gcFill {
+		todo = append(todo, name)
+	}
+	for len(todo) > 0 {
+		size := r.m.size()
+		if size >= gcFill {
 			r.resp.Stopped = fmt.Sprintf("the lock table holds %d entries: gc marks up to %d of its %d (the rest stays for locks); run gc again after the grace to remove what it marked and go on",
 				size, gcFill, MaxFiles)
 			return true, nil
 		}
-		ok, err := r.markOne(ctx, name)
-		if err != nil || !ok {
+		batch := todo[:min(len(todo), MaxMarkBatch, gcFill-size)] // every name is a new entry: marked ones are not units any more
+		todo = todo[len(batch):]
+		if ok, err := r.markBatch(ctx, batch); err != nil || !ok {
 			return ok, err
 		}
 	}
 	return true, nil
 }
 
-// markOne proposes the mark of name and reports it marked, or locked when
-// a lock committed first.
-func (r *gcRun) markOne(ctx context.Context, name string) (bool, error) {
-	if k, err := ParseKey(name); err == nil {
-		ans, err := r.s.decide(ctx, r.n, markDeleteOp(k, r.now), k.DelMarkKey(), "the delete mark")
-		switch {
-		case err != nil:
-			return false, err
-		case ans.GetNotOwner() != nil:
-			return false, nil
-		case ans.GetConflict() != nil:
-			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: r.m.lockBy(name)})
-			return true, nil
-		}
-	} else {
-		res, ok, err := r.s.propose(ctx, r.n, &pb.Op{Op: &pb.Op_MarkObject{MarkObject: &pb.MarkObject{Name: name, TimeMs: r.now.UnixMilli()}}})
-		switch {
-		case err != nil || !ok:
-			return ok, err
-		case res.Err != nil:
-			return false, status.Error(codes.ResourceExhausted, res.Err.Error())
-		case res.Conflict != "":
-			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: r.m.lockBy(name)})
-			return true, nil
-		}
+// markBatch proposes the marks of names (ascending) in one MarkObjects op,
+// writes the .del objects of the data file keys it marked (as
+// tryMarkDelete does) and reports each name marked, or locked when a lock
+// committed first.
+func (r *gcRun) markBatch(ctx context.Context, names []string) (bool, error) {
+	op := &pb.Op{Op: &pb.Op_MarkObjects{MarkObjects: &pb.MarkObjects{Names: names, TimeMs: r.now.UnixMilli()}}}
+	res, ok, err := r.s.propose(ctx, r.n, op)
+	switch {
+	case err != nil || !ok:
+		return ok, err
+	case res.Err != nil:
+		return false, status.Error(codes.ResourceExhausted, res.Err.Error())
 	}
-	r.resp.Marked = append(r.resp.Marked, &pb.GcObject{Name: name, MarkedMs: r.now.UnixMilli()})
+	for _, name := range names {
+		if _, locked := slices.BinarySearch(res.Locked, name); locked {
+			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: r.m.lockBy(name)})
+			continue
+		}
+		if k, err := ParseKey(name); err == nil {
+			if err := r.s.putEmpty(ctx, k.DelMarkKey(), "the delete mark"); err != nil {
+				return false, err
+			}
+		}
+		r.resp.Marked = append(r.resp.Marked, &pb.GcObject{Name: name, MarkedMs: r.now.UnixMilli()})
+	}
 	return true, nil
 }
 

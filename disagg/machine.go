@@ -116,6 +116,8 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 		m.log.Info("disagg clone lock released", "index", index, "name", l.GetName(), "holder", CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk()))
 	case *pb.Op_MarkObject:
 		m.log.Info("disagg object marked deleted", "index", index, "name", o.MarkObject.GetName())
+	case *pb.Op_MarkObjects:
+		m.log.Info("disagg objects marked deleted", "index", index, "names", len(o.MarkObjects.GetNames())-len(res.Locked), "locked", len(res.Locked))
 	case *pb.Op_Forget:
 		m.log.Info("disagg collected objects forgotten", "index", index, "names", len(res.Released))
 	}
@@ -143,6 +145,21 @@ func (m *Machine) List(prefix string, holderPool, holderCopyset uint32) ([]*pb.D
 		}
 	}
 	return out, m.st.GetApplied()
+}
+
+// cloneCopysets returns a copy of the recorded members of the copysets
+// holding clone locks (State.clone_copysets); with pool not 0, only that
+// of pool/copyset.
+func (m *Machine) cloneCopysets(pool, copyset uint32) []*pb.CloneCopyset {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*pb.CloneCopyset
+	for _, c := range m.st.CloneCopysets {
+		if pool == 0 || (c.GetPool() == pool && c.GetCopyset() == copyset) {
+			out = append(out, proto.CloneOf(c))
+		}
+	}
+	return out
 }
 
 // heldBy reports whether a clone chunk of copyset pool/copyset locks f.

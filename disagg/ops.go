@@ -21,8 +21,14 @@ const (
 	// MaxLocks bounds the locks of the whole table (upstream's and clone
 	// locks).
 	MaxLocks = 16384
-	// MaxForget bounds the names of one Forget op.
-	MaxForget = 256
+	// MaxForget bounds the names of one Forget op, MaxMarkBatch those of
+	// one MarkObjects op.
+	MaxForget    = 256
+	MaxMarkBatch = 256
+	// MaxCloneMembers bounds the members a LockClone records for its
+	// copyset, and maxPeerLen the length of each.
+	MaxCloneMembers = 16
+	maxPeerLen      = 256
 	// gcFill is the most entries disagg gc fills the table to with its
 	// marks: the rest stays for locks.
 	gcFill = MaxFiles * 3 / 4
@@ -43,6 +49,9 @@ type Result struct {
 	// Released are the lock keys a Release removed, the clone holder a
 	// ReleaseClone removed, the names a Forget removed; ascending.
 	Released []string
+	// Locked are the names of a MarkObjects that a lock holds (refused,
+	// ascending); the batch's other names are marked.
+	Locked []string
 	// Err says why the op was refused for another reason (a bound, an
 	// invalid op); nothing changed.
 	Err error
@@ -71,11 +80,16 @@ func validateOp(op *pb.Op) error {
 	case *pb.Op_Release:
 		return nil
 	case *pb.Op_LockClone:
+		if err := validMembers(o.LockClone.GetMembers()); err != nil {
+			return err
+		}
 		return validClone(o.LockClone.GetName(), o.LockClone.GetPool(), o.LockClone.GetCopyset())
 	case *pb.Op_ReleaseClone:
 		return validClone(o.ReleaseClone.GetName(), o.ReleaseClone.GetPool(), o.ReleaseClone.GetCopyset())
 	case *pb.Op_MarkObject:
 		return validGcName(o.MarkObject.GetName())
+	case *pb.Op_MarkObjects:
+		return validMarkBatch(o.MarkObjects.GetNames())
 	case *pb.Op_Forget:
 		if len(o.Forget.GetNames()) > MaxForget {
 			return fmt.Errorf("forget of %d names (at most %d)", len(o.Forget.GetNames()), MaxForget)
@@ -104,6 +118,44 @@ func validClone(name string, pool, copyset uint32) error {
 		return fmt.Errorf("clone chunk %d/%d: pool and copyset must not be 0", pool, copyset)
 	}
 	return validName(name)
+}
+
+// validMembers checks a clone copyset's members: at most
+// MaxCloneMembers, each non-empty and at most maxPeerLen bytes, sorted
+// without repeats (one record per configuration: Apply compares them).
+func validMembers(members []string) error {
+	if len(members) > MaxCloneMembers {
+		return fmt.Errorf("clone copyset of %d members (at most %d)", len(members), MaxCloneMembers)
+	}
+	for i, m := range members {
+		switch {
+		case m == "" || len(m) > maxPeerLen:
+			return fmt.Errorf("clone copyset member %q: empty or longer than %d bytes", m, maxPeerLen)
+		case i > 0 && m <= members[i-1]:
+			return fmt.Errorf("clone copyset members not sorted without repeats: %q after %q", m, members[i-1])
+		}
+	}
+	return nil
+}
+
+// validMarkBatch checks the names of a MarkObjects: 1 to MaxMarkBatch,
+// strictly ascending, each a data file key or a name MarkObject takes.
+func validMarkBatch(names []string) error {
+	if len(names) == 0 || len(names) > MaxMarkBatch {
+		return fmt.Errorf("mark of %d names (1 to %d)", len(names), MaxMarkBatch)
+	}
+	for i, name := range names {
+		if i > 0 && name <= names[i-1] {
+			return fmt.Errorf("mark names not strictly ascending: %q after %q", name, names[i-1])
+		}
+		if _, err := ParseKey(name); err == nil {
+			continue
+		}
+		if err := validGcName(name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // validGcName checks a name disagg gc marks with MarkObject: not a lock

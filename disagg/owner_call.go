@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
@@ -113,7 +114,7 @@ func (s *Service) ownerClient(ctx context.Context, hint string) (pb.DisaggIntern
 		s.mu.Unlock()
 	}
 	if leader == "" && s.deps.Cluster != nil {
-		cm, err := s.deps.Cluster(ctx)
+		cm, err := s.deps.Cluster(ctx, &clusterpb.ClusterMapRequest{})
 		if err != nil {
 			return nil, "", fmt.Errorf("cluster map: %w", err)
 		}

@@ -3,6 +3,7 @@ package disagg
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -54,12 +55,17 @@ func (s *Service) Stop() {
 }
 
 // reconcile is the worker's run on copyset n while it leads: a round
-// every Interval until ctx ends. A failed round is logged and the next
-// one tries again.
+// every Interval until ctx ends; on the lock copyset each round also
+// looks at the copysets gone from the cluster (vanished.go). A failed
+// round is logged and the next one tries again.
 func (s *Service) reconcile(ctx context.Context, n *copyset.Node) error {
 	c := s.deps.Config.Clones
 	t := time.NewTicker(c.Interval)
 	defer t.Stop()
+	var watch *vanishWatch
+	if n.Group() == s.group {
+		watch = newVanishWatch()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -75,17 +81,29 @@ func (s *Service) reconcile(ctx context.Context, n *copyset.Node) error {
 		case released > 0:
 			s.log.Info("clone lock reconciler: released locks of clones no longer reading their source", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "released", released)
 		}
+		if m, ok := MachineOf(n); ok && watch != nil {
+			rctx, cancel := context.WithTimeout(ctx, c.Interval+c.Timeout)
+			_, err := s.releaseVanished(rctx, n, m, watch, time.Now())
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("clone lock reconciler: the look at vanished copysets failed; next round retries", "err", err)
+			}
+		}
 	}
 }
 
 // reconcileOnce releases the clone locks of n's chunks older than now -
-// grace that no clone chunk needs; it returns how many went.
+// grace that no clone chunk needs; it returns how many went. When the
+// members the table recorded for n's copyset are not its configuration
+// any more, it records the new ones with the lock of a live clone (a
+// LockClone of a lock held, which only refreshes it).
 func (s *Service) reconcileOnce(ctx context.Context, n *copyset.Node, now time.Time) (int, error) {
 	g := n.Group()
 	var files []*pb.DataFile
+	var recorded []*pb.CloneCopyset
 	err := s.onOwner(ctx, func(ctx context.Context, c pb.DisaggInternalClient) (bool, string, error) {
 		resp, err := c.List(ctx, &pb.ListRequest{HolderPool: g.Pool(), HolderCopyset: g.Copyset()})
-		files = resp.GetFiles()
+		files, recorded = resp.GetFiles(), resp.GetCopysets()
 		return resp.GetNotOwner(), resp.GetLeader(), err
 	})
 	if err != nil {
@@ -95,18 +113,26 @@ func (s *Service) reconcileOnce(ctx context.Context, n *copyset.Node, now time.T
 	if _, err := n.ReadBarrier(ctx); err != nil {
 		return 0, fmt.Errorf("read barrier: %w", err)
 	}
+	members := Members(n)
+	stale := len(members) > 0 && (len(recorded) != 1 || !slices.Equal(recorded[0].GetMembers(), members))
 	released := 0
 	for _, f := range files {
 		for _, l := range f.GetCloneLocks() {
-			if l.GetPool() != g.Pool() || l.GetCopyset() != g.Copyset() || l.GetTimeMs() >= cutoff {
+			if l.GetPool() != g.Pool() || l.GetCopyset() != g.Copyset() || (l.GetTimeMs() >= cutoff && !stale) {
 				continue
 			}
 			obj, err := s.deps.CloneOf(n, l.GetChunk())
 			if err != nil {
 				return released, fmt.Errorf("chunk %d: %w", l.GetChunk(), err)
 			}
-			if obj == f.GetKey() {
-				continue // still reads from it
+			if obj == f.GetKey() && stale {
+				if err := s.LockClone(ctx, f.GetKey(), g.Pool(), g.Copyset(), l.GetChunk(), members); err != nil {
+					return released, fmt.Errorf("record the members of copyset %d/%d: %w", g.Pool(), g.Copyset(), err)
+				}
+				stale = false
+			}
+			if obj == f.GetKey() || l.GetTimeMs() >= cutoff {
+				continue // still reads from it, or within the grace
 			}
 			req := &pb.ReleaseCloneRequest{Name: f.GetKey(), Pool: g.Pool(), Copyset: g.Copyset(), Chunk: l.GetChunk(), BeforeMs: cutoff}
 			var done bool

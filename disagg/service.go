@@ -73,9 +73,11 @@ type Deps struct {
 	Logger *slog.Logger
 	// Dial returns a connection to the server at addr (the lock owner).
 	Dial func(addr string) (*grpc.ClientConn, error)
-	// Cluster returns the cluster map: where the lock copyset's leader
-	// is when this server hosts no replica of it.
-	Cluster func(ctx context.Context) (*clusterpb.ClusterMapResponse, error)
+	// Cluster returns the cluster map as this server crawls it (with the
+	// request's seeds): where the lock copyset's leader is when this
+	// server hosts no replica of it, and which copysets exist (the
+	// owner's check of vanished copysets, vanished.go).
+	Cluster func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error)
 	// CloneOf returns the object an @s3 clone chunk of n reads from, ""
 	// for a normal chunk, another clone or no chunk (the reconciler;
 	// called after a read barrier on n's leader).
@@ -362,7 +364,8 @@ func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.L
 		return &pb.ListResponse{NotOwner: true, Leader: string(n.Leader())}, nil
 	}
 	files, applied := m.List(req.GetPrefix(), req.GetHolderPool(), req.GetHolderCopyset())
-	return &pb.ListResponse{Files: files, Applied: applied, Pool: is.s.group.Pool(), Copyset: is.s.group.Copyset()}, nil
+	return &pb.ListResponse{Files: files, Applied: applied, Pool: is.s.group.Pool(), Copyset: is.s.group.Copyset(),
+		Copysets: m.cloneCopysets(req.GetHolderPool(), req.GetHolderCopyset())}, nil
 }
 
 // Release commits the removal of the store's locks with seq <= up_to_seq

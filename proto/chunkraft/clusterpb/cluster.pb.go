@@ -180,8 +180,12 @@ func (*LocalCopysetsRequest) Descriptor() ([]byte, []int) {
 type LocalCopysetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// peer: the answering server's peer id.
-	Peer          string     `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Replicas      []*Replica `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Peer     string     `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Replicas []*Replica `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// loading: the server is still opening its copysets from disk (it
+	// serves while it does), or shutting down: replicas it has on disk may
+	// be missing from the list.
+	Loading       bool `protobuf:"varint,3,opt,name=loading,proto3" json:"loading,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +232,13 @@ func (x *LocalCopysetsResponse) GetReplicas() []*Replica {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *LocalCopysetsResponse) GetLoading() bool {
+	if x != nil {
+		return x.Loading
+	}
+	return false
 }
 
 type ClusterMapRequest struct {
@@ -297,8 +308,12 @@ type Server struct {
 	// error: why it did not (unreachable, timed out, not asked).
 	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// replicas and leads: the replicas it hosts and how many of them lead.
-	Replicas      uint32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	Leads         uint32 `protobuf:"varint,5,opt,name=leads,proto3" json:"leads,omitempty"`
+	Replicas uint32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Leads    uint32 `protobuf:"varint,5,opt,name=leads,proto3" json:"leads,omitempty"`
+	// loading: it answered while opening its copysets from disk or
+	// shutting down (LocalCopysetsResponse.loading), so it may host
+	// replicas it did not report.
+	Loading       bool `protobuf:"varint,6,opt,name=loading,proto3" json:"loading,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -366,6 +381,13 @@ func (x *Server) GetLeads() uint32 {
 		return x.Leads
 	}
 	return 0
+}
+
+func (x *Server) GetLoading() bool {
+	if x != nil {
+		return x.Loading
+	}
+	return false
 }
 
 // Copyset is one copyset of the map.
@@ -553,20 +575,22 @@ const file_chunkraft_clusterpb_cluster_proto_rawDesc = "" +
 	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x18\n" +
 	"\amembers\x18\b \x03(\tR\amembers\x12\x16\n" +
 	"\x06broken\x18\t \x01(\bR\x06broken\"\x16\n" +
-	"\x14LocalCopysetsRequest\"c\n" +
+	"\x14LocalCopysetsRequest\"}\n" +
 	"\x15LocalCopysetsResponse\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x126\n" +
-	"\breplicas\x18\x02 \x03(\v2\x1a.chunkraft.cluster.ReplicaR\breplicas\"J\n" +
+	"\breplicas\x18\x02 \x03(\v2\x1a.chunkraft.cluster.ReplicaR\breplicas\x12\x18\n" +
+	"\aloading\x18\x03 \x01(\bR\aloading\"J\n" +
 	"\x11ClusterMapRequest\x12\x14\n" +
 	"\x05seeds\x18\x01 \x03(\tR\x05seeds\x12\x1f\n" +
 	"\vmax_servers\x18\x02 \x01(\rR\n" +
-	"maxServers\"\x88\x01\n" +
+	"maxServers\"\xa2\x01\n" +
 	"\x06Server\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1a\n" +
 	"\breplicas\x18\x04 \x01(\rR\breplicas\x12\x14\n" +
-	"\x05leads\x18\x05 \x01(\rR\x05leads\"\xcf\x01\n" +
+	"\x05leads\x18\x05 \x01(\rR\x05leads\x12\x18\n" +
+	"\aloading\x18\x06 \x01(\bR\aloading\"\xcf\x01\n" +
 	"\aCopyset\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x18\n" +

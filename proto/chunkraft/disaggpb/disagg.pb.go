@@ -30,9 +30,14 @@ const (
 // State is the whole lock table of a copyset, stamped with the log index
 // of the last op that changed it. One JSON line of disagg/state.jsonl.
 type State struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
-	Files         []*DataFile            `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"` // ascending key; a file with neither locks nor a mark is removed
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Applied uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Files   []*DataFile            `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"` // ascending key; a file with neither locks nor a mark is removed
+	// clone_copysets: per copyset whose clone chunks hold clone locks, its
+	// members as its leader last reported them (LockClone); ascending
+	// (pool, copyset), removed with the copyset's last clone lock. The lock
+	// owner asks them too before it takes the copyset for gone.
+	CloneCopysets []*CloneCopyset `protobuf:"bytes,3,rep,name=clone_copysets,json=cloneCopysets,proto3" json:"clone_copysets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -81,6 +86,75 @@ func (x *State) GetFiles() []*DataFile {
 	return nil
 }
 
+func (x *State) GetCloneCopysets() []*CloneCopyset {
+	if x != nil {
+		return x.CloneCopysets
+	}
+	return nil
+}
+
+// CloneCopyset is the last configuration a copyset holding clone locks
+// reported (peer ids, sorted).
+type CloneCopyset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Members       []string               `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneCopyset) Reset() {
+	*x = CloneCopyset{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneCopyset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneCopyset) ProtoMessage() {}
+
+func (x *CloneCopyset) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneCopyset.ProtoReflect.Descriptor instead.
+func (*CloneCopyset) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CloneCopyset) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *CloneCopyset) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *CloneCopyset) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // DataFile is one object's entry: a data file key's (upstream locks and
 // marks) or any object name's (clone locks, gc marks).
 type DataFile struct {
@@ -97,7 +171,7 @@ type DataFile struct {
 
 func (x *DataFile) Reset() {
 	*x = DataFile{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[1]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +183,7 @@ func (x *DataFile) String() string {
 func (*DataFile) ProtoMessage() {}
 
 func (x *DataFile) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[1]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +196,7 @@ func (x *DataFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataFile.ProtoReflect.Descriptor instead.
 func (*DataFile) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{1}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DataFile) GetKey() string {
@@ -182,7 +256,7 @@ type CloneLock struct {
 
 func (x *CloneLock) Reset() {
 	*x = CloneLock{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -194,7 +268,7 @@ func (x *CloneLock) String() string {
 func (*CloneLock) ProtoMessage() {}
 
 func (x *CloneLock) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[2]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -207,7 +281,7 @@ func (x *CloneLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneLock.ProtoReflect.Descriptor instead.
 func (*CloneLock) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{2}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CloneLock) GetPool() uint32 {
@@ -258,7 +332,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +344,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[3]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +357,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{3}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Lock) GetStoreId() uint64 {
@@ -319,6 +393,7 @@ type Op struct {
 	//	*Op_ReleaseClone
 	//	*Op_MarkObject
 	//	*Op_Forget
+	//	*Op_MarkObjects
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -326,7 +401,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +413,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[4]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +426,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{4}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -424,6 +499,15 @@ func (x *Op) GetForget() *Forget {
 	return nil
 }
 
+func (x *Op) GetMarkObjects() *MarkObjects {
+	if x != nil {
+		if x, ok := x.Op.(*Op_MarkObjects); ok {
+			return x.MarkObjects
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -456,6 +540,10 @@ type Op_Forget struct {
 	Forget *Forget `protobuf:"bytes,7,opt,name=forget,proto3,oneof"`
 }
 
+type Op_MarkObjects struct {
+	MarkObjects *MarkObjects `protobuf:"bytes,8,opt,name=mark_objects,json=markObjects,proto3,oneof"`
+}
+
 func (*Op_AddLock) isOp_Op() {}
 
 func (*Op_MarkDelete) isOp_Op() {}
@@ -470,6 +558,8 @@ func (*Op_MarkObject) isOp_Op() {}
 
 func (*Op_Forget) isOp_Op() {}
 
+func (*Op_MarkObjects) isOp_Op() {}
+
 type AddLock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -481,7 +571,7 @@ type AddLock struct {
 
 func (x *AddLock) Reset() {
 	*x = AddLock{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +583,7 @@ func (x *AddLock) String() string {
 func (*AddLock) ProtoMessage() {}
 
 func (x *AddLock) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[5]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +596,7 @@ func (x *AddLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddLock.ProtoReflect.Descriptor instead.
 func (*AddLock) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{5}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddLock) GetKey() string {
@@ -540,7 +630,7 @@ type MarkDelete struct {
 
 func (x *MarkDelete) Reset() {
 	*x = MarkDelete{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +642,7 @@ func (x *MarkDelete) String() string {
 func (*MarkDelete) ProtoMessage() {}
 
 func (x *MarkDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[6]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +655,7 @@ func (x *MarkDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkDelete.ProtoReflect.Descriptor instead.
 func (*MarkDelete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MarkDelete) GetKey() string {
@@ -585,19 +675,23 @@ func (x *MarkDelete) GetTimeMs() int64 {
 // LockClone locks object name for the clone chunk pool/copyset/chunk; a
 // marked object is a conflict; the same holder again refreshes the time.
 type LockClone struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Copyset       uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
-	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	TimeMs        int64                  `protobuf:"varint,5,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Pool    uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk   uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	TimeMs  int64                  `protobuf:"varint,5,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	// members: the clone copyset's configuration (peer ids, sorted) as its
+	// leader had it; recorded in State.clone_copysets. Empty: the record
+	// stays as it is (older proposers).
+	Members       []string `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockClone) Reset() {
 	*x = LockClone{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +703,7 @@ func (x *LockClone) String() string {
 func (*LockClone) ProtoMessage() {}
 
 func (x *LockClone) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[7]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +716,7 @@ func (x *LockClone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockClone.ProtoReflect.Descriptor instead.
 func (*LockClone) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LockClone) GetName() string {
@@ -660,6 +754,13 @@ func (x *LockClone) GetTimeMs() int64 {
 	return 0
 }
 
+func (x *LockClone) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // ReleaseClone removes the clone lock of pool/copyset/chunk on name if its
 // time is before before_ms (a lock refreshed since stays).
 type ReleaseClone struct {
@@ -675,7 +776,7 @@ type ReleaseClone struct {
 
 func (x *ReleaseClone) Reset() {
 	*x = ReleaseClone{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +788,7 @@ func (x *ReleaseClone) String() string {
 func (*ReleaseClone) ProtoMessage() {}
 
 func (x *ReleaseClone) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[8]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +801,7 @@ func (x *ReleaseClone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseClone.ProtoReflect.Descriptor instead.
 func (*ReleaseClone) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseClone) GetName() string {
@@ -750,7 +851,7 @@ type MarkObject struct {
 
 func (x *MarkObject) Reset() {
 	*x = MarkObject{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +863,7 @@ func (x *MarkObject) String() string {
 func (*MarkObject) ProtoMessage() {}
 
 func (x *MarkObject) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[9]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +876,7 @@ func (x *MarkObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkObject.ProtoReflect.Descriptor instead.
 func (*MarkObject) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MarkObject) GetName() string {
@@ -786,6 +887,63 @@ func (x *MarkObject) GetName() string {
 }
 
 func (x *MarkObject) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+// MarkObjects is disagg gc's batch of marks (at most 256 names, strictly
+// ascending): each name is marked as a MarkDelete (a data file key) or a
+// MarkObject (any other name) of it at time_ms would mark it; a locked
+// name is refused and reported, the others marked. A batch that would
+// pass the table's bound on entries is refused whole.
+type MarkObjects struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkObjects) Reset() {
+	*x = MarkObjects{}
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkObjects) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkObjects) ProtoMessage() {}
+
+func (x *MarkObjects) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkObjects.ProtoReflect.Descriptor instead.
+func (*MarkObjects) Descriptor() ([]byte, []int) {
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MarkObjects) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *MarkObjects) GetTimeMs() int64 {
 	if x != nil {
 		return x.TimeMs
 	}
@@ -803,7 +961,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +973,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[10]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +986,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Forget) GetNames() []string {
@@ -849,7 +1007,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1019,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[11]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1032,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Release) GetLockStoreId() uint64 {
@@ -904,7 +1062,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1074,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[12]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1087,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -954,20 +1112,23 @@ func (x *ListRequest) GetHolderCopyset() uint32 {
 }
 
 type ListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NotOwner      bool                   `protobuf:"varint,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"` // the leader this server knows, when not_owner
-	Applied       uint64                 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
-	Files         []*DataFile            `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
-	Pool          uint32                 `protobuf:"varint,5,opt,name=pool,proto3" json:"pool,omitempty"` // the lock copyset
-	Copyset       uint32                 `protobuf:"varint,6,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NotOwner bool                   `protobuf:"varint,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
+	Leader   string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"` // the leader this server knows, when not_owner
+	Applied  uint64                 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	Files    []*DataFile            `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	Pool     uint32                 `protobuf:"varint,5,opt,name=pool,proto3" json:"pool,omitempty"` // the lock copyset
+	Copyset  uint32                 `protobuf:"varint,6,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	// copysets: the recorded members of the copysets holding clone locks
+	// (State.clone_copysets); with holder_pool, only that copyset's.
+	Copysets      []*CloneCopyset `protobuf:"bytes,7,rep,name=copysets,proto3" json:"copysets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1140,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[13]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1153,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetNotOwner() bool {
@@ -1037,6 +1198,13 @@ func (x *ListResponse) GetCopyset() uint32 {
 	return 0
 }
 
+func (x *ListResponse) GetCopysets() []*CloneCopyset {
+	if x != nil {
+		return x.Copysets
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LockStoreId   uint64                 `protobuf:"varint,1,opt,name=lock_store_id,json=lockStoreId,proto3" json:"lock_store_id,omitempty"`
@@ -1047,7 +1215,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1227,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[14]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1240,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetLockStoreId() uint64 {
@@ -1100,7 +1268,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1280,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[15]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1293,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetNotOwner() bool {
@@ -1155,13 +1323,14 @@ type LockCloneRequest struct {
 	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"` // the clone chunk
 	Copyset       uint32                 `protobuf:"varint,3,opt,name=copyset,proto3" json:"copyset,omitempty"`
 	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Members       []string               `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"` // the clone copyset's configuration (LockClone.members)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockCloneRequest) Reset() {
 	*x = LockCloneRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1342,7 @@ func (x *LockCloneRequest) String() string {
 func (*LockCloneRequest) ProtoMessage() {}
 
 func (x *LockCloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[16]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1355,7 @@ func (x *LockCloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockCloneRequest.ProtoReflect.Descriptor instead.
 func (*LockCloneRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockCloneRequest) GetName() string {
@@ -1217,6 +1386,13 @@ func (x *LockCloneRequest) GetChunk() uint64 {
 	return 0
 }
 
+func (x *LockCloneRequest) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 type LockCloneResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NotOwner      bool                   `protobuf:"varint,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
@@ -1228,7 +1404,7 @@ type LockCloneResponse struct {
 
 func (x *LockCloneResponse) Reset() {
 	*x = LockCloneResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1416,7 @@ func (x *LockCloneResponse) String() string {
 func (*LockCloneResponse) ProtoMessage() {}
 
 func (x *LockCloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[17]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1429,7 @@ func (x *LockCloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockCloneResponse.ProtoReflect.Descriptor instead.
 func (*LockCloneResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockCloneResponse) GetNotOwner() bool {
@@ -1290,7 +1466,7 @@ type ReleaseCloneRequest struct {
 
 func (x *ReleaseCloneRequest) Reset() {
 	*x = ReleaseCloneRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1478,7 @@ func (x *ReleaseCloneRequest) String() string {
 func (*ReleaseCloneRequest) ProtoMessage() {}
 
 func (x *ReleaseCloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[18]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1491,7 @@ func (x *ReleaseCloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCloneRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCloneRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseCloneRequest) GetName() string {
@@ -1364,7 +1540,7 @@ type ReleaseCloneResponse struct {
 
 func (x *ReleaseCloneResponse) Reset() {
 	*x = ReleaseCloneResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1552,7 @@ func (x *ReleaseCloneResponse) String() string {
 func (*ReleaseCloneResponse) ProtoMessage() {}
 
 func (x *ReleaseCloneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[19]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1565,7 @@ func (x *ReleaseCloneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCloneResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCloneResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseCloneResponse) GetNotOwner() bool {
@@ -1423,7 +1599,7 @@ type GcRequest struct {
 
 func (x *GcRequest) Reset() {
 	*x = GcRequest{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1611,7 @@ func (x *GcRequest) String() string {
 func (*GcRequest) ProtoMessage() {}
 
 func (x *GcRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[20]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1624,7 @@ func (x *GcRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRequest.ProtoReflect.Descriptor instead.
 func (*GcRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GcRequest) GetPrefix() string {
@@ -1476,7 +1652,7 @@ type GcObject struct {
 
 func (x *GcObject) Reset() {
 	*x = GcObject{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1664,7 @@ func (x *GcObject) String() string {
 func (*GcObject) ProtoMessage() {}
 
 func (x *GcObject) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[21]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1677,7 @@ func (x *GcObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcObject.ProtoReflect.Descriptor instead.
 func (*GcObject) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GcObject) GetName() string {
@@ -1541,7 +1717,7 @@ type GcResponse struct {
 
 func (x *GcResponse) Reset() {
 	*x = GcResponse{}
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1729,7 @@ func (x *GcResponse) String() string {
 func (*GcResponse) ProtoMessage() {}
 
 func (x *GcResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[22]
+	mi := &file_chunkraft_disaggpb_disagg_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1742,7 @@ func (x *GcResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcResponse.ProtoReflect.Descriptor instead.
 func (*GcResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{22}
+	return file_chunkraft_disaggpb_disagg_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GcResponse) GetNotOwner() bool {
@@ -1629,10 +1805,15 @@ var File_chunkraft_disaggpb_disagg_proto protoreflect.FileDescriptor
 
 const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\n" +
-	"\x1fchunkraft/disaggpb/disagg.proto\x12\x10chunkraft.disagg\"S\n" +
+	"\x1fchunkraft/disaggpb/disagg.proto\x12\x10chunkraft.disagg\"\x9a\x01\n" +
 	"\x05State\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x120\n" +
-	"\x05files\x18\x02 \x03(\v2\x1a.chunkraft.disagg.DataFileR\x05files\"\xe2\x01\n" +
+	"\x05files\x18\x02 \x03(\v2\x1a.chunkraft.disagg.DataFileR\x05files\x12E\n" +
+	"\x0eclone_copysets\x18\x03 \x03(\v2\x1e.chunkraft.disagg.CloneCopysetR\rcloneCopysets\"V\n" +
+	"\fCloneCopyset\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x18\n" +
+	"\amembers\x18\x03 \x03(\tR\amembers\"\xe2\x01\n" +
 	"\bDataFile\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05locks\x18\x02 \x03(\v2\x16.chunkraft.disagg.LockR\x05locks\x12\x18\n" +
@@ -1650,7 +1831,7 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\x04Lock\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\xb4\x03\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xf8\x03\n" +
 	"\x02Op\x126\n" +
 	"\badd_lock\x18\x01 \x01(\v2\x19.chunkraft.disagg.AddLockH\x00R\aaddLock\x12?\n" +
 	"\vmark_delete\x18\x02 \x01(\v2\x1c.chunkraft.disagg.MarkDeleteH\x00R\n" +
@@ -1661,7 +1842,8 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\rrelease_clone\x18\x05 \x01(\v2\x1e.chunkraft.disagg.ReleaseCloneH\x00R\freleaseClone\x12?\n" +
 	"\vmark_object\x18\x06 \x01(\v2\x1c.chunkraft.disagg.MarkObjectH\x00R\n" +
 	"markObject\x122\n" +
-	"\x06forget\x18\a \x01(\v2\x18.chunkraft.disagg.ForgetH\x00R\x06forgetB\x04\n" +
+	"\x06forget\x18\a \x01(\v2\x18.chunkraft.disagg.ForgetH\x00R\x06forget\x12B\n" +
+	"\fmark_objects\x18\b \x01(\v2\x1d.chunkraft.disagg.MarkObjectsH\x00R\vmarkObjectsB\x04\n" +
 	"\x02op\"Z\n" +
 	"\aAddLock\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
@@ -1670,13 +1852,14 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\n" +
 	"MarkDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x17\n" +
-	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"|\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"\x96\x01\n" +
 	"\tLockClone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x03 \x01(\rR\acopyset\x12\x14\n" +
 	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x17\n" +
-	"\atime_ms\x18\x05 \x01(\x03R\x06timeMs\"\x83\x01\n" +
+	"\atime_ms\x18\x05 \x01(\x03R\x06timeMs\x12\x18\n" +
+	"\amembers\x18\x06 \x03(\tR\amembers\"\x83\x01\n" +
 	"\fReleaseClone\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
@@ -1686,6 +1869,9 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\n" +
 	"MarkObject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"<\n" +
+	"\vMarkObjects\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\x12\x17\n" +
 	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\"\x1e\n" +
 	"\x06Forget\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"I\n" +
@@ -1696,26 +1882,28 @@ const file_chunkraft_disaggpb_disagg_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1f\n" +
 	"\vholder_pool\x18\x02 \x01(\rR\n" +
 	"holderPool\x12%\n" +
-	"\x0eholder_copyset\x18\x03 \x01(\rR\rholderCopyset\"\xbd\x01\n" +
+	"\x0eholder_copyset\x18\x03 \x01(\rR\rholderCopyset\"\xf9\x01\n" +
 	"\fListResponse\x12\x1b\n" +
 	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x18\n" +
 	"\aapplied\x18\x03 \x01(\x04R\aapplied\x120\n" +
 	"\x05files\x18\x04 \x03(\v2\x1a.chunkraft.disagg.DataFileR\x05files\x12\x12\n" +
 	"\x04pool\x18\x05 \x01(\rR\x04pool\x12\x18\n" +
-	"\acopyset\x18\x06 \x01(\rR\acopyset\"P\n" +
+	"\acopyset\x18\x06 \x01(\rR\acopyset\x12:\n" +
+	"\bcopysets\x18\a \x03(\v2\x1e.chunkraft.disagg.CloneCopysetR\bcopysets\"P\n" +
 	"\x0eReleaseRequest\x12\"\n" +
 	"\rlock_store_id\x18\x01 \x01(\x04R\vlockStoreId\x12\x1a\n" +
 	"\tup_to_seq\x18\x02 \x01(\x04R\aupToSeq\"b\n" +
 	"\x0fReleaseResponse\x12\x1b\n" +
 	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x1a\n" +
-	"\breleased\x18\x03 \x03(\tR\breleased\"j\n" +
+	"\breleased\x18\x03 \x03(\tR\breleased\"\x84\x01\n" +
 	"\x10LockCloneRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x03 \x01(\rR\acopyset\x12\x14\n" +
-	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\"d\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x18\n" +
+	"\amembers\x18\x05 \x03(\tR\amembers\"d\n" +
 	"\x11LockCloneResponse\x12\x1b\n" +
 	"\tnot_owner\x18\x01 \x01(\bR\bnotOwner\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x1a\n" +
@@ -1766,63 +1954,68 @@ func file_chunkraft_disaggpb_disagg_proto_rawDescGZIP() []byte {
 	return file_chunkraft_disaggpb_disagg_proto_rawDescData
 }
 
-var file_chunkraft_disaggpb_disagg_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_chunkraft_disaggpb_disagg_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_chunkraft_disaggpb_disagg_proto_goTypes = []any{
 	(*State)(nil),                // 0: chunkraft.disagg.State
-	(*DataFile)(nil),             // 1: chunkraft.disagg.DataFile
-	(*CloneLock)(nil),            // 2: chunkraft.disagg.CloneLock
-	(*Lock)(nil),                 // 3: chunkraft.disagg.Lock
-	(*Op)(nil),                   // 4: chunkraft.disagg.Op
-	(*AddLock)(nil),              // 5: chunkraft.disagg.AddLock
-	(*MarkDelete)(nil),           // 6: chunkraft.disagg.MarkDelete
-	(*LockClone)(nil),            // 7: chunkraft.disagg.LockClone
-	(*ReleaseClone)(nil),         // 8: chunkraft.disagg.ReleaseClone
-	(*MarkObject)(nil),           // 9: chunkraft.disagg.MarkObject
-	(*Forget)(nil),               // 10: chunkraft.disagg.Forget
-	(*Release)(nil),              // 11: chunkraft.disagg.Release
-	(*ListRequest)(nil),          // 12: chunkraft.disagg.ListRequest
-	(*ListResponse)(nil),         // 13: chunkraft.disagg.ListResponse
-	(*ReleaseRequest)(nil),       // 14: chunkraft.disagg.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 15: chunkraft.disagg.ReleaseResponse
-	(*LockCloneRequest)(nil),     // 16: chunkraft.disagg.LockCloneRequest
-	(*LockCloneResponse)(nil),    // 17: chunkraft.disagg.LockCloneResponse
-	(*ReleaseCloneRequest)(nil),  // 18: chunkraft.disagg.ReleaseCloneRequest
-	(*ReleaseCloneResponse)(nil), // 19: chunkraft.disagg.ReleaseCloneResponse
-	(*GcRequest)(nil),            // 20: chunkraft.disagg.GcRequest
-	(*GcObject)(nil),             // 21: chunkraft.disagg.GcObject
-	(*GcResponse)(nil),           // 22: chunkraft.disagg.GcResponse
+	(*CloneCopyset)(nil),         // 1: chunkraft.disagg.CloneCopyset
+	(*DataFile)(nil),             // 2: chunkraft.disagg.DataFile
+	(*CloneLock)(nil),            // 3: chunkraft.disagg.CloneLock
+	(*Lock)(nil),                 // 4: chunkraft.disagg.Lock
+	(*Op)(nil),                   // 5: chunkraft.disagg.Op
+	(*AddLock)(nil),              // 6: chunkraft.disagg.AddLock
+	(*MarkDelete)(nil),           // 7: chunkraft.disagg.MarkDelete
+	(*LockClone)(nil),            // 8: chunkraft.disagg.LockClone
+	(*ReleaseClone)(nil),         // 9: chunkraft.disagg.ReleaseClone
+	(*MarkObject)(nil),           // 10: chunkraft.disagg.MarkObject
+	(*MarkObjects)(nil),          // 11: chunkraft.disagg.MarkObjects
+	(*Forget)(nil),               // 12: chunkraft.disagg.Forget
+	(*Release)(nil),              // 13: chunkraft.disagg.Release
+	(*ListRequest)(nil),          // 14: chunkraft.disagg.ListRequest
+	(*ListResponse)(nil),         // 15: chunkraft.disagg.ListResponse
+	(*ReleaseRequest)(nil),       // 16: chunkraft.disagg.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 17: chunkraft.disagg.ReleaseResponse
+	(*LockCloneRequest)(nil),     // 18: chunkraft.disagg.LockCloneRequest
+	(*LockCloneResponse)(nil),    // 19: chunkraft.disagg.LockCloneResponse
+	(*ReleaseCloneRequest)(nil),  // 20: chunkraft.disagg.ReleaseCloneRequest
+	(*ReleaseCloneResponse)(nil), // 21: chunkraft.disagg.ReleaseCloneResponse
+	(*GcRequest)(nil),            // 22: chunkraft.disagg.GcRequest
+	(*GcObject)(nil),             // 23: chunkraft.disagg.GcObject
+	(*GcResponse)(nil),           // 24: chunkraft.disagg.GcResponse
 }
 var file_chunkraft_disaggpb_disagg_proto_depIdxs = []int32{
-	1,  // 0: chunkraft.disagg.State.files:type_name -> chunkraft.disagg.DataFile
-	3,  // 1: chunkraft.disagg.DataFile.locks:type_name -> chunkraft.disagg.Lock
-	2,  // 2: chunkraft.disagg.DataFile.clone_locks:type_name -> chunkraft.disagg.CloneLock
-	5,  // 3: chunkraft.disagg.Op.add_lock:type_name -> chunkraft.disagg.AddLock
-	6,  // 4: chunkraft.disagg.Op.mark_delete:type_name -> chunkraft.disagg.MarkDelete
-	11, // 5: chunkraft.disagg.Op.release:type_name -> chunkraft.disagg.Release
-	7,  // 6: chunkraft.disagg.Op.lock_clone:type_name -> chunkraft.disagg.LockClone
-	8,  // 7: chunkraft.disagg.Op.release_clone:type_name -> chunkraft.disagg.ReleaseClone
-	9,  // 8: chunkraft.disagg.Op.mark_object:type_name -> chunkraft.disagg.MarkObject
-	10, // 9: chunkraft.disagg.Op.forget:type_name -> chunkraft.disagg.Forget
-	1,  // 10: chunkraft.disagg.ListResponse.files:type_name -> chunkraft.disagg.DataFile
-	21, // 11: chunkraft.disagg.GcResponse.marked:type_name -> chunkraft.disagg.GcObject
-	21, // 12: chunkraft.disagg.GcResponse.removed:type_name -> chunkraft.disagg.GcObject
-	21, // 13: chunkraft.disagg.GcResponse.locked:type_name -> chunkraft.disagg.GcObject
-	21, // 14: chunkraft.disagg.GcResponse.waiting:type_name -> chunkraft.disagg.GcObject
-	12, // 15: chunkraft.disagg.DisaggInternal.List:input_type -> chunkraft.disagg.ListRequest
-	14, // 16: chunkraft.disagg.DisaggInternal.Release:input_type -> chunkraft.disagg.ReleaseRequest
-	16, // 17: chunkraft.disagg.DisaggInternal.LockClone:input_type -> chunkraft.disagg.LockCloneRequest
-	18, // 18: chunkraft.disagg.DisaggInternal.ReleaseClone:input_type -> chunkraft.disagg.ReleaseCloneRequest
-	20, // 19: chunkraft.disagg.DisaggInternal.Gc:input_type -> chunkraft.disagg.GcRequest
-	13, // 20: chunkraft.disagg.DisaggInternal.List:output_type -> chunkraft.disagg.ListResponse
-	15, // 21: chunkraft.disagg.DisaggInternal.Release:output_type -> chunkraft.disagg.ReleaseResponse
-	17, // 22: chunkraft.disagg.DisaggInternal.LockClone:output_type -> chunkraft.disagg.LockCloneResponse
-	19, // 23: chunkraft.disagg.DisaggInternal.ReleaseClone:output_type -> chunkraft.disagg.ReleaseCloneResponse
-	22, // 24: chunkraft.disagg.DisaggInternal.Gc:output_type -> chunkraft.disagg.GcResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	2,  // 0: chunkraft.disagg.State.files:type_name -> chunkraft.disagg.DataFile
+	1,  // 1: chunkraft.disagg.State.clone_copysets:type_name -> chunkraft.disagg.CloneCopyset
+	4,  // 2: chunkraft.disagg.DataFile.locks:type_name -> chunkraft.disagg.Lock
+	3,  // 3: chunkraft.disagg.DataFile.clone_locks:type_name -> chunkraft.disagg.CloneLock
+	6,  // 4: chunkraft.disagg.Op.add_lock:type_name -> chunkraft.disagg.AddLock
+	7,  // 5: chunkraft.disagg.Op.mark_delete:type_name -> chunkraft.disagg.MarkDelete
+	13, // 6: chunkraft.disagg.Op.release:type_name -> chunkraft.disagg.Release
+	8,  // 7: chunkraft.disagg.Op.lock_clone:type_name -> chunkraft.disagg.LockClone
+	9,  // 8: chunkraft.disagg.Op.release_clone:type_name -> chunkraft.disagg.ReleaseClone
+	10, // 9: chunkraft.disagg.Op.mark_object:type_name -> chunkraft.disagg.MarkObject
+	12, // 10: chunkraft.disagg.Op.forget:type_name -> chunkraft.disagg.Forget
+	11, // 11: chunkraft.disagg.Op.mark_objects:type_name -> chunkraft.disagg.MarkObjects
+	2,  // 12: chunkraft.disagg.ListResponse.files:type_name -> chunkraft.disagg.DataFile
+	1,  // 13: chunkraft.disagg.ListResponse.copysets:type_name -> chunkraft.disagg.CloneCopyset
+	23, // 14: chunkraft.disagg.GcResponse.marked:type_name -> chunkraft.disagg.GcObject
+	23, // 15: chunkraft.disagg.GcResponse.removed:type_name -> chunkraft.disagg.GcObject
+	23, // 16: chunkraft.disagg.GcResponse.locked:type_name -> chunkraft.disagg.GcObject
+	23, // 17: chunkraft.disagg.GcResponse.waiting:type_name -> chunkraft.disagg.GcObject
+	14, // 18: chunkraft.disagg.DisaggInternal.List:input_type -> chunkraft.disagg.ListRequest
+	16, // 19: chunkraft.disagg.DisaggInternal.Release:input_type -> chunkraft.disagg.ReleaseRequest
+	18, // 20: chunkraft.disagg.DisaggInternal.LockClone:input_type -> chunkraft.disagg.LockCloneRequest
+	20, // 21: chunkraft.disagg.DisaggInternal.ReleaseClone:input_type -> chunkraft.disagg.ReleaseCloneRequest
+	22, // 22: chunkraft.disagg.DisaggInternal.Gc:input_type -> chunkraft.disagg.GcRequest
+	15, // 23: chunkraft.disagg.DisaggInternal.List:output_type -> chunkraft.disagg.ListResponse
+	17, // 24: chunkraft.disagg.DisaggInternal.Release:output_type -> chunkraft.disagg.ReleaseResponse
+	19, // 25: chunkraft.disagg.DisaggInternal.LockClone:output_type -> chunkraft.disagg.LockCloneResponse
+	21, // 26: chunkraft.disagg.DisaggInternal.ReleaseClone:output_type -> chunkraft.disagg.ReleaseCloneResponse
+	24, // 27: chunkraft.disagg.DisaggInternal.Gc:output_type -> chunkraft.disagg.GcResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_disaggpb_disagg_proto_init() }
@@ -1830,7 +2023,7 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 	if File_chunkraft_disaggpb_disagg_proto != nil {
 		return
 	}
-	file_chunkraft_disaggpb_disagg_proto_msgTypes[4].OneofWrappers = []any{
+	file_chunkraft_disaggpb_disagg_proto_msgTypes[5].OneofWrappers = []any{
 		(*Op_AddLock)(nil),
 		(*Op_MarkDelete)(nil),
 		(*Op_Release)(nil),
@@ -1838,6 +2031,7 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 		(*Op_ReleaseClone)(nil),
 		(*Op_MarkObject)(nil),
 		(*Op_Forget)(nil),
+		(*Op_MarkObjects)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1845,7 +2039,7 @@ func file_chunkraft_disaggpb_disagg_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_disaggpb_disagg_proto_rawDesc), len(file_chunkraft_disaggpb_disagg_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
