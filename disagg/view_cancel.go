@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
 )
@@ -108,7 +109,7 @@ func (r *cancelRun) resolve(ctx context.Context) {
 	if !unknown || s.deps.Cluster == nil {
 		return
 	}
-	cm, err := s.deps.Cluster(ctx)
+	cm, err := s.deps.Cluster(ctx, &clusterpb.ClusterMapRequest{})
 	switch {
 	case err != nil:
 		r.mapErr = fmt.Errorf("cluster map: %w (the copysets this server does not host were not asked)", err)
