@@ -446,11 +446,6 @@ func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64
 	pkt := &dpb.PagesPacket{}
 	size := 0
 	buf := make([]byte, maxRunPages*int(bs))
-	// A packet's pages are encoded into one arena (a new one per packet:
-	// gRPC may read a message after Send returns), through one Page.
-	arenaCap := limit + 2*int(bs)
-	arena := make([]byte, 0, arenaCap)
-	page := &vpb.Page{}
 	for k := 0; k < len(ids); {
 		c, b := SplitPageID(ids[k])
 		j := k + 1 // ids[k:j]: the next page of the same chunk each
@@ -464,19 +459,16 @@ func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64
 		for m := k; m < j; m++ {
 			data := run[(m-k)*int(bs) : (m-k+1)*int(bs)]
 			pb := b + uint32(m-k)
-			page.PageId, page.ChunkId, page.Offset, page.Data, page.Crc32C = ids[m], c, pb*bs, data, crc32.Checksum(data, castagnoliTable)
-			if size > 0 && size+proto.Size(page) > limit {
+			enc, err := proto.Marshal(&vpb.Page{PageId: ids[m], ChunkId: c, Offset: pb * bs, Data: data, Crc32C: crc32.Checksum(data, castagnoliTable)})
+			if err != nil {
+				return fetchErr(CodeInternal, "encode page %d: %v", ids[m], err)
+			}
+			if size > 0 && size+len(enc) > limit {
 				if err := send(pkt); err != nil {
 					return err
 				}
-				pkt, size, arena = &dpb.PagesPacket{}, 0, make([]byte, 0, arenaCap)
+				pkt, size = &dpb.PagesPacket{}, 0
 			}
-			start := len(arena)
-			var err error
-			if arena, err = (proto.MarshalOptions{}).MarshalAppend(arena, page); err != nil {
-				return fetchErr(CodeInternal, "encode page %d: %v", ids[m], err)
-			}
-			enc := arena[start:len(arena):len(arena)]
 			pkt.Pages = append(pkt.Pages, enc)
 			size += len(enc)
 		}
