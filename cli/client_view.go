@@ -108,8 +108,8 @@ func (c *Client) viewLeader(ctx context.Context, cs CopysetID) (string, error) {
 }
 
 // ViewFetch is FetchDisaggPages of segment cs of task meta on the
-// copyset's leader: each page in turn to each; an error packet is the
-// error. A segment is fetched once: there is no retry.
+// copyset's leader: each page in turn to each (its Data aliases the
+// packet it came in); an error packet is the error. A segment is fetched once: there is no retry.
 func (c *Client) ViewFetch(parent context.Context, cs CopysetID, meta *dpb.DisaggTaskMeta, ids []uint64, each func(*vpb.Page) error) error {
 	ctx, cancel := c.withDeadline(parent)
 	defer cancel()
@@ -139,7 +139,7 @@ func (c *Client) ViewFetch(parent context.Context, cs CopysetID, meta *dpb.Disag
 		}
 		for _, b := range pkt.GetPages() {
 			p := &vpb.Page{}
-			if err := proto.Unmarshal(b, p); err != nil {
+			if err := decodePage(b, p); err != nil {
 				return fmt.Errorf("%s: decode page: %w", addr, err)
 			}
 			if err := each(p); err != nil {
