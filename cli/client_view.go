@@ -109,7 +109,8 @@ func (c *Client) viewLeader(ctx context.Context, cs CopysetID) (string, error) {
 
 // ViewFetch is FetchDisaggPages of segment cs of task meta on the
 // copyset's leader: each page in turn to each (its Data aliases the
-// packet it came in); an error packet is the error. A segment is fetched once: there is no retry.
+// packet it came in); an error packet is the error. A segment is fetched
+// once: there is no retry.
 func (c *Client) ViewFetch(parent context.Context, cs CopysetID, meta *dpb.DisaggTaskMeta, ids []uint64, each func(*vpb.Page) error) error {
 	ctx, cancel := c.withDeadline(parent)
 	defer cancel()

@@ -175,13 +175,16 @@ func (s *Service) releaseVanished(ctx context.Context, n *copyset.Node, m *Machi
 				op := &pb.Op{Op: &pb.Op_ReleaseClone{ReleaseClone: &pb.ReleaseClone{Name: f.GetKey(), Pool: g.Pool(), Copyset: g.Copyset(),
 					Chunk: l.GetChunk(), BeforeMs: cutoff}}}
 				res, ok, err := s.propose(ctx, n, op)
+				what := func() string {
+					return fmt.Sprintf("release %s on %s", CloneHolder(g.Pool(), g.Copyset(), l.GetChunk()), f.GetKey())
+				}
 				switch {
 				case err != nil:
-					return released, fmt.Errorf("release %s on %s: %w", CloneHolder(g.Pool(), g.Copyset(), l.GetChunk()), f.GetKey(), err)
+					return released, fmt.Errorf("%s: %w", what(), err)
 				case !ok:
-					return released, fmt.Errorf("release %s on %s: no longer the lock owner", CloneHolder(g.Pool(), g.Copyset(), l.GetChunk()), f.GetKey())
+					return released, fmt.Errorf("%s: no longer the lock owner", what())
 				case res.Err != nil:
-					return released, fmt.Errorf("release %s on %s: %w", CloneHolder(g.Pool(), g.Copyset(), l.GetChunk()), f.GetKey(), res.Err)
+					return released, fmt.Errorf("%s: %w", what(), res.Err)
 				}
 				released += len(res.Released)
 			}

@@ -370,10 +370,10 @@ func (p *FilePool) Recycle(path string) error {
 // Run re-zeroes recycled files (first) and formats new files until Count
 // are ready, each only once no Take has happened for the quiet period
 // (PoolOptions.Quiet), then waits for Take and Recycle to give it more
-// work. It blocks until ctx ends and returns nil then, leaving a file it was working on to
-// be redone later; it returns an error only if Run is already running. An
-// I/O error is logged and the work retried after a pause. The caller owns the
-// goroutine that calls Run.
+// work. It blocks until ctx ends and returns nil then, leaving a file it
+// was working on to be redone later; it returns an error only if Run is
+// already running. An I/O error is logged and the work retried after a
+// pause. The caller owns the goroutine that calls Run.
 func (p *FilePool) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("datastore: pool %s: Run already running", p.dir)

@@ -509,9 +509,10 @@ func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32, pre *PreIm
 		}
 		first := vf.next
 		idx := slices.Clone(vf.idx)
+		// logged: every block saved comes from pre (see PreImage).
+		logged := pre != nil && v.seq <= pre.ViewSeq
 		var have func(a, b uint32) []byte
-		logged := true // every block saved comes from pre
-		if pre != nil && v.seq <= pre.ViewSeq {
+		if logged {
 			end := pre.Lo + uint32(len(pre.Data))/bs
 			have = func(a, b uint32) []byte {
 				if a < pre.Lo || b > end {
@@ -520,8 +521,6 @@ func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32, pre *PreIm
 				}
 				return pre.Data[(a-pre.Lo)*bs : (b-pre.Lo)*bs]
 			}
-		} else {
-			logged = false
 		}
 		n, err := s.copyOutFrom(c, vf.saved, lo, hi, have, func(a, b uint32, buf []byte) error {
 			slot := vf.next
@@ -579,7 +578,7 @@ func (s *Store) captureViews(c *chunkFile, seq uint64, lo, hi uint32, pre *PreIm
 }
 
 // syncViews makes the captures that were not synced durable (see
-// PreImage): it fsyncs each such pre-image file and then sets its durable
+// PreImage): it syncs each such pre-image file and then sets its durable
 // mark to the slots written before the fsync. Sync and Close run it, so
 // that the raft log may drop the ops whose pre-images it held.
 func (s *Store) syncViews() error {
@@ -592,7 +591,7 @@ func (s *Store) syncViews() error {
 		vf.mu.RLock()
 		var err error
 		if !vf.dropped {
-			if err = vf.f.Sync(); err == nil {
+			if err = datasync(vf.f); err == nil {
 				_, err = vf.f.WriteAt(encodeViewDurable(next), viewDurableOff)
 			}
 		}
