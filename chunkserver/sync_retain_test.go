@@ -227,9 +227,5 @@ func TestSyncRetentionBoundFails(t *testing.T) {
 // readable returns server i's TaskStatus readable infos.
 func (c *testCluster) readable(t *testing.T, i int) []string {
 	t.Helper()
-	resp, err := c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.GetReadableInfo()
+	return c.taskStatus(t, i).GetReadableInfo()
 }

@@ -31,11 +31,24 @@ func createReq(db, name string, mode *dspb.SyncMode, dest string) *dspb.CreateSy
 // subTasks returns server i's TaskStatus tasks.
 func (c *testCluster) subTasks(t *testing.T, i int) []*dspb.Task {
 	t.Helper()
-	resp, err := c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
-	if err != nil || resp.GetResponse().GetCode() != 0 {
-		t.Fatalf("task status: %v %v", resp.GetResponse(), err)
+	return c.taskStatus(t, i).GetTask()
+}
+
+// taskStatus is server i's TaskStatus, asked again for up to 30 s while it
+// is partial (a copyset without a leader that answers, as in an election).
+func (c *testCluster) taskStatus(t *testing.T, i int) *dspb.TaskStatusResponse {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
+		if err == nil && resp.GetResponse().GetCode() == 0 {
+			return resp
+		}
+		if err != nil || !strings.Contains(resp.GetResponse().GetMsg(), "(partial)") || time.Now().After(deadline) {
+			t.Fatalf("task status: %v %v", resp.GetResponse(), err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return resp.GetTask()
 }
 
 // TestSyncTaskLifecycle: a task created on one server is listed by every

@@ -71,7 +71,8 @@ func (c *Client) DeleteSyncTask(ctx context.Context, db, name string) (string, e
 }
 
 // SyncTaskStatus lists every sub-task of every export task
-// (SyncTool.TaskStatus).
+// (SyncTool.TaskStatus). A partial answer (code -1: some copyset's leader
+// did not answer) returns the response with its *SyncError.
 func (c *Client) SyncTaskStatus(ctx context.Context) (*dspb.TaskStatusResponse, error) {
 	var resp *dspb.TaskStatusResponse
 	err := c.onAnyServer(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {

@@ -39,8 +39,9 @@ func parseStartTime(s string) (uint64, error) {
 func newSyncCreateCommand(a *app) *cobra.Command {
 	var pool uint32
 	var name, mode, start, dest string
+	var wait waitFlag
 	cmd := &cobra.Command{
-		Use:   "create --pool P --name N --mode full|incremental|continuous [--start-time T] --dest URL",
+		Use:   "create --pool P --name N --mode full|incremental|continuous [--start-time T] --dest URL [--wait [D]]",
 		Short: "Create an export task of a pool: one sub-task per copyset, exported by its leader",
 		Long: `Creates the export task of a logical pool (one per pool). Every copyset of the
 pool gets a sub-task, replicated in the copyset, that its leader exports to
@@ -49,8 +50,13 @@ endpoint). Modes: full (snapshot, then the log up to the index committed when
 the log phase began; then the task is SUCCESS), continuous (snapshot, then the
 log for as long as the task exists), incremental (the log from the first entry
 appended at or after --start-time; fails if the log no longer reaches back
-that far). Nothing is created unless every check passes.`,
-		Args: cobra.NoArgs,
+that far). Nothing is created unless every check passes.
+
+With --wait, it then waits (at most D) until every sub-task of a full export
+is SUCCESS, or every sub-task of a continuous or incremental one exports the
+log, with progress on stderr about once a second; it fails at once if a
+sub-task turns FAILED. The task is left as it is when the wait fails.`,
+		Args: wait.args,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, ok := syncModes[mode]
 			if !ok {
@@ -74,8 +80,20 @@ that far). Nothing is created unless every check passes.`,
 				if err != nil {
 					return err
 				}
-				return a.printer(cmd).print(map[string]any{"pool": pool, "name": name, "mode": mode, "dest": dest, "message": msg},
-					[]string{"POOL", "NAME", "MODE", "DEST", "RESULT"}, [][]string{{strconv.Itoa(int(pool)), name, mode, dest, msg}})
+				js := map[string]any{"pool": pool, "name": name, "mode": mode, "dest": dest, "message": msg}
+				header := []string{"POOL", "NAME", "MODE", "DEST", "RESULT"}
+				row := []string{strconv.Itoa(int(pool)), name, mode, dest, msg}
+				if wait.d > 0 {
+					w, err := c.WaitSyncTask(ctx, pool, m == dspb.SyncMode_kFull, wait.d, cmd.ErrOrStderr())
+					if err != nil {
+						return fmt.Errorf("task created (%s), but: %w", msg, err)
+					}
+					js["wait"] = w
+					header = append(header, "DONE", "RECORDS", "WAITED")
+					row = append(row, fmt.Sprintf("%d/%d", w.Done, w.SubTasks), strconv.FormatUint(w.Records, 10),
+						(time.Duration(w.Seconds * float64(time.Second))).Round(time.Millisecond).String())
+				}
+				return a.printer(cmd).print(js, header, [][]string{row})
 			})
 		},
 	}
@@ -85,6 +103,7 @@ that far). Nothing is created unless every check passes.`,
 	f.StringVar(&mode, "mode", "", "full, incremental or continuous")
 	f.StringVar(&start, "start-time", "", "incremental: RFC 3339 time or unix milliseconds")
 	f.StringVar(&dest, "dest", "", "file:///absolute/path or s3://bucket/prefix")
+	addWaitFlag(cmd, &wait, "then wait this long at most until the export is done (full) or exports the log (continuous, incremental)")
 	for _, r := range []string{"pool", "name", "mode", "dest"} {
 		_ = cmd.MarkFlagRequired(r)
 	}
@@ -152,8 +171,10 @@ func newSyncStatusCommand(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				// A partial status (some copyset's leader did not answer) is
+				// printed, then its error makes the exit non-zero.
 				resp, err := c.SyncTaskStatus(ctx)
-				if err != nil {
+				if resp == nil {
 					return err
 				}
 				var js []syncSubTaskJSON
@@ -180,7 +201,10 @@ func newSyncStatusCommand(a *app) *cobra.Command {
 				if js == nil {
 					js = []syncSubTaskJSON{}
 				}
-				return a.printer(cmd).print(js, []string{"POOL", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE"}, rows)
+				if perr := a.printer(cmd).print(js, []string{"POOL", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE"}, rows); perr != nil {
+					return perr
+				}
+				return err
 			})
 		},
 	}

@@ -571,7 +571,10 @@ monitor_start() {
             </dev/null >>"$d/prometheus.log" 2>&1 &
         deadline=$(($(now) + HEALTH_TIMEOUT))
         until curl -fsS -m 2 "$(prom_url)/-/ready" >/dev/null 2>&1; do
-            if (($(now) >= deadline)) || { [[ -s "$d/prometheus.pid" ]] && ! monitor_pid >/dev/null; }; then
+            # Liveness by pid only: while the starter execs nohup and then
+            # Prometheus, its /proc cmdline (which monitor_pid checks) can
+            # read empty for an instant.
+            if (($(now) >= deadline)) || { [[ -s "$d/prometheus.pid" ]] && ! kill -0 "$(<"$d/prometheus.pid")" 2>/dev/null; }; then
                 tail -n 20 "$d/prometheus.log" >&2 || true
                 die "Prometheus did not become ready on $(prom_url) (log: $d/prometheus.log)"
             fi

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -115,6 +116,29 @@ func (s *Service) listAll(ctx context.Context, pool uint32, cm *clusterpb.Cluste
 		return a.GetPool() == b.GetPool() && a.GetCopyset() == b.GetCopyset()
 	})
 	return out, errors.Join(errs...)
+}
+
+// unanswered reports the copysets of css whose leader list did not
+// answer for (no leader, or its server unreachable): their sub-tasks are
+// missing from the list, and a status without them is partial.
+func unanswered(css []*clusterpb.Copyset, list *pb.ListResponse) error {
+	led := map[[2]uint32]bool{}
+	for _, c := range list.GetCopysets() {
+		led[[2]uint32{c.GetPool(), c.GetCopyset()}] = true
+	}
+	var missing []string
+	for _, c := range css {
+		if !led[[2]uint32{c.GetPool(), c.GetCopyset()}] {
+			missing = append(missing, fmt.Sprintf("%d/%d", c.GetPool(), c.GetCopyset()))
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return nil
+	case len(missing) > 8:
+		missing = append(missing[:8], fmt.Sprintf("and %d more", len(missing)-8))
+	}
+	return fmt.Errorf("no leader answered for copysets %s", strings.Join(missing, ", "))
 }
 
 // localAddr is this server's address (host:port).
@@ -261,6 +285,9 @@ func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusReques
 		return &dspb.TaskStatusResponse{Response: general(0, "ok: %d sub-tasks removed", removed)}, nil
 	}
 	list, err := s.listAll(ctx, 0, cm)
+	if err == nil {
+		err = unanswered(css, list)
+	}
 	resp := &dspb.TaskStatusResponse{Response: general(0, "ok")}
 	if err != nil {
 		resp.Response = general(-1, "task status (partial): %v", err)

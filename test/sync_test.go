@@ -99,9 +99,19 @@ type syncStatus struct {
 	Info          string `json:"info"`
 }
 
+// A partial status (a copyset without a leader that answers, as in an
+// election) is asked again for up to 30 s.
 func syncStatusOf(t *testing.T, servers []string) []syncStatus {
 	t.Helper()
-	out := mustCtl(t, servers, nil, "-o", "json", "sync", "status")
+	deadline := time.Now().Add(30 * time.Second)
+	out, errOut, code := chunkctl(t, servers, nil, "-o", "json", "sync", "status")
+	for code != 0 && strings.Contains(errOut, "(partial)") && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		out, errOut, code = chunkctl(t, servers, nil, "-o", "json", "sync", "status")
+	}
+	if code != 0 {
+		t.Fatalf("sync status: exit %d\n%s%s", code, out, errOut)
+	}
 	var st []syncStatus
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("sync status: %v\n%s", err, out)
@@ -490,6 +500,7 @@ func TestSyncFullExport(t *testing.T) {
 		{"--pool", "1", "--name", "x", "--mode", "full", "--dest", "s3://bucket/p"},
 		{"--pool", "1", "--name", "", "--mode", "full", "--dest", "file://" + dir},
 		{"--pool", "1", "--name", "x", "--mode", "incremental", "--dest", "file://" + dir},
+		{"--pool", "1", "--name", "x", "--mode", "full", "--dest", "file://" + dir, "--wait", "soon"},
 	} {
 		_, errOut, code := chunkctl(t, src.addrs(), nil, append([]string{"sync", "create"}, bad...)...)
 		if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
@@ -526,15 +537,26 @@ func TestSyncFullExport(t *testing.T) {
 		t.Fatalf("sub-tasks after deleting the raced tasks: %+v", st)
 	}
 
-	mustCtl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "full", "--mode", "full", "--dest", "file://"+dir)
-	waitSynced(t, src.addrs(), len(copysets), func(st []syncStatus) bool {
-		for _, s := range st {
-			if s.Status != "SUCCESS" {
-				return false
-			}
+	// --wait returns once every sub-task is SUCCESS, and says so.
+	var created struct {
+		Wait struct {
+			SubTasks int `json:"sub_tasks"`
+			Done     int `json:"done"`
+		} `json:"wait"`
+	}
+	out, progress, code := chunkctl(t, src.addrs(), nil, "-o", "json", "sync", "create", "--pool", "1", "--name", "full", "--mode", "full",
+		"--dest", "file://"+dir, "--wait", "2m")
+	if code != 0 {
+		t.Fatalf("sync create --wait: exit %d\n%s%s", code, out, progress)
+	}
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.Wait.SubTasks != len(copysets) || created.Wait.Done != len(copysets) {
+		t.Fatalf("sync create --wait: %v: %s", err, out)
+	}
+	for _, s := range syncStatusOf(t, src.addrs()) {
+		if s.Status != "SUCCESS" {
+			t.Fatalf("after sync create --wait: copyset %d is %s", s.Copyset, s.Status)
 		}
-		return true
-	})
+	}
 	dst, _ := restoreInto(t, dir, len(copysets))
 	sameSyncChunks(t, src.client, dst.client, copysets)
 	_, errOut, code := chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "again", "--mode", "full", "--dest", "file://"+dir)

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+)
+
+// syncWaitDone says when `sync create --wait` is done with a sub-task: a
+// full export once it is SUCCESS, a continuous or incremental one once it
+// exports the log (its point is a binlog point).
+func syncWaitDone(full bool, t *dspb.Task) bool {
+	if full {
+		return t.GetStatus() == "SUCCESS"
+	}
+	return t.GetStatus() == "RUNNING" && t.GetProgress().GetSyncPoint().GetType() == dspb.SyncType_kBINLOG
+}
+
+// syncWaitResult is what a wait saw last.
+type syncWaitResult struct {
+	SubTasks int     `json:"sub_tasks"`
+	Done     int     `json:"done"`
+	Records  uint64  `json:"records"`
+	Seconds  float64 `json:"seconds"`
+}
+
+// WaitSyncTask asks for the sync status of pool's task until every
+// sub-task is done (syncWaitDone), for at most d, printing progress to
+// progress about once a second. It fails at once when a sub-task is
+// FAILED (naming it and its message) or the task is gone, and on timeout
+// naming the sub-tasks not done. It is done only on a complete status:
+// TaskStatus answers a partial one (code -1) while a copyset's leader does
+// not answer, which could leave out a sub-task not done yet.
+func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d time.Duration, progress io.Writer) (syncWaitResult, error) {
+	start := time.Now()
+	lastReport := start
+	want := "SUCCESS"
+	if !full {
+		want = "exporting the log"
+	}
+	for {
+		var res syncWaitResult
+		var behind []string
+		// A partial status (a copyset without a leader that answers, as
+		// in an election) is asked again, as is one that fails.
+		resp, err := c.SyncTaskStatus(ctx)
+		if err != nil {
+			behind = append(behind, "status: "+err.Error())
+			resp = nil
+		}
+		for i, t := range resp.GetTask() {
+			p := t.GetProgress()
+			if p.GetTid() != pool {
+				continue
+			}
+			res.SubTasks++
+			res.Records += t.GetCount()
+			if t.GetStatus() == "FAILED" {
+				msg := ""
+				if i < len(resp.GetReadableInfo()) {
+					if _, m, ok := strings.Cut(resp.GetReadableInfo()[i], ";message="); ok {
+						msg = ": " + m
+					}
+				}
+				return res, fmt.Errorf("sub-task of copyset %d/%d FAILED%s", pool, p.GetPid(), msg)
+			}
+			if syncWaitDone(full, t) {
+				res.Done++
+			} else {
+				behind = append(behind, fmt.Sprintf("copyset %d %s at %s", p.GetPid(), t.GetStatus(), syncPoint(p.GetSyncPoint())))
+			}
+		}
+		res.Seconds = time.Since(start).Seconds()
+		if resp != nil && res.SubTasks == 0 {
+			return res, fmt.Errorf("pool %d has no export task (deleted while waiting?)", pool)
+		}
+		if len(behind) == 0 {
+			return res, nil
+		}
+		if len(behind) > 3 {
+			behind = append(behind[:3], fmt.Sprintf("%d more", len(behind)-3))
+		}
+		elapsed := time.Since(start)
+		if elapsed >= d {
+			return res, fmt.Errorf("timed out after %s waiting for %d of %d sub-tasks of pool %d to be %s: %s",
+				d, res.SubTasks-res.Done, res.SubTasks, pool, want, strings.Join(behind, "; "))
+		}
+		if time.Since(lastReport) >= waitReport {
+			lastReport = time.Now()
+			fmt.Fprintf(progress, "waiting (%s of %s): %d of %d sub-tasks %s, %d records exported; %s\n",
+				elapsed.Round(time.Second), d, res.Done, res.SubTasks, want, res.Records, strings.Join(behind, "; "))
+		}
+		if !sleepCtx(ctx, min(waitPoll, d-elapsed)) {
+			return res, ctx.Err()
+		}
+	}
+}
