@@ -152,6 +152,9 @@ func (rt *runtimeState) registerRuntimeKey(key string, k runtimeKey) {
 //	raft.snapshot_threshold  raft.ReloadConfig on every open copyset, and copysets opened later
 //	raft.snapshot_interval   likewise (at least 5ms; raft re-arms its snapshot timer with it after the current wait)
 //	raft.trailing_logs       likewise (at least 1)
+//
+// and, on a server with a chunk file pool, chunk_file_pool (the pool's
+// target, at least 1: Server.registerPoolKey).
 func (rt *runtimeState) registerBuiltinKeys() {
 	rt.registerRuntimeKey("log_level", runtimeKey{
 		check: func(next *Config) error { _, err := ParseLogLevel(next.LogLevel); return err },

@@ -215,6 +215,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	s.setupRuntime()
+	s.registerPoolKey()
 	s.cluster = &clusterMap{copysets: s.copysets, local: local, seeds: cfg.ClusterSeeds, conns: s.peers, ready: s.ready.Load}
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -223,6 +224,30 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		cli: &cliService2{copysets: s.copysets, ready: &s.ready, conns: s.peers},
 	})
 	return s, nil
+}
+
+// registerPoolKey makes chunk_file_pool change at runtime on a server
+// that has a pool: the pool's target (datastore.FilePool.SetTarget), so
+// that an operator can grow it before a burst of creations (a restore)
+// and shrink it after. 0 (no pool) or a pool on a server started without
+// one needs a restart.
+func (s *Server) registerPoolKey() {
+	if s.pool == nil {
+		return
+	}
+	s.rt.registerRuntimeKey("chunk_file_pool", runtimeKey{
+		check: func(next *Config) error {
+			if next.ChunkFilePool < 1 {
+				return errors.New("chunk_file_pool below 1 turns the chunk file pool off: that needs a restart")
+			}
+			return nil
+		},
+		apply: func(next *Config) {
+			if err := s.pool.SetTarget(next.ChunkFilePool); err != nil {
+				s.log.Error("chunk file pool target", "err", err)
+			}
+		},
+	})
 }
 
 // openChunkResources opens what every copyset's chunk store shares: the

@@ -183,7 +183,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	})
 
 	// Restart-needed keys, unknown keys, bad values: refused, no change.
-	for _, key := range []string{"listen", "data_dir", "raft.heartbeat_timeout", "raft.log_store", "copyset_load_margin"} {
+	for _, key := range []string{"listen", "data_dir", "raft.heartbeat_timeout", "raft.log_store", "copyset_load_margin", "chunk_file_pool"} {
 		c.cfgRefused(t, l, key, c.cfgGet(t, l, key), "restart")
 	}
 	c.cfgRefused(t, l, "no_such_key", "1", "unknown config key")
@@ -205,6 +205,31 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	}
 	if strings.Contains(string(file), "listen") || !strings.Contains(string(file), "snapshot_interval: 50ms") {
 		t.Fatalf("config file:\n%s", file)
+	}
+}
+
+// TestConfigChunkFilePool: on a server with a chunk file pool,
+// chunk_file_pool changes the pool's target at runtime (the pool formats
+// up to a larger one; a smaller one keeps the ready files); 0 is refused
+// as needing a restart and changes nothing. (A server started without a
+// pool refuses the key: TestConfigServiceRuntimeKeys.)
+func TestConfigChunkFilePool(t *testing.T) {
+	c := startTestCluster(t, 1, func(cfg *Config) { cfg.ChunkFilePool = 1 })
+	pool := c.servers[0].pool
+	stWaitFor(t, "the pool to format its file", 20*time.Second, func() bool { return pool.Stats().Ready == 1 })
+	c.cfgSet(t, 0, "chunk_file_pool", "3")
+	stWaitFor(t, "the pool to format up to 3", 20*time.Second, func() bool {
+		st := pool.Stats()
+		return st.Target == 3 && st.Ready == 3
+	})
+	c.cfgSet(t, 0, "chunk_file_pool", "2")
+	if st := pool.Stats(); st.Target != 2 || st.Ready != 3 {
+		t.Fatalf("after chunk_file_pool=2: %+v", st)
+	}
+	c.cfgRefused(t, 0, "chunk_file_pool", "0", "restart")
+	c.cfgRefused(t, 0, "chunk_file_pool", "-1", "invalid value")
+	if st := pool.Stats(); st.Target != 2 {
+		t.Fatalf("after the refused sets: %+v", st)
 	}
 }
 

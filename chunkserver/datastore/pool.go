@@ -110,11 +110,10 @@ type PoolStats struct {
 // FilePool). One pool serves all Stores of a disk. Take and Recycle are safe
 // for concurrent use; Run does the formatting in the caller's goroutine.
 type FilePool struct {
-	dir  string
-	g    geometry
-	fs   FS
-	log  *slog.Logger
-	want int
+	dir string
+	g   geometry
+	fs  FS
+	log *slog.Logger
 
 	// wake, buffered 1, tells Run that Take or Recycle changed the counts.
 	wake    chan struct{}
@@ -125,6 +124,7 @@ type FilePool struct {
 
 	// mu guards everything below.
 	mu         sync.Mutex
+	want       int      // files to keep ready (SetTarget)
 	ready      []uint64 // file numbers of ready files; Take pops the last
 	dirty      []uint64 // file numbers of recycled files, FIFO
 	next       uint64   // next unused file number
@@ -296,6 +296,22 @@ func (p *FilePool) signal() {
 	}
 }
 
+// SetTarget changes how many files the pool keeps ready (PoolOptions.Count;
+// at least 1). A larger target is formatted up to by Run, under the same
+// quiet rule; after a smaller one the files already ready stay and Take
+// uses them, and Run formats again only once fewer than the target are
+// ready. Recycled files are re-zeroed whatever the target.
+func (p *FilePool) SetTarget(n int) error {
+	if n < 1 {
+		return fmt.Errorf("datastore: pool %s: target %d: must be at least 1", p.dir, n)
+	}
+	p.mu.Lock()
+	p.want = n
+	p.mu.Unlock()
+	p.signal()
+	return nil
+}
+
 // Stats returns the pool's current state and counters.
 func (p *FilePool) Stats() PoolStats {
 	p.mu.Lock()
@@ -381,9 +397,9 @@ func (p *FilePool) Run(ctx context.Context) error {
 	defer p.running.Store(false)
 	st := p.Stats()
 	p.log.Info("chunk file pool running", "dir", p.dir, "ready", st.Ready, "recycled", st.Recycled,
-		"target", p.want, "file_size", p.g.fileSize)
+		"target", st.Target, "file_size", p.g.fileSize)
 	lastLog := time.Now()
-	wasFull := st.Ready >= p.want
+	wasFull := st.Ready >= st.Target
 	for ctx.Err() == nil {
 		if !p.waitQuiet(ctx) {
 			break
@@ -432,7 +448,7 @@ func (p *FilePool) Run(ctx context.Context) error {
 		case job == "rezero":
 			p.dirty = append(p.dirty, n) // retry later
 		}
-		ready := len(p.ready)
+		ready, want := len(p.ready), p.want
 		p.mu.Unlock()
 
 		switch {
@@ -444,14 +460,14 @@ func (p *FilePool) Run(ctx context.Context) error {
 			case <-ctx.Done():
 			case <-time.After(poolRetry):
 			}
-		case ready >= p.want && !wasFull:
-			p.log.Info("chunk file pool ready", "dir", p.dir, "ready", ready, "target", p.want)
+		case ready >= want && !wasFull:
+			p.log.Info("chunk file pool ready", "dir", p.dir, "ready", ready, "target", want)
 			lastLog = time.Now()
 		case time.Since(lastLog) >= poolLogEvery:
-			p.log.Info("chunk file pool progress", "dir", p.dir, "ready", ready, "target", p.want)
+			p.log.Info("chunk file pool progress", "dir", p.dir, "ready", ready, "target", want)
 			lastLog = time.Now()
 		}
-		wasFull = ready >= p.want
+		wasFull = ready >= want
 	}
 	p.log.Info("chunk file pool stopped", "dir", p.dir)
 	return nil

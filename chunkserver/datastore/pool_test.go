@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -372,5 +373,49 @@ func TestPoolQuiet(t *testing.T) {
 	st := waitPool(t, short, "refill after the quiet period", poolReady(2))
 	if st.Formatted != 4 || st.Taken != 2 {
 		t.Fatalf("after refill: %+v", st)
+	}
+}
+
+// TestPoolSetTarget: a larger target is formatted up to; after a smaller
+// one the ready files stay, and formatting resumes only once takes bring
+// the pool below the target; a target below 1 is refused and changes
+// nothing.
+func TestPoolSetTarget(t *testing.T) {
+	dir := t.TempDir()
+	opts := testPoolOpts(dir, 1)
+	opts.Quiet = -1
+	p, err := OpenFilePool(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPool(t, p)
+	waitPool(t, p, "1 ready", poolReady(1))
+	if err := p.SetTarget(3); err != nil {
+		t.Fatal(err)
+	}
+	st := waitPool(t, p, "3 ready", poolReady(3))
+	if st.Target != 3 || st.Formatted != 3 {
+		t.Fatalf("after SetTarget(3): %+v", st)
+	}
+	if err := p.SetTarget(0); err == nil || p.Stats().Target != 3 {
+		t.Fatalf("SetTarget(0): %v, target %d", err, p.Stats().Target)
+	}
+	if err := p.SetTarget(1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := p.Take(filepath.Join(dir, fmt.Sprintf("taken-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // Run would format now if it were to
+	if st := p.Stats(); st.Ready != 1 || st.Target != 1 || st.Formatted != 3 {
+		t.Fatalf("after SetTarget(1) and 2 takes: %+v", st)
+	}
+	if err := p.Take(filepath.Join(dir, "taken-2")); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitPool(t, p, "1 ready again", poolReady(1)); st.Formatted != 4 {
+		t.Fatalf("refill after the last take: %+v", st)
 	}
 }
