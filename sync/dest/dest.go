@@ -28,6 +28,10 @@ type Dest interface {
 	// Get returns the whole object name; a missing object is an error
 	// wrapping objstore.ErrNotExist.
 	Get(ctx context.Context, name string) ([]byte, error)
+	// GetInto is Get reading into buf when it has the capacity (the
+	// object's size + 1), so that a reader of many objects reuses one
+	// buffer; the result aliases buf then.
+	GetInto(ctx context.Context, name string, buf []byte) ([]byte, error)
 	// List returns the objects whose names start with prefix, sorted by
 	// name.
 	List(ctx context.Context, prefix string) ([]objstore.ObjectInfo, error)
@@ -95,6 +99,10 @@ func (d *storeDest) Put(ctx context.Context, name string, data []byte) error {
 const getAttempts = 3
 
 func (d *storeDest) Get(ctx context.Context, name string) ([]byte, error) {
+	return d.GetInto(ctx, name, nil)
+}
+
+func (d *storeDest) GetInto(ctx context.Context, name string, buf []byte) ([]byte, error) {
 	for range getAttempts {
 		info, err := d.store.Stat(ctx, name)
 		if err != nil {
@@ -105,7 +113,12 @@ func (d *storeDest) Get(ctx context.Context, name string) ([]byte, error) {
 		}
 		// One byte more than the size: a complete read of an object that
 		// grew since Stat shows, as does one that shrank.
-		p := make([]byte, info.Size+1)
+		p := buf[:cap(buf)]
+		if int64(len(p)) < info.Size+1 {
+			// 1/16 more, for a reader's next object, a little larger.
+			p = make([]byte, info.Size+1, info.Size+1+info.Size/16)
+		}
+		p = p[:info.Size+1]
 		n, err := d.store.ReadAt(ctx, name, p, 0)
 		switch {
 		case errors.Is(err, io.ErrUnexpectedEOF) && int64(n) == info.Size:

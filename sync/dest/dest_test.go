@@ -103,6 +103,18 @@ func exercise(t *testing.T, d Dest) {
 	if err := d.Put(ctx, "../escape", []byte("x")); !errors.Is(err, objstore.ErrInvalidName) {
 		t.Errorf("Put(../escape) = %v; want ErrInvalidName", err)
 	}
+	// GetInto reads into a buffer that has the room (object size + 1) and
+	// allocates one otherwise; either way it reads the object.
+	const name = "pool-1/copyset-2/0-start.pkt"
+	size := len("first, again and longer")
+	roomy := make([]byte, 0, size+1)
+	if b, err := d.GetInto(ctx, name, roomy); err != nil || string(b) != "first, again and longer" || &b[0] != &roomy[:1][0] {
+		t.Errorf("GetInto a buffer with room: %q, %v (reused: %v)", b, err, err == nil && &b[0] == &roomy[:1][0])
+	}
+	small := make([]byte, 0, size)
+	if b, err := d.GetInto(ctx, name, small); err != nil || string(b) != "first, again and longer" || &b[0] == &small[:1][0] {
+		t.Errorf("GetInto a buffer too small: %q, %v", b, err)
+	}
 }
 
 func TestFileDest(t *testing.T) {

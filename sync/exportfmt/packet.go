@@ -142,7 +142,19 @@ func appendPrefix(out, hb []byte) []byte {
 // Decode decodes and checks a packet (see the package invariants). The
 // packet does not alias b.
 func Decode(b []byte) (*Packet, error) {
-	p, err := decode(b, false)
+	p, err := decode(b, decodeCopy)
+	if err != nil {
+		return nil, fmt.Errorf("exportfmt: decode packet: %w", err)
+	}
+	return p, nil
+}
+
+// DecodeAlias is Decode whose records' data alias b instead of copying
+// it: b must not change while the packet is in use. A reader of many
+// packets decodes each into the same buffers so (no 16 MiB allocation and
+// copy per packet).
+func DecodeAlias(b []byte) (*Packet, error) {
+	p, err := decode(b, decodeAlias)
 	if err != nil {
 		return nil, fmt.Errorf("exportfmt: decode packet: %w", err)
 	}
@@ -154,7 +166,7 @@ func Decode(b []byte) (*Packet, error) {
 // receiver that only stores the packet (SendData) checks a 16 MiB chunk
 // for the cost of its crc.
 func Verify(b []byte) (*Packet, error) {
-	p, err := decode(b, true)
+	p, err := decode(b, decodeStripped)
 	if err != nil {
 		return nil, fmt.Errorf("exportfmt: decode packet: %w", err)
 	}
@@ -162,9 +174,17 @@ func Verify(b []byte) (*Packet, error) {
 	return p, nil
 }
 
-// decode decodes b; with stripped, the records are decoded without their
-// data fields (recordsStripped) and hasData tells which had data.
-func decode(b []byte, stripped bool) (*Packet, error) {
+// How decode decodes the records.
+type decodeMode int
+
+const (
+	decodeCopy     decodeMode = iota // proto.Unmarshal: the data copied
+	decodeStripped                   // without their data fields; hasData tells which had data
+	decodeAlias                      // the data aliasing b (recordsStripped with alias)
+)
+
+// decode decodes b, its records as mode says.
+func decode(b []byte, mode decodeMode) (*Packet, error) {
 	if len(b) > MaxPacketSize {
 		return nil, fmt.Errorf("packet is %d bytes, more than the %d-byte limit", len(b), MaxPacketSize)
 	}
@@ -207,13 +227,18 @@ func decode(b []byte, stripped bool) (*Packet, error) {
 	}
 	var records []*syncpb.Record
 	var hasData func(i int) bool
-	if stripped {
+	switch mode {
+	case decodeStripped:
 		var has []bool
-		if records, has, err = recordsStripped(body); err != nil {
+		if records, has, err = recordsStripped(body, false); err != nil {
 			return nil, fmt.Errorf("body: %w", err)
 		}
 		hasData = func(i int) bool { return has[i] }
-	} else {
+	case decodeAlias:
+		if records, _, err = recordsStripped(body, true); err != nil {
+			return nil, fmt.Errorf("body: %w", err)
+		}
+	default:
 		var bd syncpb.Body
 		if err := proto.Unmarshal(body, &bd); err != nil {
 			return nil, fmt.Errorf("body: %w", err)

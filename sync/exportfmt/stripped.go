@@ -41,8 +41,9 @@ func dataFieldOf(kind protowire.Number) protowire.Number {
 }
 
 // recordsStripped decodes body's records without their data; has[i] says
-// whether record i had data.
-func recordsStripped(body []byte) (records []*syncpb.Record, has []bool, err error) {
+// whether record i had data. With alias, each record's data is set after
+// all, aliasing body (a proto.Unmarshal copies it).
+func recordsStripped(body []byte, alias bool) (records []*syncpb.Record, has []bool, err error) {
 	for len(body) > 0 {
 		num, typ, n := protowire.ConsumeTag(body)
 		if n < 0 {
@@ -62,7 +63,7 @@ func recordsStripped(body []byte) (records []*syncpb.Record, has []bool, err err
 			return nil, nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(m))
 		}
 		body = body[m:]
-		r, d, err := recordStripped(v)
+		r, d, err := recordStripped(v, alias)
 		if err != nil {
 			return nil, nil, fmt.Errorf("record %d: %w", len(records), err)
 		}
@@ -71,15 +72,17 @@ func recordsStripped(body []byte) (records []*syncpb.Record, has []bool, err err
 	return records, has, nil
 }
 
-// recordStripped decodes one Record without its kind's data field. As in
-// proto.Unmarshal, the last kind on the wire wins and the fields of a kind
-// repeated on the wire merge.
-func recordStripped(b []byte) (*syncpb.Record, bool, error) {
+// recordStripped decodes one Record without its kind's data field (with
+// alias: with its data field aliasing b). As in proto.Unmarshal, the last
+// kind on the wire wins, the fields of a kind repeated on the wire merge,
+// and the last data on the wire is the data.
+func recordStripped(b []byte, alias bool) (*syncpb.Record, bool, error) {
 	var (
 		kind    protowire.Number
 		fields  []byte // the kind's fields less its data, in wire order
 		unknown []byte // the record's other fields, kept as proto.Unmarshal keeps them
 		hasData bool
+		data    []byte // the last data seen, aliasing b
 	)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -102,10 +105,10 @@ func recordStripped(b []byte) (*syncpb.Record, bool, error) {
 		}
 		b = b[m:]
 		if num != kind { // another kind replaces the one before
-			kind, fields, hasData = num, nil, false
+			kind, fields, hasData, data = num, nil, false, nil
 		}
 		var err error
-		if fields, hasData, err = stripField(fields, v, dataFieldOf(num), hasData); err != nil {
+		if fields, data, hasData, err = stripField(fields, v, dataFieldOf(num), data, hasData); err != nil {
 			return nil, false, err
 		}
 	}
@@ -132,29 +135,40 @@ func recordStripped(b []byte) (*syncpb.Record, bool, error) {
 	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(fields, msg); err != nil {
 		return nil, false, err
 	}
+	if alias && len(data) > 0 {
+		switch k := msg.(type) {
+		case *syncpb.SnapshotRecord:
+			k.Data = data
+		case *syncpb.CowSnapshotRecord:
+			k.Data = data
+		case *syncpb.BinlogRecord:
+			k.Data = data
+		}
+	}
 	return r, hasData, nil
 }
 
 // stripField appends to out the fields of message b other than field
-// data (bytes), checking that field's wire format; has is whether the
-// data seen so far is non-empty (the last occurrence wins).
-func stripField(out, b []byte, data protowire.Number, has bool) ([]byte, bool, error) {
+// data (bytes), checking that field's wire format; it returns the last
+// data seen (aliasing b; last is the one seen before b) and whether it is
+// non-empty (the last occurrence wins; has is that of last).
+func stripField(out, b []byte, data protowire.Number, last []byte, has bool) ([]byte, []byte, bool, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, false, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+			return nil, nil, false, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
-			return nil, false, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(m))
+			return nil, nil, false, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(m))
 		}
 		if num == data && typ == protowire.BytesType {
 			v, _ := protowire.ConsumeBytes(b[n:])
-			has = len(v) > 0
+			last, has = v, len(v) > 0
 		} else {
 			out = append(out, b[:n+m]...)
 		}
 		b = b[n+m:]
 	}
-	return out, has, nil
+	return out, last, has, nil
 }

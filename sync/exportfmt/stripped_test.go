@@ -21,11 +21,26 @@ func withBody(p *Packet, body []byte) []byte {
 }
 
 // agree fails unless Verify accepts b exactly when Decode does, with the
-// same error (but for how a wire-format error is worded), and then the same header and the same records less data.
+// same error (but for how a wire-format error is worded), and then the same header and the same records less data;
+// and unless DecodeAlias accepts and refuses alike and gives the same
+// packet as Decode, data included.
 func agree(t *testing.T, what string, b []byte) bool {
 	t.Helper()
 	d, derr := Decode(b)
 	v, verr := Verify(b)
+	a, aerr := DecodeAlias(b)
+	switch {
+	case (aerr == nil) != (verr == nil) || (aerr != nil && aerr.Error() != verr.Error()):
+		t.Fatalf("%s: DecodeAlias says %v, Verify %v", what, aerr, verr)
+	case aerr == nil && (!proto.Equal(a.Header, d.Header) || a.Size != d.Size || len(a.Records) != len(d.Records)):
+		t.Fatalf("%s: DecodeAlias gives %v (%d records), Decode %v (%d)", what, a.Header, len(a.Records), d.Header, len(d.Records))
+	case aerr == nil:
+		for i := range a.Records {
+			if !proto.Equal(a.Records[i], d.Records[i]) {
+				t.Fatalf("%s: record %d: DecodeAlias %v, Decode %v", what, i, a.Records[i], d.Records[i])
+			}
+		}
+	}
 	switch {
 	case (derr == nil) != (verr == nil):
 		t.Fatalf("%s: Decode says %v, Verify %v", what, derr, verr)
@@ -41,7 +56,7 @@ func agree(t *testing.T, what string, b []byte) bool {
 	case v.Records != nil:
 		t.Fatalf("%s: Verify returned records", what)
 	}
-	stripped, _, err := recordsStripped(b[len(b)-int(d.Header.BodyLength):])
+	stripped, _, err := recordsStripped(b[len(b)-int(d.Header.BodyLength):], false)
 	if err != nil || len(stripped) != len(d.Records) {
 		t.Fatalf("%s: %d records stripped (%v), %d decoded", what, len(stripped), err, len(d.Records))
 	}
@@ -100,5 +115,46 @@ func TestVerifyAgreesWithDecode(t *testing.T) {
 	}
 	if accepted == 0 || refused == 0 {
 		t.Fatalf("mutations: %d accepted, %d refused: both kinds must be exercised", accepted, refused)
+	}
+}
+
+// TestDecodeAliasAliases: DecodeAlias's record data are slices of the
+// packet's own bytes, not copies.
+func TestDecodeAliasAliases(t *testing.T) {
+	seen := 0
+	for _, s := range samplePackets() {
+		b := mustEncode(t, s.h, s.records)
+		a, err := DecodeAlias(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range a.Records {
+			var data []byte
+			switch k := r.GetKind().(type) {
+			case *syncpb.Record_Snapshot:
+				data = k.Snapshot.Data
+			case *syncpb.Record_CowSnapshot:
+				data = k.CowSnapshot.Data
+			case *syncpb.Record_Binlog:
+				data = k.Binlog.Data
+			}
+			if len(data) == 0 {
+				continue
+			}
+			seen++
+			was := data[0]
+			for i := range b {
+				b[i] ^= 0xff
+			}
+			if data[0] != ^was {
+				t.Fatalf("record data does not alias the packet")
+			}
+			for i := range b {
+				b[i] ^= 0xff
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no sample record has data")
 	}
 }

@@ -77,13 +77,19 @@ type until struct {
 	hasTime  bool
 }
 
-// readPacket gets and decodes packet name and adds it to chain.
-func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name string) (*exportfmt.Packet, error) {
-	b, err := src.Get(ctx, name)
+// readPacket gets and decodes packet name into *buf (grown as needed)
+// and adds it to chain. The packet's record data alias *buf
+// (exportfmt.DecodeAlias): the caller reads the next packet into the same
+// buffer only once it is done with this one's records, or sets *buf to
+// nil to leave the bytes to them. A reader of many 16 MiB packets so
+// allocates (and this VM faults in) no 16 MiB twice.
+func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name string, buf *[]byte) (*exportfmt.Packet, error) {
+	b, err := src.GetInto(ctx, name, *buf)
 	if err != nil {
 		return nil, fmt.Errorf("read packet %s: %w", name, err)
 	}
-	pkt, err := exportfmt.Decode(b)
+	*buf = b
+	pkt, err := exportfmt.DecodeAlias(b)
 	if err != nil {
 		return nil, &exportfmt.BadPacketError{Name: name, Err: err}
 	}
@@ -96,15 +102,18 @@ func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name
 // check reads every packet of copyset cs (names, in name order), checks
 // it and the chain, and fixes the until point (see the package
 // documentation). progress is called after each packet.
-func check(ctx context.Context, src dest.Dest, g Geometry, pool, cs uint32, names []string, u until, progress func(pkt *exportfmt.Packet)) (*plan, error) {
+func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint32, names []string, u until, progress func(pkt *exportfmt.Packet)) (*plan, error) {
 	p := &plan{pool: pool, copyset: cs, names: names}
 	chain := exportfmt.NewChain(pool, cs)
-	ib := newImageBuilder(g)
+	sc := free.get()
+	defer free.put(sc)
+	g, ib := free.g, sc.ib
 	var timeIndex uint64        // the last binlog record appended at or before u.timeMs
 	seen := map[uint64]string{} // snapshot-phase chunk -> its packet
 	var read []packetSum        // what each packet is, for the manifest
 	for _, name := range names {
-		pkt, err := readPacket(ctx, src, chain, name)
+		// Each packet into the same buffer: nothing keeps its records.
+		pkt, err := readPacket(ctx, src, chain, name, &sc.pkt)
 		if err != nil {
 			return nil, err
 		}

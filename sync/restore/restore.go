@@ -182,10 +182,11 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	pr := &progress{fn: o.Progress, copysets: len(ids)}
 
 	// Pass 1: check everything, write nothing.
+	free := &scratchList{g: o.Geometry}
 	plans := make([]*plan, len(ids))
 	pr.start(PhaseCheck, 0)
 	err = forEach(ctx, len(ids), o.Parallel, func(ctx context.Context, i int) error {
-		p, err := check(ctx, o.Source, o.Geometry, o.Pool, ids[i], all[ids[i]], u, func(pkt *exportfmt.Packet) {
+		p, err := check(ctx, o.Source, free, o.Pool, ids[i], all[ids[i]], u, func(pkt *exportfmt.Packet) {
 			pr.packet(o.Pool, ids[i], pkt)
 		})
 		if err != nil {
@@ -213,7 +214,7 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	sums := make([]CopysetSummary, len(plans))
 	done := make([]bool, len(plans))
 	err = forEach(ctx, len(plans), o.Parallel, func(ctx context.Context, i int) error {
-		r := &replayer{o: &o, p: plans[i], pr: pr}
+		r := &replayer{o: &o, p: plans[i], pr: pr, free: free}
 		s, err := r.run(ctx)
 		if err != nil {
 			return fmt.Errorf("copyset %d/%d: %w", o.Pool, plans[i].copyset, err)
@@ -238,6 +239,7 @@ type replayer struct {
 	o    *Options
 	p    *plan
 	pr   *progress
+	free *scratchList
 	sum  CopysetSummary
 	asOf map[uint64]logPlace // chunk -> t_c of its snapshot-phase image
 }
@@ -308,7 +310,9 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 		BinlogStart: p.binlogStart, EarliestIndex: p.earliest()}
 	r.asOf = map[uint64]logPlace{}
 	chain := exportfmt.NewChain(p.pool, p.copyset)
-	ib := newImageBuilder(r.o.Geometry)
+	sc := r.free.get()
+	defer r.free.put(sc)
+	ib := sc.ib
 	snap := r.newLane() // the snapshot phase, one chunk after the other
 
 	// The binlog lanes, started with the binlog phase.
@@ -358,8 +362,10 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 
 	var err error
 	for _, name := range p.names {
+		// A snapshot-phase packet's buffer is reused: its chunks are
+		// rebuilt before the next read.
 		var pkt *exportfmt.Packet
-		if pkt, err = readPacket(ctx, r.o.Source, chain, name); err != nil {
+		if pkt, err = readPacket(ctx, r.o.Source, chain, name, &sc.pkt); err != nil {
 			if ctx.Err() == nil {
 				err = fmt.Errorf("%w (it passed the check before the replay began: was the export changed?)", err)
 			}
@@ -369,6 +375,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog {
+			sc.pkt = nil // the lanes' jobs hold its records' data
 			if lanes == nil {
 				startLanes()
 			}
