@@ -81,7 +81,6 @@ func recordStripped(b []byte, alias bool) (*syncpb.Record, bool, error) {
 		kind    protowire.Number
 		fields  []byte // the kind's fields less its data, in wire order
 		unknown []byte // the record's other fields, kept as proto.Unmarshal keeps them
-		hasData bool
 		data    []byte // the last data seen, aliasing b
 	)
 	for len(b) > 0 {
@@ -105,10 +104,10 @@ func recordStripped(b []byte, alias bool) (*syncpb.Record, bool, error) {
 		}
 		b = b[m:]
 		if num != kind { // another kind replaces the one before
-			kind, fields, hasData, data = num, nil, false, nil
+			kind, fields, data = num, nil, nil
 		}
 		var err error
-		if fields, data, hasData, err = stripField(fields, v, dataFieldOf(num), data, hasData); err != nil {
+		if fields, data, err = stripField(fields, v, dataFieldOf(num), data); err != nil {
 			return nil, false, err
 		}
 	}
@@ -145,30 +144,30 @@ func recordStripped(b []byte, alias bool) (*syncpb.Record, bool, error) {
 			k.Data = data
 		}
 	}
-	return r, hasData, nil
+	return r, len(data) > 0, nil
 }
 
 // stripField appends to out the fields of message b other than field
 // data (bytes), checking that field's wire format; it returns the last
-// data seen (aliasing b; last is the one seen before b) and whether it is
-// non-empty (the last occurrence wins; has is that of last).
-func stripField(out, b []byte, data protowire.Number, last []byte, has bool) ([]byte, []byte, bool, error) {
+// data seen (the last occurrence wins: last is the one seen before b; the
+// result aliases b or last).
+func stripField(out, b []byte, data protowire.Number, last []byte) ([]byte, []byte, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, nil, false, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+			return nil, nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
-			return nil, nil, false, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(m))
+			return nil, nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(m))
 		}
 		if num == data && typ == protowire.BytesType {
 			v, _ := protowire.ConsumeBytes(b[n:])
-			last, has = v, len(v) > 0
+			last = v
 		} else {
 			out = append(out, b[:n+m]...)
 		}
 		b = b[n+m:]
 	}
-	return out, last, has, nil
+	return out, last, nil
 }
