@@ -28,7 +28,7 @@ type syncRestoreFlags struct {
 	s3Secure                            bool
 	pool, toPool                        uint32
 	untilIndex                          uint64
-	parallel, chunkParallel             int
+	parallel, chunkParallel, writeDepth int
 }
 
 func newSyncRestoreCommand(a *app) *cobra.Command {
@@ -68,6 +68,7 @@ The format and the rebuild are described in docs/sync-format.md.`,
 	fl.StringVar(&f.untilTime, "until-time", "", "restore each copyset as of its last record appended at or before this time (RFC 3339 or Unix ms)")
 	fl.IntVar(&f.parallel, "parallel", restore.DefaultParallel, "copysets restored at once (each holds up to about 90 MB of packets and chunk images)")
 	fl.IntVar(&f.chunkParallel, "chunk-parallel", restore.DefaultChunkParallel, "binlog ops of different chunks of a copyset in flight at once (a chunk's own ops go one after the other)")
+	fl.IntVar(&f.writeDepth, "write-depth", restore.DefaultWriteDepth, "writes of one chunk's rebuild in flight at once (1 MiB each, to disjoint blocks at one sn)")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (on a terminal), always or never")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", os.Getenv(EnvS3Endpoint), "S3 endpoint of an s3:// --from (host:port or http(s)://host:port); $"+EnvS3Endpoint+" sets the default")
 	fl.StringVar(&f.s3Region, "s3-region", "", "S3 region (default: discovered)")
@@ -118,7 +119,10 @@ func (f *syncRestoreFlags) options(cmd *cobra.Command) (restore.Options, dest.UR
 	if f.chunkParallel < 1 {
 		return o, u, fmt.Errorf("--chunk-parallel %d: at least 1", f.chunkParallel)
 	}
-	o.Parallel, o.ChunkParallel = f.parallel, f.chunkParallel
+	if f.writeDepth < 1 {
+		return o, u, fmt.Errorf("--write-depth %d: at least 1", f.writeDepth)
+	}
+	o.Parallel, o.ChunkParallel, o.WriteDepth = f.parallel, f.chunkParallel, f.writeDepth
 	o.Geometry = restore.Geometry{ChunkSize: ChunkSize, BlockSize: BlockSize}
 	switch f.progress {
 	case "auto", "always", "never":

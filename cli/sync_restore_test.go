@@ -28,6 +28,7 @@ func TestSyncRestoreBadFlags(t *testing.T) {
 		{[]string{"--from", "file:///x", "--pool", "1", "--until-time", "yesterday"}, "want an RFC 3339 time"},
 		{[]string{"--from", "file:///x", "--pool", "1", "--parallel", "0"}, "--parallel 0"},
 		{[]string{"--from", "file:///x", "--pool", "1", "--chunk-parallel", "0"}, "--chunk-parallel 0"},
+		{[]string{"--from", "file:///x", "--pool", "1", "--write-depth", "0"}, "--write-depth 0"},
 		{[]string{"--from", "file:///x", "--pool", "1", "--progress", "loud"}, `--progress "loud"`},
 	} {
 		_, err := run(t, srv, nil, append([]string{"sync", "restore"}, c.args...)...)

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -39,6 +41,9 @@ type storeTarget struct {
 	t      *testing.T
 	stores map[[2]uint32]*datastore.Store
 	ops    atomic.Int64
+	// jitter delays each write by up to 50 µs, so that writes in flight at
+	// once apply in varying orders.
+	jitter bool
 }
 
 func newStoreTarget(t *testing.T) *storeTarget {
@@ -90,6 +95,9 @@ func (st *storeTarget) WriteChunk(_ context.Context, c Chunk, off uint32, data [
 	s, err := st.of(c)
 	if err != nil {
 		return 0, err
+	}
+	if st.jitter {
+		time.Sleep(rand.N(50 * time.Microsecond))
 	}
 	return outcome(s.WriteChunk(c.ID, sn, data, off))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 )
@@ -148,8 +149,10 @@ type rebuilder struct {
 	t        Target
 	g        Geometry
 	maxWrite uint32
-	bytes    uint64 // data bytes written
-	ops      uint64
+	// depth bounds the writes of one rebuild in flight at once (at least 1).
+	depth int
+	bytes atomic.Uint64 // data bytes written
+	ops   atomic.Uint64
 }
 
 // DefaultMaxWrite bounds the data of one WriteChunk a rebuild sends: 1 MiB
@@ -178,7 +181,9 @@ const DefaultMaxWrite = 1 << 20
 //
 // "Write V" writes its non-zero blocks in runs of at most maxWrite bytes
 // (unwritten blocks read as zeros), or block 0 if V is all zero, so that
-// the chunk exists with that sn. Every op must succeed.
+// the chunk exists with that sn. The runs of one "write" go up to depth at
+// once (see spread); the steps go one after the other. Every op must
+// succeed.
 func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
 	base, v := im.Sn, im.Live
 	if im.SnapSn != 0 {
@@ -216,9 +221,7 @@ func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
 	if im.SnapSn == 0 {
 		return nil
 	}
-	wrote := false
-	err := r.runs(im.Copied, func(a, b uint32) error {
-		wrote = true
+	wrote, err := r.spread(ctx, im.Copied, func(ctx context.Context, a, b uint32) error {
 		return r.write(ctx, c, a*bs, im.Live[a*bs:b*bs], im.Sn)
 	})
 	if err != nil || wrote {
@@ -241,7 +244,30 @@ func (r *rebuilder) writeImage(ctx context.Context, c Chunk, data []byte, sn uin
 	if !some {
 		return r.write(ctx, c, 0, data[:bs], sn)
 	}
-	return r.runs(nonzero, func(a, b uint32) error { return r.write(ctx, c, a*bs, data[a*bs:b*bs], sn) })
+	_, err := r.spread(ctx, nonzero, func(ctx context.Context, a, b uint32) error {
+		return r.write(ctx, c, a*bs, data[a*bs:b*bs], sn)
+	})
+	return err
+}
+
+// spread calls fn for each run of marked blocks (see runs), at most
+// r.depth at once, and reports whether there was a run. The runs are
+// writes at one sn to disjoint blocks of one chunk, and such writes
+// commute: whichever applies first finds the chunk as the ones before left
+// it and makes the same change of sn (creating the chunk, or taking its
+// COW snapshot with the sn it had), the others find the chunk at that sn
+// and change nothing but their own blocks, each copying only the blocks it
+// overwrites into the snapshot. In any order the chunk ends with the same
+// sn, data, snapshot and copied blocks, and every write is applied.
+func (r *rebuilder) spread(ctx context.Context, marked []bool, fn func(ctx context.Context, a, b uint32) error) (bool, error) {
+	var rs [][2]uint32
+	_ = r.runs(marked, func(a, b uint32) error { rs = append(rs, [2]uint32{a, b}); return nil })
+	if len(rs) == 0 {
+		return false, nil
+	}
+	return true, forEach(ctx, len(rs), max(r.depth, 1), func(ctx context.Context, i int) error {
+		return fn(ctx, rs[i][0], rs[i][1])
+	})
 }
 
 // runs calls fn for each run [a, b) of marked blocks, split so that no run
@@ -271,8 +297,8 @@ func (r *rebuilder) write(ctx context.Context, c Chunk, off uint32, data []byte,
 	if err := mustApply(err, o, fmt.Sprintf("rebuild %s: write [%d, %d) at sn %d", c, off, off+uint32(len(data)), sn)); err != nil {
 		return err
 	}
-	r.ops++
-	r.bytes += uint64(len(data))
+	r.ops.Add(1)
+	r.bytes.Add(uint64(len(data)))
 	return nil
 }
 
@@ -281,7 +307,7 @@ func (r *rebuilder) correct(ctx context.Context, c Chunk, cs uint64) error {
 	if err := mustApply(err, o, fmt.Sprintf("rebuild %s: delete snapshot or correct sn %d", c, cs)); err != nil {
 		return err
 	}
-	r.ops++
+	r.ops.Add(1)
 	return nil
 }
 

@@ -38,7 +38,8 @@ func randomOp(rng *rand.Rand, src *source) {
 // starts) while a walker reads the chunks that exist, in ascending id, each
 // as one image at the moment it reaches it, with ops going on between the
 // reads. The restore equals the source at the end, chunk for chunk: sn,
-// corrected sn, snapshot sn, data and snapshot data.
+// corrected sn, snapshot sn, data and snapshot data, whether a rebuild's
+// writes go one at a time or several at once.
 func TestRandomExportsRestoreExactly(t *testing.T) {
 	for seed := range uint64(40) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -70,11 +71,13 @@ func TestRandomExportsRestoreExactly(t *testing.T) {
 				binlog = src.binlog[start-1:]
 			}
 			e := &export{pool: 1, cs: 1, full: true, start: start, chunks: chunks, binlog: binlog, end: src.index + 1}
-			got, _, err := restoreInto(t, e, Options{})
-			if err != nil {
-				t.Fatal(err)
+			for _, depth := range []int{1, 8} { // one write at a time, and several
+				got, _, err := restoreInto(t, e, Options{WriteDepth: depth})
+				if err != nil {
+					t.Fatalf("write depth %d: %v", depth, err)
+				}
+				sameChunks(t, src.s, got)
 			}
-			sameChunks(t, src.s, got)
 		})
 	}
 }

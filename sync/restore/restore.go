@@ -48,6 +48,9 @@ type Options struct {
 	// MaxWrite bounds the data of one write of a chunk rebuild (0:
 	// DefaultMaxWrite).
 	MaxWrite uint32
+	// WriteDepth is how many writes of one chunk rebuild are in flight at
+	// once (0: DefaultWriteDepth; see rebuilder.spread for why they may be).
+	WriteDepth int
 	// Progress, if set, is called after each packet (serialised).
 	Progress func(Progress)
 }
@@ -60,6 +63,9 @@ const DefaultParallel = 16
 
 // DefaultChunkParallel is the default of Options.ChunkParallel.
 const DefaultChunkParallel = 8
+
+// DefaultWriteDepth is the default of Options.WriteDepth.
+const DefaultWriteDepth = 4
 
 // Phase is the pass a restore is in.
 type Phase string
@@ -157,6 +163,9 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if o.MaxWrite == 0 {
 		o.MaxWrite = DefaultMaxWrite
+	}
+	if o.WriteDepth <= 0 {
+		o.WriteDepth = DefaultWriteDepth
 	}
 	all, err := exportCopysets(ctx, o.Source, o.Pool)
 	if err != nil {
@@ -257,12 +266,12 @@ type lane struct {
 }
 
 func (r *replayer) newLane() *lane {
-	return &lane{r: r, rb: &rebuilder{t: r.o.Target, g: r.o.Geometry, maxWrite: r.o.MaxWrite}, clones: map[uint64]*cloneState{}}
+	return &lane{r: r, rb: &rebuilder{t: r.o.Target, g: r.o.Geometry, maxWrite: r.o.MaxWrite, depth: r.o.WriteDepth}, clones: map[uint64]*cloneState{}}
 }
 
 // done adds the lane's counts to the copyset's.
 func (l *lane) done(sum *CopysetSummary) {
-	l.tot.WrittenBytes, l.tot.TargetOps = l.rb.bytes, l.rb.ops
+	l.tot.WrittenBytes, l.tot.TargetOps = l.rb.bytes.Load(), l.rb.ops.Load()
 	sum.add(l.tot)
 }
 
@@ -461,7 +470,7 @@ func (l *lane) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
 		}
 		o, err = r.o.Target.WriteChunk(ctx, c, op.GetOffset(), bl.Data, op.GetSn())
 		if err == nil && o == Applied {
-			l.rb.bytes += uint64(len(bl.Data))
+			l.rb.bytes.Add(uint64(len(bl.Data)))
 			if cl != nil {
 				cl.sn = max(cl.sn, op.GetSn())
 				if cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
@@ -493,7 +502,7 @@ func (l *lane) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
 	if err != nil {
 		return fmt.Errorf("%v of %s: %w", op.GetOpType(), c, err)
 	}
-	l.rb.ops++
+	l.rb.ops.Add(1)
 	l.tot.Records++
 	if o != Applied {
 		l.tot.Refused++

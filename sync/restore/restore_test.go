@@ -22,11 +22,14 @@ import (
 )
 
 // restoreInto restores the export of e into a new empty store of copyset
-// (pool 2, e.cs) and returns it.
+// (pool 2, e.cs) and returns it. The target's writes are jittered, so that
+// a rebuild's writes in flight at once (Options.WriteDepth) apply in
+// varying orders.
 func restoreInto(t *testing.T, e *export, o Options) (*datastore.Store, *Summary, error) {
 	t.Helper()
 	d, _ := writeExport(t, e.packets(t))
 	tg := newStoreTarget(t)
+	tg.jitter = true
 	st := tg.store(2, e.cs)
 	o.Source, o.Pool, o.ToPool, o.Target, o.Geometry = d, e.pool, 2, tg, testGeometry
 	o.MaxWrite = 8 << 10 // runs split into several writes
@@ -83,13 +86,15 @@ func TestRebuildSnapshotPhaseChunksExactly(t *testing.T) {
 		info, _ := src.s.GetChunkInfo(id)
 		t.Logf("chunk %d: sn %d corrected %d snapshot %d", id, info.Sn, info.CorrectedSn, info.SnapSn)
 	}
-	got, sum, err := restoreInto(t, e, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameChunks(t, src.s, got)
-	if sum.Chunks != 8 || len(sum.Copysets) != 1 || sum.Copysets[0].UntilIndex != src.index {
-		t.Errorf("summary %+v", sum)
+	for _, depth := range []int{1, 8} { // one write at a time, and several
+		got, sum, err := restoreInto(t, e, Options{WriteDepth: depth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameChunks(t, src.s, got)
+		if sum.Chunks != 8 || len(sum.Copysets) != 1 || sum.Copysets[0].UntilIndex != src.index {
+			t.Errorf("write depth %d: summary %+v", depth, sum)
+		}
 	}
 }
 

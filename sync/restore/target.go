@@ -45,7 +45,8 @@ func (o Outcome) String() string {
 // method returns an error only for what the source never met: transport
 // or server failures (after the implementation's own retries), or a status
 // other than the outcomes listed. Implementations are safe for concurrent
-// use on different copysets.
+// use: a restore sends ops of different copysets, of different chunks of
+// one copyset, and writes to disjoint blocks of one chunk at once.
 type Target interface {
 	// CheckEmpty fails unless copyset (pool, copyset) exists and holds no
 	// chunk; the error is one line naming the copyset.
