@@ -68,7 +68,7 @@ The format and the rebuild are described in docs/sync-format.md.`,
 	fl.StringVar(&f.untilTime, "until-time", "", "restore each copyset as of its last record appended at or before this time (RFC 3339 or Unix ms)")
 	fl.IntVar(&f.parallel, "parallel", restore.DefaultParallel, "copysets restored at once (each holds up to about 90 MB of packets and chunk images)")
 	fl.IntVar(&f.chunkParallel, "chunk-parallel", restore.DefaultChunkParallel, "binlog ops of different chunks of a copyset in flight at once (a chunk's own ops go one after the other)")
-	fl.IntVar(&f.writeDepth, "write-depth", restore.DefaultWriteDepth, "writes of one chunk's rebuild in flight at once (1 MiB each, to disjoint blocks at one sn)")
+	fl.IntVar(&f.writeDepth, "write-depth", restore.DefaultWriteDepth, "writes of one chunk's rebuild in flight at once (1 MiB each, to disjoint blocks at one sn); more is faster only while the target servers' disks keep up")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (on a terminal), always or never")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", os.Getenv(EnvS3Endpoint), "S3 endpoint of an s3:// --from (host:port or http(s)://host:port); $"+EnvS3Endpoint+" sets the default")
 	fl.StringVar(&f.s3Region, "s3-region", "", "S3 region (default: discovered)")

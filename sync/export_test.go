@@ -535,6 +535,9 @@ func TestExportResume(t *testing.T) {
 	if s.livePins() != 0 {
 		t.Fatalf("%d pins left after a failed send", s.livePins())
 	}
+	if n := len(first.all()); n != 3 {
+		t.Fatalf("%d packets sent, want 3: none after the refused one", n)
+	}
 	got := first.all()[:2] // the third was refused
 	at := got[1].Next
 	if at.GetType() != dspb.SyncType_kSNAPSHOT || at.Pk == nil {
