@@ -46,8 +46,8 @@
 //     expected and counted, not errors. A chunk rebuild's steps go one
 //     after the other; the writes of one step (one sn, disjoint blocks,
 //     which commute: see rebuilder.spread) go Options.WriteDepth at once.
-//     The ops of a chunk rebuild must all succeed: anything else means the target was not empty or was changed
-//     meanwhile, and is an error.
+//     The ops of a chunk rebuild must all succeed: anything else means the
+//     target was not empty or was changed meanwhile, and is an error.
 //   - Copysets are replayed in parallel (Options.Parallel), each by one
 //     goroutine owned by Restore, which waits for all of them; a copyset's
 //     binlog lanes (Options.ChunkParallel) are goroutines its replay owns
