@@ -1,8 +1,6 @@
 package chunkserver
 
 import (
-	"fmt"
-
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -10,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	_ "github.com/chunkraft/chunkraft/copyset" // its "proto" codec is the one chunkCodec wraps
-	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
@@ -67,43 +64,22 @@ func (c *chunkCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal implements encoding.CodecV2. A *pb.ChunkRequest or a
 // *dspb.SendDataRequest of at least aliasDataMin bytes gets Data aliasing
-// the received bytes (unmarshalChunk, unmarshalSendData); anything else,
-// and anything they do not parse, goes to the next codec.
+// a pooled copy of the received bytes (unmarshalPooled); anything else,
+// and anything it does not parse, goes to the next codec.
 func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if data.Len() >= aliasDataMin {
 		switch r := v.(type) {
 		case *pb.ChunkRequest:
 			if r != nil {
-				return c.unmarshalChunk(data, r)
+				return c.unmarshalPooled(data, r, setChunkData)
 			}
 		case *dspb.SendDataRequest:
 			if r != nil {
-				return c.unmarshalSendData(data, r)
+				return c.unmarshalPooled(data, r, setSendData)
 			}
 		}
 	}
 	return c.next.Unmarshal(data, v)
-}
-
-// unmarshalChunk decodes a large ChunkRequest with Data aliasing the
-// received bytes (grpcbuf.Hold: never recycled while Data lives).
-func (c *chunkCodec) unmarshalChunk(data mem.BufferSlice, req *pb.ChunkRequest) error {
-	b, ref := grpcbuf.Hold(data)
-	aliased, ok := unmarshalChunkRequest(b, req)
-	if ok {
-		if ref != nil && !aliased {
-			ref.Free()
-		}
-		return nil
-	}
-	err := c.next.Unmarshal(data, req) // resets req: nothing in it points into b
-	if ref != nil {
-		ref.Free()
-	}
-	if err != nil {
-		return fmt.Errorf("chunkserver: unmarshal ChunkRequest: %w", err)
-	}
-	return nil
 }
 
 // setChunkData sets a ChunkRequest's data (unmarshalAliasingData's set).

@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -19,9 +20,9 @@ type metrics struct {
 // serverStats are the gauges the server computes on scrape.
 type serverStats struct {
 	copysets    func() (hosted, leading float64)
-	crcFailures func() float64                 // block checksum failures, all copysets
-	pool        func() (ready, target float64) // chunk file pool
-	admit       *admission                     // in-flight requests, free space and its floor
+	crcFailures func() float64             // block checksum failures, all copysets
+	pool        func() datastore.PoolStats // chunk file pool; zero without one
+	admit       *admission                 // in-flight requests, free space and its floor
 }
 
 // chunkOps are the op labels chunk_service.go passes to mutate and read;
@@ -76,11 +77,19 @@ func newMetrics(st serverStats) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chunkraft_chunkfilepool_ready",
 			Help: "Preallocated chunk files ready in the chunk file pool.",
-		}, func() float64 { r, _ := st.pool(); return r }),
+		}, func() float64 { return float64(st.pool().Ready) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chunkraft_chunkfilepool_target",
 			Help: "Chunk files the pool keeps formatted (chunk_file_pool).",
-		}, func() float64 { _, t := st.pool(); return t }),
+		}, func() float64 { return float64(st.pool().Target) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chunkraft_chunkfilepool_zeroed_files_total",
+			Help: "Files the chunk file pool wrote full of zeros (formatted new or re-zeroed recycled).",
+		}, func() float64 { st := st.pool(); return float64(st.Formatted + st.Rezeroed) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "chunkraft_chunkfilepool_pauses_total",
+			Help: "Times the pool paused zeroing a file because a chunk was created meanwhile.",
+		}, func() float64 { return float64(st.pool().Paused) }),
 		newAdmissionCollector(st.admit),
 	)
 	for _, op := range chunkOps {

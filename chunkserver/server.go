@@ -205,7 +205,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		// Needed although grpcbuf sets gRPC's default pool: grpc's default
 		// server options captured the old default at grpc's own init.
 		experimental.BufferPool(grpcbuf.Pool),
-		grpc.ChainUnaryInterceptor(recycleSendData),
+		grpc.ChainUnaryInterceptor(recyclePooled),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
 	chunks := &chunkService{
@@ -303,12 +303,11 @@ func (s *Server) crcFailures() float64 {
 	return float64(n)
 }
 
-func (s *Server) poolStats() (ready, target float64) {
+func (s *Server) poolStats() datastore.PoolStats {
 	if s.pool == nil {
-		return 0, 0
+		return datastore.PoolStats{}
 	}
-	st := s.pool.Stats()
-	return float64(st.Ready), float64(st.Target)
+	return s.pool.Stats()
 }
 
 // Local returns this server's peer id.

@@ -57,19 +57,19 @@ func TestSyncCodecRoundTrip(t *testing.T) {
 		if err := codec.Unmarshal(in, got); err != nil || !proto.Equal(got, want) {
 			t.Fatalf("%s: the codec decodes %v (%v), want %v", name, got, err, want)
 		}
-		_, held := sendDataBufs.Load(got)
+		_, held := pooledBufs.Load(got)
 		if pooled := len(wire) >= aliasDataMin && len(got.Data) > 0; held != pooled {
 			t.Fatalf("%s: decoded into a pooled buffer %t, want %t", name, held, pooled)
 		}
 		// The call's end gives the buffer back after a success only.
 		ok := name != "unknown fields"
-		_, err = recycleSendData(context.Background(), got, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+		_, err = recyclePooled(context.Background(), got, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
 			if !ok {
 				return &dspb.SendDataResponse{Response: &dspb.GeneralResponse{Code: proto.Int32(-1)}}, nil
 			}
 			return &dspb.SendDataResponse{Response: &dspb.GeneralResponse{Code: proto.Int32(0)}}, nil
 		})
-		if _, still := sendDataBufs.Load(got); err != nil || still {
+		if _, still := pooledBufs.Load(got); err != nil || still {
 			t.Fatalf("%s: after the call: err %v, buffer still held %t", name, err, still)
 		}
 		if held && (got.Data == nil) != ok {

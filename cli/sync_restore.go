@@ -181,6 +181,7 @@ type restoreSummaryJSON struct {
 	Pool           uint32  `json:"pool"`
 	ToPool         uint32  `json:"toPool"`
 	ElapsedSeconds float64 `json:"elapsedSeconds"`
+	CheckSeconds   float64 `json:"checkSeconds"` // the part of elapsedSeconds the check pass took
 	MBPerSecond    float64 `json:"mbPerSecond"`
 }
 
@@ -195,7 +196,7 @@ func printRestoreSummary(p *printer, o restore.Options, sum *restore.Summary) er
 		rate = float64(sum.Bytes) / 1e6 / secs
 	}
 	if p.isJSON() {
-		return writeJSON(p.w, restoreSummaryJSON{Summary: sum, Pool: o.Pool, ToPool: to, ElapsedSeconds: secs, MBPerSecond: rate})
+		return writeJSON(p.w, restoreSummaryJSON{Summary: sum, Pool: o.Pool, ToPool: to, ElapsedSeconds: secs, CheckSeconds: sum.Checked.Seconds(), MBPerSecond: rate})
 	}
 	rows := make([][]string, len(sum.Copysets))
 	for i, s := range sum.Copysets {
@@ -205,9 +206,9 @@ func printRestoreSummary(p *printer, o restore.Options, sum *restore.Summary) er
 	if err := writeTable(p.w, []string{"COPYSET", "UNTIL-INDEX", "PACKETS", "CHUNKS", "RECORDS", "SKIPPED", "REFUSED", "BYTES"}, rows); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(p.w, "restored %d copysets of pool %d into pool %d: %d chunks, %d records (%d skipped, %d refused as in the source), %.1f MB in %s, %.1f MB/s\n",
+	_, err := fmt.Fprintf(p.w, "restored %d copysets of pool %d into pool %d: %d chunks, %d records (%d skipped, %d refused as in the source), %.1f MB in %s (checked in %s), %.1f MB/s\n",
 		len(sum.Copysets), o.Pool, to, sum.Chunks, sum.Records, sum.Skipped, sum.Refused,
-		float64(sum.Bytes)/1e6, sum.Elapsed.Round(time.Millisecond), rate)
+		float64(sum.Bytes)/1e6, sum.Elapsed.Round(time.Millisecond), sum.Checked.Round(time.Millisecond), rate)
 	return err
 }
 

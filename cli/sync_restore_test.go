@@ -60,12 +60,12 @@ func TestRestoreSummaryTable(t *testing.T) {
 	var out bytes.Buffer
 	tot := restore.Totals{Packets: 5, Chunks: 2, Records: 9, Skipped: 1, Refused: 1, Bytes: 2_000_000}
 	sum := &restore.Summary{Copysets: []restore.CopysetSummary{{Pool: 1, Copyset: 3, ToPool: 2, UntilIndex: 40, Totals: tot}},
-		Totals: tot, Elapsed: 2 * time.Second}
+		Totals: tot, Elapsed: 2 * time.Second, Checked: 300 * time.Millisecond}
 	if err := printRestoreSummary(&printer{w: &out, format: formatTable}, restore.Options{Pool: 1, ToPool: 2}, sum); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
-	for _, want := range []string{"COPYSET", "UNTIL-INDEX", "3  ", "40", "restored 1 copysets of pool 1 into pool 2: 2 chunks, 9 records (1 skipped, 1 refused as in the source), 2.0 MB in 2s, 1.0 MB/s"} {
+	for _, want := range []string{"COPYSET", "UNTIL-INDEX", "3  ", "40", "restored 1 copysets of pool 1 into pool 2: 2 chunks, 9 records (1 skipped, 1 refused as in the source), 2.0 MB in 2s (checked in 300ms), 1.0 MB/s"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("summary lacks %q:\n%s", want, s)
 		}

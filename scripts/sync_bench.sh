@@ -21,7 +21,7 @@
 # took about a quarter of this 2-core machine's CPU during the export.
 #
 # Before each timed phase the servers' chunk file pools are refilled (they
-# format only once no chunk has been created for a second) and the page cache
+# format only once no chunk has been created for 10 s) and the page cache
 # is flushed (sync), so that a phase pays for its own writes and not for the
 # refill or writeback of the one before.
 #
@@ -64,6 +64,15 @@ trap cleanup EXIT
 scripts/cluster.sh up >/dev/null
 
 now() { date +%s.%N; }
+
+# zeroed: the files the three servers' chunk file pools have written full
+# of zeros so far (chunkraft_chunkfilepool_zeroed_files_total, summed).
+zeroed() {
+    local m
+    for m in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do
+        curl -s "127.0.0.1:$m/metrics"
+    done | awk '/^chunkraft_chunkfilepool_zeroed_files_total / { n += $2 } END { print n + 0 }'
+}
 
 # settle: until every server's chunk file pool is full (at most 2 minutes),
 # then sync.
@@ -112,7 +121,9 @@ echo "restore: into pool 2" >&2
 "${CTL[@]}" copyset create --pool 2 --copyset 1-16 --peers "$S" >/dev/null
 for cs in $(seq 1 16); do "${CTL[@]}" leader get --pool 2 --copyset "$cs" >/dev/null; done
 settle
+z0=$(zeroed)
 restore_json=$("${CTL[@]}" -o json sync restore --from "file://$EXPORT_DIR" --pool 1 --to-pool 2 --progress never)
+z1=$(zeroed)
 restore_mb=$(echo "$restore_json" | json 'd["mbPerSecond"]')
 restore_s=$(echo "$restore_json" | json 'd["elapsedSeconds"]')
 # The reference again, right after the restore: this VM's disk drifts over a
@@ -138,13 +149,13 @@ runs = sorted([($e1, $s1), ($e2, $s2), ($e3, $s3)])
 ref = ($write_mb + $write_mb_after) / 2
 r = dict(config=open("$CHUNKSERVER_CONFIG").read(), write_1m_mb_per_s=ref, write_1m_runs_mb_per_s=[$write_mb, $write_mb_after], export_bytes=$export_bytes, export_runs_mb_per_s=[$e1, $e2, $e3],
          export_seconds=runs[1][1], export_mb_per_s=runs[1][0], restore_seconds=$restore_s, restore_mb_per_s=$restore_mb,
-         restore_share_of_write=$restore_mb / ref,
+         restore_share_of_write=$restore_mb / ref, restore_pool_files_zeroed=$z1 - $z0,
          randwrite_without=[$a1, $a2], randwrite_with=[$b1, $b2],
          randwrite_cost=1 - ($b1 + $b2) / ($a1 + $a2))
 json.dump(r, open(sys.argv[1], "w"), indent=1)
 print("servers' config:                 %s" % " ".join(r["config"].split()))
 print("1 MiB write, iodepth 8:          %8.1f MB/s  (mean of %s: first and right after the restore)" % (r["write_1m_mb_per_s"], ", ".join("%.1f" % x for x in r["write_1m_runs_mb_per_s"])))
 print("kFull export of 1 GiB (file://): %8.1f MB/s  (median of %s; %d bytes in %.1f s)" % (r["export_mb_per_s"], ", ".join("%.1f" % x for x in r["export_runs_mb_per_s"]), r["export_bytes"], r["export_seconds"]))
-print("restore of it (pool 2):          %8.1f MB/s  (%.0f%% of the write rate, %.1f s)" % (r["restore_mb_per_s"], 100 * r["restore_share_of_write"], r["restore_seconds"]))
+print("restore of it (pool 2):          %8.1f MB/s  (%.0f%% of the write rate, %.1f s; %d pool files zeroed meanwhile)" % (r["restore_mb_per_s"], 100 * r["restore_share_of_write"], r["restore_seconds"], r["restore_pool_files_zeroed"]))
 print("4k randwrite iodepth 64, IOPS:   without %s, with a continuous task %s: cost %.1f%%" % (r["randwrite_without"], r["randwrite_with"], 100 * r["randwrite_cost"]))
 PY

@@ -26,7 +26,8 @@
 //
 // A file is created as "<name>.tmp" (taken from the [FilePool] if
 // [Options.Pool] has a ready file, else created sparse; the pool refills
-// only after a quiet period without creations, [DefaultPoolQuiet]), its
+// only after a quiet period without creations, [DefaultPoolQuiet], and a
+// file it is zeroing pauses at a creation), its
 // meta page written and fsynced, renamed to its name, and the directory
 // fsynced: after a crash a file either exists with a valid meta page or
 // does not exist. Deleted files go back to the pool (or are removed), and

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func TestPoolFormatTakeRecycle(t *testing.T) {
 	var logs bytes.Buffer
 	opts := testPoolOpts(dir, 3)
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	opts.Quiet = -1 // refills at once; TestPoolQuiet covers the wait
 	p, err := OpenFilePool(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -417,5 +419,91 @@ func TestPoolSetTarget(t *testing.T) {
 	}
 	if st := waitPool(t, p, "1 ready again", poolReady(1)); st.Formatted != 4 {
 		t.Fatalf("refill after the last take: %+v", st)
+	}
+}
+
+// gateFS holds the first write of a file being formatted until release is
+// closed, and counts the writes to such files.
+type gateFS struct {
+	FS
+	armed   chan struct{} // closed: hold the next format write
+	entered chan struct{} // closed when a write is held
+	release chan struct{}
+	once    sync.Once
+	writes  atomic.Int64
+}
+
+type gateFile struct {
+	File
+	g *gateFS
+}
+
+func (g *gateFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := g.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, poolTmpSuffix) {
+		return f, err
+	}
+	return gateFile{File: f, g: g}, nil
+}
+
+func (f gateFile) WriteAt(b []byte, off int64) (int, error) {
+	select {
+	case <-f.g.armed:
+		f.g.once.Do(func() {
+			close(f.g.entered)
+			<-f.g.release
+		})
+	default:
+	}
+	f.g.writes.Add(1)
+	return f.File.WriteAt(b, off)
+}
+
+// TestPoolFormatPausesForTake: a Take while a file is being formatted
+// pauses the format between writes until the quiet period has passed
+// again; the pause is counted and the format then completes.
+func TestPoolFormatPausesForTake(t *testing.T) {
+	g := &gateFS{FS: OSFS{}, armed: make(chan struct{}), entered: make(chan struct{}),
+		release: make(chan struct{})}
+	opts := testPoolOpts(t.TempDir(), 2)
+	opts.FS = g
+	opts.Quiet = 2 * time.Second
+	p, err := OpenFilePool(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPool(t, p)
+	waitPool(t, p, "2 ready", poolReady(2))
+	close(g.armed)
+	if err := p.Take(filepath.Join(t.TempDir(), "a")); err != nil {
+		t.Fatal(err)
+	}
+	select { // Run formats a replacement after the quiet period
+	case <-g.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no format began: %+v", p.Stats())
+	}
+	if err := p.Take(filepath.Join(t.TempDir(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	st := waitPool(t, p, "a pause", func(st PoolStats) bool { return st.Paused == 1 })
+	if st.Formatting != 1 || st.Ready != 0 {
+		t.Fatalf("paused: %+v, want 1 formatting, none ready", st)
+	}
+	before := g.writes.Load()
+	time.Sleep(300 * time.Millisecond) // well inside the quiet period
+	if got := g.writes.Load(); got != before {
+		t.Fatalf("%d format writes during the pause", got-before)
+	}
+	st = waitPool(t, p, "refill", poolReady(2))
+	if st.Paused != 1 || st.Formatted != 4 {
+		t.Fatalf("after refill: %+v", st)
+	}
+	ents, _ := os.ReadDir(opts.Dir)
+	for _, e := range ents {
+		if e.Name() != poolMetaName {
+			checkZeroFile(t, filepath.Join(opts.Dir, e.Name()))
+		}
 	}
 }

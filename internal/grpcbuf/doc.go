@@ -15,8 +15,9 @@
 //
 // Binaries and packages that speak gRPC import it for the side effect
 // (chunkserver, cli). Hold lets a codec decode bytes fields that alias the
-// received message instead of copying them (copyset's AppendEntries codec,
-// chunkserver's ChunkRequest codec). It imports only grpc and
+// received message instead of copying them (copyset's AppendEntries codec);
+// Borrow does the same for fields that live only until a release (the
+// ChunkRequests and SendDataRequests of chunkserver's codec). It imports only grpc and
 // internal/bufpool.
 //
 // Must not import: github.com/chunkraft/chunkraft/..., !internal/bufpool

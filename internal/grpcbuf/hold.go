@@ -49,3 +49,24 @@ func Hold(data mem.BufferSlice) (b []byte, ref mem.Buffer) {
 	// bytes.Join allocates exactly the total length without zeroing it.
 	return bytes.Join(parts, nil), nil
 }
+
+// Borrow is Hold for a message whose aliasing fields live only until the
+// caller calls release (once; the bytes must not be used after it): a
+// message in one well-fitting buffer is used in place under a reference of
+// Borrow's own, which release frees; any other is copied into a buffer of
+// Pool, which release puts back. Either way the memory is reused by a later
+// message instead of being a fresh allocation the kernel must fault in and
+// zero.
+func Borrow(data mem.BufferSlice) (b []byte, release func()) {
+	if len(data) == 1 {
+		d := data[0].ReadOnlyData()
+		if cap(d)-len(d) <= len(d)/wasteMax {
+			buf := data[0]
+			buf.Ref()
+			return d, buf.Free
+		}
+	}
+	bp := Pool.Get(data.Len())
+	data.CopyTo(*bp)
+	return *bp, func() { Pool.Put(bp) }
+}
