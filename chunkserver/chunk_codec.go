@@ -64,7 +64,7 @@ func (c *chunkCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal implements encoding.CodecV2. A *pb.ChunkRequest or a
 // *dspb.SendDataRequest of at least aliasDataMin bytes gets Data aliasing
-// a pooled copy of the received bytes (unmarshalPooled); anything else,
+// bytes borrowed from the received message (unmarshalPooled); anything else,
 // and anything it does not parse, goes to the next codec.
 func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if data.Len() >= aliasDataMin {

@@ -85,7 +85,7 @@ func newMetrics(st serverStats) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chunkraft_chunkfilepool_zeroed_files_total",
 			Help: "Files the chunk file pool wrote full of zeros (formatted new or re-zeroed recycled).",
-		}, func() float64 { st := st.pool(); return float64(st.Formatted + st.Rezeroed) }),
+		}, func() float64 { s := st.pool(); return float64(s.Formatted + s.Rezeroed) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "chunkraft_chunkfilepool_pauses_total",
 			Help: "Times the pool paused zeroing a file because a chunk was created meanwhile.",

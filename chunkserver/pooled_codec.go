@@ -29,13 +29,20 @@ var pooledBufs gosync.Map // *pb.ChunkRequest or *dspb.SendDataRequest -> func()
 // joined into fresh buffers (grpcbuf.Hold), and 74% of a leader's CPU
 // samples during a restore's 1 MiB writes into a cluster that had been idle
 // (bytes.Join's memmove). Anything unmarshalAliasingData does not parse
-// goes to the next codec.
+// goes to the next codec. Only Data of at least aliasDataMin bytes stays
+// borrowed (smaller Data of a large message is copied out), so that
+// recyclePooled looks up large requests only.
 func (c *chunkCodec) unmarshalPooled(data mem.BufferSlice, m proto.Message, set func(proto.Message, []byte)) error {
 	b, release := grpcbuf.Borrow(data)
 	aliased, ok := unmarshalAliasingData(b, m, set)
 	switch {
-	case ok && aliased:
+	case ok && aliased && len(dataOf(m)) >= aliasDataMin:
 		pooledBufs.Store(m, release)
+		return nil
+	case ok && aliased: // a large message with small data: not worth lending
+		d := dataOf(m)
+		set(m, append(make([]byte, 0, len(d)), d...))
+		release()
 		return nil
 	case ok:
 		release()
@@ -61,19 +68,40 @@ func (c *chunkCodec) unmarshalPooled(data mem.BufferSlice, m proto.Message, set 
 //     its buffer is left to the GC.
 func recyclePooled(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
+	var data *[]byte
 	switch r := req.(type) {
 	case *pb.ChunkRequest:
-		if release, held := pooledBufs.LoadAndDelete(r); held {
-			r.Data = nil
-			release.(func())()
-		}
+		data = &r.Data
 	case *dspb.SendDataRequest:
-		if release, held := pooledBufs.LoadAndDelete(r); held {
-			if out, _ := resp.(*dspb.SendDataResponse); err == nil && out.GetResponse().GetCode() == 0 {
-				r.Data = nil
-				release.(func())()
-			}
+		data = &r.Data
+	}
+	// Only Data of aliasDataMin bytes or more is ever borrowed
+	// (unmarshalPooled): the small requests, most chunk requests, skip the
+	// map.
+	if data == nil || len(*data) < aliasDataMin {
+		return resp, err
+	}
+	release, held := pooledBufs.LoadAndDelete(req)
+	if !held {
+		return resp, err
+	}
+	if _, sd := req.(*dspb.SendDataRequest); sd {
+		if out, _ := resp.(*dspb.SendDataResponse); err != nil || out.GetResponse().GetCode() != 0 {
+			return resp, err // left to the GC
 		}
 	}
+	*data = nil
+	release.(func())()
 	return resp, err
+}
+
+// dataOf is a ChunkRequest's or SendDataRequest's Data.
+func dataOf(m proto.Message) []byte {
+	switch r := m.(type) {
+	case *pb.ChunkRequest:
+		return r.Data
+	case *dspb.SendDataRequest:
+		return r.Data
+	}
+	return nil
 }

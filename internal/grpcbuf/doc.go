@@ -17,8 +17,8 @@
 // (chunkserver, cli). Hold lets a codec decode bytes fields that alias the
 // received message instead of copying them (copyset's AppendEntries codec);
 // Borrow does the same for fields that live only until a release (the
-// ChunkRequests and SendDataRequests of chunkserver's codec). It imports only grpc and
-// internal/bufpool.
+// ChunkRequests and SendDataRequests of chunkserver's codec). It imports
+// only grpc and internal/bufpool.
 //
 // Must not import: github.com/chunkraft/chunkraft/..., !internal/bufpool
 package grpcbuf

@@ -34,12 +34,9 @@ const wasteMax = 4 // 1/4
 // gone: a message spanning frames is copied once instead of twice, a message
 // in one frame not at all or once.
 func Hold(data mem.BufferSlice) (b []byte, ref mem.Buffer) {
-	if len(data) == 1 {
-		d := data[0].ReadOnlyData()
-		if cap(d)-len(d) <= len(d)/wasteMax {
-			data[0].Ref()
-			return d, data[0]
-		}
+	if d, ok := fits(data); ok {
+		data[0].Ref()
+		return d, data[0]
 	}
 	var small [128][]byte // a 1 MiB entry spans 65 frames of 16 KiB
 	parts := small[:0]
@@ -58,15 +55,22 @@ func Hold(data mem.BufferSlice) (b []byte, ref mem.Buffer) {
 // message instead of being a fresh allocation the kernel must fault in and
 // zero.
 func Borrow(data mem.BufferSlice) (b []byte, release func()) {
-	if len(data) == 1 {
-		d := data[0].ReadOnlyData()
-		if cap(d)-len(d) <= len(d)/wasteMax {
-			buf := data[0]
-			buf.Ref()
-			return d, buf.Free
-		}
+	if d, ok := fits(data); ok {
+		buf := data[0]
+		buf.Ref()
+		return d, buf.Free
 	}
 	bp := Pool.Get(data.Len())
 	data.CopyTo(*bp)
 	return *bp, func() { Pool.Put(bp) }
+}
+
+// fits returns the bytes of a message gRPC delivered in one buffer not much
+// larger than it (at most 1/wasteMax unused), which may be used in place.
+func fits(data mem.BufferSlice) ([]byte, bool) {
+	if len(data) != 1 {
+		return nil, false
+	}
+	d := data[0].ReadOnlyData()
+	return d, cap(d)-len(d) <= len(d)/wasteMax
 }
