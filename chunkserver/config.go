@@ -88,7 +88,12 @@ type Config struct {
 	// far the heap grows over the live heap before a collection. Every
 	// request allocates its buffers and messages, so a higher value trades
 	// memory for CPU; -1 turns the collector off. The GOGC environment
-	// variable, when set, wins. Default 400.
+	// variable, when set, wins. Default 100 (Go's own): with 400 the heap
+	// of a server that had been idle grew to five times its live data at
+	// the first burst of large writes, and the page faults of that fresh
+	// memory cost more CPU than the collections saved (docs/benchmarks.md,
+	// session 16: 1 MiB writes and 4 KiB randwrite 25-45% slower on a new
+	// cluster, no difference once warm).
 	GCPercent int `yaml:"gc_percent"`
 	// TLS, when set, turns on mutual TLS for every gRPC connection (tls.go).
 	TLS TLSConfig `yaml:"tls"`
@@ -198,7 +203,7 @@ func DefaultConfig() Config {
 			ReadLease:          true,
 		},
 		MaxConcurrentStreams: 1024,
-		GCPercent:            400,
+		GCPercent:            100,
 		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes},
 		Disagg:               disagg.DefaultConfig(),
 	}
