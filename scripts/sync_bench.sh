@@ -14,7 +14,8 @@
 #      the mean of the two (the disk's rate drifts over a run);
 #   4. the cost of a continuous task on every copyset to 4 KiB randwrite at
 #      iodepth 64: alternating runs without and with the task (caught up before
-#      its run), A B A B.
+#      its run), A B A B A B (two pairs of 10 s runs differed by up to 20%
+#      between the two A runs alone on this VM), the cost of the sums.
 #
 # The script waits for an export with `sync create --wait` (one process
 # polling in itself): a poll per 0.2 s of `sync status` piped to python3
@@ -141,7 +142,11 @@ a2=$(randwrite)
 "${CTL[@]}" sync create --pool 1 --name tail2 --mode continuous --dest "file://$EXPORT_DIR-tail2" --wait 10m >/dev/null
 b2=$(randwrite)
 "${CTL[@]}" sync delete --pool 1 --name tail2 >/dev/null
-rm -rf "$EXPORT_DIR-tail" "$EXPORT_DIR-tail2"
+a3=$(randwrite)
+"${CTL[@]}" sync create --pool 1 --name tail3 --mode continuous --dest "file://$EXPORT_DIR-tail3" --wait 10m >/dev/null
+b3=$(randwrite)
+"${CTL[@]}" sync delete --pool 1 --name tail3 >/dev/null
+rm -rf "$EXPORT_DIR-tail" "$EXPORT_DIR-tail2" "$EXPORT_DIR-tail3"
 
 python3 - "$OUT.json" <<PY
 import json, sys
@@ -150,8 +155,8 @@ ref = ($write_mb + $write_mb_after) / 2
 r = dict(config=open("$CHUNKSERVER_CONFIG").read(), write_1m_mb_per_s=ref, write_1m_runs_mb_per_s=[$write_mb, $write_mb_after], export_bytes=$export_bytes, export_runs_mb_per_s=[$e1, $e2, $e3],
          export_seconds=runs[1][1], export_mb_per_s=runs[1][0], restore_seconds=$restore_s, restore_mb_per_s=$restore_mb,
          restore_share_of_write=$restore_mb / ref, restore_pool_files_zeroed=$z1 - $z0,
-         randwrite_without=[$a1, $a2], randwrite_with=[$b1, $b2],
-         randwrite_cost=1 - ($b1 + $b2) / ($a1 + $a2))
+         randwrite_without=[$a1, $a2, $a3], randwrite_with=[$b1, $b2, $b3],
+         randwrite_cost=1 - ($b1 + $b2 + $b3) / ($a1 + $a2 + $a3))
 json.dump(r, open(sys.argv[1], "w"), indent=1)
 print("servers' config:                 %s" % " ".join(r["config"].split()))
 print("1 MiB write, iodepth 8:          %8.1f MB/s  (mean of %s: first and right after the restore)" % (r["write_1m_mb_per_s"], ", ".join("%.1f" % x for x in r["write_1m_runs_mb_per_s"])))

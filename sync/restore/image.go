@@ -61,14 +61,53 @@ func newImageBuilder(g Geometry) *imageBuilder {
 }
 
 // build makes the image of chunk id from its records (in packet order):
-// every snapshot record must agree on sn, corrected sn and as_of_index,
-// every COW record on snapshot_sn and as_of_index, ranges must be whole
-// blocks inside the chunk. Ranges no record covers read as zeros. The
-// image aliases b's buffers until the next build.
+// every check of header, then the data. Ranges no record covers read as
+// zeros. The image aliases b's buffers until the next build.
 func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
+	im, err := b.header(id, recs)
+	if err != nil {
+		return nil, err
+	}
 	clear(b.live)
 	clear(b.copied)
-	im := &Image{ID: id, Live: b.live, Copied: b.copied}
+	im.Live, im.Copied = b.live, b.copied
+	seenCow := false
+	for _, r := range recs {
+		if s := r.GetSnapshot(); s != nil {
+			copy(b.live[s.Offset:], s.Data) // a zero range is zero already
+		} else {
+			seenCow = true
+		}
+	}
+	if seenCow {
+		if b.view == nil {
+			b.view = make([]byte, b.g.ChunkSize) // only chunks with a snapshot need it
+		}
+		copy(b.view, b.live)
+		bs := b.g.BlockSize
+		for _, r := range recs {
+			c := r.GetCowSnapshot()
+			if c == nil {
+				continue
+			}
+			copy(b.view[c.Offset:], c.Data)
+			for i := c.Offset / bs; i < (c.Offset+uint32(len(c.Data)))/bs; i++ {
+				b.copied[i] = true
+			}
+		}
+		im.View = b.view
+	}
+	return im, nil
+}
+
+// header checks the records of chunk id (in packet order) and returns
+// its image without data (Live, View and Copied nil): every snapshot
+// record must agree on sn, corrected sn and as_of_index, every COW record
+// on snapshot_sn and as_of_index, ranges must be whole blocks inside the
+// chunk, and the image must be one the chunk store can hold. The check
+// pass calls it alone: it touches none of b's buffers.
+func (b *imageBuilder) header(id uint64, recs []*syncpb.Record) (*Image, error) {
+	im := &Image{ID: id}
 	seenSnap, seenCow := false, false
 	var cows []*syncpb.CowSnapshotRecord
 	for _, r := range recs {
@@ -88,7 +127,6 @@ func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 			if err := b.checkRange(id, "snapshot", s.Offset, n); err != nil {
 				return nil, err
 			}
-			copy(b.live[s.Offset:], s.Data) // a zero range is zero already
 		case *syncpb.Record_CowSnapshot:
 			c := k.CowSnapshot
 			if !seenCow {
@@ -114,20 +152,6 @@ func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 		if c.AsOfIndex != im.AsOf || c.AsOfOp != im.AsOfOp {
 			return nil, fmt.Errorf("chunk %d: COW snapshot record as_of_index %d, the chunk's %d", id, c.AsOfIndex, im.AsOf)
 		}
-	}
-	if seenCow {
-		if b.view == nil {
-			b.view = make([]byte, b.g.ChunkSize) // only chunks with a snapshot need it
-		}
-		copy(b.view, b.live)
-		bs := b.g.BlockSize
-		for _, c := range cows {
-			copy(b.view[c.Offset:], c.Data)
-			for i := c.Offset / bs; i < (c.Offset+uint32(len(c.Data)))/bs; i++ {
-				b.copied[i] = true
-			}
-		}
-		im.View = b.view
 	}
 	if err := im.check(); err != nil {
 		return nil, err

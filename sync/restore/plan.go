@@ -146,7 +146,7 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 			}
 		} else {
 			for _, grp := range groupByChunk(pkt.Records) {
-				im, err := ib.build(grp.id, grp.recs)
+				im, err := ib.header(grp.id, grp.recs) // the replay builds the data
 				if err != nil {
 					return nil, &exportfmt.BadPacketError{Name: name, Err: err}
 				}
