@@ -60,7 +60,17 @@ BENCH=(bin/chunkbench --servers "$S" --pool 1 --copysets 1-16 --span 64m)
 [ -x bin/chunkctl ] || make build >/dev/null
 scripts/cluster.sh down --clean >/dev/null 2>&1 || true
 rm -rf "$EXPORT_DIR"
-cleanup() { scripts/cluster.sh down --clean >/dev/null 2>&1 || true; rm -rf "$EXPORT_DIR"; }
+# On a failure the servers' logs are kept as $OUT-cs<i>.log before the
+# cluster is deleted.
+cleanup() {
+    local rc=$? f
+    if [ "$rc" != 0 ]; then
+        for f in "$CLUSTER_DIR"/cs*.log; do [ -e "$f" ] && cp "$f" "$OUT-$(basename "$f")"; done
+        echo "sync_bench: failed (exit $rc); the servers' logs are in $OUT-cs*.log" >&2
+    fi
+    scripts/cluster.sh down --clean >/dev/null 2>&1 || true
+    rm -rf "$EXPORT_DIR"
+}
 trap cleanup EXIT
 scripts/cluster.sh up >/dev/null
 
