@@ -144,19 +144,15 @@ write_mb_after=$("${BENCH[@]}" --rw write --bs 1m --iodepth 8 --runtime "$RUNTIM
 
 echo "continuous task: randwrite 4k iodepth 64, without (A) and with (B)" >&2
 randwrite() { settle; "${BENCH[@]}" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json | json 'd["iops"]'; }
-a1=$(randwrite)
-"${CTL[@]}" sync create --pool 1 --name tail --mode continuous --dest "file://$EXPORT_DIR-tail" --wait 10m >/dev/null
-b1=$(randwrite)
-"${CTL[@]}" sync delete --pool 1 --name tail >/dev/null
-a2=$(randwrite)
-"${CTL[@]}" sync create --pool 1 --name tail2 --mode continuous --dest "file://$EXPORT_DIR-tail2" --wait 10m >/dev/null
-b2=$(randwrite)
-"${CTL[@]}" sync delete --pool 1 --name tail2 >/dev/null
-a3=$(randwrite)
-"${CTL[@]}" sync create --pool 1 --name tail3 --mode continuous --dest "file://$EXPORT_DIR-tail3" --wait 10m >/dev/null
-b3=$(randwrite)
-"${CTL[@]}" sync delete --pool 1 --name tail3 >/dev/null
-rm -rf "$EXPORT_DIR-tail" "$EXPORT_DIR-tail2" "$EXPORT_DIR-tail3"
+without=() with=()
+for i in 1 2 3; do
+    without+=("$(randwrite)")
+    "${CTL[@]}" sync create --pool 1 --name "tail$i" --mode continuous --dest "file://$EXPORT_DIR-tail$i" --wait 10m >/dev/null
+    with+=("$(randwrite)")
+    "${CTL[@]}" sync delete --pool 1 --name "tail$i" >/dev/null
+    rm -rf "$EXPORT_DIR-tail$i"
+done
+wo=$(IFS=,; echo "${without[*]}") wi=$(IFS=,; echo "${with[*]}")
 
 python3 - "$OUT.json" <<PY
 import json, sys
@@ -165,8 +161,8 @@ ref = ($write_mb + $write_mb_after) / 2
 r = dict(config=open("$CHUNKSERVER_CONFIG").read(), write_1m_mb_per_s=ref, write_1m_runs_mb_per_s=[$write_mb, $write_mb_after], export_bytes=$export_bytes, export_runs_mb_per_s=[$e1, $e2, $e3],
          export_seconds=runs[1][1], export_mb_per_s=runs[1][0], restore_seconds=$restore_s, restore_mb_per_s=$restore_mb,
          restore_share_of_write=$restore_mb / ref, restore_pool_files_zeroed=$z1 - $z0,
-         randwrite_without=[$a1, $a2, $a3], randwrite_with=[$b1, $b2, $b3],
-         randwrite_cost=1 - ($b1 + $b2 + $b3) / ($a1 + $a2 + $a3))
+         randwrite_without=[$wo], randwrite_with=[$wi],
+         randwrite_cost=1 - sum([$wi]) / sum([$wo]))
 json.dump(r, open(sys.argv[1], "w"), indent=1)
 print("servers' config:                 %s" % " ".join(r["config"].split()))
 print("1 MiB write, iodepth 8:          %8.1f MB/s  (mean of %s: first and right after the restore)" % (r["write_1m_mb_per_s"], ", ".join("%.1f" % x for x in r["write_1m_runs_mb_per_s"])))

@@ -61,7 +61,7 @@ func newImageBuilder(g Geometry) *imageBuilder {
 }
 
 // build makes the image of chunk id from its records (in packet order):
-// every check of header, then the data. Ranges no record covers read as
+// the checks of header, then the data. Ranges no record covers read as
 // zeros. The image aliases b's buffers until the next build.
 func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 	im, err := b.header(id, recs)
@@ -71,15 +71,12 @@ func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 	clear(b.live)
 	clear(b.copied)
 	im.Live, im.Copied = b.live, b.copied
-	seenCow := false
 	for _, r := range recs {
 		if s := r.GetSnapshot(); s != nil {
 			copy(b.live[s.Offset:], s.Data) // a zero range is zero already
-		} else {
-			seenCow = true
 		}
 	}
-	if seenCow {
+	if im.SnapSn != 0 { // header saw COW snapshot records (their snapshot sn is never 0)
 		if b.view == nil {
 			b.view = make([]byte, b.g.ChunkSize) // only chunks with a snapshot need it
 		}
