@@ -454,3 +454,44 @@ func TestSyncIncremental(t *testing.T) {
 		t.Fatalf("exported %d records, want the one write after start_ts: %v", task.GetCount(), task)
 	}
 }
+
+// TestSyncCreateWaitsForALeader: a create while a copyset has no leader
+// (here two of its three servers are down, so nobody can be elected) waits
+// for one instead of failing: the servers come back a second later and
+// the create succeeds, with the sub-task on the new leader. A delete
+// likewise rides over an election.
+func TestSyncCreateWaitsForALeader(t *testing.T) {
+	c := startTestCluster(t, 3)
+	c.stop(1)
+	c.stop(2)
+	go func() {
+		time.Sleep(time.Second)
+		c.start(1, nil)
+		c.start(2, nil)
+	}()
+	dir := "file://" + filepath.Join(t.TempDir(), "export")
+	start := time.Now()
+	r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir))
+	if err != nil || r.GetCode() != 0 {
+		t.Fatalf("create while the copyset has no leader: %v %v", r, err)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("the create returned after %v, before the servers came back", waited)
+	}
+	if tasks := c.subTasks(t, 0); len(tasks) != 1 || tasks[0].GetProgress().GetToken() == "" {
+		t.Fatalf("sub-tasks after the create: %v", tasks)
+	}
+	old := c.leader(t)
+	c.stop(old)
+	other := (old + 1) % 3
+	go func() {
+		time.Sleep(time.Second)
+		c.start(old, nil)
+	}()
+	if r, err := c.syncTool(other).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
+		t.Fatalf("delete across the leader's loss: %v %v", r, err)
+	}
+	if tasks := c.subTasks(t, other); len(tasks) != 0 {
+		t.Fatalf("sub-tasks after the delete: %v", tasks)
+	}
+}

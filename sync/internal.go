@@ -132,11 +132,9 @@ func (s *Service) internalClient(peer string) (pb.SyncInternalClient, error) {
 	return pb.NewSyncInternalClient(cc), nil
 }
 
-// propose replicates op on copyset (pool, cs) through its leader: this
-// server if it leads, else the leader the cluster map or a not_leader
-// answer names (up to three hops).
 // proposeEach proposes op(c) on every copyset c of css at once (at most
 // proposeParallel at a time) and returns the answers in the order of css.
+// A copyset without a leader is waited for (proposeWaiting).
 func (s *Service) proposeEach(ctx context.Context, css []*clusterpb.Copyset, op func(c *clusterpb.Copyset) *pb.Op) []*pb.ProposeResponse {
 	out := make([]*pb.ProposeResponse, len(css))
 	sem := make(chan struct{}, proposeParallel)
@@ -145,7 +143,7 @@ func (s *Service) proposeEach(ctx context.Context, css []*clusterpb.Copyset, op 
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out[i] = s.propose(ctx, c.GetPool(), c.GetCopyset(), c.GetLeader(), op(c))
+			out[i] = s.proposeWaiting(ctx, c.GetPool(), c.GetCopyset(), c.GetLeader(), op(c))
 		})
 	}
 	wg.Wait()
@@ -169,6 +167,9 @@ func (s *Service) removeEach(ctx context.Context, css []*clusterpb.Copyset, op *
 // proposeParallel bounds the proposals of one proposeEach in flight.
 const proposeParallel = 16
 
+// propose replicates op on copyset (pool, cs) through its leader: this
+// server if it leads, else the leader the cluster map or a not_leader
+// answer names (up to three hops).
 func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
 	g := copyset.NewGroupID(pool, cs)
 	var last *pb.ProposeResponse
@@ -184,7 +185,9 @@ func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, o
 				cancel()
 			}
 			if err != nil {
-				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", csName(g), leader, err)}
+				// The leader named did not answer: as far as this server
+				// knows, the copyset has none (a caller may wait for one).
+				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", csName(g), leader, err), NotLeader: true}
 			}
 		}
 		last = resp
@@ -194,6 +197,72 @@ func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, o
 		leader = resp.GetLeader()
 	}
 	return last
+}
+
+// leaderWait bounds how long a task-wide proposal (CreateSyncTask's puts,
+// a DeleteSyncTask's removals) waits for a copyset without a leader (an
+// election in progress, a leader just stepped down under load) to elect
+// one, retrying every leaderRetry at first, at most every second.
+const (
+	leaderWait  = 10 * time.Second
+	leaderRetry = 100 * time.Millisecond
+)
+
+// proposeWaiting is propose for task-wide calls: while the answer is
+// not_leader (nobody leads, or the leader named does not answer as one), it
+// finds the copyset's leader again in the cluster map and retries
+// (waitForLeaders), and then returns the last answer. A retried op is the
+// same op: a put that did commit before its leader stepped down is refused
+// the second time ("why send a same task?"), which fails the create and
+// undoes it; a removal is idempotent.
+func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
+	var resp *pb.ProposeResponse
+	waitForLeaders(ctx, func(again bool) bool {
+		if again {
+			leader = s.leaderOf(ctx, pool, cs)
+		}
+		resp = s.propose(ctx, pool, cs, leader, op)
+		return !resp.GetNotLeader()
+	})
+	return resp
+}
+
+// waitForLeaders calls try (again: not the first call) until it reports
+// done, waiting leaderRetry between calls at first and at most a second
+// later on, for at most leaderWait or until ctx ends; it reports whether
+// try did.
+func waitForLeaders(ctx context.Context, try func(again bool) bool) bool {
+	deadline := time.Now().Add(leaderWait)
+	for wait, again := leaderRetry, false; ; wait, again = min(2*wait, time.Second), true {
+		if try(again) {
+			return true
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// leaderOf is the leader of copyset (pool, cs) in a new cluster map ("" if
+// it has none or the map fails: propose then asks this server).
+func (s *Service) leaderOf(ctx context.Context, pool, cs uint32) string {
+	cm, err := s.deps.Cluster(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, c := range cm.GetCopysets() {
+		if c.GetPool() == pool && c.GetCopyset() == cs {
+			return c.GetLeader()
+		}
+	}
+	return ""
 }
 
 // csName names copyset g in messages as pool/copyset ("1/3"), like the

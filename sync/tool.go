@@ -141,6 +141,50 @@ func unanswered(css []*clusterpb.Copyset, list *pb.ListResponse) error {
 	return fmt.Errorf("no leader answered for copysets %s", strings.Join(missing, ", "))
 }
 
+// ledCopysets returns the copysets of pool and the list their leaders
+// answered, once a leader answered for every one of them: while some have
+// none (an election in progress), it crawls and lists again, every
+// leaderRetry at first and at most every second, for at most leaderWait or
+// until ctx ends. The copysets come from the last crawl, so the leaders
+// they name are the newest known.
+func (s *Service) ledCopysets(ctx context.Context, pool uint32) ([]*clusterpb.Copyset, *pb.ListResponse, error) {
+	var (
+		css  []*clusterpb.Copyset
+		list *pb.ListResponse
+		err  error
+	)
+	final := false // an error no wait mends
+	if waitForLeaders(ctx, func(bool) bool {
+		var cm *clusterpb.ClusterMapResponse
+		if css, cm, err = s.poolCopysets(ctx, pool); err != nil || len(css) == 0 {
+			if err == nil {
+				err = fmt.Errorf("pool %d: no copysets found in the cluster", pool)
+			}
+			final = true
+			return true
+		}
+		// A server that does not answer matters only if it was what some
+		// copyset's leader answer lacks: the leaders' records are the
+		// copysets' whole replicated state.
+		var lerr error
+		list, lerr = s.listAll(ctx, pool, cm)
+		if err = unanswered(css, list); err != nil && lerr != nil {
+			err = fmt.Errorf("%w; %w", err, lerr)
+		}
+		return err == nil
+	}) && !final {
+		return css, list, nil
+	}
+	if !final {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		} else {
+			err = fmt.Errorf("%w (waited %v)", err, leaderWait)
+		}
+	}
+	return nil, nil, err
+}
+
 // localAddr is this server's address (host:port).
 func (s *Service) localAddr() string { return s.deps.Local.Addr() }
 
@@ -177,14 +221,7 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 	if err := s.dests.check(ctx, u); err != nil {
 		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
-	css, cm, err := s.poolCopysets(ctx, pool)
-	if err != nil {
-		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
-	}
-	if len(css) == 0 {
-		return general(-1, "create sync task %s/%s: pool %d: no copysets found in the cluster", req.GetDb(), req.GetName(), pool), nil
-	}
-	list, err := s.listAll(ctx, pool, cm)
+	css, list, err := s.ledCopysets(ctx, pool)
 	if err != nil {
 		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
@@ -197,9 +234,6 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 	}
 	for _, c := range css {
 		l := led[[2]uint32{c.GetPool(), c.GetCopyset()}]
-		if l == nil {
-			return general(-1, "create sync task %s/%s: copyset %d/%d has no leader that answers", req.GetDb(), req.GetName(), c.GetPool(), c.GetCopyset()), nil
-		}
 		if mode == dspb.SyncMode_kIncrementalByTimestamp && l.GetOldestIndex() > 1 && l.GetOldestMs() > int64(req.GetStartTs()) {
 			return general(-1, "create sync task %s/%s: copyset %d/%d retains its log from %s (%d ms) only: start_ts %d is older; the oldest time it can start from is %d",
 				req.GetDb(), req.GetName(), c.GetPool(), c.GetCopyset(), time.UnixMilli(l.GetOldestMs()).UTC().Format(time.RFC3339Nano), l.GetOldestMs(), req.GetStartTs(), l.GetOldestMs()), nil
