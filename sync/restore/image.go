@@ -19,8 +19,14 @@ type Image struct {
 	// right after the op at position AsOfOp of entry AsOf (t_c).
 	AsOf   uint64
 	AsOfOp uint32
-	// Live is the chunk's data (ChunkSize bytes).
+	// Live is the chunk's data (ChunkSize bytes), or nil when Pieces
+	// holds it.
 	Live []byte
+	// Pieces, when Live is nil, is the chunk's data as the snapshot
+	// records gave it: ranges in order, not overlapping, aliasing the
+	// records' data; the rest of the chunk reads as zeros. Only for a chunk
+	// without a snapshot (build makes it so when it can, to copy nothing).
+	Pieces []Piece
 	// SnapSn is the sn of the chunk's COW snapshot, 0 without one.
 	SnapSn uint64
 	// View is what ReadChunkSnapshot(SnapSn) reads: the copied blocks'
@@ -48,6 +54,20 @@ func (im *Image) check() error {
 	return nil
 }
 
+// Piece is a range of a chunk's data: Data at byte Offset.
+type Piece struct {
+	Offset uint32
+	Data   []byte
+}
+
+// data is the chunk's data as pieces (Live whole, or Pieces).
+func (im *Image) data() []Piece {
+	if im.Live == nil {
+		return im.Pieces
+	}
+	return []Piece{{0, im.Live}}
+}
+
 // imageBuilder collects the snapshot-phase records of one chunk into an
 // Image. Its buffers are reused from chunk to chunk.
 type imageBuilder struct {
@@ -62,11 +82,21 @@ func newImageBuilder(g Geometry) *imageBuilder {
 
 // build makes the image of chunk id from its records (in packet order):
 // the checks of header, then the data. Ranges no record covers read as
-// zeros. The image aliases b's buffers until the next build.
+// zeros. The image aliases b's buffers until the next build, and the
+// records' data: a chunk without a snapshot whose records' ranges come in
+// order without overlapping (as the exporter writes them) is given as
+// Pieces of the records, with nothing copied; any other is assembled in
+// b's buffers (a later record overwriting an earlier one).
 func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 	im, err := b.header(id, recs)
 	if err != nil {
 		return nil, err
+	}
+	if im.SnapSn == 0 {
+		if ps, ok := pieces(recs); ok {
+			im.Pieces = ps
+			return im, nil
+		}
 	}
 	clear(b.live)
 	clear(b.copied)
@@ -95,6 +125,25 @@ func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
 		im.View = b.view
 	}
 	return im, nil
+}
+
+// pieces returns the data of snapshot records recs as pieces, and false if
+// their ranges are out of order or overlap.
+func pieces(recs []*syncpb.Record) ([]Piece, bool) {
+	out := make([]Piece, 0, len(recs))
+	end := uint64(0)
+	for _, r := range recs {
+		s := r.GetSnapshot()
+		if s == nil || len(s.Data) == 0 {
+			continue
+		}
+		if uint64(s.Offset) < end {
+			return nil, false
+		}
+		out = append(out, Piece{s.Offset, s.Data})
+		end = uint64(s.Offset) + uint64(len(s.Data))
+	}
+	return out, true
 }
 
 // header checks the records of chunk id (in packet order) and returns
@@ -206,9 +255,9 @@ const DefaultMaxWrite = 1 << 20
 // once (see spread); the steps go one after the other. Every op must
 // succeed.
 func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
-	base, v := im.Sn, im.Live
+	base, v := im.Sn, im.data()
 	if im.SnapSn != 0 {
-		base, v = im.SnapSn, im.View
+		base, v = im.SnapSn, []Piece{{0, im.View}}
 	}
 	bs := r.g.BlockSize
 	switch cs := im.CorrectedSn; {
@@ -220,7 +269,7 @@ func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
 			return err
 		}
 	case cs >= 2:
-		if err := r.write(ctx, c, 0, v[:bs], cs-1); err != nil {
+		if err := r.write(ctx, c, 0, block0(v, bs), cs-1); err != nil {
 			return err
 		}
 		if err := r.correct(ctx, c, cs); err != nil {
@@ -251,24 +300,39 @@ func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
 	return r.write(ctx, c, 0, im.Live[:bs], im.Sn)
 }
 
-// writeImage writes the non-zero blocks of data at sn, or block 0 when
-// there are none.
-func (r *rebuilder) writeImage(ctx context.Context, c Chunk, data []byte, sn uint64) error {
+// writeImage writes the non-zero blocks of a chunk's data v (pieces in
+// order; the rest reads as zeros) at sn, or block 0 when there are none.
+// Runs never span pieces: each piece's runs go as spread sends them, one
+// piece after the other.
+func (r *rebuilder) writeImage(ctx context.Context, c Chunk, v []Piece, sn uint64) error {
 	bs := r.g.BlockSize
-	nonzero := make([]bool, r.g.blocks())
-	some := false
 	zero := make([]byte, bs)
-	for i := range nonzero {
-		nonzero[i] = !bytes.Equal(data[uint32(i)*bs:uint32(i+1)*bs], zero)
-		some = some || nonzero[i]
+	some := false
+	for _, p := range v {
+		nonzero := make([]bool, uint32(len(p.Data))/bs)
+		for i := range nonzero {
+			nonzero[i] = !bytes.Equal(p.Data[uint32(i)*bs:uint32(i+1)*bs], zero)
+		}
+		wrote, err := r.spread(ctx, nonzero, func(ctx context.Context, a, b uint32) error {
+			return r.write(ctx, c, p.Offset+a*bs, p.Data[a*bs:b*bs], sn)
+		})
+		if err != nil {
+			return err
+		}
+		some = some || wrote
 	}
 	if !some {
-		return r.write(ctx, c, 0, data[:bs], sn)
+		return r.write(ctx, c, 0, zero, sn)
 	}
-	_, err := r.spread(ctx, nonzero, func(ctx context.Context, a, b uint32) error {
-		return r.write(ctx, c, a*bs, data[a*bs:b*bs], sn)
-	})
-	return err
+	return nil
+}
+
+// block0 is block 0 of the chunk data v (pieces in order).
+func block0(v []Piece, bs uint32) []byte {
+	if len(v) > 0 && v[0].Offset == 0 {
+		return v[0].Data[:bs]
+	}
+	return make([]byte, bs)
 }
 
 // spread calls fn for each run of marked blocks (see runs), at most

@@ -77,12 +77,19 @@ func TestRebuildSnapshotPhaseChunksExactly(t *testing.T) {
 	src.correct(8, 3)
 	src.write(8, 3, 4<<10, block(18))
 	src.write(8, 4, 4<<10, block(19))
+	// 9: chunk 4's states with no data in block 0 (its block 0 is written
+	// as zeros for the corrected sn).
+	src.write(9, 1, 8<<10, block(20))
+	src.correct(9, 4)
+	src.write(9, 4, 8<<10, block(21))
+	src.write(9, 6, 12<<10, block(22))
+	src.correct(9, 6)
 
 	e := &export{pool: 1, cs: 3, full: true, start: src.index + 1}
 	for _, id := range src.s.ListChunks() {
 		e.chunks = append(e.chunks, src.snapshot(id))
 	}
-	for _, id := range []uint64{2, 4, 5, 6, 8} { // the states are the ones meant
+	for _, id := range []uint64{2, 4, 5, 6, 8, 9} { // the states are the ones meant
 		info, _ := src.s.GetChunkInfo(id)
 		t.Logf("chunk %d: sn %d corrected %d snapshot %d", id, info.Sn, info.CorrectedSn, info.SnapSn)
 	}
@@ -92,7 +99,7 @@ func TestRebuildSnapshotPhaseChunksExactly(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameChunks(t, src.s, got)
-		if sum.Chunks != 8 || len(sum.Copysets) != 1 || sum.Copysets[0].UntilIndex != src.index {
+		if sum.Chunks != 9 || len(sum.Copysets) != 1 || sum.Copysets[0].UntilIndex != src.index {
 			t.Errorf("write depth %d: summary %+v", depth, sum)
 		}
 	}
