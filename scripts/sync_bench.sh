@@ -85,23 +85,7 @@ zeroed() {
     done | awk '/^chunkraft_chunkfilepool_zeroed_files_total / { n += $2 } END { print n + 0 }'
 }
 
-# settle: until every server's chunk file pool is full (at most 2 minutes),
-# then sync.
-settle() {
-    local i m full
-    for i in $(seq 1 600); do
-        full=1
-        for m in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do
-            curl -s "127.0.0.1:$m/metrics" | awk '
-                /^chunkraft_chunkfilepool_ready /  { r = $2 }
-                /^chunkraft_chunkfilepool_target / { t = $2; seen = 1 }
-                END { exit !(seen && r >= t) }' || full=0
-        done
-        [ "$full" = 1 ] && break
-        sleep 0.2
-    done
-    sync
-}
+. scripts/lib/settle.sh
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 echo "prefill: 1 GiB over 16 copysets" >&2
