@@ -253,12 +253,12 @@ func waitForLeaders(ctx context.Context, try func(again bool) bool) bool {
 // leaderOf is the leader of copyset (pool, cs) in a new cluster map ("" if
 // it has none or the map fails: propose then asks this server).
 func (s *Service) leaderOf(ctx context.Context, pool, cs uint32) string {
-	cm, err := s.deps.Cluster(ctx)
+	css, _, err := s.poolCopysets(ctx, pool)
 	if err != nil {
 		return ""
 	}
-	for _, c := range cm.GetCopysets() {
-		if c.GetPool() == pool && c.GetCopyset() == cs {
+	for _, c := range css {
+		if c.GetCopyset() == cs {
 			return c.GetLeader()
 		}
 	}

@@ -149,18 +149,16 @@ func unanswered(css []*clusterpb.Copyset, list *pb.ListResponse) error {
 // they name are the newest known.
 func (s *Service) ledCopysets(ctx context.Context, pool uint32) ([]*clusterpb.Copyset, *pb.ListResponse, error) {
 	var (
-		css  []*clusterpb.Copyset
-		list *pb.ListResponse
-		err  error
+		css        []*clusterpb.Copyset
+		list       *pb.ListResponse
+		err, final error // final: an error no wait mends
 	)
-	final := false // an error no wait mends
-	if waitForLeaders(ctx, func(bool) bool {
+	led := waitForLeaders(ctx, func(bool) bool {
 		var cm *clusterpb.ClusterMapResponse
-		if css, cm, err = s.poolCopysets(ctx, pool); err != nil || len(css) == 0 {
-			if err == nil {
-				err = fmt.Errorf("pool %d: no copysets found in the cluster", pool)
-			}
-			final = true
+		if css, cm, final = s.poolCopysets(ctx, pool); final == nil && len(css) == 0 {
+			final = fmt.Errorf("pool %d: no copysets found in the cluster", pool)
+		}
+		if final != nil {
 			return true
 		}
 		// A server that does not answer matters only if it was what some
@@ -172,17 +170,16 @@ func (s *Service) ledCopysets(ctx context.Context, pool uint32) ([]*clusterpb.Co
 			err = fmt.Errorf("%w; %w", err, lerr)
 		}
 		return err == nil
-	}) && !final {
+	})
+	switch {
+	case final != nil:
+		return nil, nil, final
+	case led:
 		return css, list, nil
+	case ctx.Err() != nil:
+		return nil, nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 	}
-	if !final {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
-		} else {
-			err = fmt.Errorf("%w (waited %v)", err, leaderWait)
-		}
-	}
-	return nil, nil, err
+	return nil, nil, fmt.Errorf("%w (waited %v)", err, leaderWait)
 }
 
 // localAddr is this server's address (host:port).
