@@ -130,6 +130,12 @@ type SyncConfig struct {
 	// as long as a stalled sub-task takes to be reassigned (2 x
 	// check_period), far longer than a leader change. At least 1 MiB.
 	MaxRetainedBytes uint64 `yaml:"max_retained_bytes"`
+	// SnapshotExports bounds the snapshot phases this server's collectors
+	// export at once; the others wait, heartbeating (sync.SnapshotGate).
+	// Each phase keeps a few chunk-sized buffers live: the bound keeps a
+	// server leading many copysets from holding them all at once, and its
+	// heap (so the chunk path's) from growing after. Default 2, at least 1.
+	SnapshotExports int `yaml:"snapshot_exports"`
 }
 
 // minRetainedBytes is the least sync.max_retained_bytes.
@@ -204,8 +210,9 @@ func DefaultConfig() Config {
 		},
 		MaxConcurrentStreams: 1024,
 		GCPercent:            100,
-		Sync:                 SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes},
-		Disagg:               disagg.DefaultConfig(),
+		Sync: SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes,
+			SnapshotExports: 2},
+		Disagg: disagg.DefaultConfig(),
 	}
 }
 
@@ -466,6 +473,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sync.MaxRetainedBytes < minRetainedBytes {
 		return fmt.Errorf("config: sync.max_retained_bytes %d must be at least %d (1 MiB)", c.Sync.MaxRetainedBytes, minRetainedBytes)
+	}
+	if c.Sync.SnapshotExports < 1 {
+		return fmt.Errorf("config: sync.snapshot_exports %d must be at least 1", c.Sync.SnapshotExports)
 	}
 	if err := c.Disagg.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)

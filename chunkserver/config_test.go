@@ -60,6 +60,7 @@ func TestConfigValidate(t *testing.T) {
 		{"sync send interval zero", func(c *Config) { c.Sync.SendInterval = 0 }, "sync.send_interval 0s must be at least 10ms"},
 		{"no retained bytes", func(c *Config) { c.Sync.MaxRetainedBytes = 0 }, "sync.max_retained_bytes 0 must be at least 1048576 (1 MiB)"},
 		{"retained bytes under 1 MiB", func(c *Config) { c.Sync.MaxRetainedBytes = 1<<20 - 1 }, "sync.max_retained_bytes 1048575"},
+		{"no snapshot exports", func(c *Config) { c.Sync.SnapshotExports = 0 }, "sync.snapshot_exports 0 must be at least 1"},
 		{"retained bytes 1 MiB", func(c *Config) { c.Sync.MaxRetainedBytes = 1 << 20 }, ""},
 		{"cluster seeds", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1:8200", "10.0.0.2:8200:0"} }, ""},
 		{"bad cluster seed", func(c *Config) { c.ClusterSeeds = []string{"10.0.0.1"} }, "cluster_seeds"},

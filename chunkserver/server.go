@@ -110,7 +110,8 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
 		},
-		ObjectStore: cfg.ObjectStore, CheckPeriod: cfg.Sync.CheckPeriod, SendInterval: cfg.Sync.SendInterval, Logger: log})
+		ObjectStore: cfg.ObjectStore, CheckPeriod: cfg.Sync.CheckPeriod, SendInterval: cfg.Sync.SendInterval,
+		SnapshotExports: cfg.Sync.SnapshotExports, Logger: log})
 	s.admit = &admission{
 		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
 		minFree: cfg.MinFreeBytes, diskFree: statfsFree,

@@ -246,7 +246,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	beat := s.sendInterval()
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
-		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat,
+		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat, Gate: s.gate,
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {

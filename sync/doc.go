@@ -65,7 +65,9 @@
 //     moves only once its entry's ops are applied, so every op up to I is
 //     in the chunk store before the first image is taken; the pin keeps
 //     every entry from B on until the binlog phase has exported it. The
-//     binlog phase is the complete sequence of ops after I.
+//     binlog phase is the complete sequence of ops after I. (A phase
+//     that waits for its server's SnapshotGate reads I once through it:
+//     the wait is before the pin, not between the pin and the images.)
 //  2. The images. A chunk is exported from one image (datastore
 //     Store.ChunkImage: the chunk and its COW snapshot copied under the
 //     chunk's lock, as of one moment), stamped with T, the place in the log

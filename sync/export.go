@@ -163,12 +163,17 @@ type ExportOptions struct {
 	Holder string
 	// Idle is the heartbeat period of a tailing export (kFullAndContinuous,
 	// kIncrementalByTimestamp): an empty packet is sent when nothing was
-	// sent for Idle (default DefaultIdle).
+	// sent for Idle (default DefaultIdle); and of any export waiting at
+	// Gate.
 	Idle time.Duration
 	// Linger is how long a tailing export keeps a binlog packet that is not
 	// full open for more entries once it has caught up (default
 	// DefaultLinger; negative: send at once).
 	Linger time.Duration
+	// Gate, when set, bounds the snapshot phases run at once (the
+	// server's): the phase waits for a slot, sending a heartbeat every
+	// Idle meanwhile, and reuses the buffers the gate hands on.
+	Gate *SnapshotGate
 }
 
 func (o ExportOptions) withDefaults(src Source) ExportOptions {
@@ -251,9 +256,12 @@ type exporter struct {
 	// one reuses (send returned: it is done with it). After a failed send
 	// it is dropped: the transport may still hold it.
 	scratch []byte
+	// slot is the gate's slot the snapshot phase holds, nil without one.
+	slot *snapshotBuffers
 }
 
 func (e *exporter) release() {
+	e.leave()
 	if e.pin != nil {
 		e.pin.Release()
 	}
@@ -279,6 +287,12 @@ func (e *exporter) run(ctx context.Context, at exportfmt.Point) error {
 		return fmt.Errorf("a %v export has no snapshot phase: it starts at a binlog point", mode)
 	}
 	if at.Phase == exportfmt.PhaseStart {
+		// Through the gate first: the binlog start is the applied index
+		// + 1 once the phase may run (the sync machine's log hold keeps
+		// the log from the sub-task's creation on meanwhile).
+		if err := e.enter(ctx, at); err != nil {
+			return err
+		}
 		if err := e.pinApplied(); err != nil {
 			return err
 		}
@@ -295,17 +309,61 @@ func (e *exporter) run(ctx context.Context, at exportfmt.Point) error {
 		if err := waitFor(ctx, func() bool { return e.src.AppliedIndex()+1 >= e.binlogStart }); err != nil {
 			return fmt.Errorf("wait for applied index %d: %w", e.binlogStart-1, err)
 		}
+		// Pinned before the gate: the binlog start is fixed, and the log
+		// must not go while the phase waits.
 		if err := e.pinAt(e.binlogStart); err != nil {
 			return err
 		}
+		if err := e.enter(ctx, at); err != nil {
+			return err
+		}
 	}
-	if err := e.snapshot(ctx, at); err != nil {
-		return err
-	}
+	err := e.snapshot(ctx, at)
 	// A tailing export lives on in the binlog phase: it does not keep the
 	// snapshot phase's chunk-sized buffers.
-	e.images, e.spare, e.scratch = nil, nil, nil
+	e.leave()
+	if err != nil {
+		return err
+	}
 	return e.binlog(ctx, e.binlogStart)
+}
+
+// enter waits at the gate (ExportOptions.Gate) for the snapshot phase
+// from at, sending a heartbeat at at every Idle meanwhile, and takes the
+// buffers the gate hands on.
+func (e *exporter) enter(ctx context.Context, at exportfmt.Point) error {
+	g := e.opts.Gate
+	if g == nil {
+		return nil
+	}
+	for {
+		b, err := g.acquire(ctx, e.opts.Idle)
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			e.slot, e.spare, e.scratch = b, b.spare, b.scratch
+			return nil
+		}
+		if err := e.send(ctx, Packet{Start: at.Proto(), Next: at.Proto(), BinlogStart: e.binlogStart}); err != nil {
+			return err
+		}
+	}
+}
+
+// leave ends the snapshot phase: its buffers go back to the gate with its
+// slot, or (no gate) to the collector.
+func (e *exporter) leave() {
+	slot := e.slot
+	if slot != nil {
+		slot.spare, slot.scratch = append(e.spare, e.images...), e.scratch
+	}
+	// Before the release: an idle gate collects, and the buffers must not
+	// be live through the exporter then.
+	e.slot, e.images, e.spare, e.scratch = nil, nil, nil, nil
+	if slot != nil {
+		e.opts.Gate.release(slot)
+	}
 }
 
 // pinApplied pins the log at the applied index + 1, the binlog start of a

@@ -51,6 +51,9 @@ type Deps struct {
 	// freshness for the cost to the chunk path. DefaultSendInterval unless
 	// set; at most half of CheckPeriod is used.
 	SendInterval time.Duration
+	// SnapshotExports bounds the snapshot phases the server's collectors
+	// export at once (SnapshotGate); DefaultSnapshotExports unless set.
+	SnapshotExports int
 	// Logger is the server's logger.
 	Logger *slog.Logger
 }
@@ -72,6 +75,7 @@ type Service struct {
 	copysets *copyset.Manager // set by Attach
 	dests    *destCache
 	metrics  *metrics
+	gate     *SnapshotGate
 
 	mu     gosync.Mutex
 	worker *copyset.LeaderWorker
@@ -85,7 +89,11 @@ func New(deps Deps) *Service {
 	if deps.SendInterval <= 0 {
 		deps.SendInterval = DefaultSendInterval
 	}
-	return &Service{deps: deps, log: deps.Logger.With("component", "sync"), dests: newDestCache(deps.ObjectStore), metrics: newMetrics()}
+	if deps.SnapshotExports <= 0 {
+		deps.SnapshotExports = DefaultSnapshotExports
+	}
+	return &Service{deps: deps, log: deps.Logger.With("component", "sync"), dests: newDestCache(deps.ObjectStore),
+		metrics: newMetrics(), gate: NewSnapshotGate(deps.SnapshotExports)}
 }
 
 // Spec is the sync machine's spec.
