@@ -103,6 +103,16 @@ func (g *SnapshotGate) release(b *snapshotBuffers) {
 	}
 }
 
+// running is the number of phases holding a slot.
+func (g *SnapshotGate) running() int { return cap(g.slots) - len(g.slots) }
+
+// waitingNow is the number of exporters waiting for a slot.
+func (g *SnapshotGate) waitingNow() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
+}
+
 // collectTwice runs two collections (SnapshotGate.release).
 func collectTwice() {
 	runtime.GC()

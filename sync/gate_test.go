@@ -79,6 +79,15 @@ func TestExportGate(t *testing.T) {
 			t.Fatal("no heartbeat from the waiting export in 5 s")
 		}
 	}
+	// Between two waits the exporter is sending a heartbeat: poll.
+	for deadline := time.Now().Add(5 * time.Second); g.waitingNow() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gate: %d waiting in 5 s; want 1", g.waitingNow())
+		}
+	}
+	if r := g.running(); r != 1 {
+		t.Fatalf("gate: %d running; want 1", r)
+	}
 	if n := b.livePins(); n != 0 {
 		t.Fatalf("the waiting export holds %d log pins; want none", n)
 	}

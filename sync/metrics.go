@@ -29,5 +29,12 @@ func newMetrics() *metrics {
 // Collectors returns the service's metrics, for the server's registry.
 func (s *Service) Collectors() []prometheus.Collector {
 	m := s.metrics
-	return []prometheus.Collector{m.packets, m.records, m.bytes, m.refused, m.reassign, m.failed}
+	g := s.gate
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chunkraft_sync_snapshot_phases",
+		Help: "Snapshot phases this server's collectors are exporting (at most sync.snapshot_exports)."},
+		func() float64 { return float64(g.running()) })
+	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chunkraft_sync_snapshot_waiting",
+		Help: "Sub-tasks of this server's collectors waiting for a snapshot phase slot (sync.snapshot_exports)."},
+		func() float64 { return float64(g.waitingNow()) })
+	return []prometheus.Collector{m.packets, m.records, m.bytes, m.refused, m.reassign, m.failed, running, waiting}
 }
