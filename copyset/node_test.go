@@ -429,8 +429,29 @@ func TestFatalApplyStopsOnlyThatReplica(t *testing.T) {
 			}
 		}
 	}
-	propose(t, g, servers, fileOp("good", "1"))
-	waitCaughtUp(t, g, waitLeader(t, g, servers...), servers[2])
+	// The failing replica must have applied the good op before the bad one
+	// is proposed: wait for its index there (the leader's commit index is
+	// not enough: a leader elected meanwhile may not know it yet).
+	var good uint64
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		idx, _, err := waitLeader(t, g, servers...).Propose(ctx, fileOp("good", "1"))
+		cancel()
+		if err == nil {
+			good = idx
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if good == 0 {
+		t.Fatal("propose good failed")
+	}
+	eventually(t, func() error {
+		if got := servers[2].mgr.Get(g).AppliedIndex(); got < good {
+			return fmt.Errorf("replica on %s applied %d, want %d", servers[2].addr, got, good)
+		}
+		return nil
+	})
 	before := servers[2].mgr.Get(g).AppliedIndex()
 	proposeResult(t, g, servers, fileOp("bad", "2")) // fatal where the leader is the failing replica
 	broken := servers[2].mgr.Get(g)

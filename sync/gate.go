@@ -118,3 +118,19 @@ func collectTwice() {
 	runtime.GC()
 	runtime.GC()
 }
+
+// HoldSnapshotSlot takes one of the server's snapshot-phase slots, as a
+// phase would, until release is called: its collectors' snapshot phases
+// wait meanwhile (tests make them wait with it). The error is ctx's.
+func (s *Service) HoldSnapshotSlot(ctx context.Context) (release func(), err error) {
+	for {
+		b, err := s.gate.acquire(ctx, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			var once gosync.Once
+			return func() { once.Do(func() { s.gate.release(b) }) }, nil
+		}
+	}
+}
