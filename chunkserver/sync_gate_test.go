@@ -19,12 +19,12 @@ import (
 // reassigned, however long it waits: it heartbeats meanwhile. Its export
 // is first stopped at its second packet (a non-empty directory where the
 // packet goes), so that it is RUNNING in the snapshot phase, then the test
-// takes the slot, lets the packet through and holds the slot for several
+// takes the slot, lets the packet through and holds the slot for 2.5
 // times the 2 x check period after which a silent sub-task is reassigned;
 // once it lets go, the export finishes under the same token.
 func TestSyncGateWaitHeartbeats(t *testing.T) {
 	c := startTestCluster(t, 1, func(cfg *Config) {
-		cfg.Sync.CheckPeriod, cfg.Sync.SendInterval, cfg.Sync.SnapshotExports = 300*time.Millisecond, 20*time.Millisecond, 1
+		cfg.Sync.CheckPeriod, cfg.Sync.SendInterval, cfg.Sync.SnapshotExports = time.Second, 20*time.Millisecond, 1
 	})
 	ok := pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
 	for off := uint32(0); off <= 4<<20; off += 1 << 20 { // chunk 1 is more than a packet (4 MiB)
@@ -59,10 +59,9 @@ func TestSyncGateWaitHeartbeats(t *testing.T) {
 	if err := os.RemoveAll(block); err != nil {
 		t.Fatal(err)
 	}
-	// The stalled sub-task may be reassigned before its collector reaches
-	// the gate (no heartbeat while it pauses between attempts, 1 s, longer
-	// than this test's 2 x check period): take the token once its last
-	// update time moves under it, the collector heartbeating at the gate.
+	// The stalled sub-task may have been reassigned before its collector
+	// reached the gate: take the token once its last update time moves
+	// under it, the collector heartbeating at the gate.
 	state := func() (string, int64) {
 		st := c.taskStatus(t, 0)
 		var ms int64
@@ -87,15 +86,16 @@ func TestSyncGateWaitHeartbeats(t *testing.T) {
 			t.Fatal("no heartbeat from the sub-task at the gate in 10 s")
 		}
 	}
-	// Now it waits: for 3 x (2 x check period) it stays, heartbeating.
+	// Now it waits: for 5 s (2.5 x (2 x check period)) it stays,
+	// heartbeating.
 	for range 10 {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		tok, ms := state()
 		if tok != token {
 			t.Fatalf("while waiting at the gate the sub-task was reassigned (token %s, then %s)", token, tok)
 		}
 		if ms <= last {
-			t.Fatalf("no heartbeat moved the sub-task's last update time in 200 ms (%d)", ms)
+			t.Fatalf("no heartbeat moved the sub-task's last update time in 500 ms (%d)", ms)
 		}
 		last = ms
 	}
