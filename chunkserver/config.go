@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/objstore"
+	syncsvc "github.com/chunkraft/chunkraft/sync"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -211,7 +212,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams: 1024,
 		GCPercent:            100,
 		Sync: SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes,
-			SnapshotExports: 2},
+			SnapshotExports: syncsvc.DefaultSnapshotExports},
 		Disagg: disagg.DefaultConfig(),
 	}
 }

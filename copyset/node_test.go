@@ -171,18 +171,25 @@ func propose(t *testing.T, g GroupID, servers []*testServer, op []byte) {
 // leader's apply result.
 func proposeResult(t *testing.T, g GroupID, servers []*testServer, op []byte) any {
 	t.Helper()
+	_, res := proposeAt(t, g, servers, op)
+	return res
+}
+
+// proposeAt is proposeResult that also returns op's log index.
+func proposeAt(t *testing.T, g GroupID, servers []*testServer, op []byte) (uint64, any) {
+	t.Helper()
 	for range 50 {
 		n := waitLeader(t, g, servers...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, res, err := n.Propose(ctx, op)
+		idx, res, err := n.Propose(ctx, op)
 		cancel()
 		if err == nil {
-			return res
+			return idx, res
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("propose %q failed", op)
-	return nil
+	return 0, nil
 }
 
 // dirContents maps file name -> content for a replica's data dir.
@@ -432,19 +439,9 @@ func TestFatalApplyStopsOnlyThatReplica(t *testing.T) {
 	// The failing replica must have applied the good op before the bad one
 	// is proposed: wait for its index there (the leader's commit index is
 	// not enough: a leader elected meanwhile may not know it yet).
-	var good uint64
-	for range 50 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		idx, _, err := waitLeader(t, g, servers...).Propose(ctx, fileOp("good", "1"))
-		cancel()
-		if err == nil {
-			good = idx
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if good == 0 {
-		t.Fatal("propose good failed")
+	good, res := proposeAt(t, g, servers, fileOp("good", "1"))
+	if res != nil {
+		t.Fatal(res)
 	}
 	eventually(t, func() error {
 		if got := servers[2].mgr.Get(g).AppliedIndex(); got < good {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,8 +28,7 @@ const DefaultSnapshotExports = 2
 type SnapshotGate struct {
 	slots chan *snapshotBuffers
 
-	mu      gosync.Mutex
-	waiting int // exporters in acquire
+	waiting atomic.Int32 // exporters in acquire
 
 	collect func() // collectTwice; a test counts the calls
 }
@@ -59,14 +59,8 @@ func (g *SnapshotGate) acquire(ctx context.Context, wait time.Duration) (*snapsh
 		return b, nil
 	default:
 	}
-	g.mu.Lock()
-	g.waiting++
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		g.waiting--
-		g.mu.Unlock()
-	}()
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -91,12 +85,10 @@ func (g *SnapshotGate) acquire(ctx context.Context, wait time.Duration) (*snapsh
 // the second frees those not taken again since, the 16-32 MiB ones of
 // the packets (the chunk path's are smaller).
 func (g *SnapshotGate) release(b *snapshotBuffers) {
-	g.mu.Lock()
-	idle := g.waiting == 0
+	idle := g.waiting.Load() == 0
 	if idle {
 		*b = snapshotBuffers{}
 	}
-	g.mu.Unlock()
 	g.slots <- b
 	if idle && len(g.slots) == cap(g.slots) {
 		g.collect()
@@ -107,11 +99,7 @@ func (g *SnapshotGate) release(b *snapshotBuffers) {
 func (g *SnapshotGate) running() int { return cap(g.slots) - len(g.slots) }
 
 // waitingNow is the number of exporters waiting for a slot.
-func (g *SnapshotGate) waitingNow() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.waiting
-}
+func (g *SnapshotGate) waitingNow() int { return int(g.waiting.Load()) }
 
 // collectTwice runs two collections (SnapshotGate.release).
 func collectTwice() {
