@@ -661,9 +661,16 @@ func TestCliRequestValidation(t *testing.T) {
 		t.Fatalf("leadership moved during validation (%d -> %d)", l, l2)
 	}
 
-	// Over the wire: both services are registered and answer.
+	// Over the wire: both services are registered and answer. A follower
+	// answers Unavailable until the leader's first append reaches it (a
+	// loaded CI machine can take seconds), so ask until it knows one.
 	pool, cs := c.mbCopyset()
-	gl, err := c.cli1(f).GetLeader(ctx, &pb.GetLeaderRequest{LogicPoolId: pool, CopysetId: cs})
+	var gl *pb.GetLeaderResponse
+	var err error
+	mbEventually(t, "the follower to learn the leader", 15*time.Second, func() bool {
+		gl, err = c.cli1(f).GetLeader(ctx, &pb.GetLeaderRequest{LogicPoolId: pool, CopysetId: cs})
+		return grpcstatus.Code(err) != codes.Unavailable
+	})
 	if err != nil || gl.GetLeaderId() != lid {
 		t.Fatalf("get_leader: %q %v, want %s", gl.GetLeaderId(), err, lid)
 	}
