@@ -187,10 +187,13 @@ func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask)
 			return
 		}
 		log.Warn("sync export interrupted; retrying", "err", err)
+		// The pause sends no heartbeat, so it stays well inside the
+		// reassignment timeout (2 x the check period) however short
+		// that is configured.
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-time.After(retryPause(s.deps.CheckPeriod)):
 		}
 		m, ok := MachineOf(n)
 		if !ok {
@@ -202,6 +205,13 @@ func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask)
 		}
 		rec = cur
 	}
+}
+
+// retryPause is how long a collector waits before it retries an
+// interrupted export: a second, or a quarter of the check period when
+// that is shorter.
+func retryPause(checkPeriod time.Duration) time.Duration {
+	return min(time.Second, checkPeriod/4)
 }
 
 // failureMessage is the FAILED message of an export that cannot go on:
