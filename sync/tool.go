@@ -479,6 +479,9 @@ func (t *toolService) sendData(ctx context.Context, req *dspb.SendDataRequest) *
 // manifest.
 type destCache struct {
 	server objstore.Config
+	// partEntries is how many entries a sealed manifest part holds
+	// (exportfmt.ManifestPartEntries unless a test sets it).
+	partEntries int
 
 	mu        gosync.Mutex
 	open      map[string]dest.Dest
@@ -492,8 +495,9 @@ type manifestKey struct {
 }
 
 // manifestState is a copyset's manifest as this SyncTool keeps it: the
-// entries of every packet it acknowledged, written to the dest at most
-// every manifestPeriod (and with every finished packet). A manifest on the
+// entries of every packet it acknowledged after the manifest's sealed
+// parts, written to the dest at most every manifestPeriod (and with every
+// finished packet, and when parts were sealed). A manifest on the
 // dest may thus lag its packets; the next SyncTool that loads it catches
 // it up from the packets after its last entry (catchUp).
 type manifestState struct {
@@ -507,7 +511,7 @@ type manifestState struct {
 const manifestPeriod = 10 * time.Second
 
 func newDestCache(server objstore.Config) *destCache {
-	return &destCache{server: server, open: map[string]dest.Dest{}, manifests: map[manifestKey]*manifestState{}}
+	return &destCache{server: server, partEntries: exportfmt.ManifestPartEntries, open: map[string]dest.Dest{}, manifests: map[manifestKey]*manifestState{}}
 }
 
 // check opens u (which checks it is usable) and closes it again.
@@ -570,8 +574,21 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 			return fmt.Errorf("manifest %s: %w", mname, err)
 		}
 	}
+	// A long export's manifest is cut into sealed parts, each written once,
+	// before the manifest that counts them.
+	parts := exportfmt.Seal(m, c.partEntries)
+	for _, p := range parts {
+		b, err := exportfmt.EncodeManifest(p)
+		if err != nil {
+			return err
+		}
+		pname := exportfmt.ManifestPartName(pool, cs, p.Part)
+		if err := d.Put(ctx, pname, b); err != nil {
+			return fmt.Errorf("write manifest part %s to %s: %w", pname, d, err)
+		}
+	}
 	st = &manifestState{m: m, written: st.written, dirty: true}
-	if pkt.Header.GetFinished() || time.Since(st.written) >= manifestPeriod {
+	if pkt.Header.GetFinished() || len(parts) > 0 || time.Since(st.written) >= manifestPeriod {
 		b, err := exportfmt.EncodeManifest(m)
 		if err != nil {
 			return err
@@ -587,8 +604,9 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 	return nil
 }
 
-// loadManifest reads a copyset's manifest from d (a new one if it has
-// none).
+// loadManifest reads a copyset's manifest.pb from d (a new one if it has
+// none): the entries after its sealed parts, from whose last the writer
+// goes on; the parts themselves only a reader needs.
 func loadManifest(ctx context.Context, d dest.Dest, pool, cs uint32) (*syncpb.Manifest, error) {
 	mname := exportfmt.ManifestName(pool, cs)
 	b, err := d.Get(ctx, mname)

@@ -20,9 +20,9 @@ import (
 	"github.com/chunkraft/chunkraft/cli"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
-	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	"github.com/chunkraft/chunkraft/sync/dest"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
+	"github.com/chunkraft/chunkraft/sync/restore"
 )
 
 // syncChunks are the chunks the sync tests write on each copyset: chunk 1
@@ -261,32 +261,31 @@ func checkExportChains(t *testing.T, d dest.Dest, st []syncStatus) {
 		}
 		chain := exportfmt.NewChain(s.Pool, s.Copyset)
 		var names []string
-		var m *syncpb.Manifest
 		for _, o := range objs {
+			if !strings.HasSuffix(o.Name, exportfmt.PacketSuffix) {
+				continue
+			}
 			b, err := d.Get(ctx, o.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			switch {
-			case o.Name == exportfmt.ManifestName(s.Pool, s.Copyset):
-				if m, err = exportfmt.DecodeManifest(b); err != nil {
-					t.Fatal(err)
-				}
-			case strings.HasSuffix(o.Name, exportfmt.PacketSuffix):
-				p, err := exportfmt.Decode(b)
-				if err != nil {
-					t.Fatalf("packet %s: %v", o.Name, err)
-				}
-				if err := chain.AddPacket(o.Name, p); err != nil {
-					t.Fatalf("copyset %d/%d: %v", s.Pool, s.Copyset, err)
-				}
-				names = append(names, o.Name)
+			p, err := exportfmt.Decode(b)
+			if err != nil {
+				t.Fatalf("packet %s: %v", o.Name, err)
 			}
+			if err := chain.AddPacket(o.Name, p); err != nil {
+				t.Fatalf("copyset %d/%d: %v", s.Pool, s.Copyset, err)
+			}
+			names = append(names, o.Name)
 		}
 		first, _ := chain.Start()
 		next, _ := chain.Next()
 		if first != exportfmt.StartPoint() || next.Phase != exportfmt.PhaseBinlog || "binlog "+strconv.FormatUint(next.Index, 10) != s.Point {
 			t.Fatalf("copyset %d/%d: %d packets from %v to %v, the sub-task is at %s", s.Pool, s.Copyset, chain.Len(), first, next, s.Point)
+		}
+		m, err := restore.ReadManifest(ctx, d, s.Pool, s.Copyset) // manifest.pb and its sealed parts
+		if err != nil {
+			t.Fatal(err)
 		}
 		if m == nil || len(m.Packets) == 0 || len(m.Packets) > len(names) {
 			t.Fatalf("copyset %d/%d: manifest %v for %d packets", s.Pool, s.Copyset, m, len(names))

@@ -47,6 +47,11 @@
 //     never panics on any input (FuzzDecode).
 //   - Encoding is deterministic: the same header and records give the same
 //     bytes.
+//   - A manifest is cut into sealed parts ([Seal], [ManifestPartName]) of
+//     [ManifestPartEntries] entries; manifest.pb keeps at least its last
+//     entry, so a resent last packet never changes a sealed part, and each
+//     part names the last entry of the one before ([JoinManifest] checks
+//     the order).
 //
 // The package is pure: no I/O, no clock; the sync service and the restore
 // command do the reading and writing.

@@ -67,16 +67,21 @@ func Append(m *syncpb.Manifest, e *syncpb.ManifestEntry) error {
 	}
 	c := NewChain(m.LogicPoolId, m.CopysetId)
 	replace := false
-	if n := len(m.Packets); n > 0 {
-		last := m.Packets[n-1]
-		replace = last.Name == e.Name
+	n := len(m.Packets)
+	if n > 0 {
+		replace = m.Packets[n-1].Name == e.Name
 		if replace {
 			n-- // chain from the entry before the replaced one
 		}
-		if n > 0 {
-			if err := addEntry(c, m.Packets[n-1]); err != nil {
-				return fmt.Errorf("exportfmt: append: manifest entry %d: %w", n-1, err)
-			}
+	}
+	switch {
+	case n > 0:
+		if err := addEntry(c, m.Packets[n-1]); err != nil {
+			return fmt.Errorf("exportfmt: append: manifest entry %d: %w", n-1, err)
+		}
+	case m.Previous != nil: // the first entry of a part continues the part before
+		if err := addEntry(c, m.Previous); err != nil {
+			return fmt.Errorf("exportfmt: append: the manifest's previous entry: %w", err)
 		}
 	}
 	if err := c.Add(e.Name, start, next); err != nil {
@@ -102,14 +107,24 @@ func addEntry(c *Chain, e *syncpb.ManifestEntry) error {
 	return c.Add(e.Name, start, next)
 }
 
-// CheckManifest checks that the entries of m form a chain (see Chain) and
-// returns the chain.
+// CheckManifest checks that the entries of m form a chain (see Chain),
+// from its previous entry when it has one (a part after the first), and
+// returns the chain (previous included).
 func CheckManifest(m *syncpb.Manifest) (*Chain, error) {
 	if m.FormatVersion != Version {
 		return nil, fmt.Errorf("exportfmt: manifest of copyset %d/%d: format version %d (this reader knows %d)",
 			m.LogicPoolId, m.CopysetId, m.FormatVersion, Version)
 	}
+	if (m.SealedParts == 0) != (m.Previous == nil) {
+		return nil, fmt.Errorf("exportfmt: manifest of copyset %d/%d: %d sealed parts before it, previous entry %v: want both or neither",
+			m.LogicPoolId, m.CopysetId, m.SealedParts, m.Previous != nil)
+	}
 	c := NewChain(m.LogicPoolId, m.CopysetId)
+	if m.Previous != nil {
+		if err := addEntry(c, m.Previous); err != nil {
+			return nil, fmt.Errorf("exportfmt: manifest of copyset %d/%d, previous entry: %w", m.LogicPoolId, m.CopysetId, err)
+		}
+	}
 	for i, e := range m.Packets {
 		if err := addEntry(c, e); err != nil {
 			return nil, fmt.Errorf("exportfmt: manifest of copyset %d/%d, entry %d: %w", m.LogicPoolId, m.CopysetId, i, err)

@@ -43,6 +43,12 @@ func ManifestName(pool, copyset uint32) string {
 	return CopysetPrefix(pool, copyset) + ManifestFile
 }
 
+// ManifestPartName returns the name of sealed part part (1, 2, ...) of the
+// manifest of copyset (pool, copyset): "pool-1/copyset-3/manifest-0000000002.pb".
+func ManifestPartName(pool, copyset, part uint32) string {
+	return fmt.Sprintf("%smanifest-%010d.pb", CopysetPrefix(pool, copyset), part)
+}
+
 // PacketName returns the object name of the packet of copyset
 // (pool, copyset) that starts at start. It panics on an invalid point (one
 // ParsePoint would refuse).

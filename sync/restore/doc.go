@@ -13,7 +13,8 @@
 //     (exportfmt.Chain); the first gap or bad packet stops the restore with
 //     an error naming it. The export must start at the start (a full
 //     export) or at a binlog point (an incremental one) and reach the binlog
-//     phase. A manifest, if the copyset has one, must list only packets the
+//     phase. A manifest, if the copyset has one (manifest.pb and the sealed
+//     parts it counts, read whole by ReadManifest), must list only packets the
 //     export has (see checkManifest): the loss of the last packets leaves
 //     an unbroken chain, and only the manifest tells. The until point N is fixed here (the export's last index, the
 //     --until-index, or the index of the last binlog record appended at or

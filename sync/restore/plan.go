@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/chunkraft/chunkraft/sync/dest"
@@ -275,22 +274,9 @@ type packetSum struct {
 // silently restore an earlier point.
 func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum) error {
 	name := exportfmt.ManifestName(pool, cs)
-	b, err := src.Get(ctx, name)
-	if errors.Is(err, objstore.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read manifest %s: %w", name, err)
-	}
-	m, err := exportfmt.DecodeManifest(b)
-	if err == nil && (m.LogicPoolId != pool || m.CopysetId != cs) {
-		err = fmt.Errorf("it is the manifest of copyset %d/%d", m.LogicPoolId, m.CopysetId)
-	}
-	if err == nil {
-		_, err = exportfmt.CheckManifest(m)
-	}
-	if err != nil {
-		return fmt.Errorf("bad manifest %s: %w", name, err)
+	m, err := ReadManifest(ctx, src, pool, cs)
+	if err != nil || m == nil {
+		return err
 	}
 	at := make(map[string]int, len(names))
 	for i, n := range names {

@@ -457,6 +457,40 @@ func TestCancelledRestoreIsNotDone(t *testing.T) {
 	}
 }
 
+// threePackets is the export of six 4 KiB writes to copyset 1/1, two per
+// packet: the packets at binlog 1, 3 and 5.
+func threePackets(t *testing.T) map[string][]byte {
+	t.Helper()
+	src := newSource(t)
+	for i := range 6 {
+		src.write(1, 1, uint32(i)*4<<10, block(byte(i+1)))
+	}
+	e := &export{pool: 1, cs: 1, start: 1, binlog: src.binlog, per: 2}
+	return e.packets(t)
+}
+
+// restoreChanged writes the export files, changes them (change, when not
+// nil), restores copyset 1/1 from them and checks the result: success
+// when wantErr is "", else an error containing it and nothing written.
+func restoreChanged(t *testing.T, what string, files map[string][]byte, change func(dir string), wantErr string) {
+	t.Helper()
+	d, dir := writeExport(t, files)
+	if change != nil {
+		change(dir)
+	}
+	tg := newStoreTarget(t)
+	tg.store(1, 1)
+	_, err := Restore(context.Background(), Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry})
+	switch {
+	case wantErr == "" && err != nil:
+		t.Errorf("%s: %v", what, err)
+	case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+		t.Errorf("%s: %v, want %q", what, err, wantErr)
+	case wantErr != "" && tg.ops.Load() != 0:
+		t.Errorf("%s: %d ops on the target", what, tg.ops.Load())
+	}
+}
+
 // manifestOf is the manifest of the packets of copyset 1/1.
 func manifestOf(t *testing.T, pkts map[string][]byte, n int) []byte {
 	t.Helper()
@@ -488,12 +522,7 @@ func manifestOf(t *testing.T, pkts map[string][]byte, n int) []byte {
 // manifest behind the packets, or whose last packet was resent since, is
 // fine.
 func TestManifestCatchesLostPackets(t *testing.T) {
-	src := newSource(t)
-	for i := range 6 {
-		src.write(1, 1, uint32(i)*4<<10, block(byte(i+1)))
-	}
-	e := &export{pool: 1, cs: 1, start: 1, binlog: src.binlog, per: 2}
-	pkts := e.packets(t) // binlog 1, 3, 5
+	pkts := threePackets(t) // binlog 1, 3, 5
 	last := exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(5))
 	middle := exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(3))
 	other := func(name string, b byte) []byte { // another packet with the same points
@@ -532,20 +561,52 @@ func TestManifestCatchesLostPackets(t *testing.T) {
 	} {
 		withManifest := maps.Clone(pkts)
 		withManifest[exportfmt.ManifestName(1, 1)] = manifestOf(t, pkts, c.listed)
-		d, dir := writeExport(t, withManifest)
-		if c.change != nil {
-			c.change(dir)
+		restoreChanged(t, c.what, withManifest, c.change, c.wantErr)
+	}
+}
+
+// A manifest cut into sealed parts is read whole: the restore succeeds
+// with every part there, and a missing or corrupt part stops it before
+// it writes anything, naming the part.
+func TestManifestParts(t *testing.T) {
+	pkts := threePackets(t) // binlog 1, 3, 5
+	m, err := exportfmt.DecodeManifest(manifestOf(t, pkts, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := exportfmt.Seal(m, 1)
+	if len(parts) != 2 {
+		t.Fatalf("%d parts", len(parts))
+	}
+	withParts := maps.Clone(pkts)
+	for _, p := range append(parts, m) {
+		b, err := exportfmt.EncodeManifest(p)
+		if err != nil {
+			t.Fatal(err)
 		}
-		tg := newStoreTarget(t)
-		tg.store(1, 1)
-		_, err := Restore(context.Background(), Options{Source: d, Pool: 1, Target: tg, Geometry: testGeometry})
-		switch {
-		case c.wantErr == "" && err != nil:
-			t.Errorf("%s: %v", c.what, err)
-		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
-			t.Errorf("%s: %v, want %q", c.what, err, c.wantErr)
-		case c.wantErr != "" && tg.ops.Load() != 0:
-			t.Errorf("%s: %d ops on the target", c.what, tg.ops.Load())
+		name := exportfmt.ManifestName(1, 1)
+		if p.Part > 0 {
+			name = exportfmt.ManifestPartName(1, 1, p.Part)
 		}
+		withParts[name] = b
+	}
+	part2 := exportfmt.ManifestPartName(1, 1, 2)
+	last := exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(5))
+	for _, c := range []struct {
+		what    string
+		change  func(dir string)
+		wantErr string
+	}{
+		{"complete", nil, ""},
+		{"a part lost", func(d string) { os.Remove(filepath.Join(d, part2)) }, "read manifest part " + part2},
+		{"a part corrupt", func(d string) {
+			p := filepath.Join(d, part2)
+			b, _ := os.ReadFile(p)
+			b[len(b)-1] ^= 1
+			os.WriteFile(p, b, 0o644)
+		}, "bad manifest part " + part2},
+		{"last lost", func(d string) { os.Remove(filepath.Join(d, last)) }, "lists packet " + last + ", which the export does not have"},
+	} {
+		restoreChanged(t, c.what, withParts, c.change, c.wantErr)
 	}
 }

@@ -631,16 +631,30 @@ func (x *BinlogRecord) GetOpPosition() uint32 {
 	return 0
 }
 
-// Manifest lists the packets of one copyset's export in point order.
+// Manifest lists the packets of one copyset's export in point order. The
+// list is cut into parts so that a long export's manifest stays small: the
+// manifest itself (manifest.pb) holds the last packets, and each sealed part
+// (manifest-<part, 10 digits>.pb) a run of ManifestPartEntries before them
+// (docs/sync-format.md, "The manifest").
 type Manifest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// format_version: the packet format version of the packets it lists.
 	FormatVersion uint32 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
 	LogicPoolId   uint32 `protobuf:"varint,2,opt,name=logic_pool_id,json=logicPoolId,proto3" json:"logic_pool_id,omitempty"`
 	CopysetId     uint32 `protobuf:"varint,3,opt,name=copyset_id,json=copysetId,proto3" json:"copyset_id,omitempty"`
-	// packets: every packet, in point order; each one's start_point is the
-	// previous one's next_point.
-	Packets       []*ManifestEntry `protobuf:"bytes,4,rep,name=packets,proto3" json:"packets,omitempty"`
+	// packets: the packets of this part, in point order; each one's
+	// start_point is the previous one's next_point (the first one's, that
+	// of previous when there is one).
+	Packets []*ManifestEntry `protobuf:"bytes,4,rep,name=packets,proto3" json:"packets,omitempty"`
+	// sealed_parts: how many sealed parts come before the packets of this
+	// one (0: none, the packets are the export's first).
+	SealedParts uint32 `protobuf:"varint,5,opt,name=sealed_parts,json=sealedParts,proto3" json:"sealed_parts,omitempty"`
+	// previous: the last entry of the part before this one (absent when
+	// sealed_parts is 0).
+	Previous *ManifestEntry `protobuf:"bytes,6,opt,name=previous,proto3" json:"previous,omitempty"`
+	// part: in a sealed part, its number (sealed_parts + 1); 0 in
+	// manifest.pb.
+	Part          uint32 `protobuf:"varint,7,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -701,6 +715,27 @@ func (x *Manifest) GetPackets() []*ManifestEntry {
 		return x.Packets
 	}
 	return nil
+}
+
+func (x *Manifest) GetSealedParts() uint32 {
+	if x != nil {
+		return x.SealedParts
+	}
+	return 0
+}
+
+func (x *Manifest) GetPrevious() *ManifestEntry {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+func (x *Manifest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
 }
 
 // ManifestEntry is one packet of a Manifest: its name and a copy of its
@@ -871,13 +906,16 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\x02op\x18\x04 \x01(\v2\x1f.curve.chunkserver.ChunkRequestR\x02op\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1f\n" +
 	"\vop_position\x18\x06 \x01(\rR\n" +
-	"opPosition\"\xad\x01\n" +
+	"opPosition\"\x9f\x02\n" +
 	"\bManifest\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
 	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
 	"\n" +
 	"copyset_id\x18\x03 \x01(\rR\tcopysetId\x127\n" +
-	"\apackets\x18\x04 \x03(\v2\x1d.chunkraft.sync.ManifestEntryR\apackets\"\xf3\x02\n" +
+	"\apackets\x18\x04 \x03(\v2\x1d.chunkraft.sync.ManifestEntryR\apackets\x12!\n" +
+	"\fsealed_parts\x18\x05 \x01(\rR\vsealedParts\x129\n" +
+	"\bprevious\x18\x06 \x01(\v2\x1d.chunkraft.sync.ManifestEntryR\bprevious\x12\x12\n" +
+	"\x04part\x18\a \x01(\rR\x04part\"\xf3\x02\n" +
 	"\rManifestEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\vstart_point\x18\x02 \x01(\v2\x1c.openmldb.datasync.SyncPointR\n" +
@@ -926,13 +964,14 @@ var file_chunkraft_syncpb_export_proto_depIdxs = []int32{
 	5,  // 5: chunkraft.sync.Record.binlog:type_name -> chunkraft.sync.BinlogRecord
 	9,  // 6: chunkraft.sync.BinlogRecord.op:type_name -> curve.chunkserver.ChunkRequest
 	7,  // 7: chunkraft.sync.Manifest.packets:type_name -> chunkraft.sync.ManifestEntry
-	8,  // 8: chunkraft.sync.ManifestEntry.start_point:type_name -> openmldb.datasync.SyncPoint
-	8,  // 9: chunkraft.sync.ManifestEntry.next_point:type_name -> openmldb.datasync.SyncPoint
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 8: chunkraft.sync.Manifest.previous:type_name -> chunkraft.sync.ManifestEntry
+	8,  // 9: chunkraft.sync.ManifestEntry.start_point:type_name -> openmldb.datasync.SyncPoint
+	8,  // 10: chunkraft.sync.ManifestEntry.next_point:type_name -> openmldb.datasync.SyncPoint
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_syncpb_export_proto_init() }
