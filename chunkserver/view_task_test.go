@@ -74,13 +74,24 @@ func viewClusterTwoCopysets(t *testing.T) (c *testCluster, l int, second copyset
 
 // establishOn calls EstablishDisaggTask of task on server i for every
 // chunk of the copysets gs, with their epochs as server i has them.
+// establishOn runs EstablishDisaggTask of task on copysets gs on server i,
+// which the test means to lead them: when an election moved one away (a
+// loaded machine flaps the harness's short elections), leadership is
+// moved back and the call made again, for up to 20 s.
 func (c *testCluster) establishOn(t *testing.T, i int, task int64, gs ...copyset.GroupID) *kvdisagg.EstablishDisaggTaskResponse {
 	t.Helper()
-	resp, err := c.tikv(i).EstablishDisaggTask(t.Context(), c.establishReq(i, task, gs...))
-	if err != nil {
-		t.Fatalf("establish: %v", err)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		resp, err := c.tikv(i).EstablishDisaggTask(t.Context(), c.establishReq(i, task, gs...))
+		if err != nil {
+			t.Fatalf("establish: %v", err)
+		}
+		if !strings.Contains(resp.GetError().GetErrorRegion().GetMsg(), "is not led here") || time.Now().After(deadline) {
+			return resp
+		}
+		for _, g := range gs {
+			c.leadOn(t, g, i)
+		}
 	}
-	return resp
 }
 
 func (c *testCluster) establishReq(i int, task int64, gs ...copyset.GroupID) *kvdisagg.EstablishDisaggTaskRequest {
@@ -191,6 +202,7 @@ func TestDisaggViewCancelEverywhere(t *testing.T) {
 	for _, g := range groups {
 		c.waitTaskViews(t, g, 1, 0)
 	}
+	c.leadOn(t, second, b) // (an election may have moved it)
 	if _, msg := c.fetchSegment(t, b, 1, second, nil); !strings.Contains(msg, "cancelled") {
 		t.Fatalf("fetch on the leader of 1/2 after the cancel: %q", msg)
 	}
