@@ -49,8 +49,11 @@ func startTestCluster(t *testing.T, n int, opts ...clusterOpts) *testCluster {
 		cfg.Listen, cfg.MetricsListen = lis.Addr().String(), ""
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")
 		cfg.ChunkFilePool = 0
-		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 300*time.Millisecond, 300*time.Millisecond
-		cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
+		// Short enough that elections are quick, long enough that a loaded
+		// 2-core CI machine (two test binaries, a cluster each) seldom
+		// stalls a leader past its lease.
+		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 500*time.Millisecond, 500*time.Millisecond
+		cfg.Raft.LeaderLeaseTimeout = 250 * time.Millisecond
 		cfg.Sync.SendInterval = time.Second // tests wait for exports to catch up
 		for _, o := range opts {
 			o(&cfg)

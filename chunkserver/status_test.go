@@ -90,8 +90,8 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	if v := c.cfgGet(t, l, "listen"); v != c.cfgs[l].Listen {
 		t.Fatalf("get listen = %q, want %q", v, c.cfgs[l].Listen)
 	}
-	if v := c.cfgGet(t, l, "raft.heartbeat_timeout"); v != "300ms" {
-		t.Fatalf("get raft.heartbeat_timeout = %q", v)
+	if v := c.cfgGet(t, l, "raft.heartbeat_timeout"); v != c.cfgs[l].Raft.HeartbeatTimeout.String() {
+		t.Fatalf("get raft.heartbeat_timeout = %q, want %v (the harness's)", v, c.cfgs[l].Raft.HeartbeatTimeout)
 	}
 	_, all := c.cfgCall(t, l, "dump", "", "")
 	lines := strings.Split(strings.TrimSpace(all), "\n")

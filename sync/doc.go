@@ -25,7 +25,9 @@
 // Validate functions first: admission refuses bad input with one line and
 // it never reaches the log):
 //   - PutSubTask: upstream AddSyncTask. A new (tid, pid) is created INIT;
-//     the token it has is refused ("why send a same task?"); a new token
+//     the token it has is refused ("why send a same task?": a task-wide
+//     put retried after a lost answer takes that refusal, with its own
+//     token in the record, as its success); a new token
 //     reassigns it: the token and endpoints are replaced, the stored
 //     progress (point, count, mode, dest) is kept, it is RUNNING again
 //     unless still INIT. Another task's (tid, pid) and a SUCCESS or FAILED

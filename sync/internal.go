@@ -212,9 +212,10 @@ const (
 // not_leader (nobody leads, or the leader named does not answer as one), it
 // finds the copyset's leader again in the cluster map and retries
 // (waitForLeaders), and then returns the last answer. A retried op is the
-// same op: a put that did commit before its leader stepped down is refused
-// the second time ("why send a same task?"), which fails the create and
-// undoes it; a removal is idempotent.
+// same op: a removal is idempotent, and a put that did commit before its
+// leader stepped down (answering not_leader, or not at all) is refused the
+// second time ("why send a same task?") with the sub-task it made, which
+// has the put's token: that answer is the put's success (committedBefore).
 func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
 	var resp *pb.ProposeResponse
 	waitForLeaders(ctx, func(again bool) bool {
@@ -224,7 +225,22 @@ func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader st
 		resp = s.propose(ctx, pool, cs, leader, op)
 		return !resp.GetNotLeader()
 	})
+	if committedBefore(op, resp) {
+		s.log.Info("sync put committed before its leader could answer; its retry found it", "pool", pool, "copyset", cs)
+		return &pb.ProposeResponse{Record: resp.GetRecord()}
+	}
 	return resp
+}
+
+// committedBefore reports whether resp refuses put op only because the
+// sub-task already has op's token. A task-wide put (CreateSyncTask's)
+// carries a token new to that call, so the sub-task holding it is the
+// call's own earlier attempt, which committed although its answer was lost
+// (propose and proposeWaiting retry such answers).
+func committedBefore(op *pb.Op, resp *pb.ProposeResponse) bool {
+	put := op.GetPut()
+	return put != nil && resp.GetCode() != 0 && !resp.GetNotLeader() && resp.GetMsg() == ErrSameTask.Error() &&
+		put.GetRequest().GetToken() != "" && resp.GetRecord().GetProgress().GetToken() == put.GetRequest().GetToken()
 }
 
 // waitForLeaders calls try (again: not the first call) until it reports
