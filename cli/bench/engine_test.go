@@ -218,11 +218,20 @@ func TestRunCountsErrorsByKind(t *testing.T) {
 
 func TestRunInterrupted(t *testing.T) {
 	f := newFakeIO()
-	f.latency = 20 * time.Millisecond
+	f.latency = 200 * time.Millisecond
 	cfg := testConfig(RandWrite, 4<<10, 1<<20)
 	cfg.Ops, cfg.Runtime, cfg.IODepth = 0, time.Minute, 8
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Stop the run once the first ops have finished and later ones have
+	// started: those are in flight (200 ms each) when it stops. (A fixed
+	// deadline that is a multiple of the latency raced the ops' timers.)
+	go func() {
+		for f.writes.Load() <= int64(cfg.IODepth) && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
 	start := time.Now()
 	res, err := Run(ctx, f, cfg)
 	if err != nil {
