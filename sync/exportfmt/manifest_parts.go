@@ -26,15 +26,18 @@ func Seal(m *syncpb.Manifest, per int) []*syncpb.Manifest {
 		per = ManifestPartEntries
 	}
 	var parts []*syncpb.Manifest
-	for len(m.Packets) > per {
+	at := 0 // the first entry not sealed yet
+	for ; len(m.Packets)-at > per; at += per {
 		part := &syncpb.Manifest{
 			FormatVersion: m.FormatVersion, LogicPoolId: m.LogicPoolId, CopysetId: m.CopysetId,
-			Packets: m.Packets[:per:per], SealedParts: m.SealedParts, Previous: m.Previous, Part: m.SealedParts + 1,
+			Packets: m.Packets[at : at+per : at+per], SealedParts: m.SealedParts, Previous: m.Previous, Part: m.SealedParts + 1,
 		}
 		parts = append(parts, part)
-		m.Packets = append([]*syncpb.ManifestEntry(nil), m.Packets[per:]...)
 		m.SealedParts++
 		m.Previous = part.Packets[per-1]
+	}
+	if at > 0 { // the rest, copied once (the parts keep their own slices)
+		m.Packets = append([]*syncpb.ManifestEntry(nil), m.Packets[at:]...)
 	}
 	return parts
 }
