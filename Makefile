@@ -4,7 +4,7 @@ BIN      := bin
 TOOLS    := $(CURDIR)/.tools/bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build test cluster cluster-down proto lint fmt clean
+.PHONY: all build test deps cluster cluster-down proto lint fmt clean
 
 all: build
 
@@ -14,13 +14,23 @@ all: build
 build:
 	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/... 2>/dev/null || $(GO) build -buildvcs=false -o $(BIN)/ ./cmd/...
 
-## test: vet, then every test (multi-process tests use the built binaries)
-test: build
+## test: the programs the tests run (scripts/deps.sh: installed with apt-get
+## as root, else named), then vet and every test (multi-process tests use the
+## built binaries)
+test:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 
+## deps: install (as root with apt-get) or name what make test runs besides Go
+deps:
+	@scripts/deps.sh test
+
 ## cluster: a local 3-node cluster with pool 1, copysets 1..16
-cluster: build
+cluster:
+	@scripts/deps.sh cluster
+	@$(MAKE) --no-print-directory build
 	scripts/cluster.sh up
 
 cluster-down:

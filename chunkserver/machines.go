@@ -14,8 +14,10 @@ import (
 // machineSpecs are the state machines of every copyset, in the order they
 // open: the chunk store first (the integrity machine scans through it),
 // then integrity, then the fences (each copyset's table feeds the server's
-// epoch map). All three keep their files in the copyset data dir itself,
-// where they were before machines had their own directories.
+// epoch map), sync, disagg and the read views. The first three keep their
+// files in the copyset data dir itself (their layout predates machine
+// directories and must not change); the others each have a Dir. Only the
+// chunk machine batches: it stamps (index, position).
 func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copyset.MachineSpec {
 	return []copyset.MachineSpec{
 		{Kind: kinds.Chunk, Name: "chunk", Batch: true,

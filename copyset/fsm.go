@@ -56,8 +56,8 @@ func DecodeOp(op []byte) (Kind, []byte, error) {
 }
 
 // StateMachine is one replicated state machine hosted on a copyset (the
-// chunk store, integrity jobs, fences; later sync tasks, DM subtasks,
-// disagg locks), registered by a MachineSpec (machine.go).
+// chunk store, integrity jobs, fences, sync sub-tasks, the disagg lock
+// table, read views), registered by a MachineSpec (machine.go).
 //
 // What a snapshot means for a machine. A local raft snapshot copies no data:
 // the copyset calls Sync on every machine and records the index (snapshot.go).

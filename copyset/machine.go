@@ -18,8 +18,12 @@ type MachineSpec struct {
 	// Name names the machine in errors and logs.
 	Name string
 	// Batch says the machine's ops may share one raft entry, and so one log
-	// index, with other ops (propose.go). Only a machine that never uses
-	// the index to recognise replays may set it.
+	// index, with other ops (propose.go). A machine that recognises replays
+	// by an index stamped in its state may set it only if it tells the ops
+	// of one entry apart: it is an OpApplier and stamps (index, position),
+	// as the chunk machine does. A machine that stamps the index alone
+	// (the statefile machines) must not: a replay would skip every op of
+	// the entry after the first.
 	Batch bool
 	// Dir is the machine's own subdirectory of the copyset data dir,
 	// created before Open; its Files must lie under it. Every new machine

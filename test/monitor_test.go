@@ -30,12 +30,13 @@ func deployDir() string {
 }
 
 // prometheusBinaries finds promtool and prometheus (Debian's package);
-// their absence fails the test: .ci/run installs them.
+// their absence fails the test: make test installs them first
+// (scripts/deps.sh).
 func prometheusBinaries(t *testing.T) (promtool, prometheus string) {
 	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Fatal("promtool not found (apt-get install -y prometheus; .ci/run does it as root)")
+		t.Fatal("promtool not found (apt-get install -y prometheus; make test installs it as root: scripts/deps.sh)")
 	}
 	prometheus = os.Getenv("PROMETHEUS")
 	if prometheus == "" {

@@ -1,6 +1,6 @@
 // Package statefile is the append-only file in which a small replicated
-// state machine keeps its whole state (integrity scan jobs, epoch fences;
-// later sync, DM and disagg tables): each change appends one line holding
+// state machine keeps its whole state (integrity scan jobs, epoch fences,
+// sync sub-tasks, the disagg lock table): each change appends one line holding
 // the whole state, usually as JSON stamped with the log index that produced
 // it, so that a machine reopened on the file knows which ops it already
 // reflects and skips them on replay.

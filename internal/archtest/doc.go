@@ -15,5 +15,11 @@
 // follows the nearest doc.go above it; a doc.go without the line fails the
 // test, so a new package must state its rule.
 //
+// Beside it, checks of what the repository says of its packages:
+// TestLayoutListsEveryPackage fails when a package has no row in
+// docs/architecture.md's "Layout and file map" (a generated package is
+// named in the row of the package whose doc.go it follows), and
+// TestTestOnlyPackages when non-test code imports a test-only package.
+//
 // Must not import: github.com/chunkraft/chunkraft/...
 package archtest
