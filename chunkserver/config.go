@@ -126,8 +126,9 @@ type SyncConfig struct {
 	// entries). Past it the sub-task turns FAILED and its log goes; the
 	// copyset goes on. Default 1 GiB: a stalled export costs each copyset
 	// at most that much disk, while it holds ~20 s of the whole cluster's
-	// 1 MiB write rate aimed at one copyset (~50 MB/s here,
-	// docs/benchmarks.md; minutes when writes spread over the copysets):
+	// 1 MiB write rate aimed at one copyset (~50 MB/s on the VM of
+	// docs/benchmarks.md, "Whole runs after the export's buffer reuse";
+	// minutes when writes spread over the copysets):
 	// as long as a stalled sub-task takes to be reassigned (2 x
 	// check_period), far longer than a leader change. At least 1 MiB.
 	MaxRetainedBytes uint64 `yaml:"max_retained_bytes"`
