@@ -90,11 +90,11 @@ type Config struct {
 	// request allocates its buffers and messages, so a higher value trades
 	// memory for CPU; -1 turns the collector off. The GOGC environment
 	// variable, when set, wins. Default 100 (Go's own): with 400 the heap
-	// of a server that had been idle grew to five times its live data at
+	// of a server that has been idle grows to five times its live data at
 	// the first burst of large writes, and the page faults of that fresh
-	// memory cost more CPU than the collections saved (docs/benchmarks.md,
-	// session 16: 1 MiB writes and 4 KiB randwrite 25-45% slower on a new
-	// cluster, no difference once warm).
+	// memory cost more CPU than the collections save (docs/benchmarks.md,
+	// "The Go collector's target, 400 → 100": 1 MiB writes and 4 KiB
+	// randwrite 25-45% slower on a new cluster, no difference once warm).
 	GCPercent int `yaml:"gc_percent"`
 	// TLS, when set, turns on mutual TLS for every gRPC connection (tls.go).
 	TLS TLSConfig `yaml:"tls"`
@@ -126,8 +126,9 @@ type SyncConfig struct {
 	// entries). Past it the sub-task turns FAILED and its log goes; the
 	// copyset goes on. Default 1 GiB: a stalled export costs each copyset
 	// at most that much disk, while it holds ~20 s of the whole cluster's
-	// 1 MiB write rate aimed at one copyset (~50 MB/s here,
-	// docs/benchmarks.md; minutes when writes spread over the copysets):
+	// 1 MiB write rate aimed at one copyset (~50 MB/s on the VM of
+	// docs/benchmarks.md, "Whole runs after the export's buffer reuse";
+	// minutes when writes spread over the copysets):
 	// as long as a stalled sub-task takes to be reassigned (2 x
 	// check_period), far longer than a leader change. At least 1 MiB.
 	MaxRetainedBytes uint64 `yaml:"max_retained_bytes"`

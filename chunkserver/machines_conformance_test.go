@@ -39,15 +39,15 @@ func conformanceSpecs(t *testing.T, kind copyset.Kind) []copyset.MachineSpec {
 // chunkWorkload writes blocks of a few chunks at one sn: the chunk ops
 // the StateMachine contract names as idempotent by themselves (writes at
 // fixed offsets). del adds chunk deletes (a chunk file deleted while a
-// snapshot streams used to arrive zero-filled, and the store refused to
-// open it; the stream now sends it as gone). cow adds sn bumps (so later
-// writes copy on write into chunk snapshots) and snapshot deletes: these
-// used to fail the suite, since replaying a write refused for an older
-// snapshot after the snapshot's deletion accepted it, and a fuzzy copy of
-// a chunk file could hold a block whose crc entry was from another moment,
-// which a later copy-on-write read refused. Ops now carry their index into
-// the store (datastore Replay) and chunks stream as images
-// (chunk_stream.go). Both are on in TestChunkMachineConforms.
+// snapshot streams arrives as gone, not zero-filled: the store cannot
+// open a file of zeros). cow adds sn bumps (so later writes copy on write
+// into chunk snapshots) and snapshot deletes: these pass because ops carry
+// their index into the store (datastore Replay), so a write refused for an
+// older snapshot is not accepted when replayed after the snapshot's
+// deletion, and because chunks stream as images (chunk_stream.go), not as
+// fuzzy copies of a chunk file that could hold a block whose crc entry is
+// from another moment, which a later copy-on-write read would refuse. Both
+// are on in TestChunkMachineConforms.
 type chunkWorkload struct {
 	t        *testing.T
 	del, cow bool

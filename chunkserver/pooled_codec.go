@@ -25,13 +25,14 @@ var pooledBufs gosync.Map // *pb.ChunkRequest or *dspb.SendDataRequest -> func()
 // buffer), which recyclePooled gives back when the call is done: every
 // large write and every sync packet lands in memory an earlier one used
 // instead of in a fresh allocation of its size, which the kernel must fault
-// in and zero. That was most of a SyncTool's copying when packets were
-// joined into fresh buffers (grpcbuf.Hold), and 74% of a leader's CPU
-// samples during a restore's 1 MiB writes into a cluster that had been idle
-// (bytes.Join's memmove). Anything unmarshalAliasingData does not parse
-// goes to the next codec. Only Data of at least aliasDataMin bytes stays
-// borrowed (smaller Data of a large message is copied out), so that
-// recyclePooled looks up large requests only.
+// in and zero. Joining a message's frames into a fresh buffer instead
+// (grpcbuf.Hold) is most of a SyncTool's copying, and most of a leader's
+// CPU during a restore's 1 MiB writes into a cluster that has been idle
+// (bytes.Join's memmove: docs/benchmarks.md, "The pool's quiet period at
+// 10 s, what the first restore pays"). Anything unmarshalAliasingData
+// does not parse goes to the next codec. Only Data of at least
+// aliasDataMin bytes stays borrowed (smaller Data of a large message is
+// copied out), so that recyclePooled looks up large requests only.
 func (c *chunkCodec) unmarshalPooled(data mem.BufferSlice, m proto.Message, set func(proto.Message, []byte)) error {
 	b, release := grpcbuf.Borrow(data)
 	aliased, ok := unmarshalAliasingData(b, m, set)

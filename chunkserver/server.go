@@ -199,9 +199,9 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		// streams (two AppendEntries pipelines per copyset, heartbeats)
 		// hold a worker for their lifetime, so the workers must outnumber
 		// them plus the requests in flight: with a few per core, every
-		// unary call started a goroutine and grew its stack (9% of the
-		// servers' CPU in a read benchmark). An idle worker is a parked
-		// goroutine.
+		// unary call starts a goroutine and grows its stack (9% of the
+		// servers' CPU in a read benchmark: docs/performance.md, "gRPC
+		// stream workers"). An idle worker is a parked goroutine.
 		grpc.NumStreamWorkers(streamWorkers),
 		// Needed although grpcbuf sets gRPC's default pool: grpc's default
 		// server options captured the old default at grpc's own init.

@@ -17,7 +17,7 @@ import (
 	"github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
 )
 
-// The disagg read views (issue 16, docs/disagg-views.md): a view is
+// The disagg read views (docs/disagg-views.md): a view is
 // established and fetched on the copyset's leader; a task is named by
 // its start ts and task id (the other DisaggTaskMeta fields 0).
 

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Replica comparisons, membership views and waits (issue 13).
+// Replica comparisons, membership views and waits.
 
 // runStderr is run that also returns what the command wrote to stderr.
 func runStderr(t *testing.T, servers []string, args ...string) (string, string, error) {

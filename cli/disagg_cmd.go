@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// chunkctl disagg: the disagg service (TiFlash's disaggregated RPCs,
-// issue 16): its object store configuration and the lock service.
+// chunkctl disagg: the disagg service (TiFlash's disaggregated RPCs): its
+// object store configuration and the lock service.
 
 func newDisaggCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{

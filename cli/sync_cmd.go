@@ -10,7 +10,7 @@ var syncSubcommands = []func(a *app) *cobra.Command{
 }
 
 // newSyncCommand is `chunkctl sync`, the commands of the sync service
-// (continuous export of a pool, issue 15).
+// (continuous export of a pool).
 func newSyncCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sync",

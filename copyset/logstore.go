@@ -15,10 +15,11 @@ import (
 // 1 MiB writes, more than a copyset has in flight under its proposal
 // window; older entries are read back from the log store when a lagging
 // follower needs them. It is also what the cache can pin per copyset (256
-// copysets: 1 GiB). At 16 MiB, 1 MiB writes over 16 copysets kept a
-// quarter GiB live, so each GC cycle's heap spread over fresh memory:
-// 325-338 page faults and 8.3-8.8 ms of server CPU per write, against 42-45
-// and 7.0-7.3 ms at 4 MiB (and 152-161 against 183-185 writes/s).
+// copysets: 1 GiB). At 16 MiB, 1 MiB writes over 16 copysets keep a
+// quarter GiB live, so each GC cycle's heap spreads over fresh memory:
+// about seven times the page faults per write of 4 MiB, more server CPU
+// per write and fewer writes per second (docs/performance.md, "The raft
+// log cache's size").
 const logCacheBytes = 4 << 20
 
 // logStores is what a node needs from its raft log storage.

@@ -125,8 +125,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 // TestSnapshotFileGoneDuringStream: a file deleted after the stream's
-// listing, before its bytes are read, reaches the follower as absent (it
-// used to arrive as a file of zeros, which a chunk store cannot open); one
+// listing, before its bytes are read, reaches the follower as absent (not
+// as a file of zeros, which a chunk store cannot open); one
 // deleted while its bytes are being read arrives whole (it was open), and
 // the stream keeps its announced length.
 func TestSnapshotFileGoneDuringStream(t *testing.T) {

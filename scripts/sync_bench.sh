@@ -6,7 +6,7 @@
 #   2. a kFull export of 1 GiB (64 MiB per copyset, prefilled) to file://: the
 #      time from sync create to the last sub-task's SUCCESS (the lastUpdateTime
 #      its leader recorded with the finishing packet, same clock), MB/s of the
-#      export's bytes; three exports, the median reported (this VM's disk
+#      export's bytes; three exports, the median reported (the disk's rate
 #      varies from run to run), all three in the JSON;
 #   3. its restore (chunkctl sync restore --to-pool 2, into copysets 1-16 of pool 2
 #      of the same cluster): the restore's own MB/s, as a share of (1), which is
@@ -14,12 +14,15 @@
 #      the mean of the two (the disk's rate drifts over a run);
 #   4. the cost of a continuous task on every copyset to 4 KiB randwrite at
 #      iodepth 64: alternating runs without and with the task (caught up before
-#      its run), A B A B A B (two pairs of 10 s runs differed by up to 20%
-#      between the two A runs alone on this VM), the cost of the sums.
+#      its run), A B A B A B (two pairs of 10 s runs differ by up to 20%
+#      between the two A runs alone: docs/benchmarks.md, "The Go collector's
+#      target, 400 → 100"), the cost of the sums.
 #
 # The script waits for an export with `sync create --wait` (one process
 # polling in itself): a poll per 0.2 s of `sync status` piped to python3
-# took about a quarter of this 2-core machine's CPU during the export.
+# takes about a quarter of a 2-core machine's CPU during the export
+# (docs/benchmarks.md, "The harness's own cost, a pool sized for the
+# restore, a lighter restore client").
 #
 # Before each timed phase the servers' chunk file pools are refilled (they
 # format only once no chunk has been created for 10 s) and the page cache
@@ -32,8 +35,9 @@
 # (Disk) tells operators to before a burst of chunk creations: the restore
 # creates 64 chunks per server, so POOL_FILES (default 80) files are kept
 # formatted instead of the default 16 (16 MiB each; the rest of a restore's
-# chunks would start sparse, and on this VM's disk a first write of a block
-# is slower than an overwrite). The 1 MiB write rate, an overwrite, creates no
+# chunks would start sparse, and on a virtual disk a first write of a block
+# is slower than an overwrite: docs/benchmarks.md, "What bounds the
+# restore"). The 1 MiB write rate, an overwrite, creates no
 # chunk, so the pool's size does not change it. POOL_FILES=16 measures the
 # default. A CHUNKSERVER_CONFIG given is used as is.
 #
@@ -121,8 +125,8 @@ restore_json=$("${CTL[@]}" -o json sync restore --from "file://$EXPORT_DIR" --po
 z1=$(zeroed)
 restore_mb=$(echo "$restore_json" | json 'd["mbPerSecond"]')
 restore_s=$(echo "$restore_json" | json 'd["elapsedSeconds"]')
-# The reference again, right after the restore: this VM's disk drifts over a
-# run, and the restore is judged against the mean of the two.
+# The reference again, right after the restore: the disk's rate drifts over
+# a run, and the restore is judged against the mean of the two.
 settle
 write_mb_after=$("${BENCH[@]}" --rw write --bs 1m --iodepth 8 --runtime "$RUNTIME" -o json | json 'd["mb_per_s"]')
 

@@ -8,7 +8,8 @@
 # prints the IOPS, the servers' minor page faults and CPU per write
 # (/proc/<pid>/stat, summed over the three), and their collections, heap in
 # use and heap released at the end (/metrics). docs/benchmarks.md (Sync
-# service, session 17) reads these figures. With GCTRACE=1 the servers run
+# service, "The restore is CPU-bound; its client builds no chunk images;
+# where a continuous task's cost goes") reads these figures. With GCTRACE=1 the servers run
 # with GODEBUG=gctrace=1 and their logs are kept as $OUT-cs<i>.log.
 #
 # Environment: CLUSTER_DIR (default /tmp/chunkraft-costprobe), BASE_PORT

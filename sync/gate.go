@@ -21,10 +21,12 @@ const DefaultSnapshotExports = 2
 // that many times over live, and the Go collector then lets the heap grow
 // to twice that before it collects again: the chunk path's garbage then
 // lands in freshly faulted pages for seconds after the phase ended
-// (docs/benchmarks.md, session 17). Through the gate a server holds at
-// most n phases' buffers, reused from phase to phase and dropped when no
-// phase wants them. Waiting at the gate is not silence: the exporter
-// sends heartbeats meanwhile, so that the SyncTool does not reassign it.
+// (docs/benchmarks.md, "The restore is CPU-bound; its client builds no
+// chunk images; where a continuous task's cost goes"). Through the gate a
+// server holds at most n phases' buffers, reused from phase to phase and
+// dropped when no phase wants them. Waiting at the gate is not silence:
+// the exporter sends heartbeats meanwhile, so that the SyncTool does not
+// reassign it.
 type SnapshotGate struct {
 	slots chan *snapshotBuffers
 
@@ -79,8 +81,9 @@ func (g *SnapshotGate) acquire(ctx context.Context, wait time.Duration) (*snapsh
 // phases' buffers were most of what was live when the collector last set
 // its goal, twice that, and the chunk path's garbage would otherwise grow
 // the heap up to it, into pages the runtime had given back, before the
-// next collection (docs/benchmarks.md, session 18). Twice: the packets
-// went through gRPC's message buffers (internal/grpcbuf), a sync.Pool,
+// next collection (docs/benchmarks.md, "At most two snapshot phases per
+// server, and a collection when they end"). Twice: the packets went
+// through gRPC's message buffers (internal/grpcbuf), a sync.Pool,
 // whose contents the first collection only moves to its victim cache;
 // the second frees those not taken again since, the 16-32 MiB ones of
 // the packets (the chunk path's are smaller).

@@ -79,7 +79,7 @@ func waitSnapshotInstalled(t *testing.T, p *Proc, cs cli.CopysetID) {
 	t.Fatalf("%s installed no snapshot of %v within 20s", p.Addr, cs)
 }
 
-// TestEpochFenceReachesNewServers is issue 13's repro: a file fenced on the
+// TestEpochFenceReachesNewServers: a file fenced on the
 // three servers of a cluster must stay fenced on a server added later,
 // whether it joins a copyset by log replay or by a snapshot install, leads
 // it, or restarts.
@@ -118,7 +118,7 @@ func TestEpochFenceReachesNewServers(t *testing.T) {
 	}
 	mustChunkctl(t, old, "snapshot", "--pool", "1", "--copyset", "1")
 
-	// The repro: a new server joins copyset 2 and leads it.
+	// A new server joins copyset 2 and leads it.
 	d := c.addServer(t)
 	all := c.addrs()
 	mustChunkctl(t, all, "peer", "add", "--wait", "30s", "--pool", "1", "--copyset", "2", "--peer", d.Addr)

@@ -96,7 +96,7 @@ func waitMembers(t *testing.T, servers, want []string, cs cli.CopysetID, d time.
 		cs, conf, behind, ids)
 }
 
-// TestReAddRemovedServer is issue 17's first reproduction: a server removed
+// TestReAddRemovedServer: a server removed
 // from a copyset and added again gets an empty replica that catches up
 // through entries older than its re-add, among them its own earlier
 // removal; it must keep its replica.
@@ -172,7 +172,7 @@ func TestReAddRemovedServer(t *testing.T) {
 	readBlocks(t, client, blocks)
 }
 
-// TestKillNewReplicaRightAfterAdd is issue 17's second reproduction: a new
+// TestKillNewReplicaRightAfterAdd: a new
 // replica whose add committed while it was still receiving a snapshot is
 // killed with SIGKILL as soon as peer add returns; restarted, it must keep
 // its replica (not delete it as an unfinished create) and catch up.

@@ -30,8 +30,9 @@ import (
 // direct-mapped table of recently missed keys, is the doorkeeper. A block
 // read once (every block of a uniform random read over more data than the
 // cache holds) then costs one atomic swap instead of a ristretto insert (a
-// copy, two allocations and policy work), which cost ~10 us of server CPU
-// per 4 KiB read, a fifth of the read path, for a hit rate near zero.
+// copy, two allocations and policy work), which costs ~10 us of server CPU
+// per 4 KiB read, a fifth of the read path, for a hit rate near zero
+// (docs/performance.md, "Block cache doorkeeper").
 //
 // ristretto applies inserts asynchronously: an insert queued by a reader
 // before a writer's delete could otherwise land after the delete removed the

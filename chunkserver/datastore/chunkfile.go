@@ -214,16 +214,15 @@ type snapFile struct {
 }
 
 // maxWritePiece bounds one write(2) into a chunk, snapshot or pool file.
-// Linux (6.x; ext4 here) caches a buffered write in page-cache folios as
+// Linux (6.x, ext4) caches a buffered write in page-cache folios as
 // large as the write allows, up to 2 MiB, and a later 4 KiB overwrite of
 // part of a large folio costs several times one of a small folio (ext4
 // walks every block of the folio on each write). Random small overwrites
 // are the chunk store's common case and large client writes are common
-// too, so large writes go down in 64 KiB pieces. Measured on this machine
-// (cold page cache, 64 MiB file laid out by the given write size, then
-// random 4 KiB overwrites): 1 MiB writes leave 6.5 us of CPU per later
-// overwrite, 64 KiB writes 2.0 us, 4 KiB writes 1.8 us; the pieces cost a
-// 1 MiB overwrite ~20% more CPU than one call.
+// too, so large writes go down in 64 KiB pieces: a later 4 KiB overwrite
+// costs over three times the CPU after 1 MiB writes that it costs after
+// 64 KiB ones, and the pieces cost a 1 MiB overwrite ~20% more CPU than
+// one call (docs/performance.md, "Chunk writes in 64 KiB pieces").
 const maxWritePiece = 64 << 10
 
 // writePieces writes p at file offset off of f in maxWritePiece pieces.

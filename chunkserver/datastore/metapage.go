@@ -13,7 +13,7 @@ import (
 // ErrIncompatible rather than guessing.
 const (
 	// MetaVersion1 was the layout of datastore v1 (sn, correctedSn, crc; no
-	// clone fields, files without a crc table). It is no longer read: such
+	// clone fields, files without a crc table). It is not read: such
 	// pages decode with ErrIncompatible.
 	MetaVersion1 uint8 = 1
 

@@ -75,18 +75,20 @@ type PoolOptions struct {
 // burst of creations (a restore, an ingest) is not slowed by the refill of
 // the files it takes, and once the pool is empty the burst's files are
 // created sparse, each block written once instead of zeroed and then
-// written. On this VM's disk a block's first write costs about 1.5 times an
-// overwrite (fio, 1 MiB direct writes with fdatasync: 183 and 234 MB/s
-// fresh against 296 and 333 MB/s over the same file), so the zeros of a
-// refill compete with the burst at the disk's slowest rate.
+// written. On a virtual disk that gives freed blocks back to its host, a
+// block's first write costs about 1.5 times an overwrite (fio, 1 MiB direct
+// writes with fdatasync: docs/benchmarks.md, "What bounds the restore"), so
+// the zeros of a refill compete with the burst at the disk's slowest rate.
 //
 // A burst comes in waves: a restore rebuilds one chunk per copyset at a
 // time, so each server sees a creation per copyset, then none until those
 // chunks are written (16 copysets of 16 MiB chunks restoring at 33 MB/s: a
 // wave every 8 s). The quiet period is longer than such a gap: with 1 s,
-// the pools of a 3-server cluster wrote about 2 GB of zeros during a
-// 3.2 GB restore (session 14). A file being formatted when a Take comes
-// pauses until the quiet period has passed again (see zero).
+// the pools of a 3-server cluster write about 2 GB of zeros during a
+// 3.2 GB restore (docs/benchmarks.md, "Writes in flight per chunk rebuild,
+// where the export's time goes, the pool's refill during a restore"). A
+// file being formatted when a Take comes pauses until the quiet period has
+// passed again (see zero).
 const DefaultPoolQuiet = 10 * time.Second
 
 // PoolStats is a snapshot of a FilePool's state and counters.
@@ -555,9 +557,8 @@ var zeroBuf = make([]byte, poolZeroBuf)
 // with a new burst of creations for one write at most. The crc table goes
 // down a page at a time: every chunk write later updates a few bytes of it,
 // and a small write into a page-cache folio costs more the larger the folio
-// (maxWritePiece); the table is a few pages, so this costs nothing.
-// Measured here: 4-byte writes into a region laid out by 64 KiB writes took
-// 1.35-1.63 us each, by 4 KiB writes 1.0 us.
+// (maxWritePiece); the table is a few pages, so this costs nothing
+// (docs/performance.md, "The crc table written a page at a time").
 func (p *FilePool) zero(ctx context.Context, f File) error {
 	began := time.Now().UnixNano()
 	for off := int64(0); off < p.g.fileSize; {

@@ -95,7 +95,7 @@ import (
 //
 //  2. Snapshot install on a new follower. The chunk machine is a
 //     copyset.Streamer: each chunk comes as an Image taken under the
-//     chunk's lock, and the image now carries the chunk's pre-image files
+//     chunk's lock, and the image carries the chunk's pre-image files
 //     with it, so chunk and pre-images are of one moment, stamped with the
 //     chunk's last op (a register op stamps every chunk it covers, a chunk
 //     created after I carries a later stamp). The follower replays the log

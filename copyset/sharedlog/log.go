@@ -14,7 +14,8 @@ import (
 // Defaults for Options.
 //
 // DefaultShards is 2: it gives the most appends per CPU-second, or close to
-// it, from 16 to 256 groups appending concurrently (BenchmarkShards). One
+// it, from 16 to 256 groups appending concurrently (BenchmarkShards;
+// docs/performance.md, "Shared log shards"). One
 // shard makes the biggest batches (fewest fdatasyncs per record) but its
 // single writer becomes the bottleneck when batches reach hundreds of
 // records; four halve the batches again, which costs about 40% more CPU per

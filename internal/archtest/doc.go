@@ -18,8 +18,10 @@
 // Beside it, checks of what the repository says of its packages:
 // TestLayoutListsEveryPackage fails when a package has no row in
 // docs/architecture.md's "Layout and file map" (a generated package is
-// named in the row of the package whose doc.go it follows), and
-// TestTestOnlyPackages when non-test code imports a test-only package.
+// named in the row of the package whose doc.go it follows),
+// TestNoHistoryReferences when a Go, .proto or Markdown file speaks of the
+// project's issues or work sessions (the repository speaks only of itself),
+// and TestTestOnlyPackages when non-test code imports a test-only package.
 //
 // Must not import: github.com/chunkraft/chunkraft/...
 package archtest

@@ -4,8 +4,9 @@
 // gRPC's default pool stops at 1 MiB classes and clears a buffer's whole
 // capacity on every Get; its proto codec materialises every received
 // message in a buffer from the default pool (no option reaches it). For a
-// 1 MiB write that was a fresh, zeroed 1 MiB allocation per message on
-// every hop, a seventh of the servers' CPU in a 1 MiB write benchmark.
+// 1 MiB write that is a fresh, zeroed 1 MiB allocation per message on
+// every hop, a seventh of the servers' CPU in a 1 MiB write benchmark
+// (docs/performance.md, "gRPC's default buffer pool").
 // Every user of these buffers overwrites what it reads, so zeroing buys
 // nothing.
 //

@@ -226,8 +226,8 @@ type rebuilder struct {
 }
 
 // DefaultMaxWrite bounds the data of one WriteChunk a rebuild sends: 1 MiB
-// writes restored a 1 GiB export of 16 copysets a little faster than 4 MiB
-// ones here (39.2 and 47.1 MB/s against 35.3 and 45.1, alternating).
+// writes restore a 1 GiB export of 16 copysets a little faster than 4 MiB
+// ones (docs/performance.md, "Restore write size").
 const DefaultMaxWrite = 1 << 20
 
 // Rebuild makes chunk c on an empty target exactly im (see

@@ -81,7 +81,7 @@ type until struct {
 // (exportfmt.DecodeAlias): the caller reads the next packet into the same
 // buffer only once it is done with this one's records, or sets *buf to
 // nil to leave the bytes to them. A reader of many 16 MiB packets so
-// allocates (and this VM faults in) no 16 MiB twice.
+// allocates (and the kernel faults in) no 16 MiB twice.
 func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name string, buf *[]byte) (*exportfmt.Packet, error) {
 	b, err := src.GetInto(ctx, name, *buf)
 	if err != nil {

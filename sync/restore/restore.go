@@ -57,19 +57,20 @@ type Options struct {
 
 // DefaultParallel is the number of copysets restored at once by default:
 // a pool's 16 copysets at once keep the cluster's write path busier than 8
-// (25.8 s against 30.8 s for a 1 GiB export on this machine), for about
-// 90 MB of memory per copyset in flight.
+// (docs/performance.md, "Copysets restored at once"), for about 90 MB of
+// memory per copyset in flight.
 const DefaultParallel = 16
 
 // DefaultChunkParallel is the default of Options.ChunkParallel.
 const DefaultChunkParallel = 8
 
 // DefaultWriteDepth is the default of Options.WriteDepth: one write at a
-// time. With 4, a 1 GiB restore of 16 copysets ran 25-30% faster on this
-// machine while its disk kept up (48.5, 54.5 against 35.1, 43.1 MB/s), but
-// when the disk slowed, 64 MiB of writes in flight delayed the raft
-// heartbeats: leaders changed mid-restore (51 writes redirected, 100
-// attempts failed and retried) and it lost (28.2 against 46.0 MB/s).
+// time. With 4, a 1 GiB restore of 16 copysets runs 25-30% faster while
+// the disks keep up, but when they slow, 64 MiB of writes in flight delay
+// the raft heartbeats: leaders change mid-restore, writes are redirected
+// and retried, and the restore is slower than with one write at a time
+// (docs/benchmarks.md, "Writes in flight per chunk rebuild, where the
+// export's time goes, the pool's refill during a restore").
 const DefaultWriteDepth = 1
 
 // Phase is the pass a restore is in.

@@ -10,7 +10,7 @@ type scratch struct {
 }
 
 // scratchList keeps the scratch of finished checks and replays for the
-// next ones: a restore allocates (and this VM faults in) each 16 MiB
+// next ones: a restore allocates (and the kernel faults in) each 16 MiB
 // buffer once, not once per copyset and pass. Safe for concurrent use.
 type scratchList struct {
 	g    Geometry

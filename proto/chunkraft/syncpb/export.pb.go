@@ -1,5 +1,5 @@
-// chunkraft.sync: the export format of the sync service (issue 15): the
-// packets a copyset's export is made of and the manifest that lists them.
+// chunkraft.sync: the export format of the sync service: the packets a
+// copyset's export is made of and the manifest that lists them.
 // It is a storage format, read back by `chunkctl sync restore` long after it
 // was written, so unlike the other chunkraft.* protos it is versioned and
 // may only grow compatibly: never renumber or reuse a field; a change a
