@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/protobuf/proto"
@@ -40,14 +42,16 @@ func (c *testCluster) read(t *testing.T, chunk uint64, off, size uint32) []byte 
 // moves) and checks its final status.
 func (c *testCluster) do(t *testing.T, want pb.CHUNK_OP_STATUS, call func(pb.ChunkServiceClient) (*pb.ChunkResponse, error)) *pb.ChunkResponse {
 	t.Helper()
-	for try := 0; ; try++ {
-		resp, err := call(c.chunk(c.leader(t)))
-		if err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED && try < 20 {
-			time.Sleep(50 * time.Millisecond)
-			continue
+	var resp *pb.ChunkResponse
+	var err error
+	testwait.Until(t, 10*time.Second, func() error {
+		l := c.leader(t)
+		if resp, err = call(c.chunk(l)); err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
+			return fmt.Errorf("server %d redirects to %q", l, resp.GetRedirect())
 		}
-		return mustStatus(t, resp, err, want)
-	}
+		return nil
+	})
+	return mustStatus(t, resp, err, want)
 }
 
 func (c *testCluster) info(t *testing.T, chunk uint64) []uint64 {
@@ -76,26 +80,22 @@ func (c *testCluster) hash(t *testing.T, i int, chunk uint64) string {
 // commit index and hashes every chunk alike.
 func (c *testCluster) waitSame(t *testing.T, chunks []uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(t, 20*time.Second, func() error {
 		leader := c.servers[c.leader(t)].Copysets().Get(c.group).Status()
-		caught := true
 		for i, srv := range c.servers {
 			if c.cancels[i] == nil {
 				continue
 			}
-			if n := srv.Copysets().Get(c.group); n == nil || n.Status().AppliedIndex < leader.CommittedIndex {
-				caught = false
+			n := srv.Copysets().Get(c.group)
+			if n == nil {
+				return fmt.Errorf("replicas did not catch up: server %d hosts no replica", i)
+			}
+			if applied := n.Status().AppliedIndex; applied < leader.CommittedIndex {
+				return fmt.Errorf("replicas did not catch up: server %d applied %d, the leader committed %d", i, applied, leader.CommittedIndex)
 			}
 		}
-		if caught {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("replicas did not catch up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, ch := range chunks {
 		want := c.hash(t, c.leader(t), ch)
 		for i := range c.servers {
@@ -260,12 +260,12 @@ func TestApplyIOErrorStopsOnlyThatCopyset(t *testing.T) {
 	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
 	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	node := c.servers[f].Copysets().Get(c.group)
-	for deadline := time.Now().Add(10 * time.Second); node.Broken() == nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("follower with a failing disk did not stop its copyset")
+	testwait.Until(t, 10*time.Second, func() error {
+		if node.Broken() == nil {
+			return errors.New("follower with a failing disk did not stop its copyset")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	st, err := pb.NewCopysetServiceClient(c.conns[f]).GetCopysetStatus(context.Background(), &pb.CopysetStatusRequest{
 		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), QueryHash: proto.Bool(false),
 		Peer: &commonpb.Peer{Address: proto.String(string(c.servers[f].Local()))}})
@@ -275,16 +275,12 @@ func TestApplyIOErrorStopsOnlyThatCopyset(t *testing.T) {
 	// The process serves on; the healthy replicas agree and keep writing.
 	c.write(t, 1, 1, 8192, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	healthy := []int{l, 3 - l - f}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		a, b := c.hash(t, healthy[0], 1), c.hash(t, healthy[1], 1)
-		if a == b {
-			break
+	testwait.Until(t, 10*time.Second, func() error {
+		if a, b := c.hash(t, healthy[0], 1), c.hash(t, healthy[1], 1); a != b {
+			return fmt.Errorf("healthy replicas differ: %s vs %s", a, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("healthy replicas differ: %s vs %s", a, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	resp, err := c.chunk(f).ReadChunk(context.Background(), readReq(1, 0, 4096))
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
 }
@@ -364,10 +360,10 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 // within 10 s.
 func waitInstalled(t *testing.T, c *testCluster, i int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c.servers[i].Copysets().Get(c.group).Status().SnapshotsInstalled > 0 {
-			return
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.servers[i].Copysets().Get(c.group).Status().SnapshotsInstalled == 0 {
+			return errors.New("the stopped follower caught up without a snapshot install")
 		}
-	}
-	t.Fatal("the stopped follower caught up without a snapshot install")
+		return nil
+	})
 }

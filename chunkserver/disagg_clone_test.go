@@ -1,6 +1,8 @@
 package chunkserver
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	disaggpb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
@@ -75,29 +78,33 @@ func (c *testCluster) cloneLocks(t *testing.T, name string) []string {
 // waitUnlocked waits until no clone lock holds name (the reconciler).
 func (c *testCluster) waitUnlocked(t *testing.T, name string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); len(c.cloneLocks(t, name)) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the clone lock on %s was never released: %v", name, c.cloneLocks(t, name))
+	testwait.Until(t, 30*time.Second, func() error {
+		if held := c.cloneLocks(t, name); len(held) > 0 {
+			return fmt.Errorf("the clone lock on %s was never released: %v", name, held)
 		}
-	}
+		return nil
+	})
 }
 
 // s3Clone creates clone chunk id of object name on the leader; the gRPC
 // error, if any.
 func (c *testCluster) s3Clone(t *testing.T, id uint64, name string) error {
 	t.Helper()
-	for try := 0; ; try++ {
-		resp, err := c.chunk(c.leader(t)).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
+	var resp *pb.CreateS3CloneChunkResponse
+	var err error
+	testwait.Until(t, 10*time.Second, func() error {
+		l := c.leader(t)
+		resp, err = c.chunk(l).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(id), ChunkLocationInfo: proto.String(name)})
-		if err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED && try < 20 {
-			time.Sleep(50 * time.Millisecond)
-			continue
+		if err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
+			return fmt.Errorf("CreateS3CloneChunk %d: server %d redirects to %q", id, l, resp.GetRedirect())
 		}
-		if err == nil && resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-			t.Fatalf("CreateS3CloneChunk %d: %v", id, resp.GetStatus())
-		}
-		return err
+		return nil
+	})
+	if err == nil && resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+		t.Fatalf("CreateS3CloneChunk %d: %v", id, resp.GetStatus())
 	}
+	return err
 }
 
 func gcNames(objs []*disaggpb.GcObject) string {
@@ -276,13 +283,16 @@ func TestDisaggCloneLockRemoteOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); c.leader(t) != 0; {
+	testwait.Until(t, 20*time.Second, func() error {
 		l := c.leader(t)
-		if err := c.servers[l].Copysets().Get(c.group).TransferLeader(t.Context(), c.servers[0].Local()); err != nil && time.Now().After(deadline) {
-			t.Fatalf("transfer 1/1 to server 0: %v", err)
+		if l == 0 {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if err := c.servers[l].Copysets().Get(c.group).TransferLeader(t.Context(), c.servers[0].Local()); err != nil {
+			return fmt.Errorf("transfer 1/1 to server 0: %w", err)
+		}
+		return fmt.Errorf("server %d leads 1/1, not server 0", l)
+	})
 	putObject(t, st, "img/r")
 	if err := c.s3Clone(t, 3, "img/r"); err != nil {
 		t.Fatal(err)
@@ -313,27 +323,43 @@ func TestDisaggCloneLockVanishedCopyset(t *testing.T) {
 		t.Fatal(err)
 	}
 	putObject(t, st, "img/v")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Until(t, 20*time.Second, func() error {
 		resp, err := c.chunk(2).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(2), ChunkId: proto.Uint64(5), ChunkLocationInfo: proto.String("img/v")})
-		if err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-			break
+		if err != nil || resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+			return fmt.Errorf("CreateS3CloneChunk in 1/2: %v %v", resp.GetStatus(), err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CreateS3CloneChunk in 1/2: %v %v", resp.GetStatus(), err)
-		}
-	}
+		return nil
+	})
 	if got := strings.Join(c.cloneLocks(t, "img/v"), " "); got != "clone:1/2/5" {
 		t.Fatalf("clone locks of img/v: %q", got)
 	}
 	// Server 2 down for two graces: its copyset cannot be asked, so the
-	// lock stays.
+	// lock stays, through a look of the owner begun after the two graces.
 	c.stop(2)
-	for end := time.Now().Add(2 * 3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+	looks := func() (n int64) {
+		for _, i := range c.running() {
+			n += c.servers[i].disagg.VanishedLooks()
+		}
+		return n
+	}
+	end, since := time.Now().Add(2*3*time.Second), int64(-1)
+	testwait.Until(t, 30*time.Second, func() error {
+		now := looks()
 		if got := strings.Join(c.cloneLocks(t, "img/v"), " "); got != "clone:1/2/5" {
 			t.Fatalf("the lock of a copyset whose server is down went: %q", got)
 		}
-	}
+		switch {
+		case time.Now().Before(end):
+			return errors.New("two graces have not passed since server 2 stopped")
+		case since < 0:
+			since = now
+		}
+		if now < since+2 {
+			return fmt.Errorf("the owner made %d looks at vanished copysets since the two graces passed, want 2", now-since)
+		}
+		return nil
+	})
 	if r := c.gc(t, "img/", 0); gcNames(r.GetLocked()) != "img/v by clone:1/2/5" || len(r.GetMarked()) != 0 {
 		t.Fatalf("gc with the copyset's server down: %v", r)
 	}

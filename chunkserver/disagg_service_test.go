@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	disaggpb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 	kvdisagg "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
 	kvtikv "github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
@@ -63,14 +65,16 @@ func lockAnswer(r *kvdisagg.S3LockResult) string {
 // does.
 func (c *testCluster) onOwner(t *testing.T, call func(i int) string) string {
 	t.Helper()
-	for deadline, i := time.Now().Add(20*time.Second), 0; time.Now().Before(deadline); i++ {
-		if a := call(i % len(c.servers)); a != "not_owner" {
-			return a
+	var answer string
+	i := 0
+	testwait.Until(t, 20*time.Second, func() error {
+		if answer = call(i % len(c.servers)); answer == "not_owner" {
+			i++
+			return errors.New("no server answered as the owner")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no server answered as the owner")
-	return ""
+		return nil
+	})
+	return answer
 }
 
 // addLock is tryAddLock on server i, or on the owner when i < 0.
@@ -312,11 +316,16 @@ func TestDisaggLockOrMarkAcrossLeaderChange(t *testing.T) {
 		if (lock == "success") == (mark == "success") {
 			t.Fatalf("round %d: lock %q, mark %q: exactly one must win", round, lock, mark)
 		}
-		list, err := disaggpb.NewDisaggInternalClient(c.conns[c.leader(t)]).List(ctx, &disaggpb.ListRequest{Prefix: key})
-		for err == nil && list.GetNotOwner() {
-			time.Sleep(50 * time.Millisecond)
+		var list *disaggpb.ListResponse
+		var err error
+		end, _ := ctx.Deadline()
+		testwait.Until(t, time.Until(end), func() error {
 			list, err = disaggpb.NewDisaggInternalClient(c.conns[c.leader(t)]).List(ctx, &disaggpb.ListRequest{Prefix: key})
-		}
+			if err == nil && list.GetNotOwner() {
+				return fmt.Errorf("round %d: list: the leader of the lock copyset is not the owner", round)
+			}
+			return nil
+		})
 		if err != nil || len(list.GetFiles()) != 1 {
 			t.Fatalf("round %d: list: %v %v", round, list, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/kinds"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
@@ -181,27 +182,28 @@ func TestNewLeaderLearnsFences(t *testing.T) {
 	if err := c.servers[knows].fences.epochs.update(9, 4); err != nil {
 		t.Fatal(err)
 	}
-	for !c.servers[next].Copysets().Get(c.group).IsLeader() {
+	end, _ := ctx.Deadline()
+	testwait.Until(t, time.Until(end), func() error {
+		if c.servers[next].Copysets().Get(c.group).IsLeader() {
+			return nil
+		}
 		if cur := c.leader(t); cur != next {
 			if err := c.servers[cur].Copysets().Get(c.group).TransferLeader(ctx, c.servers[next].Local()); err != nil {
 				t.Logf("transfer leader: %v", err)
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatal("leadership did not move")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.New("leadership did not move")
+	})
 	stale := writeReq(9, 0, block(2))
 	stale.FileId, stale.Epoch = proto.Uint64(9), proto.Uint64(3)
 	resp, err = c.chunk(next).WriteChunk(ctx, stale)
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
-	for c.servers[l].fences.epochs.allowed(9, 3) {
-		if ctx.Err() != nil {
-			t.Fatal("the new leader's fence op never reached the old leader")
+	testwait.Until(t, time.Until(end), func() error {
+		if c.servers[l].fences.epochs.allowed(9, 3) {
+			return errors.New("the new leader's fence op never reached the old leader")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestUpdateEpochOnFollower: UpdateEpoch sent to a follower only answers

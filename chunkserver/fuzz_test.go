@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/location"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 )
@@ -127,9 +129,12 @@ func newRPCFixture(f *testing.F) *rpcFixture {
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ctx, lis) }()
 	f.Cleanup(func() { cancel(); <-done })
-	for !srv.ready.Load() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(f, time.Minute, func() error {
+		if !srv.ready.Load() {
+			return errors.New("the server is not ready")
+		}
+		return nil
+	})
 	conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		f.Fatal(err)
@@ -140,14 +145,12 @@ func newRPCFixture(f *testing.F) *rpcFixture {
 	if _, err := srv.Copysets().Create(context.Background(), fx.group, []copyset.PeerID{srv.Local()}); err != nil {
 		f.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if n := srv.Copysets().Get(fx.group); n != nil && n.IsLeader() {
-			break
+	testwait.Until(f, 10*time.Second, func() error {
+		if n := srv.Copysets().Get(fx.group); n == nil || !n.IsLeader() {
+			return errors.New("single-node copyset elected no leader")
 		}
-		if time.Now().After(deadline) {
-			f.Fatal("single-node copyset elected no leader")
-		}
-	}
+		return nil
+	})
 	return fx
 }
 

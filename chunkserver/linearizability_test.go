@@ -21,6 +21,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/chunkraft/chunkraft/test/faultnet"
 	"google.golang.org/grpc"
@@ -106,13 +107,12 @@ func startLinCluster(t *testing.T, nw *faultnet.Network) *linCluster {
 
 func (c *linCluster) start(i int, lis net.Listener) {
 	if lis == nil {
-		var err error
-		for try := 0; ; try++ {
-			if lis, err = net.Listen("tcp", c.cfgs[i].Listen); err == nil || try > 100 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// The address is free once the stopped server's socket is closed
+		// (For: the nemesis restarts servers off the test goroutine).
+		err := testwait.For(3*time.Second, func() (err error) {
+			lis, err = net.Listen("tcp", c.cfgs[i].Listen)
+			return err
+		})
 		if err != nil {
 			c.t.Error(err)
 			return

@@ -20,6 +20,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/integrity"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/grpc"
@@ -91,36 +92,24 @@ func (c *testCluster) mbCopysets(i int) pb.CopysetServiceClient {
 	return pb.NewCopysetServiceClient(c.conns[i])
 }
 
-// mbEventually waits up to d for cond.
-func mbEventually(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // mbOnLeader runs call against the copyset's leader, again while the
 // answer says leadership moved or the change could not be made yet.
 func (c *testCluster) mbOnLeader(t *testing.T, what string, call func(i int) error) int {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		i := c.leader(t)
-		err := call(i)
-		if err == nil {
-			return i
-		}
+	var leader int
+	testwait.Until(t, 20*time.Second, func() error {
+		leader = c.leader(t)
+		err := call(leader)
 		switch grpcstatus.Code(err) {
+		case codes.OK:
+			return nil
 		case codes.FailedPrecondition, codes.Unavailable, codes.Aborted:
-			if time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
+			return fmt.Errorf("%s on server %d: %w", what, leader, err)
 		}
-		t.Fatalf("%s on server %d: %v", what, i, err)
-	}
+		t.Fatalf("%s on server %d: %v", what, leader, err)
+		return nil
+	})
+	return leader
 }
 
 // mbCreateEmpty makes server i host an empty replica that waits to be
@@ -143,25 +132,29 @@ func (c *testCluster) mbCreateEmpty(t *testing.T, i int, peers []string) {
 func (c *testCluster) mbSettle(t *testing.T, chunks []uint64) []int {
 	t.Helper()
 	var members []int
-	mbEventually(t, "members to catch up", 20*time.Second, func() bool {
-		ln := c.mbNode(c.leader(t))
+	testwait.Until(t, 20*time.Second, func() error {
+		l := c.leader(t)
+		ln := c.mbNode(l)
 		if ln == nil {
-			return false
+			return fmt.Errorf("members to catch up: the leader, server %d, hosts no replica", l)
 		}
 		peers, err := ln.Peers()
 		if err != nil {
-			return false
+			return fmt.Errorf("members to catch up: the leader's peers: %w", err)
 		}
 		members = members[:0]
 		ci := ln.Status().CommittedIndex
 		for _, p := range peers {
 			i := c.mbIndex(p)
-			if i < 0 || c.mbNode(i) == nil || c.mbNode(i).Status().AppliedIndex < ci {
-				return false
+			if i < 0 || c.mbNode(i) == nil {
+				return fmt.Errorf("members to catch up: member %s has no replica running", p)
+			}
+			if applied := c.mbNode(i).Status().AppliedIndex; applied < ci {
+				return fmt.Errorf("members to catch up: server %d applied %d, the leader committed %d", i, applied, ci)
 			}
 			members = append(members, i)
 		}
-		return true
+		return nil
 	})
 	for _, ch := range chunks {
 		want := c.hash(t, members[0], ch)
@@ -292,7 +285,12 @@ func (l *mbLoad) run(w int, chunk uint64) {
 func (l *mbLoad) waitAcked(t *testing.T, n int64) {
 	t.Helper()
 	want := l.acked.Load() + n
-	mbEventually(t, fmt.Sprintf("%d acknowledged writes", want), 30*time.Second, func() bool { return l.acked.Load() >= want })
+	testwait.Until(t, 30*time.Second, func() error {
+		if got := l.acked.Load(); got < want {
+			return fmt.Errorf("%d acknowledged writes, want %d", got, want)
+		}
+		return nil
+	})
 }
 
 func (l *mbLoad) finish(t *testing.T) {
@@ -362,7 +360,12 @@ func TestMembershipUnderLoad(t *testing.T) {
 			Leader: mbPeer(c.id(i)), Transferee: mbPeer(c.id(fresh))})
 		return err
 	})
-	mbEventually(t, "the new replica to lead", 10*time.Second, func() bool { return c.mbNode(fresh).IsLeader() })
+	testwait.Until(t, 10*time.Second, func() error {
+		if !c.mbNode(fresh).IsLeader() {
+			return errors.New("the new replica does not lead")
+		}
+		return nil
+	})
 	load.waitAcked(t, 100)
 	load.finish(t)
 
@@ -392,8 +395,11 @@ func TestMembershipUnderLoad(t *testing.T) {
 		}
 	}
 	// The removed server dropped its replica into its trash.
-	mbEventually(t, "the removed replica to be dropped", 10*time.Second, func() bool {
-		return c.mbNode(victim) == nil && c.mbTrashed(victim, c.group)
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.mbNode(victim) != nil || !c.mbTrashed(victim, c.group) {
+			return errors.New("the removed replica is not dropped to the trash")
+		}
+		return nil
 	})
 	if _, err := os.Stat(c.mbCopysetDir(victim)); !os.IsNotExist(err) {
 		t.Fatalf("removed replica's directory still there: %v", err)
@@ -443,7 +449,12 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 		RequestPeer: mbPeer(c.id(s)), NewPeers: mbPeers(c.id(s))}); err != nil {
 		t.Fatal(err)
 	}
-	mbEventually(t, "the survivor to lead", 10*time.Second, func() bool { n := c.mbNode(s); return n != nil && n.IsLeader() })
+	testwait.Until(t, 10*time.Second, func() error {
+		if n := c.mbNode(s); n == nil || !n.IsLeader() {
+			return errors.New("the survivor does not lead")
+		}
+		return nil
+	})
 	if got := c.mbNode(s).Status().Epoch; got != epoch+1 {
 		t.Fatalf("epoch after reset %d, want %d", got, epoch+1)
 	}
@@ -456,7 +467,12 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 	// The reset survives a restart (its log may be empty but for a snapshot).
 	c.stop(s)
 	c.start(s, nil)
-	mbEventually(t, "the survivor to lead again", 10*time.Second, func() bool { n := c.mbNode(s); return n != nil && n.IsLeader() })
+	testwait.Until(t, 10*time.Second, func() error {
+		if n := c.mbNode(s); n == nil || !n.IsLeader() {
+			return errors.New("the survivor does not lead again")
+		}
+		return nil
+	})
 	if got := c.read(t, 1, 0, 4096); !bytes.Equal(got, block(10)) {
 		t.Fatal("data lost across the restart after the reset")
 	}
@@ -485,10 +501,18 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 		Leader: mbPeer(c.id(s)), NewPeers: mbPeers(c.id(j))}); err != nil {
 		t.Fatal(err)
 	}
-	mbEventually(t, "the old leader to drop its replica", 10*time.Second, func() bool {
-		return c.mbNode(s) == nil && c.mbTrashed(s, c.group)
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.mbNode(s) != nil || !c.mbTrashed(s, c.group) {
+			return errors.New("the old leader has not dropped its replica to the trash")
+		}
+		return nil
 	})
-	mbEventually(t, "the new server to lead", 10*time.Second, func() bool { return c.mbNode(j).IsLeader() })
+	testwait.Until(t, 10*time.Second, func() error {
+		if !c.mbNode(j).IsLeader() {
+			return errors.New("the new server does not lead")
+		}
+		return nil
+	})
 	if got := c.read(t, 1, 8*4096, 4096); !bytes.Equal(got, block(42)) {
 		t.Fatal("write after reset lost in the hand-over")
 	}
@@ -667,9 +691,12 @@ func TestCliRequestValidation(t *testing.T) {
 	pool, cs := c.mbCopyset()
 	var gl *pb.GetLeaderResponse
 	var err error
-	mbEventually(t, "the follower to learn the leader", 15*time.Second, func() bool {
+	testwait.Until(t, 15*time.Second, func() error {
 		gl, err = c.cli1(f).GetLeader(ctx, &pb.GetLeaderRequest{LogicPoolId: pool, CopysetId: cs})
-		return grpcstatus.Code(err) != codes.Unavailable
+		if grpcstatus.Code(err) == codes.Unavailable {
+			return fmt.Errorf("the follower knows no leader: %w", err)
+		}
+		return nil
 	})
 	if err != nil || gl.GetLeaderId() != lid {
 		t.Fatalf("get_leader: %q %v, want %s", gl.GetLeaderId(), err, lid)
@@ -694,7 +721,12 @@ func TestCliRequestValidation(t *testing.T) {
 	if _, err := c.cli1(l).TransferLeader(ctx, &pb.TransferLeaderRequest{LogicPoolId: pool, CopysetId: cs, LeaderId: &lid}); err != nil {
 		t.Fatalf("transfer_leader to any peer: %v", err)
 	}
-	mbEventually(t, "leadership to move", 10*time.Second, func() bool { return c.leader(t) != l })
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.leader(t) == l {
+			return fmt.Errorf("leadership stays on server %d", l)
+		}
+		return nil
+	})
 }
 
 // TestDeleteBrokenCopyset: a healthy replica is refused, nothing there is
@@ -738,7 +770,12 @@ func TestDeleteBrokenCopyset(t *testing.T) {
 	// A replica stopped by a disk error.
 	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
 	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	mbEventually(t, "the follower to break", 10*time.Second, func() bool { return c.mbNode(f).Broken() != nil })
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.mbNode(f).Broken() == nil {
+			return errors.New("the follower is not broken")
+		}
+		return nil
+	})
 	if st := del(f, 1); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
 		t.Fatalf("broken replica: %v", st)
 	}
@@ -781,8 +818,11 @@ func TestRemovedWhileDown(t *testing.T) {
 		return err
 	})
 	c.start(v, nil)
-	mbEventually(t, "the returning replica to drop itself", 20*time.Second, func() bool {
-		return c.mbNode(v) == nil && c.mbTrashed(v, c.group)
+	testwait.Until(t, 20*time.Second, func() error {
+		if c.mbNode(v) != nil || !c.mbTrashed(v, c.group) {
+			return errors.New("the returning replica has not dropped itself to the trash")
+		}
+		return nil
 	})
 	c.write(t, 2, 1, 0, block(7), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 }

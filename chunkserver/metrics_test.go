@@ -1,6 +1,8 @@
 package chunkserver
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/integrity"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -91,8 +94,11 @@ func TestMetricsFromStartup(t *testing.T) {
 
 	cs := "copyset=1,pool=1"
 	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	mbEventually(t, "the follower to apply the write", 10*time.Second, func() bool {
-		return c.mbNode(f).Status().AppliedIndex >= c.mbNode(l).Status().CommittedIndex
+	testwait.Until(t, 10*time.Second, func() error {
+		if applied, committed := c.mbNode(f).Status().AppliedIndex, c.mbNode(l).Status().CommittedIndex; applied < committed {
+			return fmt.Errorf("the follower applied %d, the leader committed %d", applied, committed)
+		}
+		return nil
 	})
 	leader, follower := c.scrape(t, l), c.scrape(t, f)
 	if r := leader["chunkraft_copyset_role"][cs]; r != 2 {
@@ -126,7 +132,12 @@ func TestMetricsFromStartup(t *testing.T) {
 	// A replica stopped by a disk error is broken; deleted, its series go.
 	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
 	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	mbEventually(t, "the follower to break", 10*time.Second, func() bool { return c.mbNode(f).Broken() != nil })
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.mbNode(f).Broken() == nil {
+			return errors.New("the follower is not broken")
+		}
+		return nil
+	})
 	got = c.scrape(t, f)
 	want("chunkraft_copyset_broken", cs, func(v float64) bool { return v == 1 })
 	if err := c.servers[f].Copysets().DeleteBroken(c.group); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/integrity"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc"
@@ -54,18 +55,20 @@ func (c *testCluster) setScan(t *testing.T, f func(*integrity.ScanSettings)) {
 // while leadership moves, and returns the response.
 func (c *testCluster) integrityCall(t *testing.T, call func(pb.IntegrityServiceClient, context.Context) (*pb.IntegrityResponse, error)) *pb.IntegrityResponse {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	var resp *pb.IntegrityResponse
+	// At the timeout the last answer is the caller's to judge.
+	_ = testwait.For(15*time.Second, func() error {
 		l := c.leader(t)
-		resp, err := call(c.integrityClient(l), context.Background())
-		if err != nil {
+		var err error
+		if resp, err = call(c.integrityClient(l), context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if resp.GetStatus() == pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS || time.Now().After(deadline) ||
-			c.servers[l].Copysets().Get(c.group).IsLeader() {
-			return resp
+		if resp.GetStatus() != pb.INTEGRITY_OP_STATUS_INTEGRITY_OP_STATUS_SUCCESS && !c.servers[l].Copysets().Get(c.group).IsLeader() {
+			return fmt.Errorf("server %d answered %v and no longer leads", l, resp.GetStatus())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return resp
 }
 
 // schedule schedules a scan of copyset 1/1 now and returns its id.
@@ -96,13 +99,13 @@ func (c *testCluster) localJob(i int, id int32) *integrity.Job {
 func (c *testCluster) waitJob(t *testing.T, id int32, want integrity.JobState, timeout time.Duration) *integrity.Job {
 	t.Helper()
 	var last *integrity.Job
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if last = c.localJob(c.leader(t), id); last != nil && last.State == want {
-			return last
+	testwait.Until(t, timeout, func() error {
+		if last = c.localJob(c.leader(t), id); last == nil || last.State != want {
+			return fmt.Errorf("job %d did not reach %v: %+v", id, want, last)
 		}
-	}
-	t.Fatalf("job %d did not reach %v: %+v", id, want, last)
-	return nil
+		return nil
+	})
+	return last
 }
 
 // TestScanHealthyCopyset: five replicas (the leader compares four
@@ -169,20 +172,14 @@ func TestScanHealthyCopyset(t *testing.T) {
 		t.Fatalf("/integrity of a copyset not hosted: %d", rec.Code)
 	}
 	// Every replica applied the same job state.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		same := true
+	testwait.Until(t, 10*time.Second, func() error {
 		for i := range c.servers {
 			if j := c.localJob(i, id); j == nil || !reflect.DeepEqual(j, job) {
-				same = false
+				return fmt.Errorf("replicas' job state differs from the leader's: server %d has %+v, the leader %+v", i, j, job)
 			}
 		}
-		if same {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("replicas' job state differs from the leader's")
-		}
-	}
+		return nil
+	})
 }
 
 // rewrite repairs [off, off+n) of chunk as `chunkctl scan repair` does:
@@ -195,10 +192,7 @@ func (c *testCluster) rewrite(t *testing.T, chunk uint64, off, n uint32, bad map
 	const piece = 1 << 20
 	for p := off; p < off+n; p += piece {
 		size := min(uint32(piece), off+n-p)
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("rewrite of chunk %d at %d did not succeed", chunk, p)
-			}
+		testwait.Until(t, 30*time.Second, func() error {
 			l := c.leader(t)
 			if bad[string(c.servers[l].Local())] {
 				for i, srv := range c.servers {
@@ -207,24 +201,25 @@ func (c *testCluster) rewrite(t *testing.T, chunk uint64, off, n uint32, bad map
 						break
 					}
 				}
-				continue
+				return fmt.Errorf("rewrite of chunk %d at %d did not succeed: bad replica %d leads", chunk, p, l)
 			}
 			cl := c.chunk(l)
 			info, err := cl.GetChunkInfo(ctx, &pb.GetChunkInfoRequest{LogicPoolId: proto.Uint32(1),
 				CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(chunk)})
 			if err != nil || info.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS || len(info.GetChunkSn()) == 0 {
-				continue
+				return fmt.Errorf("rewrite of chunk %d at %d did not succeed: chunk info %v %v", chunk, p, info.GetStatus(), err)
 			}
 			rd, err := cl.ReadChunk(ctx, readReq(chunk, p, size))
 			if err != nil || rd.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-				continue
+				return fmt.Errorf("rewrite of chunk %d at %d did not succeed: read %v %v", chunk, p, rd.GetStatus(), err)
 			}
 			w := writeReq(chunk, p, rd.GetData())
 			w.Sn = proto.Uint64(info.GetChunkSn()[0])
-			if wr, err := cl.WriteChunk(ctx, w); err == nil && wr.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-				break
+			if wr, err := cl.WriteChunk(ctx, w); err != nil || wr.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+				return fmt.Errorf("rewrite of chunk %d at %d did not succeed: write %v %v", chunk, p, wr.GetStatus(), err)
 			}
-		}
+			return nil
+		})
 	}
 }
 
@@ -358,14 +353,12 @@ func TestScanJobSurvivesLeaderChange(t *testing.T) {
 	c.setScan(t, func(s *integrity.ScanSettings) { s.RangesPerSecond, s.FollowScanMapTimeout = 10, 10*time.Second })
 	id := c.schedule(t, 0)
 	old := c.leader(t)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if j := c.localJob(old, id); j != nil && j.RangesScanned >= 4 {
-			break
+	testwait.Until(t, 20*time.Second, func() error {
+		if j := c.localJob(old, id); j == nil || j.RangesScanned < 4 {
+			return fmt.Errorf("job did not progress: %+v", j)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job did not progress: %+v", c.localJob(old, id))
-		}
-	}
+		return nil
+	})
 	to := (old + 1) % 3
 	if err := c.servers[old].Copysets().Get(c.group).TransferLeader(context.Background(), c.servers[to].Local()); err != nil {
 		t.Fatal(err)

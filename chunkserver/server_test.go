@@ -3,6 +3,8 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/grpc"
@@ -92,16 +95,11 @@ func startTestCluster(t *testing.T, n int, opts ...clusterOpts) *testCluster {
 func (c *testCluster) start(i int, lis net.Listener) {
 	c.t.Helper()
 	if lis == nil {
-		var err error
-		for try := 0; ; try++ {
-			if lis, err = net.Listen("tcp", c.cfgs[i].Listen); err == nil || try > 50 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			c.t.Fatal(err)
-		}
+		// The address is free once the stopped server's socket is closed.
+		testwait.Until(c.t, 2*time.Second, func() (err error) {
+			lis, err = net.Listen("tcp", c.cfgs[i].Listen)
+			return err
+		})
 	}
 	srv, err := newServer(c.cfgs[i], slog.New(slog.NewTextHandler(io.Discard, nil)),
 		seams{raftLog: io.Discard, fs: c.fs[i]})
@@ -112,9 +110,17 @@ func (c *testCluster) start(i int, lis net.Listener) {
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ctx, lis) }()
 	c.servers[i], c.cancels[i], c.dones[i] = srv, cancel, done
-	for !srv.ready.Load() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(c.t, time.Minute, func() error {
+		select {
+		case <-done:
+			c.t.Fatalf("server %d stopped before it was ready", i)
+		default:
+		}
+		if !srv.ready.Load() {
+			return fmt.Errorf("server %d is not ready", i)
+		}
+		return nil
+	})
 }
 
 // stop shuts server i down cleanly.
@@ -129,19 +135,20 @@ func (c *testCluster) stop(i int) {
 // leader returns the index of the copyset's leader.
 func (c *testCluster) leader(t *testing.T) int {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	leader := -1
+	testwait.Until(t, 10*time.Second, func() error {
 		for i, srv := range c.servers {
 			if c.cancels[i] == nil {
 				continue
 			}
 			if n := srv.Copysets().Get(c.group); n != nil && n.IsLeader() {
-				return i
+				leader = i
+				return nil
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no leader")
-	return -1
+		return errors.New("no leader")
+	})
+	return leader
 }
 
 func (c *testCluster) chunk(i int) pb.ChunkServiceClient { return pb.NewChunkServiceClient(c.conns[i]) }

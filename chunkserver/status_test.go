@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/protobuf/proto"
@@ -171,15 +173,23 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	}
 	// The new copyset: raft snapshots by itself after 4 entries (50ms
 	// checks) and truncates the log.
-	stWaitFor(t, "the new copyset to elect itself", 10*time.Second, func() bool { return srv.Copysets().Get(other).IsLeader() })
+	testwait.Until(t, 10*time.Second, func() error {
+		if !srv.Copysets().Get(other).IsLeader() {
+			return errors.New("the new copyset has not elected itself")
+		}
+		return nil
+	})
 	for i := 0; i < 20; i++ {
 		w := writeReq(3, uint32(i%8)*4096, data)
 		w.CopysetId = proto.Uint32(other.Copyset())
 		resp, err = cl.WriteChunk(ctx, w)
 		mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	stWaitFor(t, "a raft snapshot to truncate the new copyset's log", 10*time.Second, func() bool {
-		return srv.Copysets().Get(other).Status().FirstIndex > 1
+	testwait.Until(t, 10*time.Second, func() error {
+		if first := srv.Copysets().Get(other).Status().FirstIndex; first <= 1 {
+			return fmt.Errorf("no raft snapshot truncated the new copyset's log: it starts at %d", first)
+		}
+		return nil
 	})
 
 	// Restart-needed keys, unknown keys, bad values: refused, no change.
@@ -216,11 +226,18 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 func TestConfigChunkFilePool(t *testing.T) {
 	c := startTestCluster(t, 1, func(cfg *Config) { cfg.ChunkFilePool = 1 })
 	pool := c.servers[0].pool
-	stWaitFor(t, "the pool to format its file", 20*time.Second, func() bool { return pool.Stats().Ready == 1 })
+	testwait.Until(t, 20*time.Second, func() error {
+		if st := pool.Stats(); st.Ready != 1 {
+			return fmt.Errorf("the pool has not formatted its file: %+v", st)
+		}
+		return nil
+	})
 	c.cfgSet(t, 0, "chunk_file_pool", "3")
-	stWaitFor(t, "the pool to format up to 3", 20*time.Second, func() bool {
-		st := pool.Stats()
-		return st.Target == 3 && st.Ready == 3
+	testwait.Until(t, 20*time.Second, func() error {
+		if st := pool.Stats(); st.Target != 3 || st.Ready != 3 {
+			return fmt.Errorf("the pool has not formatted up to 3: %+v", st)
+		}
+		return nil
 	})
 	c.cfgSet(t, 0, "chunk_file_pool", "2")
 	if st := pool.Stats(); st.Target != 2 || st.Ready != 3 {
@@ -394,16 +411,23 @@ func TestLoadCheck(t *testing.T) {
 	if !runFor(time.Second, lagging) {
 		t.Fatal("a replica within the margin is not loaded")
 	}
-	// Catching up while the check runs.
+	// Catching up while the check runs: it asks the leader round after
+	// round and finishes only once the replica is within the margin.
 	lagging.set(func(s *copyset.Status) { s.AppliedIndex = 100 })
 	done := make(chan bool)
+	asked := probes.Load()
 	go func() { done <- runFor(5*time.Second, lagging) }()
-	time.Sleep(30 * time.Millisecond)
-	select {
-	case <-done:
-		t.Fatal("finished before catching up")
-	default:
-	}
+	testwait.Until(t, 5*time.Second, func() error {
+		select {
+		case <-done:
+			t.Fatal("finished before catching up")
+		default:
+		}
+		if n := probes.Load() - asked; n < 3 {
+			return fmt.Errorf("the check asked the leader %d times, want 3 rounds", n)
+		}
+		return nil
+	})
 	lagging.set(func(s *copyset.Status) { s.AppliedIndex = 9_950 })
 	if !<-done {
 		t.Fatal("did not finish after catching up")
@@ -457,22 +481,18 @@ func (c *testCluster) stLoadFin(t *testing.T, i int) bool {
 	return resp.GetCopysetLoadFin()
 }
 
-func stWaitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestChunkServerStatusLoadFin: copysetLoadFin is true on running servers,
 // false once a server stops, and true again after a restarted follower,
 // which had fallen behind, caught up with its leader (asked over gRPC).
 func TestChunkServerStatusLoadFin(t *testing.T) {
 	c := startTestCluster(t, 3)
 	for i := range c.servers {
-		stWaitFor(t, "copysetLoadFin", 5*time.Second, func() bool { return c.stLoadFin(t, i) })
+		testwait.Until(t, 5*time.Second, func() error {
+			if !c.stLoadFin(t, i) {
+				return fmt.Errorf("server %d: copysetLoadFin is false", i)
+			}
+			return nil
+		})
 	}
 	l := c.leader(t)
 	f := (l + 1) % 3
@@ -490,7 +510,12 @@ func TestChunkServerStatusLoadFin(t *testing.T) {
 	cfg.CopysetLoadMargin = 0 // only fully caught up counts
 	c.cfgs[f] = cfg
 	c.start(f, nil)
-	stWaitFor(t, "copysetLoadFin after restart", 10*time.Second, func() bool { return c.stLoadFin(t, f) })
+	testwait.Until(t, 10*time.Second, func() error {
+		if !c.stLoadFin(t, f) {
+			return errors.New("copysetLoadFin is false after the restart")
+		}
+		return nil
+	})
 	if st := c.servers[f].Copysets().Get(c.group).Status(); st.AppliedIndex < target {
 		t.Fatalf("loaded with applied %d, leader committed %d", st.AppliedIndex, target)
 	}
@@ -515,21 +540,21 @@ func (c *testCluster) stCopyset(t *testing.T, i int, hash bool) *pb.CopysetStatu
 func (c *testCluster) stSettledHashes(t *testing.T) []string {
 	t.Helper()
 	var hashes []string
-	stWaitFor(t, "replicas to apply the same index", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() error {
 		var applied []int64
 		for i := range c.servers {
 			st := c.stCopyset(t, i, false)
 			if st.GetApplyingIndex() != 0 {
-				return false
+				return fmt.Errorf("server %d is applying index %d", i, st.GetApplyingIndex())
 			}
 			applied = append(applied, st.GetKnownAppliedIndex())
 		}
 		for _, a := range applied {
 			if a != applied[0] {
-				return false
+				return fmt.Errorf("replicas applied different indexes: %v", applied)
 			}
 		}
-		return true
+		return nil
 	})
 	for i := range c.servers {
 		hashes = append(hashes, c.stCopyset(t, i, true).GetHash())

@@ -17,6 +17,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/kinds"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
@@ -198,10 +199,14 @@ func TestExportExact(t *testing.T) {
 		}
 		mu.Unlock()
 		if p.Start.GetType() != dspb.SyncType_kBINLOG { // a slow receiver: entries are applied between chunk images
-			want, deadline := n.AppliedIndex()+8, time.Now().Add(5*time.Second)
-			for n.AppliedIndex() < want && time.Now().Before(deadline) {
-				time.Sleep(2 * time.Millisecond)
-			}
+			want := n.AppliedIndex() + 8
+			// Up to 5 s: a receiver that waits in vain goes on all the same.
+			_ = testwait.For(5*time.Second, func() error {
+				if applied := n.AppliedIndex(); applied < want {
+					return fmt.Errorf("applied %d, want %d", applied, want)
+				}
+				return nil
+			})
 		}
 		if tg := target.Load(); tg != 0 && p.Next.GetType() == dspb.SyncType_kBINLOG && p.Next.GetOffset() > tg {
 			select {
@@ -234,23 +239,19 @@ func TestExportExact(t *testing.T) {
 	// that they overwrite every block the snapshot phase exported).
 	// (A liveness bound, not a speed check: the snapshot phase before it
 	// waits for entries to apply between images, slow on a loaded machine.)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		enough := binlogSent >= 40
-		mu.Unlock()
-		if enough {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d binlog records exported in 30 s", binlogSent)
-		}
+	testwait.Until(t, 30*time.Second, func() error {
 		select {
 		case err := <-exported:
 			t.Fatalf("export ended: %v", err)
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
-	}
+		mu.Lock()
+		defer mu.Unlock()
+		if binlogSent < 40 {
+			return fmt.Errorf("only %d binlog records exported", binlogSent)
+		}
+		return nil
+	})
 	stop.Store(true)
 	writers.Wait()
 	close(werr)
@@ -272,9 +273,12 @@ func TestExportExact(t *testing.T) {
 	if err := <-exported; !errors.Is(err, context.Canceled) {
 		t.Fatalf("export returned %v, want context.Canceled", err)
 	}
-	for n.AppliedIndex() < commit {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, func() error {
+		if applied := n.AppliedIndex(); applied < commit {
+			return fmt.Errorf("applied %d, not the commit index %d", applied, commit)
+		}
+		return nil
+	})
 	if st := n.LogPins(); st.Pins != 0 {
 		t.Fatalf("%d log pins left after the export", st.Pins)
 	}

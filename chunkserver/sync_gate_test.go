@@ -3,12 +3,14 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
@@ -74,31 +76,34 @@ func TestSyncGateWaitHeartbeats(t *testing.T) {
 		return st.GetTask()[0].GetProgress().GetToken(), ms
 	}
 	token, last := state()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		time.Sleep(300 * time.Millisecond)
+	testwait.Until(t, 10*time.Second, func() error {
 		tok, ms := state()
 		if tok == token && ms > last {
 			last = ms
-			break
+			return nil
 		}
 		token, last = tok, ms
-		if time.Now().After(deadline) {
-			t.Fatal("no heartbeat from the sub-task at the gate in 10 s")
-		}
-	}
-	// Now it waits: for 5 s (2.5 x (2 x check period)) it stays,
-	// heartbeating.
-	for range 10 {
-		time.Sleep(500 * time.Millisecond)
+		return errors.New("no heartbeat from the sub-task at the gate")
+	})
+	// Now it waits: while its heartbeats span 5 s (2.5 x (2 x check
+	// period)) it stays, and no 500 ms pass without one.
+	first, moved := last, time.Now()
+	testwait.Until(t, 30*time.Second, func() error {
 		tok, ms := state()
 		if tok != token {
 			t.Fatalf("while waiting at the gate the sub-task was reassigned (token %s, then %s)", token, tok)
 		}
-		if ms <= last {
+		switch {
+		case ms > last:
+			last, moved = ms, time.Now()
+		case time.Since(moved) > 500*time.Millisecond:
 			t.Fatalf("no heartbeat moved the sub-task's last update time in 500 ms (%d)", ms)
 		}
-		last = ms
-	}
+		if span := last - first; span < 5000 {
+			return fmt.Errorf("the heartbeats at the gate span %d ms, want 5000", span)
+		}
+		return nil
+	})
 	release()
 	done := c.waitTask(t, "SUCCESS", func(task *dspb.Task) bool { return task.GetStatus() == "SUCCESS" })
 	if done.GetProgress().GetToken() != token {
@@ -110,15 +115,14 @@ func TestSyncGateWaitHeartbeats(t *testing.T) {
 // satisfies ok, and returns it.
 func (c *testCluster) waitTask(t *testing.T, what string, ok func(*dspb.Task) bool) *dspb.Task {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var task *dspb.Task
+	testwait.Until(t, 20*time.Second, func() error {
 		tasks := c.subTasks(t, 0)
-		if len(tasks) == 1 && ok(tasks[0]) {
-			return tasks[0]
+		if len(tasks) != 1 || !ok(tasks[0]) {
+			return fmt.Errorf("sub-task not %s: %v", what, tasks)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sub-task not %s in 20 s: %v", what, tasks)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		task = tasks[0]
+		return nil
+	})
+	return task
 }

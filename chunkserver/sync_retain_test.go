@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	statepb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
@@ -48,7 +50,18 @@ func startStalledExport(t *testing.T, c *testCluster) (uint64, func()) {
 	if err := os.WriteFile(root, []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // a packet in flight lands or fails
+	// A packet in flight lands or fails: the collector sends one at a
+	// time, so once a packet or heartbeat that reached the SyncTool after
+	// the dest broke is in the record (its last update time is later),
+	// every earlier one has landed or failed, and every later packet
+	// fails at the dest.
+	broken := time.Now().UnixMilli()
+	testwait.Until(t, 10*time.Second, func() error {
+		if _, ms := c.lastUpdate(t); ms <= broken {
+			return fmt.Errorf("the sub-task's last update at %d ms, not after the dest broke at %d ms", ms, broken)
+		}
+		return nil
+	})
 	return c.cursor(t), func() {
 		t.Helper()
 		if err := os.Remove(root); err != nil {
@@ -88,16 +101,22 @@ func (c *testCluster) writeBlocks(t *testing.T, n, size int) {
 	for i := range n {
 		c.write(t, 1, 1, uint32(i%64)*uint32(size), bytes.Repeat([]byte{byte(i + 1)}, size), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
+	c.waitApplied(t)
+}
+
+// waitApplied waits until every running replica applied the leader's
+// commit index.
+func (c *testCluster) waitApplied(t *testing.T) {
+	t.Helper()
 	commit := c.mbNode(c.leader(t)).CommitIndex()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, i := range c.running() {
-		for c.mbNode(i).AppliedIndex() < commit {
-			if time.Now().After(deadline) {
-				t.Fatalf("server %d applied %d, not the commit index %d", i, c.mbNode(i).AppliedIndex(), commit)
+	testwait.Until(t, 10*time.Second, func() error {
+		for _, i := range c.running() {
+			if applied := c.mbNode(i).AppliedIndex(); applied < commit {
+				return fmt.Errorf("server %d applied %d, not the commit index %d", i, applied, commit)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 }
 
 // snapshotAll snapshots every running replica (so raft truncates its
@@ -123,23 +142,16 @@ func (c *testCluster) snapshotAll(t *testing.T) map[int]uint64 {
 // past index and holds no pin.
 func (c *testCluster) waitTruncated(t *testing.T, index uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, 10*time.Second, func() error {
 		c.writeBlocks(t, 10, 4096)
 		firsts := c.snapshotAll(t)
-		done := true
 		for i, first := range firsts {
 			if first <= index || c.mbNode(i).LogPins().Pins != 0 {
-				done = false
+				return fmt.Errorf("the logs start at %v, not all past %d, or still hold pins", firsts, index)
 			}
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the logs start at %v, not all past %d, or still hold pins", firsts, index)
-		}
-	}
+		return nil
+	})
 }
 
 // TestSyncLogHoldEveryReplica: a live sub-task whose export is stalled
@@ -170,18 +182,18 @@ func TestSyncLogHoldEveryReplica(t *testing.T) {
 	repair()
 	c.writeBlocks(t, 2, 4096)
 	other := (old + 1) % 3
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Until(t, 15*time.Second, func() error {
 		tasks := c.subTasks(t, other)
 		p := tasks[0].GetProgress()
 		if tasks[0].GetStatus() == "RUNNING" && p.GetSyncPoint().GetOffset() > at+40 && p.GetTabletEndpoint() == c.servers[c.leader(t)].Local().Addr() {
-			break
+			return nil
 		}
-		if tasks[0].GetStatus() == "FAILED" || time.Now().After(deadline) {
-			t.Fatalf("the new leader did not go on from the held cursor %d: %v %v", at, tasks[0], c.readable(t, other))
+		err := fmt.Errorf("the new leader did not go on from the held cursor %d: %v %v", at, tasks[0], c.readable(t, other))
+		if tasks[0].GetStatus() == "FAILED" {
+			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 	if r, err := c.syncTool(other).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
 		t.Fatalf("delete: %v %v", r, err)
 	}
@@ -197,22 +209,19 @@ func TestSyncRetentionBoundFails(t *testing.T) {
 	at, _ := startStalledExport(t, c)
 	c.writeBlocks(t, 40, 64<<10) // 2.5 MiB behind the cursor
 	c.snapshotAll(t)
-	deadline := time.Now().Add(15 * time.Second)
 	var rec *statepb.SubTask
-	for {
+	testwait.Until(t, 15*time.Second, func() error {
 		m, ok := sync.MachineOf(c.mbNode(0))
 		if !ok {
 			t.Fatal("no sync machine")
 		}
-		if list := m.List(); len(list) == 1 && list[0].GetStatus().String() == "FAILED" {
-			rec = list[0]
-			break
+		list := m.List()
+		if len(list) != 1 || list[0].GetStatus().String() != "FAILED" {
+			return fmt.Errorf("the sub-task did not fail: %v", list)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sub-task did not fail: %v", m.List())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		rec = list[0]
+		return nil
+	})
 	if msg := rec.GetMessage(); !strings.Contains(msg, "sync.max_retained_bytes = 1048576 bytes") {
 		t.Fatalf("failure message %q does not name the bound", msg)
 	}

@@ -3,6 +3,7 @@ package chunkserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
@@ -38,17 +40,48 @@ func (c *testCluster) subTasks(t *testing.T, i int) []*dspb.Task {
 // is partial (a copyset without a leader that answers, as in an election).
 func (c *testCluster) taskStatus(t *testing.T, i int) *dspb.TaskStatusResponse {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
-		if err == nil && resp.GetResponse().GetCode() == 0 {
-			return resp
-		}
-		if err != nil || !strings.Contains(resp.GetResponse().GetMsg(), "(partial)") || time.Now().After(deadline) {
+	var resp *dspb.TaskStatusResponse
+	testwait.Until(t, 30*time.Second, func() error {
+		var err error
+		resp, err = c.syncTool(i).TaskStatus(context.Background(), &dspb.TaskStatusRequest{})
+		switch {
+		case err == nil && resp.GetResponse().GetCode() == 0:
+			return nil
+		case err != nil || !strings.Contains(resp.GetResponse().GetMsg(), "(partial)"):
 			t.Fatalf("task status: %v %v", resp.GetResponse(), err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		return fmt.Errorf("task status: %v", resp.GetResponse())
+	})
+	return resp
+}
+
+// lastUpdate returns the one sub-task server 0 lists and its last update
+// time (readableInfo's lastUpdateTime, Unix ms): every packet and every
+// heartbeat of its collector moves it.
+func (c *testCluster) lastUpdate(t *testing.T) (*dspb.Task, int64) {
+	t.Helper()
+	st := c.taskStatus(t, 0)
+	if len(st.GetTask()) != 1 || len(st.GetReadableInfo()) != 1 {
+		t.Fatalf("task status lists %v, want one sub-task", st)
 	}
+	var ms int64
+	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;", &ms); err != nil {
+		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
+	}
+	return st.GetTask()[0], ms
+}
+
+// waitCollectorsGone waits until no server runs a collector.
+func (c *testCluster) waitCollectorsGone(t *testing.T) {
+	t.Helper()
+	testwait.Until(t, 10*time.Second, func() error {
+		for _, i := range c.running() {
+			if n := c.servers[i].syncs.Collecting(); n != 0 {
+				return fmt.Errorf("server %d runs %d collectors", i, n)
+			}
+		}
+		return nil
+	})
 }
 
 // TestSyncTaskLifecycle: a task created on one server is listed by every
@@ -111,10 +144,24 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
 	}
 
-	// The leader collects it under the token it was created with.
+	// The leader collects it under the token it was created with: its
+	// export runs, and three heartbeats later (a second apart, as the
+	// leader's check loop, which would reassign it, ticks) it is still the
+	// leader's under that token.
 	tasks := c.subTasks(t, 0)
 	p := tasks[0].GetProgress()
-	time.Sleep(2500 * time.Millisecond)
+	c.waitPoint(t, "RUNNING", 0)
+	_, at := c.lastUpdate(t)
+	beats := 0
+	testwait.Until(t, 20*time.Second, func() error {
+		if _, ms := c.lastUpdate(t); ms > at {
+			beats, at = beats+1, ms
+		}
+		if beats < 3 {
+			return fmt.Errorf("%d heartbeats of the running export, want 3", beats)
+		}
+		return nil
+	})
 	if again := c.subTasks(t, 0); again[0].GetProgress().GetToken() != p.GetToken() ||
 		again[0].GetDataCollector() != c.servers[c.leader(t)].Local().Addr() {
 		t.Fatalf("sub-task moved without cause: %v, then %v", tasks[0], again[0])
@@ -141,12 +188,11 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		t.Fatalf("after refused packets: %v", now)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
 	if r, err := c.syncTool(2).DelelteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
 		t.Fatalf("delete (misspelled): %v %v", r, err)
 	}
 	for i := range 3 {
-		if got := c.subTasks(t, i); len(got) != 0 && time.Now().Before(deadline) {
+		if got := c.subTasks(t, i); len(got) != 0 {
 			t.Fatalf("server %d still lists %v", i, got)
 		}
 	}
@@ -154,12 +200,20 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		t.Fatalf("delete again: %v", r)
 	}
 
-	// Its collectors stopped: a write after the delete exports nothing
-	// (a live tailing export sends it within its 1 s linger).
-	time.Sleep(200 * time.Millisecond) // a packet in flight at the delete
+	// Its collectors stopped: no server runs one (their last SendData
+	// answered or cancelled: the caught-up export sent only empty
+	// heartbeats, which write nothing), and a write after the delete,
+	// applied on every replica, exports nothing, no collector having
+	// started for it.
+	c.waitCollectorsGone(t)
 	exported := exportFiles(t, strings.TrimPrefix(dir, "file://"))
 	c.write(t, 1, 1, 0, bytes.Repeat([]byte{4}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	time.Sleep(2500 * time.Millisecond)
+	c.waitApplied(t)
+	for i := range c.servers {
+		if n := c.servers[i].syncs.Collecting(); n != 0 {
+			t.Fatalf("server %d runs %d collectors after the delete", i, n)
+		}
+	}
 	if now := exportFiles(t, strings.TrimPrefix(dir, "file://")); !maps.Equal(now, exported) {
 		t.Fatalf("the export changed after the delete: %v, then %v", exported, now)
 	}
@@ -207,19 +261,15 @@ func TestSyncTakeover(t *testing.T) {
 	before := c.subTasks(t, old)[0]
 	c.stop(old)
 	other := (old + 1) % 3
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Until(t, 15*time.Second, func() error {
 		now := c.leader(t)
 		tasks := c.subTasks(t, other)
-		if len(tasks) == 1 && tasks[0].GetDataCollector() == c.servers[now].Local().Addr() &&
-			tasks[0].GetProgress().GetToken() != before.GetProgress().GetToken() {
-			break
+		if len(tasks) != 1 || tasks[0].GetDataCollector() != c.servers[now].Local().Addr() ||
+			tasks[0].GetProgress().GetToken() == before.GetProgress().GetToken() {
+			return fmt.Errorf("no takeover: before %v, now %v (leader %d)", before, tasks, now)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no takeover: before %v, now %v (leader %d)", before, tasks, now)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestSyncAddSyncTask: upstream's DataCollector.AddSyncTask through its
@@ -325,20 +375,19 @@ func TestSyncStaleReassigned(t *testing.T) {
 // has status and a binlog point past index, and returns it.
 func (c *testCluster) waitPoint(t *testing.T, status string, past uint64) *dspb.Task {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var task *dspb.Task
+	testwait.Until(t, 20*time.Second, func() error {
 		tasks := c.subTasks(t, 0)
 		if len(tasks) == 1 {
 			p := tasks[0].GetProgress().GetSyncPoint()
 			if tasks[0].GetStatus() == status && p.GetType() == dspb.SyncType_kBINLOG && p.GetOffset() > past {
-				return tasks[0]
+				task = tasks[0]
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sub-task not %s past index %d: %v", status, past, tasks)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("sub-task not %s past index %d: %v", status, past, tasks)
+	})
+	return task
 }
 
 // TestSyncExportsToS3: a kFull task with an s3:// dest on the servers' S3
@@ -423,16 +472,12 @@ func TestSyncIncremental(t *testing.T) {
 		c.write(t, 1, 1, uint32(i%16)*4096, bytes.Repeat([]byte{byte(i)}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
 	// The early log is truncated away by now (snapshots every 16 entries).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if first, _, err := c.servers[0].Copysets().Get(c.group).LogBounds(); err == nil && first > 1 {
-			break
+	testwait.Until(t, 10*time.Second, func() error {
+		if first, _, err := c.servers[0].Copysets().Get(c.group).LogBounds(); err != nil || first <= 1 {
+			return fmt.Errorf("the log was not truncated: it starts at %d (%v)", first, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the log was not truncated")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	dir := "file://" + filepath.Join(t.TempDir(), "export")
 	old := createReq("1", "inc", dspb.SyncMode_kIncrementalByTimestamp.Enum(), dir)
 	old.StartTs = proto.Uint64(1)
@@ -455,28 +500,43 @@ func TestSyncIncremental(t *testing.T) {
 	}
 }
 
+// syncAnswer is the answer of a SyncTool call made in a goroutine.
+type syncAnswer struct {
+	resp *dspb.GeneralResponse
+	err  error
+}
+
 // TestSyncCreateWaitsForALeader: a create while a copyset has no leader
 // (here two of its three servers are down, so nobody can be elected) waits
-// for one instead of failing: the servers come back a second later and
-// the create succeeds, with the sub-task on the new leader. A delete
-// likewise rides over an election.
+// for one instead of failing: once it has found no leader and waits, the
+// servers come back and the create succeeds, with the sub-task on the new
+// leader. A delete likewise rides over an election.
 func TestSyncCreateWaitsForALeader(t *testing.T) {
 	c := startTestCluster(t, 3)
 	c.stop(1)
 	c.stop(2)
-	go func() {
-		time.Sleep(time.Second)
-		c.start(1, nil)
-		c.start(2, nil)
-	}()
 	dir := "file://" + filepath.Join(t.TempDir(), "export")
-	start := time.Now()
-	r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir))
-	if err != nil || r.GetCode() != 0 {
-		t.Fatalf("create while the copyset has no leader: %v %v", r, err)
-	}
-	if waited := time.Since(start); waited < 500*time.Millisecond {
-		t.Fatalf("the create returned after %v, before the servers came back", waited)
+	waits := c.servers[0].syncs.LeaderWaits()
+	created := make(chan syncAnswer, 1)
+	go func() {
+		r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir))
+		created <- syncAnswer{r, err}
+	}()
+	testwait.Until(t, 10*time.Second, func() error {
+		select {
+		case a := <-created:
+			t.Fatalf("the create returned before the servers came back: %v %v", a.resp, a.err)
+		default:
+		}
+		if c.servers[0].syncs.LeaderWaits() == waits {
+			return errors.New("the create has not found the copyset without a leader")
+		}
+		return nil
+	})
+	c.start(1, nil)
+	c.start(2, nil)
+	if a := <-created; a.err != nil || a.resp.GetCode() != 0 {
+		t.Fatalf("create while the copyset has no leader: %v %v", a.resp, a.err)
 	}
 	if tasks := c.subTasks(t, 0); len(tasks) != 1 || tasks[0].GetProgress().GetToken() == "" {
 		t.Fatalf("sub-tasks after the create: %v", tasks)
@@ -484,12 +544,34 @@ func TestSyncCreateWaitsForALeader(t *testing.T) {
 	old := c.leader(t)
 	c.stop(old)
 	other := (old + 1) % 3
+	waits = c.servers[other].syncs.LeaderWaits()
+	deleted := make(chan syncAnswer, 1)
 	go func() {
-		time.Sleep(time.Second)
-		c.start(old, nil)
+		r, err := c.syncTool(other).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")})
+		deleted <- syncAnswer{r, err}
 	}()
-	if r, err := c.syncTool(other).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")}); err != nil || r.GetCode() != 0 {
-		t.Fatalf("delete across the leader's loss: %v %v", r, err)
+	// The stopped leader comes back while the delete waits for the
+	// election (or once it is done, if the election was quicker).
+	var a *syncAnswer
+	testwait.Until(t, 10*time.Second, func() error {
+		select {
+		case got := <-deleted:
+			a = &got
+			return nil
+		default:
+		}
+		if c.servers[other].syncs.LeaderWaits() == waits {
+			return errors.New("the delete neither returned nor waits for a leader")
+		}
+		return nil
+	})
+	c.start(old, nil)
+	if a == nil {
+		got := <-deleted
+		a = &got
+	}
+	if a.err != nil || a.resp.GetCode() != 0 {
+		t.Fatalf("delete across the leader's loss: %v %v", a.resp, a.err)
 	}
 	if tasks := c.subTasks(t, other); len(tasks) != 0 {
 		t.Fatalf("sub-tasks after the delete: %v", tasks)

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -222,13 +224,14 @@ func TestTLS(t *testing.T) {
 
 	// Admin: the membership change goes through (the leader probes the new
 	// server over mTLS first) and the new replica catches up over raft.
-	mbEventually(t, "admin AddPeer", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() error {
 		_, err := pb.NewCliService2Client(admin[c.leader(t)]).AddPeer(ctx, &pb.AddPeerRequest2{LogicPoolId: pool, CopysetId: cs,
 			Leader: mbPeer(c.id(c.leader(t))), AddPeer: mbPeer(c.id(n))})
 		if err != nil {
 			t.Logf("AddPeer: %v", err)
+			return fmt.Errorf("admin AddPeer: %w", err)
 		}
-		return err == nil
+		return nil
 	})
 	c.waitSame(t, []uint64{1})
 	resp, err := pb.NewConfigServiceClient(admin[l]).Set(ctx, &pb.ConfigRequest{Key: proto.String("max_inflight"), Value: proto.String("100")})

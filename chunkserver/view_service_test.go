@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	kvcop "github.com/chunkraft/chunkraft/proto/kvproto/coprocessor"
@@ -126,18 +128,16 @@ func (c *testCluster) viewFilesOn(t *testing.T, i int) []string {
 // waitNoViewFiles waits until no server keeps read-view files.
 func (c *testCluster) waitNoViewFiles(t *testing.T) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Until(t, 10*time.Second, func() error {
 		left := []string{}
 		for i := range c.servers {
 			left = append(left, c.viewFilesOn(t, i)...)
 		}
-		if len(left) == 0 {
-			return
+		if len(left) > 0 {
+			return fmt.Errorf("read-view files left: %v", left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("read-view files left: %v", left)
-		}
-	}
+		return nil
+	})
 }
 
 func deleteReq(chunk uint64) *pb.ChunkRequest {
@@ -209,9 +209,12 @@ func TestDisaggViewAsOfEstablish(t *testing.T) {
 	if err := c.servers[l].Copysets().Get(c.group).TransferLeaderAny(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	for c.leader(t) == l {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, func() error {
+		if c.leader(t) == l {
+			return fmt.Errorf("server %d still leads", l)
+		}
+		return nil
+	})
 	l = c.leader(t)
 
 	if _, msg := c.fetch(t, l, 99, nil); !strings.Contains(msg, "not found") {
@@ -271,15 +274,12 @@ func TestDisaggViewCancelLeaseBudget(t *testing.T) {
 
 	segmentOf(t, c.establish(t, l, 3, ep, 0, 0, 60))
 	overwrite(4, 1<<20+4096) // past the 1 MiB budget
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, msg := c.fetch(t, l, 3, nil)
-		if strings.Contains(msg, "budget") {
-			break
+	testwait.Until(t, 10*time.Second, func() error {
+		if _, msg := c.fetch(t, l, 3, nil); !strings.Contains(msg, "budget") {
+			return fmt.Errorf("fetch of an over-budget view: %q", msg)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fetch of an over-budget view: %q", msg)
-		}
-	}
+		return nil
+	})
 	c.waitNoViewFiles(t)
 }
 
@@ -349,14 +349,15 @@ func TestDisaggViewSnapshotInstall(t *testing.T) {
 	waitInstalled(t, c, f)
 	c.waitSame(t, []uint64{1})
 	nf := c.servers[f].Copysets().Get(c.group)
-	for deadline := time.Now().Add(20 * time.Second); !nf.IsLeader(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the follower did not take the lead")
+	testwait.Until(t, 20*time.Second, func() error {
+		if nf.IsLeader() {
+			return nil
 		}
 		if n := c.servers[c.leader(t)].Copysets().Get(c.group); n.IsLeader() && n != nf {
 			_ = n.TransferLeader(t.Context(), nf.Status().Peer)
 		}
-	}
+		return errors.New("the follower did not take the lead")
+	})
 	pages, msg := c.fetch(t, f, 1, seg.GetPageIds())
 	if msg != "" || len(pages) != len(orig) {
 		t.Fatalf("fetch from the installed follower: %d pages, error %q", len(pages), msg)

@@ -2,6 +2,8 @@ package chunkserver
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	kvcop "github.com/chunkraft/chunkraft/proto/kvproto/coprocessor"
@@ -38,21 +41,26 @@ func (c *testCluster) createCopyset(t *testing.T, g copyset.GroupID, members ...
 // applies its first configuration).
 func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !c.servers[l].Copysets().Get(g).IsLeader(); time.Sleep(50 * time.Millisecond) {
+	testwait.Until(t, 20*time.Second, func() error {
+		if c.servers[l].Copysets().Get(g).IsLeader() {
+			return nil
+		}
+		var transfer error
 		for i := range c.servers {
 			if c.cancels[i] == nil || i == l {
 				continue
 			}
 			if n := c.servers[i].Copysets().Get(g); n != nil && n.IsLeader() {
-				if err := n.TransferLeader(t.Context(), c.servers[l].Local()); err != nil && time.Now().After(deadline) {
-					t.Fatalf("transfer %d/%d to server %d: %v", g.Pool(), g.Copyset(), l, err)
+				if err := n.TransferLeader(t.Context(), c.servers[l].Local()); err != nil {
+					transfer = fmt.Errorf("transfer %d/%d to server %d: %w", g.Pool(), g.Copyset(), l, err)
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %d does not lead %d/%d", l, g.Pool(), g.Copyset())
+		if transfer != nil {
+			return transfer
 		}
-	}
+		return fmt.Errorf("server %d does not lead %d/%d", l, g.Pool(), g.Copyset())
+	})
 	if _, err := c.servers[l].Copysets().Get(g).ReadBarrier(t.Context()); err != nil {
 		t.Fatalf("server %d, copyset %d/%d: read barrier: %v", l, g.Pool(), g.Copyset(), err)
 	}
@@ -80,18 +88,22 @@ func viewClusterTwoCopysets(t *testing.T) (c *testCluster, l int, second copyset
 // moved back and the call made again, for up to 20 s.
 func (c *testCluster) establishOn(t *testing.T, i int, task int64, gs ...copyset.GroupID) *kvdisagg.EstablishDisaggTaskResponse {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		resp, err := c.tikv(i).EstablishDisaggTask(t.Context(), c.establishReq(i, task, gs...))
-		if err != nil {
+	var resp *kvdisagg.EstablishDisaggTaskResponse
+	// At the timeout the last answer is the caller's to judge.
+	_ = testwait.For(20*time.Second, func() error {
+		var err error
+		if resp, err = c.tikv(i).EstablishDisaggTask(t.Context(), c.establishReq(i, task, gs...)); err != nil {
 			t.Fatalf("establish: %v", err)
 		}
-		if !strings.Contains(resp.GetError().GetErrorRegion().GetMsg(), "is not led here") || time.Now().After(deadline) {
-			return resp
+		if msg := resp.GetError().GetErrorRegion().GetMsg(); strings.Contains(msg, "is not led here") {
+			for _, g := range gs {
+				c.leadOn(t, g, i)
+			}
+			return errors.New(msg)
 		}
-		for _, g := range gs {
-			c.leadOn(t, g, i)
-		}
-	}
+		return nil
+	})
+	return resp
 }
 
 func (c *testCluster) establishReq(i int, task int64, gs ...copyset.GroupID) *kvdisagg.EstablishDisaggTaskRequest {
@@ -141,7 +153,7 @@ func (c *testCluster) taskViews(t *testing.T, i int, g copyset.GroupID, task int
 // of task.
 func (c *testCluster) waitTaskViews(t *testing.T, g copyset.GroupID, task int64, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Until(t, 10*time.Second, func() error {
 		var have []int
 		ok := true
 		for i := range c.servers {
@@ -152,13 +164,11 @@ func (c *testCluster) waitTaskViews(t *testing.T, g copyset.GroupID, task int64,
 			have = append(have, v)
 			ok = ok && v == want
 		}
-		if ok {
-			return
+		if !ok {
+			return fmt.Errorf("copyset %d/%d: replicas keep %v views of task %d, want %d each", g.Pool(), g.Copyset(), have, task, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("copyset %d/%d: replicas keep %v views of task %d, want %d each", g.Pool(), g.Copyset(), have, task, want)
-		}
-	}
+		return nil
+	})
 }
 
 // TestDisaggViewCancelEverywhere: a CancelDisaggTask received by one
@@ -230,15 +240,16 @@ func TestDisaggViewCancelEverywhere(t *testing.T) {
 	}
 	// Retried until it succeeds: server a's connection to o may still be
 	// in its reconnect backoff.
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	testwait.Until(t, 15*time.Second, func() error {
 		err := c.cancelTask(t, a, 2)
-		if err == nil {
-			break
-		}
-		if grpcstatus.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+		if err != nil && grpcstatus.Code(err) != codes.Unavailable {
 			t.Fatalf("the cancel retried: %v", err)
 		}
-	}
+		if err != nil {
+			return fmt.Errorf("the cancel retried: %w", err)
+		}
+		return nil
+	})
 	c.waitTaskViews(t, third, 2, 0)
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // TestJoinedReplicaMembershipRule: configurations at or before the join
@@ -128,7 +130,7 @@ func TestReAddRemovedServer(t *testing.T) {
 	if _, _, err := leader.RemovePeer(ctx, gone.peer()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		if gone.mgr.Get(g) != nil || dirExists(gone.mgr.groupDir(g)) {
 			return fmt.Errorf("removed replica still on %s", gone.addr)
 		}
@@ -139,8 +141,16 @@ func TestReAddRemovedServer(t *testing.T) {
 	}
 	addEmpty(gone, leader.Status().LastIndex)
 	waitCaughtUp(t, g, leader, gone)
-	// Leave time for a drop to happen (the lifecycle goroutine runs it).
-	time.Sleep(500 * time.Millisecond)
+	// Every drop the catch-up queued (the lifecycle goroutine runs them)
+	// is done: the checks below see its outcome.
+	testwait.Until(t, 10*time.Second, func() error {
+		gone.mgr.dropMu.Lock()
+		defer gone.mgr.dropMu.Unlock()
+		if n := gone.mgr.dropsPending; n != 0 {
+			return fmt.Errorf("%d drops of removed replicas pending on %s", n, gone.addr)
+		}
+		return nil
+	})
 	peers, err := leader.Peers()
 	if err != nil {
 		t.Fatal(err)

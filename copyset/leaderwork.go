@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +67,9 @@ type LeaderWorker struct {
 	stop  context.CancelFunc
 	done  chan struct{}
 	ended chan *leaderRun // a run's goroutine reports its end
+	// passes counts the loop's reconciles: tests wait on it to know the
+	// worker looked at its copysets again.
+	passes atomic.Int64
 }
 
 // leaderRun is one run of a worker on one copyset in one term. Owned by
@@ -149,6 +153,7 @@ func (w *LeaderWorker) loop(ctx context.Context) {
 	for {
 		changed := w.m.work.changed.wait()
 		next := w.reconcile(ctx, rs)
+		w.passes.Add(1)
 		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // runTracker records which (server, copyset) pairs a leader worker runs on.
@@ -90,27 +92,27 @@ func TestLeaderWorker(t *testing.T) {
 		return nil
 	}
 	for _, g := range []GroupID{g1, g2} {
-		eventually(t, func() error { return onLeader(g) })
+		testwait.Until(t, 10*time.Second, func() error { return onLeader(g) })
 	}
 
 	from := serverOf(servers, waitLeader(t, g1, servers...))
 	to := (from + 1) % len(servers)
 	// A transfer can time out on a loaded machine: try again until server
 	// to leads.
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		l := waitLeader(t, g1, servers...)
 		if serverOf(servers, l) == to {
 			return nil
 		}
 		return l.TransferLeader(context.Background(), servers[to].peer())
 	})
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		if got := tr.runsOn(g1, len(servers)); len(got) != 1 || got[0] != to {
 			return fmt.Errorf("after transfer to server %d, %s runs on %v", to, g1, got)
 		}
 		return nil
 	})
-	eventually(t, func() error { return onLeader(g2) })
+	testwait.Until(t, 10*time.Second, func() error { return onLeader(g2) })
 
 	// Stop ends the runs of that server's worker before it returns.
 	workers[to].Stop()
@@ -169,8 +171,16 @@ func TestLeaderWorkerRetryAndDone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("failed run not retried")
 	}
-	// Past a resync: still done for this term.
-	time.Sleep(leaderResync + 200*time.Millisecond)
+	// Past a resync: still done for this term. The pass that saw the run
+	// end and a resync after it, and one more (a run a pass starts calls
+	// its function at once), look at the copyset without a third run.
+	since := w.passes.Load()
+	testwait.Until(t, 10*time.Second, func() error {
+		if n := w.passes.Load() - since; n < 3 {
+			return fmt.Errorf("the worker made %d passes since the run was done, want 3", n)
+		}
+		return nil
+	})
 	if c := calls.Load(); c != 2 {
 		t.Fatalf("%d runs, want 2 (one failed, one done)", c)
 	}

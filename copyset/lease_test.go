@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 func TestLeaseHeld(t *testing.T) {
@@ -119,7 +121,7 @@ func TestLeaseRead(t *testing.T) {
 	if _, err := leader.ReadBarrier(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		if !leader.leaseRead() {
 			return errors.New("leader holds no read lease")
 		}
@@ -155,7 +157,7 @@ func TestLeaseRead(t *testing.T) {
 	// it stops holding the lease and reads fail.
 	propose(t, g, servers, fileOp("k2", "v2"))
 	leader = waitLeader(t, g, servers...)
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		if !leader.leaseRead() {
 			return errors.New("new leader holds no read lease")
 		}
@@ -189,5 +191,5 @@ func TestLeaseRead(t *testing.T) {
 	if err := gt.votesHeld(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("restarted replica answers votes at once: %v", err)
 	}
-	eventually(t, func() error { return gt.votesHeld() })
+	testwait.Until(t, 10*time.Second, func() error { return gt.votesHeld() })
 }

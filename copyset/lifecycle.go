@@ -24,6 +24,7 @@ var ErrNotHosted = errors.New("copyset is not hosted on this server")
 func (m *Manager) noteRemoved(n *Node) {
 	m.dropMu.Lock()
 	m.drops = append(m.drops, n)
+	m.dropsPending++
 	m.dropMu.Unlock()
 	select {
 	case m.kick <- struct{}{}:
@@ -47,6 +48,9 @@ func (m *Manager) runLifecycle(ctx context.Context) {
 			m.dropMu.Unlock()
 			for _, n := range drops {
 				m.dropIfRemoved(n)
+				m.dropMu.Lock()
+				m.dropsPending--
+				m.dropMu.Unlock()
 			}
 		case now := <-tick.C:
 			m.PurgeTrash(now)

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 func TestRegistryRejectsBadSpecs(t *testing.T) {
@@ -200,7 +203,7 @@ func TestMachineDirSnapshotInstall(t *testing.T) {
 	servers[victim] = startTestServerWith(t, vs.addr, vs.dir, fastRaft(), specs)
 	waitCaughtUp(t, g, leader, servers[victim])
 	follower := servers[victim].mgr.Get(g)
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		return sameDirs(t, filepath.Join(leader.Dir(), "data", "sub"), filepath.Join(follower.Dir(), "data", "sub"))
 	})
 	if got := dirContents(t, filepath.Join(follower.Dir(), "data", "sub")); got["f8"] != "v98" {

@@ -61,6 +61,10 @@ type Manager struct {
 	kick     chan struct{}
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
+	// dropsPending counts the replicas queued in drops and not yet
+	// handled (under dropMu): tests wait for 0 before they check that a
+	// replica was kept.
+	dropsPending int
 	// work is the leader-only workers (leaderwork.go).
 	work leaderWork
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // fileMachine is a test state machine: op "name=value" writes value into
@@ -147,17 +148,17 @@ func fileOp(name, value string) []byte {
 
 func waitLeader(t *testing.T, g GroupID, servers ...*testServer) *Node {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *Node
+	testwait.Until(t, 10*time.Second, func() error {
 		for _, s := range servers {
 			if n := s.mgr.Get(g); n != nil && n.IsLeader() {
-				return n
+				leader = n
+				return nil
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no leader for %s", g)
-	return nil
+		return fmt.Errorf("no leader for %s", g)
+	})
+	return leader
 }
 
 func propose(t *testing.T, g GroupID, servers []*testServer, op []byte) {
@@ -178,18 +179,19 @@ func proposeResult(t *testing.T, g GroupID, servers []*testServer, op []byte) an
 // proposeAt is proposeResult that also returns op's log index.
 func proposeAt(t *testing.T, g GroupID, servers []*testServer, op []byte) (uint64, any) {
 	t.Helper()
-	for range 50 {
+	var idx uint64
+	var res any
+	testwait.Until(t, 2*time.Minute, func() error {
 		n := waitLeader(t, g, servers...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		idx, res, err := n.Propose(ctx, op)
-		cancel()
-		if err == nil {
-			return idx, res
+		defer cancel()
+		var err error
+		if idx, res, err = n.Propose(ctx, op); err != nil {
+			return fmt.Errorf("propose %q failed: %w", op, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("propose %q failed", op)
-	return 0, nil
+		return nil
+	})
+	return idx, res
 }
 
 // dirContents maps file name -> content for a replica's data dir.
@@ -212,14 +214,16 @@ func dirContents(t *testing.T, dir string) map[string]string {
 
 func waitCaughtUp(t *testing.T, g GroupID, leader *Node, s *testServer) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if n := s.mgr.Get(g); n != nil && n.Status().AppliedIndex >= leader.Status().CommittedIndex {
-			return
+	testwait.Until(t, 20*time.Second, func() error {
+		n := s.mgr.Get(g)
+		if n == nil {
+			return fmt.Errorf("replica on %s did not catch up: not hosted", s.addr)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("replica on %s did not catch up", s.addr)
+		if applied, committed := n.Status().AppliedIndex, leader.Status().CommittedIndex; applied < committed {
+			return fmt.Errorf("replica on %s did not catch up: applied %d, the leader committed %d", s.addr, applied, committed)
+		}
+		return nil
+	})
 }
 
 // sameDirs reports how two replicas' data dirs differ, or nil.
@@ -240,23 +244,6 @@ func sameDirs(t *testing.T, a, b string) error {
 		}
 	}
 	return nil
-}
-
-// eventually polls cond for up to 10 s (applies trail the applied index
-// raft reports by a few entries).
-func eventually(t *testing.T, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // TestSnapshotInstallCatchUp: a replica stopped while more than the trailing
@@ -327,7 +314,7 @@ func TestSnapshotInstallCatchUp(t *testing.T) {
 	}
 	servers[victim] = startTestServer(t, vs.addr, vs.dir, fastRaft())
 	waitCaughtUp(t, g, leader, servers[victim])
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		return sameDirs(t, filepath.Join(leader.Dir(), "data"), filepath.Join(servers[victim].mgr.Get(g).Dir(), "data"))
 	})
 
@@ -349,7 +336,7 @@ func TestSnapshotInstallCatchUp(t *testing.T) {
 	// Caught up is judged against the leader's index as read then, which a
 	// leader change between propose and the wait can leave short of the
 	// write: its file must appear, not necessarily at once.
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		b, err := os.ReadFile(filepath.Join(servers[victim].mgr.Get(g).Dir(), "data", "after"))
 		if err != nil || !bytes.Equal(b, []byte("install")) {
 			return fmt.Errorf("write after install: %q %v", b, err)
@@ -399,7 +386,7 @@ func TestRestartAfterTruncation(t *testing.T) {
 	want["k0"] = "final"
 	for _, s := range servers {
 		waitCaughtUp(t, g, leader, s)
-		eventually(t, func() error {
+		testwait.Until(t, 10*time.Second, func() error {
 			got := dirContents(t, filepath.Join(s.mgr.Get(g).Dir(), "data"))
 			for k, v := range want {
 				if got[k] != v {
@@ -443,7 +430,7 @@ func TestFatalApplyStopsOnlyThatReplica(t *testing.T) {
 	if res != nil {
 		t.Fatal(res)
 	}
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		if got := servers[2].mgr.Get(g).AppliedIndex(); got < good {
 			return fmt.Errorf("replica on %s applied %d, want %d", servers[2].addr, got, good)
 		}
@@ -452,13 +439,12 @@ func TestFatalApplyStopsOnlyThatReplica(t *testing.T) {
 	before := servers[2].mgr.Get(g).AppliedIndex()
 	proposeResult(t, g, servers, fileOp("bad", "2")) // fatal where the leader is the failing replica
 	broken := servers[2].mgr.Get(g)
-	deadline := time.Now().Add(10 * time.Second)
-	for broken.Broken() == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if broken.Broken() == nil {
-		t.Fatal("replica did not report the fatal apply error")
-	}
+	testwait.Until(t, 10*time.Second, func() error {
+		if broken.Broken() == nil {
+			return errors.New("replica did not report the fatal apply error")
+		}
+		return nil
+	})
 	if !errors.Is(broken.Broken(), syscall.EIO) {
 		t.Fatalf("broken = %v, want EIO", broken.Broken())
 	}
@@ -510,15 +496,23 @@ func TestShareCommitLetsFollowersApply(t *testing.T) {
 		t.Fatal("ShareCommit on a follower: want a not-leader error")
 	}
 	// The premise: an entry committed while no later traffic carries the
-	// commit index is not applied on the followers. A retried append on a
-	// loaded machine may carry it anyway; then try with another entry.
+	// commit index is not applied on the followers, though both have it in
+	// their logs. A retried append on a loaded machine may carry it anyway;
+	// then try with another entry.
 	var index uint64
 	for attempt := 0; ; attempt++ {
 		var err error
 		if index, _, err = leader.Propose(ctx, fileOp("k", fmt.Sprint(attempt))); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		testwait.Until(t, 10*time.Second, func() error {
+			for _, f := range followers {
+				if last := f.Status().LastIndex; last < index {
+					return fmt.Errorf("a follower's log ends at %d, before index %d", last, index)
+				}
+			}
+			return nil
+		})
 		held := true
 		for _, f := range followers {
 			if f.AppliedIndex() >= index {
@@ -537,15 +531,14 @@ func TestShareCommitLetsFollowersApply(t *testing.T) {
 	}
 	waitFollowers := func(index uint64) {
 		t.Helper()
-		deadline := time.Now().Add(3 * time.Second)
-		for _, f := range followers {
-			for f.AppliedIndex() < index {
-				if time.Now().After(deadline) {
-					t.Fatalf("follower applied %d, want >= %d after ShareCommit", f.AppliedIndex(), index)
+		testwait.Until(t, 3*time.Second, func() error {
+			for _, f := range followers {
+				if applied := f.AppliedIndex(); applied < index {
+					return fmt.Errorf("follower applied %d, want >= %d after ShareCommit", applied, index)
 				}
-				time.Sleep(10 * time.Millisecond)
 			}
-		}
+			return nil
+		})
 	}
 	waitFollowers(index)
 
@@ -580,7 +573,7 @@ func TestStatusCountsLeaderChanges(t *testing.T) {
 	leader := waitLeader(t, g, servers...)
 	propose(t, g, servers, fileOp("k", "v")) // every replica has heard of the leader
 	before := map[string]uint64{}
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		for _, s := range servers {
 			got := s.mgr.Get(g).Status().LeaderChanges
 			if got == 0 {
@@ -611,7 +604,7 @@ func TestStatusCountsLeaderChanges(t *testing.T) {
 		leader = waitLeader(t, g, servers...)
 	}
 	propose(t, g, servers, fileOp("k", "v2"))
-	eventually(t, func() error {
+	testwait.Until(t, 10*time.Second, func() error {
 		for _, s := range servers {
 			if got := s.mgr.Get(g).Status().LeaderChanges; got <= before[s.addr] {
 				return fmt.Errorf("%s: %d leader changes after a transfer, %d before", s.addr, got, before[s.addr])

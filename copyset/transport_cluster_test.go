@@ -2,9 +2,11 @@ package copyset
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // trCountFSM counts applied commands and sums their payloads. Its snapshot
@@ -160,17 +164,17 @@ func trStartGroup(t *testing.T, nodes []*trNode, group uint64, tweak func(*raft.
 
 func trWaitLeader(t *testing.T, rns []*trRaftNode, not raft.ServerID) *trRaftNode {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *trRaftNode
+	testwait.Until(t, 10*time.Second, func() error {
 		for _, rn := range rns {
 			if rn.raft.State() == raft.Leader && rn.id != not {
-				return rn
+				leader = rn
+				return nil
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no leader elected")
-	return nil
+		return errors.New("no leader elected")
+	})
+	return leader
 }
 
 // trApply applies n commands with payloads from..from+n-1, pipelined.
@@ -193,26 +197,18 @@ func trApply(t *testing.T, leader *trRaftNode, from, n uint64) {
 
 func trWaitConverged(t *testing.T, rns []*trRaftNode, count, sum uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok := true
+	testwait.Until(t, 10*time.Second, func() error {
+		var differ []string
 		for _, rn := range rns {
 			if c, s, _ := rn.fsm.state(); c != count || s != sum {
-				ok = false
+				differ = append(differ, fmt.Sprintf("%s: count %d sum %d", rn.id, c, s))
 			}
 		}
-		if ok {
-			return
+		if len(differ) > 0 {
+			return fmt.Errorf("FSMs did not converge to count %d sum %d: %s", count, sum, strings.Join(differ, "; "))
 		}
-		if time.Now().After(deadline) {
-			for _, rn := range rns {
-				c, s, _ := rn.fsm.state()
-				t.Errorf("%s: count %d sum %d, want %d %d", rn.id, c, s, count, sum)
-			}
-			t.Fatal("FSMs did not converge")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func trSum(from, n uint64) uint64 { return (from + from + n - 1) * n / 2 }

@@ -3,6 +3,7 @@ package copyset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
 
@@ -111,15 +113,19 @@ func TestTransportHeartbeatErrors(t *testing.T) {
 
 	// A stuck peer: the heartbeat fails after HeartbeatTimeout, and so does
 	// the heartbeat of another group queued behind it.
-	release := make(chan struct{})
+	release, stuck := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	gb.SetHeartbeatHandler(func(rpc raft.RPC) {
-		once.Do(func() { <-release })
+		once.Do(func() { close(stuck); <-release })
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 2, Success: true}, nil)
 	})
 	errc := make(chan error, 2)
 	go func() { errc <- ga.AppendEntries("b", b.addr, hb(), &raft.AppendEntriesResponse{}) }()
-	time.Sleep(20 * time.Millisecond)
+	select { // the first heartbeat is held at the peer
+	case <-stuck:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first heartbeat did not reach the peer")
+	}
 	go func() { errc <- ga2.AppendEntries("b", b.addr, hb(), &raft.AppendEntriesResponse{}) }()
 	for range 2 {
 		select {
@@ -141,13 +147,19 @@ func TestTransportHeartbeatErrors(t *testing.T) {
 	}
 
 	// A heartbeat of a group that closes while it waits returns at once.
-	block := make(chan struct{})
+	block, waiting := make(chan struct{}), make(chan struct{})
+	var entered sync.Once
 	gb2.SetHeartbeatHandler(func(rpc raft.RPC) {
+		entered.Do(func() { close(waiting) })
 		<-block
 		rpc.Respond(&raft.AppendEntriesResponse{Term: 2, Success: true}, nil)
 	})
 	go func() { errc <- ga2.AppendEntries("b", b.addr, hb(), &raft.AppendEntriesResponse{}) }()
-	time.Sleep(20 * time.Millisecond)
+	select { // the heartbeat reached the peer and waits for its answer
+	case <-waiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the heartbeat of the closing group did not reach the peer")
+	}
 	_ = ga2.Close()
 	select {
 	case err := <-errc:
@@ -188,18 +200,13 @@ func TestTransportHeartbeatErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	trHeartbeatHandler(g, 77, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.Until(t, 5*time.Second, func() error {
 		var resp raft.AppendEntriesResponse
-		err := ga.AppendEntries("b", addr, hb(), &resp)
-		if err == nil && resp.LastLog == 77 {
-			break
+		if err := ga.AppendEntries("b", addr, hb(), &resp); err != nil || resp.LastLog != 77 {
+			return fmt.Errorf("heartbeats did not recover after the peer restarted: %v (last log %d)", err, resp.LastLog)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("heartbeats did not recover after the peer restarted: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	a.stop()
 }
 
@@ -336,11 +343,10 @@ func TestTransportPipelineIdleRepeats(t *testing.T) {
 	if got := next(); got != f1 || got.Response().LastLog != 501 {
 		t.Fatalf("first idle request: %+v", got.Response())
 	}
+	// f2 and f3 are held: they are answered below with the response of
+	// the request after them, the second to reach raft, so neither reached
+	// it on its own.
 	f2, f3 := send(idle(4)), send(idle(4))
-	time.Sleep(50 * time.Millisecond)
-	if n := reached.Load(); n != 1 {
-		t.Fatalf("%d requests reached raft, want 1 (repeats held)", n)
-	}
 	withEntry := idle(5)
 	withEntry.Entries = []*raft.Log{{Index: 6, Term: 1, Data: []byte("x")}}
 	f4 := send(withEntry)

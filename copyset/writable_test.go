@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // TestWaitWritable: a leader runs its LeaderPrepare once per term before
@@ -75,7 +77,7 @@ func TestWaitWritable(t *testing.T) {
 	}
 	before := calls.Load()
 	for _, to := range []*Node{other, leader} {
-		eventually(t, func() error {
+		testwait.Until(t, 10*time.Second, func() error {
 			cur := waitLeader(t, g, servers...)
 			if cur != to {
 				if err := cur.TransferLeader(ctx, to.local); err != nil {

@@ -88,9 +88,16 @@ func (s *Service) reconcile(ctx context.Context, n *copyset.Node) error {
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("clone lock reconciler: the look at vanished copysets failed; next round retries", "err", err)
 			}
+			s.vanishedLooks.Add(1)
 		}
 	}
 }
+
+// VanishedLooks returns how many looks at the copysets gone from the
+// cluster (vanished.go) this server made as the lock owner, done or
+// failed. Tests wait on it: a look begun after a moment ends by the time
+// it has grown by two since then.
+func (s *Service) VanishedLooks() int64 { return s.vanishedLooks.Load() }
 
 // reconcileOnce releases the clone locks of n's chunks older than now -
 // grace that no clone chunk needs; it returns how many went. When the

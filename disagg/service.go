@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,6 +107,8 @@ type Service struct {
 	mu         gosync.Mutex
 	reconciler *copyset.LeaderWorker // set by Start, stopped by Stop
 	lastOwner  copyset.PeerID        // the remote owner that last answered (owner_call.go)
+
+	vanishedLooks atomic.Int64 // VanishedLooks
 }
 
 // New returns the service; Attach and Register wire it.

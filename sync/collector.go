@@ -127,8 +127,10 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 				rctx, cancel := context.WithCancel(ctx)
 				run = &collectorRun{token: p.GetToken(), cancel: cancel, done: make(chan struct{})}
 				runs[k] = run
+				s.collecting.Add(1)
 				go func(rec *pb.SubTask) {
 					defer close(run.done)
+					defer s.collecting.Add(-1)
 					s.collect(rctx, n, rec)
 				}(proto.CloneOf(r))
 			}
@@ -146,6 +148,12 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 		}
 	}
 }
+
+// Collecting returns how many collectors this server runs now: one per
+// live sub-task of each copyset it leads. A collector counts until its
+// goroutine ends, its last SendData answered or cancelled. Tests wait on
+// it: a deleted task's collectors are gone once every server says 0.
+func (s *Service) Collecting() int { return int(s.collecting.Load()) }
 
 // reassign gives sub-task r a new token, with this server as its
 // collector and SyncTool.

@@ -14,6 +14,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/kinds"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	cpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
@@ -39,6 +40,7 @@ type fakeSource struct {
 	applied, commit uint64
 	pins            map[*fakePin]bool
 	maxPinned       uint64 // the highest index a pin was moved to
+	appliedReads    int    // AppliedIndex calls
 }
 
 func newFakeSource() *fakeSource {
@@ -73,8 +75,20 @@ func (s *fakeSource) ChunkImage(id uint64, _ *ImageBuffers) (ChunkImage, error) 
 	return img, nil
 }
 
-func (s *fakeSource) AppliedIndex() uint64 { s.mu.Lock(); defer s.mu.Unlock(); return s.applied }
-func (s *fakeSource) CommitIndex() uint64  { s.mu.Lock(); defer s.mu.Unlock(); return s.commit }
+func (s *fakeSource) AppliedIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.appliedReads++
+	return s.applied
+}
+
+// reads returns how often the exporter read the applied index.
+func (s *fakeSource) reads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appliedReads
+}
+func (s *fakeSource) CommitIndex() uint64 { s.mu.Lock(); defer s.mu.Unlock(); return s.commit }
 
 func (s *fakeSource) LogEntry(i uint64) (copyset.LogEntry, error) {
 	s.mu.Lock()
@@ -654,10 +668,32 @@ func TestExportWaitsForApplied(t *testing.T) {
 	s.mu.Unlock()
 	var c collector
 	opts := ExportOptions{Mode: dspb.SyncMode_kFull}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// waiting waits until export, running on s, has read the applied index
+	// three more times (found it behind, and looked again twice) without
+	// returning.
+	waiting := func(exported chan error) {
+		t.Helper()
+		since := s.reads()
+		testwait.Until(t, 5*time.Second, func() error {
+			select {
+			case err := <-exported:
+				t.Fatalf("export on a replica behind the binlog start returned %v without waiting", err)
+			default:
+			}
+			if n := s.reads() - since; n < 3 {
+				return fmt.Errorf("the export read the applied index %d times, want 3", n)
+			}
+			return nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := Export(ctx, s, snapAt(4, 0), 6, opts, c.send); err != context.DeadlineExceeded {
-		t.Fatalf("export on a replica behind the binlog start: %v, want the deadline", err)
+	exported := make(chan error, 1)
+	go func() { exported <- Export(ctx, s, snapAt(4, 0), 6, opts, c.send) }()
+	waiting(exported)
+	cancel()
+	if err := <-exported; err != context.Canceled {
+		t.Fatalf("export on a replica behind the binlog start: %v, want it cancelled", err)
 	}
 	if len(c.all()) != 0 || s.livePins() != 0 {
 		t.Fatalf("sent %d packets, left %d pins", len(c.all()), s.livePins())
@@ -668,13 +704,12 @@ func TestExportWaitsForApplied(t *testing.T) {
 		}
 		return nil
 	}
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		s.mu.Lock()
-		s.applied = 5
-		s.mu.Unlock()
-	}()
-	if err := Export(context.Background(), s, snapAt(4, 0), 6, opts, c.send); err != nil {
+	go func() { exported <- Export(context.Background(), s, snapAt(4, 0), 6, opts, c.send) }()
+	waiting(exported)
+	s.mu.Lock()
+	s.applied = 5
+	s.mu.Unlock()
+	if err := <-exported; err != nil {
 		t.Fatal(err)
 	}
 	if d := decodeChain(t, c.all()); len(d) == 0 || d[0].Start != exportfmt.SnapshotPoint(4, 0) {

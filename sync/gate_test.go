@@ -2,12 +2,14 @@ package sync
 
 import (
 	"context"
+	"fmt"
 	gosync "sync"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
 
@@ -80,11 +82,12 @@ func TestExportGate(t *testing.T) {
 		}
 	}
 	// Between two waits the exporter is sending a heartbeat: poll.
-	for deadline := time.Now().Add(5 * time.Second); g.waitingNow() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gate: %d waiting in 5 s; want 1", g.waitingNow())
+	testwait.Until(t, 5*time.Second, func() error {
+		if n := g.waitingNow(); n != 1 {
+			return fmt.Errorf("gate: %d waiting; want 1", n)
 		}
-	}
+		return nil
+	})
 	if r := g.running(); r != 1 {
 		t.Fatalf("gate: %d running; want 1", r)
 	}
@@ -128,7 +131,12 @@ func TestExportGateCancel(t *testing.T) {
 	go func() {
 		done <- Export(ctx, fixture(t), startPoint(), 0, ExportOptions{Mode: dspb.SyncMode_kFull, Idle: 10 * time.Millisecond, Gate: g}, c.send)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testwait.Until(t, 5*time.Second, func() error { // it waits at the gate
+		if n := g.waitingNow(); n != 1 {
+			return fmt.Errorf("gate: %d waiting; want 1", n)
+		}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Fatalf("export returned %v, want context.Canceled", err)

@@ -218,7 +218,7 @@ const (
 // has the put's token: that answer is the put's success (committedBefore).
 func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
 	var resp *pb.ProposeResponse
-	waitForLeaders(ctx, func(again bool) bool {
+	s.waitForLeaders(ctx, func(again bool) bool {
 		if again {
 			leader = s.leaderOf(ctx, pool, cs)
 		}
@@ -246,12 +246,15 @@ func committedBefore(op *pb.Op, resp *pb.ProposeResponse) bool {
 // waitForLeaders calls try (again: not the first call) until it reports
 // done, waiting leaderRetry between calls at first and at most a second
 // later on, for at most leaderWait or until ctx ends; it reports whether
-// try did.
-func waitForLeaders(ctx context.Context, try func(again bool) bool) bool {
+// try did. A call whose first try fails counts in LeaderWaits.
+func (s *Service) waitForLeaders(ctx context.Context, try func(again bool) bool) bool {
 	deadline := time.Now().Add(leaderWait)
 	for wait, again := leaderRetry, false; ; wait, again = min(2*wait, time.Second), true {
 		if try(again) {
 			return true
+		}
+		if !again {
+			s.leaderWaits.Add(1)
 		}
 		if time.Now().Add(wait).After(deadline) {
 			return false
@@ -265,6 +268,12 @@ func waitForLeaders(ctx context.Context, try func(again bool) bool) bool {
 		}
 	}
 }
+
+// LeaderWaits returns how many times this server's task-wide calls
+// (CreateSyncTask, DeleteSyncTask, TaskStatus clear_all) found no leader
+// answering for a copyset and went on to wait for one. Tests wait on it
+// to know that such a call is waiting.
+func (s *Service) LeaderWaits() int64 { return s.leaderWaits.Load() }
 
 // leaderOf is the leader of copyset (pool, cs) in a new cluster map ("" if
 // it has none or the map fails: propose then asks this server).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -79,6 +80,9 @@ type Service struct {
 
 	mu     gosync.Mutex
 	worker *copyset.LeaderWorker
+
+	collecting  atomic.Int64 // Collecting
+	leaderWaits atomic.Int64 // LeaderWaits
 }
 
 // New returns the service; Attach, Register and Start wire it.

@@ -153,7 +153,7 @@ func (s *Service) ledCopysets(ctx context.Context, pool uint32) ([]*clusterpb.Co
 		list       *pb.ListResponse
 		err, final error // final: an error no wait mends
 	)
-	led := waitForLeaders(ctx, func(bool) bool {
+	led := s.waitForLeaders(ctx, func(bool) bool {
 		var cm *clusterpb.ClusterMapResponse
 		if css, cm, final = s.poolCopysets(ctx, pool); final == nil && len(css) == 0 {
 			final = fmt.Errorf("pool %d: no copysets found in the cluster", pool)

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // Membership churn. Environment:
@@ -94,24 +96,26 @@ func peerOf(p *Proc) string { return p.Addr + ":0" }
 // the peers of the servers hosting a replica, asking again for up to wait
 // until a leader answers.
 func (ch *churn) membership(cs cli.CopysetID, wait time.Duration) (cli.Membership, []string) {
-	deadline := time.Now().Add(wait)
-	for {
+	var m cli.Membership
+	var hosting []string
+	// At the timeout the caller judges what it got.
+	_ = testwait.For(wait, func() error {
 		ctx, cancel := ch.opCtx(5 * time.Second)
 		rows, _ := ch.c.client.CopysetStatus(ctx, cs)
 		cancel()
-		var hosting []string
+		hosting = nil
 		for _, r := range rows {
 			if r.Err == nil && r.Hosted {
 				hosting = append(hosting, r.Server+":0")
 			}
 		}
 		slices.Sort(hosting)
-		m := cli.LeaderConfig(rows)
-		if (m.Known && m.Committed) || time.Now().After(deadline) {
-			return m, hosting
+		if m = cli.LeaderConfig(rows); !m.Known || !m.Committed {
+			return errors.New("no leader reports a committed configuration")
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	return m, hosting
 }
 
 // pick returns a random element.
@@ -252,19 +256,17 @@ func (ch *churn) move(readd bool) {
 // its old replica of cs, so that its re-add starts from an empty replica
 // that must catch up past its own removal.
 func (ch *churn) waitDropped(cs cli.CopysetID, p *Proc, why string) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, hosting := ch.membership(cs, 5*time.Second)
-		if !slices.Contains(hosting, peerOf(p)) {
-			ch.logf("%v: %s: %s holds no replica any more", cs, why, p.Addr)
-			return
+	err := testwait.For(10*time.Second, func() error {
+		if _, hosting := ch.membership(cs, 5*time.Second); slices.Contains(hosting, peerOf(p)) {
+			return errors.New("still hosting")
 		}
-		if time.Now().After(deadline) {
-			ch.logf("%v: %s: %s still holds its old replica after 10s; re-adding it as it is", cs, why, p.Addr)
-			return
-		}
-		time.Sleep(300 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		ch.logf("%v: %s: %s still holds its old replica after 10s; re-adding it as it is", cs, why, p.Addr)
+		return
 	}
+	ch.logf("%v: %s: %s holds no replica any more", cs, why, p.Addr)
 }
 
 // transfer moves the leadership of a random copyset to another member.
@@ -615,14 +617,13 @@ func TestMembershipChurn(t *testing.T) {
 	for _, cs := range ch.copysets {
 		var m cli.Membership
 		var hosting []string
-		deadline := time.Now().Add(45 * time.Second)
-		for {
-			m, hosting = ch.membership(cs, 20*time.Second)
-			if m.Known && slices.Equal(m.Peers, hosting) || time.Now().After(deadline) {
-				break
+		// At the timeout the checks below report what is still wrong.
+		_ = testwait.For(45*time.Second, func() error {
+			if m, hosting = ch.membership(cs, 20*time.Second); !m.Known || !slices.Equal(m.Peers, hosting) {
+				return errors.New("the configuration is not the servers hosting a replica")
 			}
-			time.Sleep(500 * time.Millisecond)
-		}
+			return nil
+		})
 		if !m.Known {
 			leaderless++
 			t.Errorf("%v: no leader reports a committed configuration; replicas on %v", cs, hosting)

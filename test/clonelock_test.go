@@ -15,6 +15,7 @@ import (
 	"github.com/chunkraft/chunkraft/cli"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // cloneLockClones is how many @s3 clones TestCloneLocksAcrossKill
@@ -83,19 +84,19 @@ func (c *cluster) killLeaderDuring(t *testing.T, ctx context.Context, cs cli.Cop
 	}
 }
 
-// waitFor polls cond every 100 ms until it holds or ctx ends.
+// waitFor waits until cond holds, for as long as ctx lasts.
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
 	t.Helper()
-	var last error
-	for ctx.Err() == nil {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
+	end, ok := ctx.Deadline()
+	if !ok {
+		t.Fatalf("waitFor %s: ctx has no deadline", what)
 	}
-	t.Fatalf("%s: never happened (last error: %v)", what, last)
+	testwait.Until(t, time.Until(end), func() error {
+		if ok, err := cond(); !ok {
+			return fmt.Errorf("%s: never happened (last error: %v)", what, err)
+		}
+		return nil
+	})
 }
 
 // TestCloneLocksAcrossKill: @s3 clones over an S3 server on real HTTP,

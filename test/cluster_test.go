@@ -14,6 +14,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/grpc"
@@ -255,14 +256,16 @@ func TestClusterWriteKillRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var newLeader string
-	for newLeader == "" || newLeader == oldLeader {
+	end, _ := ctx.Deadline()
+	testwait.Until(t, time.Until(end), func() error {
 		if newLeader, err = c.client.GetLeader(ctx, victimCS); err != nil {
 			t.Fatalf("no new leader after kill: %v", err)
 		}
-		if newLeader == oldLeader {
-			time.Sleep(100 * time.Millisecond)
+		if newLeader == "" || newLeader == oldLeader {
+			return fmt.Errorf("the leader of %v is still %q", victimCS, newLeader)
 		}
-	}
+		return nil
+	})
 	t.Logf("new leader of %v: %s", victimCS, newLeader)
 	readBlocks(t, c.client, blocks)
 
@@ -272,13 +275,11 @@ func TestClusterWriteKillRestart(t *testing.T) {
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var last []cli.ReplicaStatus
-	for {
+	testwait.Until(t, time.Until(end), func() error {
 		rows, err := c.client.CopysetStatus(ctx, victimCS)
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = rows
 		var leaderCommit, victimApplied int64 = -1, -2
 		for _, r := range rows {
 			if r.Err != nil || !r.Hosted {
@@ -291,16 +292,12 @@ func TestClusterWriteKillRestart(t *testing.T) {
 				victimApplied = r.Applied
 			}
 		}
-		if leaderCommit > 0 && victimApplied >= leaderCommit {
-			t.Logf("restarted replica applied %d >= leader commit %d", victimApplied, leaderCommit)
-			break
+		if leaderCommit <= 0 || victimApplied < leaderCommit {
+			return fmt.Errorf("restarted replica did not catch up: %+v", rows)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("restarted replica did not catch up: %+v", last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		t.Logf("restarted replica applied %d >= leader commit %d", victimApplied, leaderCommit)
+		return nil
+	})
 	readBlocks(t, c.client, append(blocks, more...))
 }
 

@@ -2,6 +2,7 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // statusRows parses cluster status's tables: health per copyset row, and
@@ -53,17 +56,14 @@ func TestClusterStatusFromOneServer(t *testing.T) {
 	wantServers := map[string][2]string{
 		first.Addr: {"3", "ok"}, c.procs[1].Addr: {"4", "ok"}, c.procs[2].Addr: {"4", "ok"}, d.Addr: {"1", "ok"},
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	testwait.Until(t, 20*time.Second, func() error {
 		var code int
 		out, _, code = chunkctl(t, []string{first.Addr}, nil, "cluster", "status", "--wait", "10s")
-		if copysets, servers = statusRows(out); code == 0 && maps.Equal(copysets, want) && maps.Equal(servers, wantServers) {
-			break
+		if copysets, servers = statusRows(out); code != 0 || !maps.Equal(copysets, want) || !maps.Equal(servers, wantServers) {
+			return fmt.Errorf("cluster status from %s: exit %d, copysets %v, want %v, servers %v, want %v\n%s", first.Addr, code, copysets, want, servers, wantServers, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster status from %s: exit %d, copysets %v, want %v, servers %v, want %v\n%s", first.Addr, code, copysets, want, servers, wantServers, out)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return nil
+	})
 	if !maps.Equal(servers, wantServers) || !strings.Contains(out, "4 copysets: 4 ok") || !strings.Contains(out, "4 servers: 4 reachable") {
 		t.Errorf("cluster status from %s: servers %v, want %v\n%s", first.Addr, servers, wantServers, out)
 	}
@@ -102,19 +102,14 @@ func TestClusterStatusFromOneServer(t *testing.T) {
 		}
 	}
 	want = map[string]string{"1": "no-leader", "2": "missing", "3": "no-leader", "4": "no-leader"}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Until(t, 15*time.Second, func() error {
 		var code int
 		out, _, code = chunkctl(t, []string{first.Addr}, nil, "cluster", "status")
-		copysets, servers = statusRows(out)
-		if code != 0 && maps.Equal(copysets, want) {
-			break
+		if copysets, servers = statusRows(out); code == 0 || !maps.Equal(copysets, want) {
+			return fmt.Errorf("cluster status with copyset 2 all down: exit %d, copysets %v, want %v\n%s", code, copysets, want, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster status with copyset 2 all down: exit %d, copysets %v, want %v\n%s", code, copysets, want, out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, a := range down {
 		if servers[a][1] != "unreachable" {
 			t.Errorf("server %s: %v, want unreachable\n%s", a, servers[a], out)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // crashBlock is one 4 KiB block owned by a single writer: the value of its
@@ -200,19 +201,15 @@ func TestCrashConsistency(t *testing.T) {
 	}
 	hashDeadline := time.Now().Add(60 * time.Second)
 	for id := range written {
-		var rows []cli.ReplicaHash
-		for {
+		testwait.Until(t, time.Until(hashDeadline), func() error {
 			hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
-			rows, _ = c.client.ChunkHashes(hctx, id, 0, chunkSize)
+			rows, _ := c.client.ChunkHashes(hctx, id, 0, chunkSize)
 			hcancel()
-			if replicasEqual(rows, len(c.procs)) {
-				break
+			if !replicasEqual(rows, len(c.procs)) {
+				return fmt.Errorf("%v: replicas did not converge: %+v", id, rows)
 			}
-			if time.Now().After(hashDeadline) {
-				t.Fatalf("%v: replicas did not converge: %+v", id, rows)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	lastFailureMu.Lock()

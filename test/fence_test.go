@@ -17,6 +17,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/cli"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
 
@@ -61,8 +62,7 @@ func serverFences(t *testing.T, addr string) map[uint64]uint64 {
 func waitSnapshotInstalled(t *testing.T, p *Proc, cs cli.CopysetID) {
 	t.Helper()
 	dir := filepath.Join(p.DataDir, "copysets", copyset.NewGroupID(cs.Pool, cs.Copyset).String(), "raft", "snapshots")
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.Until(t, 20*time.Second, func() error {
 		metas, _ := filepath.Glob(filepath.Join(dir, "*", "meta.json"))
 		for _, m := range metas {
 			b, err := os.ReadFile(m)
@@ -71,12 +71,11 @@ func waitSnapshotInstalled(t *testing.T, p *Proc, cs cli.CopysetID) {
 			}
 			var rec struct{ Received, Installed bool }
 			if json.Unmarshal(b, &rec) == nil && rec.Received && rec.Installed {
-				return
+				return nil
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s installed no snapshot of %v within 20s", p.Addr, cs)
+		return fmt.Errorf("%s installed no snapshot of %v", p.Addr, cs)
+	})
 }
 
 // TestEpochFenceReachesNewServers: a file fenced on the

@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // logSize is the length of p's log now.
@@ -74,26 +76,20 @@ func waitMembers(t *testing.T, servers, want []string, cs cli.CopysetID, d time.
 		ids[i] = a + ":0"
 	}
 	sort.Strings(ids)
-	var conf []string
-	var behind map[string]int64
-	for deadline := time.Now().Add(d); ; {
-		conf, behind = copysetMembers(t, servers, cs)
+	testwait.Until(t, d, func() error {
+		conf, behind := copysetMembers(t, servers, cs)
 		ok := slices.Equal(conf, ids)
 		for id, b := range behind {
 			if slices.Contains(ids, id) != (b >= 0) || b > 0 {
 				ok = false
 			}
 		}
-		if ok {
-			return
+		if !ok {
+			return fmt.Errorf("copyset %v: leader's configuration %v, replicas behind the leader's commit (-1: none) %v; want members %v each with a caught-up replica",
+				cs, conf, behind, ids)
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("copyset %v: leader's configuration %v, replicas behind the leader's commit (-1: none) %v; want members %v each with a caught-up replica",
-		cs, conf, behind, ids)
+		return nil
+	})
 }
 
 // TestReAddRemovedServer: a server removed
@@ -122,9 +118,10 @@ func TestReAddRemovedServer(t *testing.T) {
 	blocks := writeBlocks(t, client, []cli.CopysetID{cs}, 600, rand.New(rand.NewPCG(17, 1)), seen)
 
 	from := logSize(gone)
+	// peer add --wait returns once the new replica has applied the
+	// leader's commit index, past its own earlier removal: had it judged
+	// itself removed there, its log says so by then (its drop follows).
 	mustChunkctl(t, all, append([]string{"peer", "add", "--wait", "20s", "--peer", gone.Addr}, args...)...)
-	// A drop would follow the catch-up at once; give it time to show.
-	time.Sleep(time.Second)
 	waitMembers(t, all, all, cs, 10*time.Second)
 	if logHas(gone, from, "committed configuration no longer contains this replica") {
 		t.Fatalf("the re-added replica judged itself removed:\n%s", gone.LogTail())

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // deployDir is the repository's deploy/ directory.
@@ -239,20 +241,15 @@ func metricValue(t *testing.T, addr, name string) float64 {
 	return 0
 }
 
-// promWait retries cond every 200 ms until it returns nil or d passes.
+// promWait waits up to d until cond returns nil; a failure names what.
 func promWait(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
+	testwait.Until(t, d, func() error {
+		if err := cond(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s after %v: %v", what, d, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // freePorts returns the first of n consecutive loopback ports that were

@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // chunkctl runs the built chunkctl against servers and returns its stdout,
@@ -155,17 +157,13 @@ func staleReplica(t *testing.T, config string) (c *cluster, srv []string, victim
 // a member is still refused.
 func TestStaleReplicaCleanup(t *testing.T) {
 	_, srv, victim, other := staleReplica(t, "stale_replica_check: 0s\n")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(t, 20*time.Second, func() error {
 		out, _, code := chunkctl(t, srv, nil, "cluster", "status", "--copyset", "1")
-		if code != 0 && strings.Contains(out, " stale ") && strings.Contains(out, "delete-broken --server "+victim.Addr) {
-			break
+		if code == 0 || !strings.Contains(out, " stale ") || !strings.Contains(out, "delete-broken --server "+victim.Addr) {
+			return fmt.Errorf("cluster status never showed %s stale:\n%s", victim.Addr, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster status never showed %s stale:\n%s", victim.Addr, out)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return nil
+	})
 
 	if out, stderr, code := chunkctl(t, srv, nil, "copyset", "delete-broken", "--server", other.Addr, "--pool", "1", "--copyset", "1"); code == 0 ||
 		!strings.Contains(out+stderr, "COPYSET_IS_HEALTHY") || !strings.Contains(stderr, "member") {
@@ -199,14 +197,13 @@ func TestStaleReplicaCleanup(t *testing.T) {
 // each holding a replica, and the server can be added back.
 func TestStaleReplicaSwept(t *testing.T) {
 	_, srv, victim, _ := staleReplica(t, "stale_replica_check: 2s\n")
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(readLog(victim), "stale replica moved to trash") {
-		if time.Now().After(deadline) {
-			out, _, _ := chunkctl(t, srv, nil, "cluster", "status", "--copyset", "1")
-			t.Fatalf("%s never swept its stale replica:\n%s", victim.Addr, out)
+	testwait.Until(t, 30*time.Second, func() error {
+		if strings.Contains(readLog(victim), "stale replica moved to trash") {
+			return nil
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		out, _, _ := chunkctl(t, srv, nil, "cluster", "status", "--copyset", "1")
+		return fmt.Errorf("%s never swept its stale replica:\n%s", victim.Addr, out)
+	})
 	trash, _ := filepath.Glob(filepath.Join(victim.DataDir, "trash", "*"))
 	if len(trash) != 1 {
 		t.Errorf("trash of %s: %v", victim.Addr, trash)

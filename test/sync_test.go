@@ -20,6 +20,7 @@ import (
 	"github.com/chunkraft/chunkraft/cli"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/sync/dest"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
 	"github.com/chunkraft/chunkraft/sync/restore"
@@ -99,19 +100,43 @@ type syncStatus struct {
 	Info          string `json:"info"`
 }
 
+// exportRetries counts per copyset the exports that failed and are tried
+// again ("sync export interrupted; retrying" in the servers' logs).
+func exportRetries(procs []*Proc) map[uint32]int {
+	out := map[uint32]int{}
+	for _, p := range procs {
+		for line := range strings.SplitSeq(readLog(p), "\n") {
+			if !strings.Contains(line, `"msg":"sync export interrupted; retrying"`) {
+				continue
+			}
+			var rec struct {
+				Copyset uint32 `json:"copyset"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil {
+				out[rec.Copyset]++
+			}
+		}
+	}
+	return out
+}
+
 // A partial status (a copyset without a leader that answers, as in an
 // election) is asked again for up to 30 s.
 func syncStatusOf(t *testing.T, servers []string) []syncStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	out, errOut, code := chunkctl(t, servers, nil, "-o", "json", "sync", "status")
-	for code != 0 && strings.Contains(errOut, "(partial)") && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	var out string
+	testwait.Until(t, 30*time.Second, func() error {
+		var errOut string
+		var code int
 		out, errOut, code = chunkctl(t, servers, nil, "-o", "json", "sync", "status")
-	}
-	if code != 0 {
-		t.Fatalf("sync status: exit %d\n%s%s", code, out, errOut)
-	}
+		switch {
+		case code == 0:
+			return nil
+		case !strings.Contains(errOut, "(partial)"):
+			t.Fatalf("sync status: exit %d\n%s%s", code, out, errOut)
+		}
+		return fmt.Errorf("sync status: exit %d\n%s%s", code, out, errOut)
+	})
 	var st []syncStatus
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("sync status: %v\n%s", err, out)
@@ -372,7 +397,22 @@ func TestSyncExportRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	others := slices.DeleteFunc(src.addrs(), func(a string) bool { return a == victim.Addr })
-	time.Sleep(2 * time.Second)
+	// The victim comes back once the new leader has taken copyset 1's
+	// sub-task over (another collector, a new token).
+	testwait.Until(t, 30*time.Second, func() error {
+		for _, s := range syncStatusOf(t, others) {
+			if s.Copyset != copysets[0].Copyset {
+				continue
+			}
+			for _, b := range before {
+				if b.Copyset == s.Copyset && s.DataCollector != victim.Addr && s.Token != b.Token && s.Token != "" {
+					return nil
+				}
+			}
+			return fmt.Errorf("copyset %d's sub-task is not taken over from %s: %+v", s.Copyset, victim.Addr, s)
+		}
+		return fmt.Errorf("no sub-task of copyset %d listed", copysets[0].Copyset)
+	})
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -387,16 +427,14 @@ func TestSyncExportRestore(t *testing.T) {
 	// its new collector is past the snapshot phase (whose reads an
 	// --until-index must not precede).
 	at := copysets[:1]
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.Until(t, 30*time.Second, func() error {
 		st := syncStatusOf(t, others)
 		i := slices.IndexFunc(st, func(s syncStatus) bool { return s.Copyset == at[0].Copyset })
-		if i >= 0 && st[i].DataCollector != victim.Addr && strings.HasPrefix(st[i].Point, "binlog ") {
-			break
+		if i < 0 || st[i].DataCollector == victim.Addr || !strings.HasPrefix(st[i].Point, "binlog ") {
+			return fmt.Errorf("copyset %d's sub-task is not past its snapshot phase on a new collector: %+v", at[0].Copyset, st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("copyset %d's sub-task is not past its snapshot phase on a new collector: %+v", at[0].Copyset, st)
-		}
-	}
+		return nil
+	})
 	untilIndex := leaderApplied(t, src.client, at[0])
 	atN := readSyncChunks(t, src.client, at)
 	// Writes after N: random ones again, chunk 2's first block changed for
@@ -671,8 +709,7 @@ func TestSyncFullExportUnderWrites(t *testing.T) {
 
 	w := &syncWriter{c: src.client, copysets: copysets}
 	mustCtl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "full", "--mode", "full", "--dest", "file://"+dir)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Until(t, time.Minute, func() error {
 		st := syncStatusOf(t, src.addrs())
 		at := 0
 		for _, s := range st {
@@ -680,16 +717,24 @@ func TestSyncFullExportUnderWrites(t *testing.T) {
 				at++
 			}
 		}
-		if at == len(copysets) {
-			break
+		if at != len(copysets) {
+			return fmt.Errorf("the exports did not all reach their blocked second packet: %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the exports did not all reach their blocked second packet: %+v", st)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	// The stalled exports retry every second, reading chunks 2 and 3
+	// under the writes: every one retries twice while they go on.
+	retried := exportRetries(src.procs)
 	w.start(7)
-	time.Sleep(2500 * time.Millisecond) // the stalled exports retry every second, reading chunks 2 and 3 under the writes
+	testwait.Until(t, time.Minute, func() error {
+		now := exportRetries(src.procs)
+		for _, cs := range copysets {
+			if n := now[cs.Copyset] - retried[cs.Copyset]; n < 2 {
+				return fmt.Errorf("copyset %d's export retried %d times under the writes, want 2", cs.Copyset, n)
+			}
+		}
+		return nil
+	})
 	w.halt()
 	if w.n.Load() == 0 {
 		t.Fatal("no write succeeded during the export")
@@ -704,16 +749,20 @@ func TestSyncFullExportUnderWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for done := false; !done; time.Sleep(200 * time.Millisecond) {
+	testwait.Until(t, 2*time.Minute, func() error {
 		st := syncStatusOf(t, src.addrs())
-		done = len(st) == len(copysets)
+		done := len(st) == len(copysets)
 		for _, s := range st {
-			if s.Status == "FAILED" || time.Now().After(deadline.Add(time.Minute)) {
+			if s.Status == "FAILED" {
 				t.Fatalf("the export did not finish: %+v", st)
 			}
 			done = done && s.Status == "SUCCESS"
 		}
-	}
+		if !done {
+			return fmt.Errorf("the export did not finish: %+v", st)
+		}
+		return nil
+	})
 	dst, _ := restoreInto(t, dir, len(copysets))
 	sameSyncChunks(t, src.client, dst.client, copysets)
 	id := cli.ChunkID{CopysetID: copysets[0], Chunk: 1}

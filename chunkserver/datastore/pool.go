@@ -142,6 +142,10 @@ type FilePool struct {
 	next       uint64   // next unused file number
 	formatting int
 	st         PoolStats // counters only
+	// seenTaken is st.Taken when Run last looked at the counts, to pick a
+	// job or to begin waiting out a quiet period: tests wait for it to
+	// reach Taken before they check that Run did nothing.
+	seenTaken uint64
 }
 
 // poolMeta is the JSON content of pool.meta.
@@ -417,6 +421,7 @@ func (p *FilePool) Run(ctx context.Context) error {
 			break
 		}
 		p.mu.Lock()
+		p.seenTaken = p.st.Taken
 		var n uint64
 		job := ""
 		switch {
@@ -493,6 +498,9 @@ func (p *FilePool) waitQuiet(ctx context.Context) bool {
 		if left <= 0 {
 			return true
 		}
+		p.mu.Lock()
+		p.seenTaken = p.st.Taken
+		p.mu.Unlock()
 		t := time.NewTimer(left)
 		select {
 		case <-ctx.Done():

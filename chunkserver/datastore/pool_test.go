@@ -11,10 +11,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 func testPoolOpts(dir string, count int) PoolOptions {
@@ -41,17 +42,28 @@ func runPool(t *testing.T, p *FilePool) (stop func()) {
 // waitPool waits until cond holds for p's stats.
 func waitPool(t *testing.T, p *FilePool, what string, cond func(PoolStats) bool) PoolStats {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := p.Stats()
-		if cond(st) {
-			return st
+	var st PoolStats
+	testwait.Until(t, 20*time.Second, func() error {
+		if st = p.Stats(); !cond(st) {
+			return fmt.Errorf("pool: waiting for %s: %+v", what, st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool: timed out waiting for %s: %+v", what, st)
+		return nil
+	})
+	return st
+}
+
+// waitSeen waits until Run has looked at p's counts since the last Take:
+// it picked its next job, or began waiting out the quiet period.
+func waitSeen(t *testing.T, p *FilePool) {
+	t.Helper()
+	testwait.Until(t, 20*time.Second, func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.seenTaken != p.st.Taken {
+			return fmt.Errorf("pool: Run last looked after %d takes of %d", p.seenTaken, p.st.Taken)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func poolReady(n int) func(PoolStats) bool {
@@ -355,7 +367,7 @@ func TestPoolQuiet(t *testing.T) {
 	// its files sparse).
 	held := open(time.Hour)
 	take(held)
-	time.Sleep(200 * time.Millisecond)
+	waitSeen(t, held) // Run saw the Take: it waits out the quiet period
 	if st := held.Stats(); st.Ready != 1 || st.Formatted != 2 || st.Formatting != 0 {
 		t.Fatalf("within the quiet period: %+v, want 1 ready, 2 formatted, none formatting", st)
 	}
@@ -363,8 +375,9 @@ func TestPoolQuiet(t *testing.T) {
 	if err := held.Take(filepath.Join(t.TempDir(), "x")); !errors.Is(err, ErrPoolEmpty) {
 		t.Fatalf("Take of an empty pool: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if st := held.Stats(); st.Ready != 0 || st.Formatted != 2 {
+	// Run waits out the first Take's quiet period (an hour) before it
+	// looks at the counts again.
+	if st := held.Stats(); st.Ready != 0 || st.Formatted != 2 || st.Formatting != 0 {
 		t.Fatalf("empty pool within the quiet period: %+v", st)
 	}
 
@@ -410,8 +423,8 @@ func TestPoolSetTarget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // Run would format now if it were to
-	if st := p.Stats(); st.Ready != 1 || st.Target != 1 || st.Formatted != 3 {
+	waitSeen(t, p) // Run would format now if it were to
+	if st := p.Stats(); st.Ready != 1 || st.Target != 1 || st.Formatted != 3 || st.Formatting != 0 {
 		t.Fatalf("after SetTarget(1) and 2 takes: %+v", st)
 	}
 	if err := p.Take(filepath.Join(dir, "taken-2")); err != nil {
@@ -423,14 +436,22 @@ func TestPoolSetTarget(t *testing.T) {
 }
 
 // gateFS holds the first write of a file being formatted until release is
-// closed, and counts the writes to such files.
+// closed, and notes when each write to such files was done.
 type gateFS struct {
 	FS
 	armed   chan struct{} // closed: hold the next format write
 	entered chan struct{} // closed when a write is held
 	release chan struct{}
 	once    sync.Once
-	writes  atomic.Int64
+	mu      sync.Mutex
+	at      []time.Time // when each write was done, past the hold
+}
+
+// writeTimes returns when each write was done.
+func (g *gateFS) writeTimes() []time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.at)
 }
 
 type gateFile struct {
@@ -455,7 +476,9 @@ func (f gateFile) WriteAt(b []byte, off int64) (int, error) {
 		})
 	default:
 	}
-	f.g.writes.Add(1)
+	f.g.mu.Lock()
+	f.g.at = append(f.g.at, time.Now())
+	f.g.mu.Unlock()
 	return f.File.WriteAt(b, off)
 }
 
@@ -483,6 +506,7 @@ func TestPoolFormatPausesForTake(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no format began: %+v", p.Stats())
 	}
+	tookB := time.Now()
 	if err := p.Take(filepath.Join(t.TempDir(), "b")); err != nil {
 		t.Fatal(err)
 	}
@@ -491,14 +515,18 @@ func TestPoolFormatPausesForTake(t *testing.T) {
 	if st.Formatting != 1 || st.Ready != 0 {
 		t.Fatalf("paused: %+v, want 1 formatting, none ready", st)
 	}
-	before := g.writes.Load()
-	time.Sleep(300 * time.Millisecond) // well inside the quiet period
-	if got := g.writes.Load(); got != before {
-		t.Fatalf("%d format writes during the pause", got-before)
-	}
+	before := len(g.writeTimes())
 	st = waitPool(t, p, "refill", poolReady(2))
 	if st.Paused != 1 || st.Formatted != 4 {
 		t.Fatalf("after refill: %+v", st)
+	}
+	// No format write during the pause: the format wrote nothing more
+	// until the quiet period after the second Take had passed.
+	resumed := tookB.Add(opts.Quiet)
+	for i, at := range g.writeTimes()[before:] {
+		if at.Before(resumed) {
+			t.Fatalf("format write %d of the pause done %v after the Take, inside the %v quiet period", i, at.Sub(tookB), opts.Quiet)
+		}
 	}
 	ents, _ := os.ReadDir(opts.Dir)
 	for _, e := range ents {

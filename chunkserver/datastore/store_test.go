@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 const (
@@ -927,9 +929,12 @@ func TestCloseConcurrent(t *testing.T) {
 		})
 	}
 	// Let the workers create some chunks (bounded, in case they failed).
-	for deadline := time.Now().Add(5 * time.Second); len(s.ListChunks()) < 10 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	_ = testwait.For(5*time.Second, func() error {
+		if n := len(s.ListChunks()); n < 10 {
+			return fmt.Errorf("%d chunks", n)
+		}
+		return nil
+	})
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

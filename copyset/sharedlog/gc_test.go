@@ -1,11 +1,14 @@
 package sharedlog
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // TestSegmentGC truncates the prefixes of all groups but one, checks that
@@ -78,17 +81,13 @@ func TestSegmentGC(t *testing.T) {
 	}
 	// gc drops collected segments from the stats before it closes and
 	// retires (removes or recycles) their files: wait for the files.
-	var files int
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	testwait.Until(t, 5*time.Second, func() error {
 		st = l.Stats()
-		files = len(segFiles(t, dir, 0)) + len(segFiles(t, dir, 1))
-		if st.Segments == files || time.Now().After(deadline) {
-			break
+		if files := len(segFiles(t, dir, 0)) + len(segFiles(t, dir, 1)); st.Segments != files {
+			return fmt.Errorf("stats segments %d disagree with %d files", st.Segments, files)
 		}
-	}
-	if st.Segments != files {
-		t.Fatalf("stats segments %d disagree with %d files", st.Segments, files)
-	}
+		return nil
+	})
 	m.verify(t, l, groups, n+1)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -165,14 +167,15 @@ func copyDir(t testing.TB, src, dst string) {
 // files of shard.
 func segCount(t testing.TB, dir string, shard int, want func(int) bool) int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := len(segFiles(t, dir, shard))
-		if want(n) || time.Now().After(deadline) {
-			return n
+	var n int
+	// At the timeout the count is the caller's to judge.
+	_ = testwait.For(5*time.Second, func() error {
+		if n = len(segFiles(t, dir, shard)); !want(n) {
+			return fmt.Errorf("shard %d has %d segments", shard, n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
+	return n
 }
 
 // steady reports whether every shard of l that was written to appends to a

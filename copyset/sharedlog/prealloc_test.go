@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // rechain rewrites img, the image of segment id of shard 0, as a new
@@ -131,18 +133,17 @@ func TestRecycling(t *testing.T) {
 			}
 		}
 	}
-	// Let the preparer finish what garbage collection handed it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Let the preparer finish what garbage collection handed it (the
+	// counts below judge a preparer that does not).
+	_ = testwait.For(10*time.Second, func() error {
 		s := l.shards[0]
 		s.prepMu.Lock()
-		idle := len(s.dead) == 0 && !(s.want && s.ready == nil)
-		s.prepMu.Unlock()
-		if idle || time.Now().After(deadline) {
-			break
+		defer s.prepMu.Unlock()
+		if len(s.dead) != 0 || (s.want && s.ready == nil) {
+			return errors.New("the preparer is busy")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	st := l.Stats()
 	t.Logf("segments %d recycled %d prepared %d misses %d disk %d data %d", st.Segments, st.Recycled, st.Prepared, st.SpareMisses, st.DiskBytes, st.DataBytes)
 	if st.Recycled < 10 || st.Recycled < 3*st.Prepared {

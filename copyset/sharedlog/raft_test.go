@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // listFSM records the commands applied to it. A command already applied is
@@ -189,19 +191,19 @@ func TestRaftCluster(t *testing.T) {
 			}
 		}
 	}()
-	leader := func(g int) *raft.Raft {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+	// leader runs on apply's goroutines: it returns its error.
+	leader := func(g int) (*raft.Raft, error) {
+		var r *raft.Raft
+		err := testwait.For(10*time.Second, func() error {
 			for _, nd := range nodes {
 				if nd != nil && nd.rafts[g].State() == raft.Leader {
-					return nd.rafts[g]
+					r = nd.rafts[g]
+					return nil
 				}
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatalf("group %d: no leader", g)
-		return nil
+			return fmt.Errorf("group %d: no leader", g)
+		})
+		return r, err
 	}
 	next := make([]int, clusterGroups)
 	apply := func(count int) {
@@ -213,7 +215,12 @@ func TestRaftCluster(t *testing.T) {
 			next[g] += count
 			wg.Go(func() {
 				for i := from; i < from+count; {
-					f := leader(g).Apply(fmt.Appendf(nil, "g%d-cmd%d", g, i), 5*time.Second)
+					r, err := leader(g)
+					if err != nil {
+						errs <- err
+						return
+					}
+					f := r.Apply(fmt.Appendf(nil, "g%d-cmd%d", g, i), 5*time.Second)
 					if err := f.Error(); err != nil {
 						if err == raft.ErrNotLeader || err == raft.ErrLeadershipLost {
 							continue // the command did not commit here; retry on the new leader
@@ -233,24 +240,20 @@ func TestRaftCluster(t *testing.T) {
 	}
 	converged := func() {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for g := range clusterGroups {
-			for {
+		testwait.Until(t, 15*time.Second, func() error {
+			for g := range clusterGroups {
 				a, b, c := nodes[0].fsms[g].list(), nodes[1].fsms[g].list(), nodes[2].fsms[g].list()
-				if len(a) == next[g] && slices.Equal(a, b) && slices.Equal(a, c) {
-					for i, s := range a {
-						if s != fmt.Sprintf("g%d-cmd%d", g, i) {
-							t.Fatalf("group %d entry %d = %q", g, i, s)
-						}
+				if len(a) != next[g] || !slices.Equal(a, b) || !slices.Equal(a, c) {
+					return fmt.Errorf("group %d did not converge: %d %d %d entries, want %d", g, len(a), len(b), len(c), next[g])
+				}
+				for i, s := range a {
+					if s != fmt.Sprintf("g%d-cmd%d", g, i) {
+						t.Fatalf("group %d entry %d = %q", g, i, s)
 					}
-					break
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("group %d did not converge: %d %d %d entries, want %d", g, len(a), len(b), len(c), next[g])
-				}
-				time.Sleep(10 * time.Millisecond)
 			}
-		}
+			return nil
+		})
 	}
 
 	for n := range 3 {

@@ -3,6 +3,7 @@ package kvproto
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/test"
 )
 
@@ -108,18 +110,19 @@ func TestKvprotoClient(t *testing.T) {
 		t.Helper()
 		// The copyset has just been created: until it has a leader the
 		// answer is not_owner, and the client retries, as upstream's does.
-		for ctx.Err() == nil {
+		var r *kvdisagg.S3LockResult
+		end, _ := ctx.Deadline()
+		testwait.Until(t, time.Until(end), func() error {
 			resp, err := c.TryAddLock(ctx, &kvdisagg.TryAddLockRequest{DataFileKey: []byte(key), LockStoreId: 8, LockSeq: 12})
 			if err != nil {
 				t.Fatalf("tryAddLock: %v", err)
 			}
-			if resp.GetResult().GetNotOwner() == nil {
-				return resp.GetResult()
+			if r = resp.GetResult(); r.GetNotOwner() != nil {
+				return errors.New("no owner")
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatal("no owner")
-		return nil
+			return nil
+		})
+		return r
 	}
 	if r := lock(); !strings.HasPrefix(r.GetConflict().GetReason(), "data file not exist, key="+key) {
 		t.Fatalf("lock on a missing DTFile: %v", r)

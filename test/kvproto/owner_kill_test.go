@@ -15,13 +15,19 @@ import (
 	kvtikv "github.com/pingcap/kvproto/pkg/tikvpb"
 
 	"github.com/chunkraft/chunkraft/internal/objstore"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 )
 
 // owner returns the index of the server that answers as the lock owner:
 // a lock on a file that does not exist is a conflict there (nothing is
 // proposed) and not_owner elsewhere.
 func owner(ctx context.Context, clients []kvtikv.TikvClient, skip int) (int, error) {
-	for ctx.Err() == nil {
+	end, ok := ctx.Deadline()
+	if !ok {
+		return -1, errors.New("owner: ctx has no deadline")
+	}
+	found := -1
+	err := testwait.For(time.Until(end), func() error {
 		for i, c := range clients {
 			if i == skip {
 				continue
@@ -30,12 +36,13 @@ func owner(ctx context.Context, clients []kvtikv.TikvClient, skip int) (int, err
 			resp, err := c.TryAddLock(cctx, &kvdisagg.TryAddLockRequest{DataFileKey: []byte("s999/data/dat_0_0"), LockStoreId: 1, LockSeq: 1})
 			cancel()
 			if err == nil && resp.GetResult().GetConflict() != nil {
-				return i, nil
+				found = i
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return -1, errors.New("no owner")
+		return errors.New("no owner")
+	})
+	return found, err
 }
 
 // retried counts the answers retry retried.
@@ -84,6 +91,7 @@ func TestLockOrMarkAcrossOwnerKill(t *testing.T) {
 			t.Fatal(err)
 		}
 		locks, marks := make([]string, keys), make([]string, keys)
+		var locked, marked atomic.Int32 // keys decided by each
 		var wg gosync.WaitGroup
 		wg.Go(func() {
 			for i := range keys {
@@ -91,6 +99,7 @@ func TestLockOrMarkAcrossOwnerKill(t *testing.T) {
 					resp, err := c.TryAddLock(ctx, &kvdisagg.TryAddLockRequest{DataFileKey: []byte(key(i)), LockStoreId: 5, LockSeq: uint64(10 + round)})
 					return resp.GetResult(), err
 				})
+				locked.Add(1)
 			}
 		})
 		wg.Go(func() {
@@ -99,9 +108,16 @@ func TestLockOrMarkAcrossOwnerKill(t *testing.T) {
 					resp, err := c.TryMarkDelete(ctx, &kvdisagg.TryMarkDeleteRequest{DataFileKey: []byte(key(i))})
 					return resp.GetResult(), err
 				})
+				marked.Add(1)
 			}
 		})
-		time.Sleep(30 * time.Millisecond)
+		// The owner dies once both are under way.
+		testwait.Until(t, time.Minute, func() error {
+			if l, m := locked.Load(), marked.Load(); l < 2 || m < 2 {
+				return fmt.Errorf("round %d: %d keys locked or refused, %d marked or refused; want 2 each before the kill", round, l, m)
+			}
+			return nil
+		})
 		if err := procs[o].Kill(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}

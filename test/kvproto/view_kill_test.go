@@ -22,6 +22,7 @@ import (
 	kvtikv "github.com/pingcap/kvproto/pkg/tikvpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 )
 
@@ -117,7 +118,8 @@ func TestViewSurvivesLeaderKill(t *testing.T) {
 		Ranges: []*kvcop.KeyRange{{Start: binary.BigEndian.AppendUint64(nil, 1), End: binary.BigEndian.AppendUint64(nil, 100)}}}}}
 	leader := -1
 	var seg *vpb.Segment
-	for leader < 0 && ctx.Err() == nil {
+	end, _ := ctx.Deadline()
+	testwait.Until(t, time.Until(end), func() error {
 		for i, c := range clients {
 			resp, err := c.EstablishDisaggTask(ctx, req)
 			if err != nil {
@@ -134,10 +136,10 @@ func TestViewSurvivesLeaderKill(t *testing.T) {
 				t.Fatalf("tables %v", resp.GetTables())
 			}
 			leader, seg = i, tb.GetSegments()[0]
-			break
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return errors.New("no server established the view as the leader")
+	})
 	if len(seg.GetPageIds()) != len(orig) {
 		t.Fatalf("the view lists %d pages, %d were written", len(seg.GetPageIds()), len(orig))
 	}
@@ -148,7 +150,7 @@ func TestViewSurvivesLeaderKill(t *testing.T) {
 	if err := procs[leader].Kill(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for ctx.Err() == nil {
+	testwait.Until(t, time.Until(end), func() error {
 		for i, c := range clients {
 			if i == leader {
 				continue
@@ -167,9 +169,8 @@ func TestViewSurvivesLeaderKill(t *testing.T) {
 					t.Fatalf("page %d from the new leader differs from its content at establish", id)
 				}
 			}
-			return
+			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("no new leader served the view")
+		return errors.New("no new leader served the view")
+	})
 }
