@@ -278,8 +278,8 @@ func TestReadRule(t *testing.T) {
 }
 
 // testOnly are the packages only tests may import: harnesses that start
-// in-process clusters and import testing.
-var testOnly = []string{"copyset/copysettest"}
+// in-process clusters or servers, and helpers that import testing.
+var testOnly = []string{"copyset/copysettest", "internal/objstore/fakes3", "internal/testwait"}
 
 // TestTestOnlyPackages: no package's non-test code imports a test-only
 // package, directly or transitively.
