@@ -217,6 +217,17 @@ func TestDisaggViewAsOfEstablish(t *testing.T) {
 	})
 	l = c.leader(t)
 
+	// A follower answers 503 naming the leader (once it has heard from
+	// it), before it looks at the snapshot id: the segment stays.
+	for _, task := range []int64{1, 99} {
+		want := fmt.Sprintf("copyset %d/%d is not led here; leader %s", c.group.Pool(), c.group.Copyset(), c.cfgs[l].Listen)
+		testwait.Until(t, 10*time.Second, func() error {
+			if _, msg := c.fetch(t, (l+1)%3, task, seg.GetPageIds()); msg != want {
+				return fmt.Errorf("fetch of task %d on a follower: %q, want %q", task, msg, want)
+			}
+			return nil
+		})
+	}
 	if _, msg := c.fetch(t, l, 99, nil); !strings.Contains(msg, "not found") {
 		t.Fatalf("unknown snapshot id: %q", msg)
 	}

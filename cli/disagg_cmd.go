@@ -3,11 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
 // chunkctl disagg: the disagg service (TiFlash's disaggregated RPCs): its
@@ -122,6 +125,16 @@ type disaggFileJSON struct {
 	Deleted    bool                  `json:"deleted"`
 	Locks      []disaggLockJSON      `json:"locks"`
 	CloneLocks []disaggCloneLockJSON `json:"clone_locks"`
+	Pending    []disaggPendingJSON   `json:"pending"`
+}
+
+// disaggPendingJSON is a lock or delete-mark decision in flight on the
+// owner (until its object is written or its refusal answered).
+type disaggPendingJSON struct {
+	Kind  string `json:"kind"` // "lock" or "mark"
+	Store uint64 `json:"store,omitempty"`
+	Seq   uint64 `json:"seq,omitempty"`
+	Index uint64 `json:"index"`
 }
 
 // disaggCloneLockJSON is a clone chunk's lock on its source object.
@@ -141,7 +154,7 @@ func newDisaggLockListCommand(a *app) *cobra.Command {
 	var prefix string
 	cmd := &cobra.Command{
 		Use:   "list [--prefix P]",
-		Short: "The lock table on its owner: every object with locks (upstream's s{store}_{seq}, clone:{pool}/{copyset}/{chunk}) or a delete mark",
+		Short: "Locks and delete marks on the owner: upstream's lock objects (s{store}_{seq}) and .del objects in S3, clone locks (clone:{pool}/{copyset}/{chunk}), gc marks, decisions in flight",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
@@ -151,9 +164,22 @@ func newDisaggLockListCommand(a *app) *cobra.Command {
 				}
 				js := []disaggFileJSON{}
 				var rows [][]string
-				for _, f := range resp.GetFiles() {
-					j := disaggFileJSON{Key: f.GetKey(), Deleted: f.GetDeleted(), Locks: []disaggLockJSON{}, CloneLocks: []disaggCloneLockJSON{}}
-					var locks []string
+				for _, f := range withPending(resp.GetFiles(), resp.GetPending()) {
+					j := disaggFileJSON{Key: f.GetKey(), Deleted: f.GetDeleted(), Locks: []disaggLockJSON{}, CloneLocks: []disaggCloneLockJSON{},
+						Pending: []disaggPendingJSON{}}
+					var locks, pending []string
+					for _, p := range resp.GetPending() {
+						if p.GetKey() != f.GetKey() {
+							continue
+						}
+						if p.GetMark() {
+							j.Pending = append(j.Pending, disaggPendingJSON{Kind: "mark", Index: p.GetIndex()})
+							pending = append(pending, fmt.Sprintf("mark@%d", p.GetIndex()))
+							continue
+						}
+						j.Pending = append(j.Pending, disaggPendingJSON{Kind: "lock", Store: p.GetStoreId(), Seq: p.GetSeq(), Index: p.GetIndex()})
+						pending = append(pending, fmt.Sprintf("s%d_%d@%d", p.GetStoreId(), p.GetSeq(), p.GetIndex()))
+					}
 					for _, l := range f.GetLocks() {
 						j.Locks = append(j.Locks, disaggLockJSON{Store: l.GetStoreId(), Seq: l.GetSeq(), Index: l.GetIndex()})
 						locks = append(locks, fmt.Sprintf("s%d_%d", l.GetStoreId(), l.GetSeq()))
@@ -165,9 +191,9 @@ func newDisaggLockListCommand(a *app) *cobra.Command {
 						locks = append(locks, h)
 					}
 					js = append(js, j)
-					rows = append(rows, []string{f.GetKey(), strconv.FormatBool(f.GetDeleted()), strings.Join(locks, " ")})
+					rows = append(rows, []string{f.GetKey(), strconv.FormatBool(f.GetDeleted()), strings.Join(locks, " "), strings.Join(pending, " ")})
 				}
-				return a.printer(cmd).print(js, []string{"KEY", "MARKED DELETED", "LOCKS"}, rows)
+				return a.printer(cmd).print(js, []string{"KEY", "MARKED DELETED", "LOCKS", "PENDING"}, rows)
 			})
 		},
 	}
@@ -179,7 +205,7 @@ func newDisaggReleaseCommand(a *app) *cobra.Command {
 	var store, upTo uint64
 	cmd := &cobra.Command{
 		Use:   "release --store S --up-to-seq N",
-		Short: "Remove store S's locks with seq <= N (through raft) and delete their lock objects",
+		Short: "Delete store S's lock objects with seq <= N (a lock is its object in S3)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
@@ -204,4 +230,21 @@ func newDisaggReleaseCommand(a *app) *cobra.Command {
 	_ = cmd.MarkFlagRequired("store")
 	_ = cmd.MarkFlagRequired("up-to-seq")
 	return cmd
+}
+
+// withPending returns files with an entry added for each key that only
+// has decisions in flight, ascending by key.
+func withPending(files []*disaggpb.DataFile, pending []*disaggpb.Pending) []*disaggpb.DataFile {
+	seen := map[string]bool{}
+	for _, f := range files {
+		seen[f.GetKey()] = true
+	}
+	for _, p := range pending {
+		if !seen[p.GetKey()] {
+			seen[p.GetKey()] = true
+			files = append(files, &disaggpb.DataFile{Key: p.GetKey()})
+		}
+	}
+	slices.SortFunc(files, func(a, b *disaggpb.DataFile) int { return strings.Compare(a.GetKey(), b.GetKey()) })
+	return files
 }

@@ -9,23 +9,23 @@ import (
 )
 
 // applyOp applies op at index to st and returns its result and whether st
-// changed. The conflict checks are here, in the log's order, so of two
-// concurrent proposals on one key only the first can win: an AddLock on
-// a marked file and a MarkDelete on a locked one are refused. Every check
-// comes before the first change, and nothing here reads a clock or
-// anything outside st and op: every replica computes the same. The caller
-// stamps st.Applied.
+// changed. The decisions are here, in the log's order, so of two
+// concurrent proposals on one key only the first can win: a Pend of one
+// kind while one of the other kind is pending on the key is busy, a mark
+// on a clone-locked object a conflict. Every check comes before the first
+// change, and nothing here reads a clock or anything outside st and op:
+// every replica computes the same. The caller stamps st.Applied.
 func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 	if err := validateOp(op); err != nil {
 		return Result{Err: fmt.Errorf("%w: %v", ErrInvalidOp, err)}, false
 	}
 	switch o := op.GetOp().(type) {
-	case *pb.Op_AddLock:
-		return applyAddLock(st, index, o.AddLock)
-	case *pb.Op_MarkDelete:
-		return applyMark(st, index, o.MarkDelete.GetKey(), o.MarkDelete.GetTimeMs())
-	case *pb.Op_Release:
-		return applyRelease(st, o.Release)
+	case *pb.Op_Pend:
+		return applyPend(st, index, o.Pend)
+	case *pb.Op_Settle:
+		return applySettle(st, o.Settle)
+	case *pb.Op_AddLock, *pb.Op_MarkDelete, *pb.Op_Release:
+		return Result{}, false // format 0's upstream ops: their objects are in S3
 	case *pb.Op_LockClone:
 		return applyLockClone(st, index, o.LockClone)
 	case *pb.Op_ReleaseClone:
@@ -44,29 +44,59 @@ func findFile(st *pb.State, key string) (int, bool) {
 	return slices.BinarySearchFunc(st.Files, key, func(f *pb.DataFile, k string) int { return cmp.Compare(f.GetKey(), k) })
 }
 
-// lockCount counts the locks of the table, upstream's and clone locks.
-func lockCount(st *pb.State) int {
-	n := 0
-	for _, f := range st.Files {
-		n += len(f.Locks) + len(f.CloneLocks)
+// pendingOn returns the positions [i, j) of key's pending decisions in
+// st.Pending (ascending key, index).
+func pendingOn(st *pb.State, key string) (int, int) {
+	i, _ := slices.BinarySearchFunc(st.Pending, key, func(p *pb.Pending, k string) int { return cmp.Compare(p.GetKey(), k) })
+	j := i
+	for j < len(st.Pending) && st.Pending[j].GetKey() == key {
+		j++
 	}
-	return n
+	return i, j
 }
 
-// admit is the bound check of an op that adds a file (newFile) or a lock
-// (newLock) to st: the service runs it before proposing, Apply again.
-func admit(st *pb.State, newFile, newLock bool) error {
-	switch {
-	case newFile && len(st.Files) >= MaxFiles:
-		return fmt.Errorf("%w: %d data files (at most %d)", ErrFull, len(st.Files), MaxFiles)
-	case newLock && lockCount(st) >= MaxLocks:
-		return fmt.Errorf("%w: %d locks (at most %d)", ErrFull, lockCount(st), MaxLocks)
+// pendingKind reports whether a decision of kind mark is pending on key.
+func pendingKind(st *pb.State, key string, mark bool) *pb.Pending {
+	i, j := pendingOn(st, key)
+	for _, p := range st.Pending[i:j] {
+		if p.GetMark() == mark {
+			return p
+		}
 	}
 	return nil
 }
 
-// markedReason and lockedReason are upstream's conflict reasons, the
-// owner's precheck's and Apply's alike.
+// lockCount counts the clone locks of the table.
+func lockCount(st *pb.State) int {
+	n := 0
+	for _, f := range st.Files {
+		n += len(f.CloneLocks)
+	}
+	return n
+}
+
+// admit is the bound check of an op that adds an entry (newFile) or a
+// clone lock (newLock) to st: the service runs it before proposing, Apply
+// again.
+func admit(st *pb.State, newFile, newLock bool) error {
+	switch {
+	case newFile && len(st.Files) >= MaxFiles:
+		return fmt.Errorf("%w: %d entries (at most %d)", ErrFull, len(st.Files), MaxFiles)
+	case newLock && lockCount(st) >= MaxLocks:
+		return fmt.Errorf("%w: %d clone locks (at most %d)", ErrFull, lockCount(st), MaxLocks)
+	}
+	return nil
+}
+
+// admitPend is the bound check of a new pending decision.
+func admitPend(st *pb.State) error {
+	if len(st.Pending) >= MaxPending {
+		return fmt.Errorf("%w: %d decisions in flight (at most %d)", ErrFull, len(st.Pending), MaxPending)
+	}
+	return nil
+}
+
+// markedReason and lockedReason are upstream's conflict reasons.
 func markedReason(key, delMark string) string {
 	return fmt.Sprintf("data file is mark deleted, key=%s delmark=%s", key, delMark)
 }
@@ -75,67 +105,69 @@ func lockedReason(key, lockBy string) string {
 	return fmt.Sprintf("data file is locked, key=%s lock_by=%s", key, lockBy)
 }
 
-// findLock finds lock (store, seq) in locks (ascending): its place, and
-// whether it is there.
-func findLock(locks []*pb.Lock, store, seq uint64) (int, bool) {
-	return slices.BinarySearchFunc(locks, [2]uint64{store, seq}, func(l *pb.Lock, k [2]uint64) int {
-		return cmp.Or(cmp.Compare(l.GetStoreId(), k[0]), cmp.Compare(l.GetSeq(), k[1]))
-	})
+// busyReason says why a Pend must wait: a decision of the other kind.
+func busyReason(p *pb.Pending) string {
+	what := "a lock"
+	if p.GetMark() {
+		what = "a delete mark"
+	}
+	return fmt.Sprintf("%s of %s is being decided (index %d)", what, p.GetKey(), p.GetIndex())
 }
 
-// admitLock is the bound check of lock (store, seq) on key: none for a
-// lock already held (a retry changes nothing), else the table's bounds
-// and the file's. The service's admission and Apply both run it.
-func admitLock(st *pb.State, key string, store, seq uint64) error {
-	i, found := findFile(st, key)
-	var locks []*pb.Lock
-	if found {
-		locks = st.Files[i].Locks
+// applyPend starts a decision on a data file key: busy while a decision
+// of the other kind on the key is pending (the proposer waits for its
+// Settle and proposes again); a mark on a key a clone lock holds is a
+// conflict; the same decision pending already is joined (Index is its
+// Pend's); else it is added. The decision itself (the objects in S3) is
+// the leader's, while the entry keeps the other kind out.
+func applyPend(st *pb.State, index uint64, op *pb.Pend) (Result, bool) {
+	key := op.GetKey()
+	if p := pendingKind(st, key, !op.GetMark()); p != nil {
+		return Result{Busy: busyReason(p)}, false
 	}
-	if _, held := findLock(locks, store, seq); held {
-		return nil
-	}
-	if err := admit(st, !found, true); err != nil {
-		return err
-	}
-	if len(locks) >= MaxLocksPerFile {
-		return fmt.Errorf("%w: %s has %d locks (at most %d)", ErrFull, key, len(locks), MaxLocksPerFile)
-	}
-	return nil
-}
-
-// applyAddLock is upstream tryAddLock's decision: a delete-marked file
-// is a conflict; the same lock again is a success that changes nothing
-// (a client's retry after a lost answer); else the lock is added.
-func applyAddLock(st *pb.State, index uint64, op *pb.AddLock) (Result, bool) {
-	i, found := findFile(st, op.GetKey())
-	var f *pb.DataFile
-	if found {
-		f = st.Files[i]
-		if f.GetDeleted() {
-			return Result{Conflict: markedConflict(op.GetKey())}, false
+	if op.GetMark() {
+		if i, found := findFile(st, key); found {
+			if by := lockBy(st.Files[i]); by != "" {
+				return Result{Conflict: lockedReason(key, by)}, false
+			}
 		}
 	}
-	j, held := findLock(f.GetLocks(), op.GetLockStoreId(), op.GetLockSeq())
-	if held {
-		return Result{}, false
+	i, j := pendingOn(st, key)
+	for _, p := range st.Pending[i:j] {
+		if p.GetMark() == op.GetMark() && (op.GetMark() || (p.GetStoreId() == op.GetLockStoreId() && p.GetSeq() == op.GetLockSeq())) {
+			return Result{Index: p.GetIndex()}, false
+		}
 	}
-	if err := admitLock(st, op.GetKey(), op.GetLockStoreId(), op.GetLockSeq()); err != nil {
+	if err := admitPend(st); err != nil {
 		return Result{Err: err}, false
 	}
-	if !found {
-		f = &pb.DataFile{Key: op.GetKey()}
-		st.Files = slices.Insert(st.Files, i, f)
-	}
-	f.Locks = slices.Insert(f.Locks, j, &pb.Lock{StoreId: op.GetLockStoreId(), Seq: op.GetLockSeq(), Index: index})
-	return Result{}, true
+	st.Pending = slices.Insert(st.Pending, j, &pb.Pending{Key: key, Mark: op.GetMark(), StoreId: op.GetLockStoreId(),
+		Seq: op.GetLockSeq(), Index: index, TimeMs: op.GetTimeMs()})
+	return Result{Index: index}, true
 }
 
-// applyMark is upstream tryMarkDelete's decision (MarkDelete), and
-// disagg gc's on any other object (MarkObject): any lock is a conflict
-// naming the first; an object already marked is a success that changes
-// nothing; else the mark is set at the op's time.
+// applySettle removes the pending decisions op names; one not pending
+// (settled already) changes nothing.
+func applySettle(st *pb.State, op *pb.Settle) (Result, bool) {
+	changed := false
+	for _, ref := range op.GetDone() {
+		i, j := pendingOn(st, ref.GetKey())
+		if k := slices.IndexFunc(st.Pending[i:j], func(p *pb.Pending) bool { return p.GetIndex() == ref.GetIndex() }); k >= 0 {
+			st.Pending = slices.Delete(st.Pending, i+k, i+k+1)
+			changed = true
+		}
+	}
+	return Result{}, changed
+}
+
+// applyMark is disagg gc's mark of an object that is not a data file
+// (MarkObject): a clone lock is a conflict naming it; an object already
+// marked is a success that changes nothing; else the mark is set at the
+// op's time. A data file key changes nothing: its mark is its .del object.
 func applyMark(st *pb.State, index uint64, name string, timeMs int64) (Result, bool) {
+	if _, err := ParseKey(name); err == nil {
+		return Result{}, false
+	}
 	i, found := findFile(st, name)
 	if found {
 		f := st.Files[i]
@@ -155,27 +187,4 @@ func applyMark(st *pb.State, index uint64, name string, timeMs int64) (Result, b
 	f := st.Files[i]
 	f.Deleted, f.MarkedIndex, f.MarkedMs = true, index, timeMs
 	return Result{}, true
-}
-
-// applyRelease removes every lock of the store with seq <= up_to_seq
-// (upstream's GC of a store's superseded locks); a file left with neither
-// locks nor a mark leaves the table.
-func applyRelease(st *pb.State, op *pb.Release) (Result, bool) {
-	var released []string
-	for _, f := range st.Files {
-		if len(f.Locks) == 0 {
-			continue // not a data file key, or no upstream locks
-		}
-		k, _ := ParseKey(f.GetKey())
-		f.Locks = slices.DeleteFunc(f.Locks, func(l *pb.Lock) bool {
-			if l.GetStoreId() == op.GetLockStoreId() && l.GetSeq() <= op.GetUpToSeq() {
-				released = append(released, k.LockKey(l.GetStoreId(), l.GetSeq()))
-				return true
-			}
-			return false
-		})
-	}
-	dropEmpty(st)
-	slices.Sort(released)
-	return Result{Released: released}, len(released) > 0
 }

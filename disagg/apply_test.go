@@ -9,6 +9,22 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
+func pendLock(key string, store, seq uint64) *pb.Op {
+	return &pb.Op{Op: &pb.Op_Pend{Pend: &pb.Pend{Key: key, LockStoreId: store, LockSeq: seq}}}
+}
+
+func pendMark(key string) *pb.Op {
+	return &pb.Op{Op: &pb.Op_Pend{Pend: &pb.Pend{Key: key, Mark: true}}}
+}
+
+func settle(refs ...any) *pb.Op {
+	s := &pb.Settle{}
+	for i := 0; i < len(refs); i += 2 {
+		s.Done = append(s.Done, &pb.PendingRef{Key: refs[i].(string), Index: uint64(refs[i+1].(int))})
+	}
+	return &pb.Op{Op: &pb.Op_Settle{Settle: s}}
+}
+
 func addLock(key string, store, seq uint64) *pb.Op {
 	return &pb.Op{Op: &pb.Op_AddLock{AddLock: &pb.AddLock{Key: key, LockStoreId: store, LockSeq: seq}}}
 }
@@ -21,89 +37,98 @@ func release(store, upTo uint64) *pb.Op {
 	return &pb.Op{Op: &pb.Op_Release{Release: &pb.Release{LockStoreId: store, UpToSeq: upTo}}}
 }
 
-// The conflict table of the lock service, applied in order to one table:
-// each step's answer (ok, or the conflict / refusal it names) and whether
-// the table changed.
-func TestConflictTable(t *testing.T) {
+// The decisions of the lock service, applied in order to one state: each
+// step's answer (ok with the pending index, busy, or the conflict or
+// refusal it names) and whether the state changed. A decision of one kind
+// keeps the other kind out of its key until it is settled; decisions of
+// one kind run side by side; the same decision again joins the pending
+// one; format 0's upstream ops change nothing.
+func TestDecisionTable(t *testing.T) {
 	const a, b = "s1/data/dat_1_0", "s1/data/t_5/dmf_9"
 	steps := []struct {
 		op      *pb.Op
-		want    string // "" success; else a substring of the conflict or error
+		want    string // "ok N": success, pending index N; "busy ..."; else a substring of the conflict or error
 		changed bool
 	}{
-		{addLock(a, 2, 10), "", true},
-		{addLock(a, 2, 10), "", false}, // a retry of the same lock
-		{addLock(a, 3, 4), "", true},
-		{markDelete(a), "data file is locked, key=s1/data/dat_1_0 lock_by=lock/s1/dat_1_0.lock_s2_10", false},
-		{markDelete(b), "", true},
-		{markDelete(b), "", false}, // a second mark
-		{addLock(b, 2, 11), "data file is mark deleted, key=s1/data/t_5/dmf_9 delmark=s1/data/t_5/dmf_9.del", false},
-		{release(2, 9), "released []", false},
-		{release(2, 10), "released [lock/s1/dat_1_0.lock_s2_10]", true},
-		{markDelete(a), "data file is locked, key=s1/data/dat_1_0 lock_by=lock/s1/dat_1_0.lock_s3_4", false},
-		{release(3, 100), "released [lock/s1/dat_1_0.lock_s3_4]", true},
-		{markDelete(a), "", true},
-		{addLock(a, 3, 5), "data file is mark deleted", false},
-		{release(3, 100), "released []", false},
-		{addLock("s1/data/bad", 1, 1), "invalid disagg op", false},
+		{pendLock(a, 2, 10), "ok 1", true},
+		{pendLock(a, 2, 10), "ok 1", false}, // the same lock: joined
+		{pendLock(a, 3, 4), "ok 3", true},   // another lock on the key: side by side
+		{pendMark(a), "busy a lock of s1/data/dat_1_0 is being decided (index 1)", false},
+		{pendMark(b), "ok 5", true},
+		{pendMark(b), "ok 5", false},
+		{pendLock(b, 2, 11), "busy a delete mark of s1/data/t_5/dmf_9 is being decided (index 5)", false},
+		{settle(a, 1), "ok 0", true},
+		{pendMark(a), "busy a lock of s1/data/dat_1_0 is being decided (index 3)", false},
+		{settle(a, 3, a, 1), "ok 0", true}, // a settled decision again changes nothing
+		{settle(a, 3), "ok 0", false},
+		{pendMark(a), "ok 12", true},
+		{settle(b, 5, a, 12), "ok 0", true},
+		{pendLock(b, 2, 11), "ok 14", true},
+		{addLock(a, 3, 5), "ok 0", false},
+		{markDelete(b), "ok 0", false},
+		{release(3, 100), "ok 0", false},
+		{pendLock("s1/data/bad", 1, 1), "invalid disagg op", false},
+		{settle(), "invalid disagg op", false},
 	}
 	st := &pb.State{}
 	for i, s := range steps {
 		res, changed := applyOp(st, uint64(i+1), s.op)
-		got := res.Conflict
+		got := fmt.Sprintf("ok %d", res.Index)
 		switch {
 		case res.Err != nil:
 			got = res.Err.Error()
-		case s.op.GetRelease() != nil:
-			got = fmt.Sprintf("released %v", res.Released)
+		case res.Conflict != "":
+			got = res.Conflict
+		case res.Busy != "":
+			got = "busy " + res.Busy
 		}
-		if (s.want == "") != (got == "") || !strings.Contains(got, s.want) || changed != s.changed {
+		if !strings.Contains(got, s.want) || changed != s.changed {
 			t.Errorf("step %d %v: %q changed=%v, want %q changed=%v", i+1, s.op, got, changed, s.want, s.changed)
 		}
 	}
-	// Released locks leave, a marked file stays: the table is a and b, both marked.
-	if len(st.Files) != 2 || !st.Files[0].GetDeleted() || !st.Files[1].GetDeleted() || len(st.Files[0].Locks)+len(st.Files[1].Locks) != 0 {
-		t.Errorf("table at the end: %v", st.Files)
+	if len(st.Pending) != 1 || st.Pending[0].GetKey() != b || st.Pending[0].GetIndex() != 14 || len(st.Files) != 0 {
+		t.Errorf("state at the end: pending %v, files %v", st.Pending, st.Files)
 	}
 }
 
-// The bounds are refused in Apply too, with the table unchanged.
-func TestBounds(t *testing.T) {
+// A clone lock keeps a delete mark off its object (a conflict naming the
+// holder), and a pending mark keeps a clone lock waiting (busy).
+func TestCloneLockAgainstMarks(t *testing.T) {
+	const a = "s1/data/dat_1_0"
 	st := &pb.State{}
-	for i := range MaxLocksPerFile {
-		if res, _ := applyOp(st, uint64(i+1), addLock("s1/data/dat_1_0", 1, uint64(i))); res.Err != nil || res.Conflict != "" {
-			t.Fatalf("lock %d: %+v", i, res)
+	if res, changed := applyOp(st, 1, lockClone(a, 7, 1)); res.Conflict != "" || res.Busy != "" || !changed {
+		t.Fatalf("clone lock: %+v %v", res, changed)
+	}
+	if res, changed := applyOp(st, 2, pendMark(a)); !strings.Contains(res.Conflict, "lock_by=clone:1/2/7") || changed {
+		t.Fatalf("mark on a clone-locked key: %+v %v", res, changed)
+	}
+	if res, _ := applyOp(st, 3, pendLock(a, 1, 1)); res.Index != 3 {
+		t.Fatalf("lock on a clone-locked key: %+v", res)
+	}
+	const b = "s1/data/dat_2_0"
+	applyOp(st, 4, pendMark(b))
+	if res, changed := applyOp(st, 5, lockClone(b, 8, 5)); !strings.Contains(res.Busy, "delete mark") || changed {
+		t.Fatalf("clone lock on a key with a pending mark: %+v %v", res, changed)
+	}
+}
+
+// The bound on decisions in flight is refused in Apply too, with the state
+// unchanged; a decision already pending is joined however full.
+func TestPendingBound(t *testing.T) {
+	st := &pb.State{}
+	for i := range MaxPending {
+		if res, _ := applyOp(st, uint64(i+1), pendMark(fmt.Sprintf("s1/data/dat_%d_0", i))); res.Err != nil {
+			t.Fatalf("mark %d: %+v", i, res)
 		}
 	}
-	res, changed := applyOp(st, 1000, addLock("s1/data/dat_1_0", 1, 1000))
+	res, changed := applyOp(st, MaxPending+1, pendLock("s2/data/dat_1_0", 1, 1))
 	if !errors.Is(res.Err, ErrFull) || changed {
-		t.Fatalf("lock past MaxLocksPerFile: %+v %v", res, changed)
+		t.Fatalf("a decision past MaxPending: %+v %v", res, changed)
 	}
-	for i := 1; len(st.Files) < MaxFiles; i++ {
-		applyOp(st, uint64(2000+i), markDelete(fmt.Sprintf("s1/data/dat_%d_0", i)))
+	if err := admitPend(st); !errors.Is(err, ErrFull) {
+		t.Fatalf("admission past MaxPending: %v", err)
 	}
-	for _, op := range []*pb.Op{markDelete("s2/data/dat_1_0"), addLock("s2/data/dat_1_0", 1, 1)} {
-		if res, changed := applyOp(st, 99999, op); !errors.Is(res.Err, ErrFull) || changed {
-			t.Errorf("%v past MaxFiles: %+v %v", op, res, changed)
-		}
-	}
-}
-
-// A lock already held is admitted on a full file, by the service's
-// admission as by Apply: its retry is the idempotent success the client
-// relies on after a lost answer.
-func TestHeldLockAdmittedWhenFull(t *testing.T) {
-	st := &pb.State{}
-	for i := range MaxLocksPerFile {
-		applyOp(st, uint64(i+1), addLock("s1/data/dat_1_0", 1, uint64(i)))
-	}
-	if err := admitLock(st, "s1/data/dat_1_0", 1, 3); err != nil {
-		t.Fatalf("admission of a held lock on a full file: %v", err)
-	}
-	if err := admitLock(st, "s1/data/dat_1_0", 1, 1000); !errors.Is(err, ErrFull) {
-		t.Fatalf("admission of a new lock on a full file: %v", err)
-	}
-	if res, changed := applyOp(st, 1000, addLock("s1/data/dat_1_0", 1, 3)); res.Err != nil || res.Conflict != "" || changed {
-		t.Fatalf("apply of a held lock on a full file: %+v %v", res, changed)
+	if res, changed := applyOp(st, MaxPending+2, pendMark("s1/data/dat_3_0")); res.Err != nil || res.Index != 4 || changed {
+		t.Fatalf("a pending decision joined when full: %+v %v", res, changed)
 	}
 }

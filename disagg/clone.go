@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
@@ -102,7 +103,7 @@ func (is *internalService) LockClone(ctx context.Context, req *pb.LockCloneReque
 }
 
 func (is *internalService) lockClone(ctx context.Context, req *pb.LockCloneRequest) (*pb.LockCloneResponse, error) {
-	n, _, leader, ok := is.s.owner()
+	n, m, leader, ok := is.s.owner()
 	if !ok {
 		return &pb.LockCloneResponse{NotOwner: true, Leader: string(leader)}, nil
 	}
@@ -110,18 +111,50 @@ func (is *internalService) lockClone(ctx context.Context, req *pb.LockCloneReque
 	if validMembers(members) != nil {
 		members = nil // a configuration the table cannot record does not keep the clone from its lock
 	}
-	op := &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: req.GetName(), Pool: req.GetPool(), Copyset: req.GetCopyset(),
-		Chunk: req.GetChunk(), TimeMs: time.Now().UnixMilli(), Members: members}}}
-	res, ok, err := is.s.propose(ctx, n, op)
-	switch {
-	case err != nil:
-		return nil, err
-	case !ok:
-		return &pb.LockCloneResponse{NotOwner: true, Leader: string(n.Leader())}, nil
-	case res.Err != nil:
-		return nil, status.Error(codes.ResourceExhausted, res.Err.Error())
+	for {
+		now := time.Now().UnixMilli()
+		op := &pb.Op{Op: &pb.Op_LockClone{LockClone: &pb.LockClone{Name: req.GetName(), Pool: req.GetPool(), Copyset: req.GetCopyset(),
+			Chunk: req.GetChunk(), TimeMs: now, Members: members}}}
+		res, ok, err := is.s.propose(ctx, n, op)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return &pb.LockCloneResponse{NotOwner: true, Leader: string(n.Leader())}, nil
+		case res.Err != nil:
+			return nil, status.Error(codes.ResourceExhausted, res.Err.Error())
+		case res.Busy != "":
+			if err := m.waitSettled(ctx, req.GetName(), true); err != nil {
+				return nil, status.Errorf(codes.DeadlineExceeded, "%s: %v", res.Busy, err)
+			}
+			continue
+		case res.Conflict != "":
+			return &pb.LockCloneResponse{Conflict: res.Conflict}, nil
+		}
+		return is.dataFileMarked(ctx, n, req, now)
 	}
-	return &pb.LockCloneResponse{Conflict: res.Conflict}, nil
+}
+
+// dataFileMarked ends a clone lock taken at nowMs on a data file key: the
+// file's mark is its .del object, which a mark committed before the lock
+// wrote (one after waits for the lock: Pend refuses a mark on a
+// clone-locked key). With the .del present the lock is released again
+// and the answer is the conflict.
+func (is *internalService) dataFileMarked(ctx context.Context, n *copyset.Node, req *pb.LockCloneRequest, nowMs int64) (*pb.LockCloneResponse, error) {
+	k, err := ParseKey(req.GetName())
+	if err != nil {
+		return &pb.LockCloneResponse{}, nil
+	}
+	marked, err := is.s.exists(ctx, k.DelMarkKey())
+	if err != nil || !marked {
+		return &pb.LockCloneResponse{}, err
+	}
+	op := &pb.Op{Op: &pb.Op_ReleaseClone{ReleaseClone: &pb.ReleaseClone{Name: req.GetName(), Pool: req.GetPool(), Copyset: req.GetCopyset(),
+		Chunk: req.GetChunk(), BeforeMs: nowMs + 1}}}
+	if _, ok, err := is.s.propose(ctx, n, op); err != nil || !ok {
+		return &pb.LockCloneResponse{NotOwner: err == nil, Leader: string(n.Leader())}, err
+	}
+	return &pb.LockCloneResponse{Conflict: markedReason(k.String(), k.DelMarkKey())}, nil
 }
 
 // ReleaseClone is DisaggInternal.ReleaseClone on the owner: the clone

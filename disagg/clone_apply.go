@@ -28,13 +28,8 @@ func findCloneLock(locks []*pb.CloneLock, pool, copyset uint32, chunk uint64) (i
 	})
 }
 
-// lockBy names the first lock holding f: an upstream lock object key,
-// else a clone holder; "" when none does.
+// lockBy names the first clone lock holding f ("" when none does).
 func lockBy(f *pb.DataFile) string {
-	if len(f.Locks) > 0 {
-		k, _ := ParseKey(f.GetKey()) // only data file keys hold upstream locks
-		return k.LockKey(f.Locks[0].GetStoreId(), f.Locks[0].GetSeq())
-	}
 	if len(f.CloneLocks) > 0 {
 		l := f.CloneLocks[0]
 		return CloneHolder(l.GetPool(), l.GetCopyset(), l.GetChunk())
@@ -63,7 +58,7 @@ func lockedConflict(name, by string) string {
 // dropEmpty removes the entries with neither locks nor a mark.
 func dropEmpty(st *pb.State) {
 	st.Files = slices.DeleteFunc(st.Files, func(f *pb.DataFile) bool {
-		return len(f.Locks) == 0 && len(f.CloneLocks) == 0 && !f.GetDeleted()
+		return len(f.CloneLocks) == 0 && !f.GetDeleted()
 	})
 }
 
@@ -73,6 +68,9 @@ func dropEmpty(st *pb.State) {
 // added, bounded by MaxFiles and MaxLocks. A lock taken or held records
 // op.members as the clone copyset's configuration (recordMembers).
 func applyLockClone(st *pb.State, index uint64, op *pb.LockClone) (Result, bool) {
+	if p := pendingKind(st, op.GetName(), true); p != nil {
+		return Result{Busy: busyReason(p)}, false
+	}
 	i, found := findFile(st, op.GetName())
 	var f *pb.DataFile
 	if found {
@@ -160,14 +158,15 @@ func applyReleaseClone(st *pb.State, op *pb.ReleaseClone) (Result, bool) {
 	return Result{Released: []string{CloneHolder(op.GetPool(), op.GetCopyset(), op.GetChunk())}}, true
 }
 
-// applyMarkBatch marks each name of op as applyMark would, at op's time:
+// applyMarkBatch marks each name of op as applyMark would, at op's time
+// (a data file key changes nothing: format 0's gc put them in batches):
 // a locked name is refused (Locked), one already marked stays as it is.
 // The bound comes first: a batch whose new entries would pass MaxFiles is
 // refused whole, the table unchanged.
 func applyMarkBatch(st *pb.State, index uint64, op *pb.MarkObjects) (Result, bool) {
 	fresh := 0
 	for _, name := range op.GetNames() {
-		if _, found := findFile(st, name); !found {
+		if _, found := findFile(st, name); !found && !isDataFileKey(name) {
 			fresh++
 		}
 	}

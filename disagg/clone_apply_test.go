@@ -67,14 +67,15 @@ func TestCloneAndGcOps(t *testing.T) {
 		{markObject(img, 300), "", true},
 		{markObject(img, 400), "", false}, // a second mark keeps the first time
 		{lockClone(img, 9, 500), "object is mark deleted, name=images/base.raw", false},
-		// A clone of a data file key shares its entry with upstream's locks.
+		// A clone of a data file key: a mark is refused while it holds, and
+		// its mark is its .del object, not an entry.
 		{lockClone(dat, 1, 10), "", true},
-		{markDelete(dat), "data file is locked, key=s1/data/dat_1_0 lock_by=clone:1/2/1", false},
-		{addLock(dat, 3, 3), "", true},
-		{release(3, 3), "released [lock/s1/dat_1_0.lock_s3_3]", true},
+		{pendMark(dat), "data file is locked, key=s1/data/dat_1_0 lock_by=clone:1/2/1", false},
+		{pendLock(dat, 3, 3), "", true},
+		{settle(dat, 16), "", true},
 		{releaseClone(dat, 1, 11), "released [clone:1/2/1]", true},
-		{markDelete(dat), "", true},
-		{lockClone(dat, 1, 20), "data file is mark deleted, key=s1/data/dat_1_0 delmark=s1/data/dat_1_0.del", false},
+		{pendMark(dat), "", true},
+		{lockClone(dat, 1, 20), "", false}, // busy: the pending mark
 		{forget(img, "never/there"), "released [images/base.raw]", true},
 		{forget(img), "released []", false},
 		{lockClone(img, 9, 600), "", true},  // forgotten: a new object of that name may be cloned
@@ -93,6 +94,8 @@ func TestCloneAndGcOps(t *testing.T) {
 		switch {
 		case res.Err != nil:
 			got = res.Err.Error()
+		case s.op.GetLockClone() != nil && res.Busy != "":
+			got = ""
 		case s.op.GetRelease() != nil || s.op.GetReleaseClone() != nil || s.op.GetForget() != nil:
 			got = fmt.Sprintf("released %v", res.Released)
 		}
@@ -105,10 +108,11 @@ func TestCloneAndGcOps(t *testing.T) {
 			t.Errorf("step %d applied twice changed the table", i+1)
 		}
 	}
-	// At the end: dat marked at index 19, img locked by clone 9 (index 23).
-	if len(st.Files) != 2 || st.Files[0].GetKey() != img || len(st.Files[0].CloneLocks) != 1 || st.Files[0].CloneLocks[0].GetIndex() != 23 ||
-		!st.Files[1].GetDeleted() || st.Files[1].GetMarkedIndex() != 19 {
-		t.Fatalf("table at the end: %v", st.Files)
+	// At the end: img locked by clone 9 (index 23), dat's mark pending
+	// (index 19).
+	if len(st.Files) != 1 || st.Files[0].GetKey() != img || len(st.Files[0].CloneLocks) != 1 || st.Files[0].CloneLocks[0].GetIndex() != 23 ||
+		len(st.Pending) != 1 || !st.Pending[0].GetMark() || st.Pending[0].GetIndex() != 19 {
+		t.Fatalf("state at the end: %v %v", st.Files, st.Pending)
 	}
 	var ops []*pb.Op
 	for _, s := range steps {
@@ -126,7 +130,7 @@ func TestCloneLockBounds(t *testing.T) {
 			t.Fatalf("lock %d: %+v", i, res)
 		}
 	}
-	for _, op := range []*pb.Op{lockClone("o/new", 1, 1), markObject("o/new", 1), addLock("s1/data/dat_1_0", 1, 1)} {
+	for _, op := range []*pb.Op{lockClone("o/new", 1, 1), markObject("o/new", 1)} {
 		if res, changed := applyOp(st, 99999, op); !errors.Is(res.Err, ErrFull) || changed {
 			t.Errorf("%v past MaxFiles: %+v %v", op, res, changed)
 		}
@@ -203,21 +207,22 @@ func TestCloneCopysetMembers(t *testing.T) {
 	sameFromEmpty(t, st, ops)
 }
 
-// A MarkObjects batch marks each name as MarkDelete or MarkObject would
-// at its time: a locked name is refused and reported, one already marked
-// keeps its first mark; applied again it changes nothing. Bad batches and
-// one whose new entries would pass MaxFiles are refused whole.
+// A MarkObjects batch marks each name as MarkObject would at its time: a
+// clone-locked name is refused and reported, one already marked keeps its
+// first mark, a data file key (in format 0's batches) changes nothing;
+// applied again it changes nothing. Bad batches and one whose new entries
+// would pass MaxFiles are refused whole.
 func TestMarkObjects(t *testing.T) {
-	const dat, locked = "s1/data/dat_1_0", "s1/data/dat_2_0"
+	const dat = "s1/data/dat_1_0"
 	st := &pb.State{}
-	for i, op := range []*pb.Op{lockClone("o/b", 1, 1), addLock(locked, 3, 1), markObject("o/c", 50)} {
+	for i, op := range []*pb.Op{lockClone("o/b", 1, 1), markObject("o/c", 50)} {
 		if res, changed := applyOp(st, uint64(i+1), op); res.Err != nil || !changed {
 			t.Fatalf("setup %v: %+v", op, res)
 		}
 	}
-	batch := markObjects(100, "o/a", "o/b", "o/c", dat, locked)
+	batch := markObjects(100, "o/a", "o/b", "o/c", dat)
 	res, changed := applyOp(st, 10, batch)
-	if res.Err != nil || !changed || strings.Join(res.Locked, " ") != "o/b "+locked {
+	if res.Err != nil || !changed || strings.Join(res.Locked, " ") != "o/b" {
 		t.Fatalf("batch: %+v changed=%v", res, changed)
 	}
 	marks := func() string {
@@ -229,11 +234,11 @@ func TestMarkObjects(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	if got, want := marks(), "o/a@10/100 o/c@3/50 "+dat+"@10/100"; got != want {
+	if got, want := marks(), "o/a@10/100 o/c@2/50"; got != want {
 		t.Fatalf("marks %q, want %q", got, want)
 	}
 	before := proto.CloneOf(st)
-	if res, changed := applyOp(st, 11, batch); changed || !proto.Equal(before, st) || len(res.Locked) != 2 {
+	if res, changed := applyOp(st, 11, batch); changed || !proto.Equal(before, st) || len(res.Locked) != 1 {
 		t.Fatalf("the batch again: %+v changed=%v", res, changed)
 	}
 	many := make([]string, MaxMarkBatch+1)

@@ -3,17 +3,20 @@
 // This part is the S3 lock service (upstream S3LockService): tryAddLock,
 // tryMarkDelete and GetDisaggConfig, so that several readers can share
 // data files in the object store and a garbage collector marks deleted
-// only a file no one holds. Upstream keeps the decision in one elected
-// TiFlash process (the S3 GC owner) and in S3 objects; here the lock
-// table is a replicated state machine (kind kinds.Disagg, Spec) and
-// survives the loss of any one server. The read views (EstablishDisaggTask,
-// FetchDisaggPages, CancelDisaggTask) are below, "Read views".
+// only a file no one holds. As upstream, the lock and delete-mark objects
+// in S3 say which locks and marks exist; upstream orders the decisions in
+// one elected TiFlash process (the S3 GC owner) with an in-memory latch,
+// here they are ordered by the raft log of one copyset (a state machine of
+// kind kinds.Disagg, Spec), across leader changes too. The read views
+// (EstablishDisaggTask, FetchDisaggPages, CancelDisaggTask) are below,
+// "Read views".
 //
 // Owner. Every copyset opens the machine; only the one on the lock
 // copyset (Config.LockCopyset, disagg.lock_copyset, default pool 1
 // copyset 1) is used. Its raft leader is the owner: any other server
-// answers not_owner and the client retries elsewhere (upstream's
-// S3LockClient does).
+// answers not_owner (with the owner's address in the chunkraft-owner
+// response header when it knows it) and the client retries elsewhere
+// (upstream's S3LockClient does).
 //
 // Keys (keys.go), upstream's S3 layout (TiFlash S3Filename) as object
 // names in the server's object store (an S3 store's key prefix is
@@ -26,48 +29,54 @@
 //   - lock: lock/s{store_id}/{subpath}.lock_s{lock_store_id}_{lock_seq}
 //   - delete mark: s{store_id}/data/{subpath}.del
 //
-// The decision. tryAddLock checks, on the owner, that the data file's
-// object exists and its .del does not (else conflict "data file not
-// exist" / "data file is mark deleted"); tryMarkDelete that no lock
-// object of the file exists (else conflict "data file is locked, ...
-// lock_by=<lock key>"). Then the op is proposed, and Apply decides again
-// against the table in log order: an AddLock on a marked file and a
-// MarkDelete on a locked one are conflicts. Two concurrent proposals on
-// one key, from one owner or from two across a leader change, are
-// ordered by the log, so never both a lock and a mark. Only after the
-// commit is the lock or .del object written, then the answer is success.
-// A proposal whose commit is not confirmed (leadership lost, not the
-// leader any more) answers not_owner, never success; the retry is
-// idempotent (the same lock again, a second mark, are successes that
-// change nothing), so a retry after a lost answer finds its own commit.
-// Release (chunkctl disagg lock release) removes a store's locks with
-// seq <= N through raft, then deletes their lock objects.
+// The decision (decide.go, settle.go). tryAddLock and tryMarkDelete on
+// the owner propose a Pend: Apply refuses it (busy) while a decision of
+// the other kind is pending on the key, and the owner waits for that one's
+// Settle and proposes again; a mark on a clone-locked key is a conflict.
+// With its Pend committed the owner decides by the objects, as upstream: a
+// lock needs the data file's object and no .del (else conflict "data file
+// not exist" / "data file is mark deleted"), a mark no lock object of the
+// file (else conflict "data file is locked, ... lock_by=<lock key>"). It
+// writes the lock or .del object, answers success, and the settler
+// proposes the decision's Settle. Of a lock and a mark on one key only one
+// can win: whichever committed its Pend second decides after the first
+// wrote its object. A decision nobody finishes (its owner lost the
+// leadership, its request gave up) is completed by the next owner's
+// settler, the same check and object while the key is still held. A
+// retry is idempotent (the same lock or mark pending is joined; a lock or
+// mark already written is written again). Release (chunkctl disagg lock
+// release) deletes a store's lock objects with seq <= N.
 //
 // Clone locks and gc (clone.go, reconcile.go, vanished.go, gc.go;
-// docs/disagg-gc.md). chunkraft uses the table for its own objects, keyed
-// by any object name: an @s3 clone chunk locks its source for the clone
-// (LockClone, through the owner, recording its copyset's members) before
-// its creation is proposed; a leader-only reconciler on each copyset
-// releases, after a grace, the locks of clones no longer reading their
-// source (ReleaseClone, only if the lock is still older than the cutoff),
-// and the owner those of copysets gone from the cluster for the grace
-// (complete crawls of the cluster map, seeded with the recorded members,
-// found no replica); disagg gc marks unlocked objects (MarkObjects, up to
-// 256 names an op, each marked as MarkDelete marks a data file key and
-// MarkObject any other name) and removes marked ones after a grace
-// (Forget, up to 256 names an op). Times in these ops are the proposer's clock. tryAddLock and
-// tryMarkDelete keep upstream's key validation and objects.
+// docs/disagg-gc.md). chunkraft keeps entries of its own objects in the
+// state, keyed by any object name: an @s3 clone chunk locks its source for
+// the clone (LockClone, through the owner, recording its copyset's
+// members) before its creation is proposed; a leader-only reconciler on
+// each copyset releases, after a grace, the locks of clones no longer
+// reading their source (ReleaseClone, only if the lock is still older
+// than the cutoff), and the owner those of copysets gone from the cluster
+// for the grace (complete crawls of the cluster map, seeded with the
+// recorded members, found no replica); disagg gc marks unlocked objects (a
+// data file as tryMarkDelete does; any other name with MarkObjects, up to
+// 256 names an op) and removes marked ones after a grace (Forget, up to
+// 256 names an op, for the entries). Times in these ops are the
+// proposer's clock.
 //
 // Invariants. Apply is deterministic: it reads only the state and the op,
 // never a clock, the network or the object store; a refusal is a Result
 // naming why (the same on every replica) with the state unchanged. The
-// table is bounded (MaxFiles, MaxLocksPerFile, MaxLocks), checked before
-// proposing and again in Apply; gc marks only below gcFill entries.
-// Every change appends the whole table, stamped with its log index
-// (State.applied), to disagg/state.jsonl, a
-// copyset/statefile file: any prefix of it loads as the table at some
-// earlier index, Apply skips ops at or below the loaded stamp, Sync makes
-// it durable, Files lists it (the contract of copyset/fsm.go).
+// state holds no entry per data file ever seen: decisions in flight
+// (MaxPending), clone locks and gc marks (MaxFiles, MaxLocks), each
+// checked before proposing and again in Apply; gc marks only below gcFill
+// entries. The state file disagg/table.jsonl (a copyset/statefile file)
+// is a journal of pb.Line: a base (the whole state, stamped with its log
+// index), then each op that changed it with its index; any prefix loads
+// as the state at some earlier index (the ops are applied again), Apply
+// skips ops at or below the loaded stamp, Sync makes it durable, Files
+// lists it (the contract of copyset/fsm.go). The journal is replaced by a
+// base once it outgrows its last base eightfold (and 1 MiB). Format 0's
+// whole-table file disagg/state.jsonl is converted on open and replaced
+// by a directory, which builds before format 2 cannot read.
 //
 // Read views (view*.go, docs/disagg-views.md; upstream's write-node
 // snapshots). A region is a copyset: region_id is the copyset's group id

@@ -24,29 +24,29 @@ import (
 // and names longer than the table holds (512 bytes) are never units. One
 // run:
 //
-//  1. removes every unit under P marked longer than the grace ago: its
-//     objects, a data file's .del object, then its table entry (Forget,
-//     through raft). A crash in between leaves the entry marked: the
-//     next run deletes what is left and forgets it.
-//  2. marks every other unit under P no lock holds, at the owner's clock,
-//     through raft, MaxMarkBatch (256) names per MarkObjects op: each
-//     marked as MarkDelete would mark a data file key (then its .del
-//     object is written, as tryMarkDelete does) or MarkObject any other
-//     name. A unit locked in the table (also one a lock took between the
-//     look and the commit: Apply refuses it), or a data file with a lock
-//     object in the store, is kept and reported with the lock.
+//  1. removes every unit under P marked longer than the grace ago: a data
+//     file key whose .del object is older than the grace (its objects,
+//     then the .del, as upstream's GC does), any other object whose mark
+//     in the table is (its object, then its entry: Forget, through raft).
+//     A crash in between leaves the mark: the next run finishes.
+//  2. marks every other unit under P no lock holds, at the owner's clock:
+//     a data file key as tryMarkDelete marks it (decideOnKey: refused
+//     while a lock object of it is in the store or a clone lock holds
+//     it), any other object in the table, MaxMarkBatch (256) names per
+//     MarkObjects op (refused on a clone-locked object, in log order).
+//     A unit a lock holds is kept and reported with the lock.
 //
 // Safety: a clone locks its source before it is created, a mark is
 // refused on a locked object and a lock on a marked one, in the log's
 // order; only marked units are removed. So an object a live clone reads
-// from is never collected. A unit marked before this version recorded
-// mark times counts as marked when its .del object was written (or long
-// ago without one).
+// from is never collected.
 //
-// Bounds: a run marks only while the table has fewer than gcFill (3/4 of
-// MaxFiles) entries, leaving the rest for locks; past that it stops and
-// says so (Stopped), with what it did. A later run, after the grace,
-// removes what it marked, freeing entries, and marks further.
+// Bounds: a run marks objects that are not data files only while the
+// table has fewer than gcFill (3/4 of MaxFiles) entries, leaving the rest
+// for clone locks; past that it stops and says so (Stopped), with what it
+// did. A later run, after the grace, removes what it marked, freeing
+// entries, and marks further. Data file marks are objects and take no
+// entry.
 
 // Gc is DisaggInternal.Gc on the owner.
 func (is *internalService) Gc(ctx context.Context, req *pb.GcRequest) (*pb.GcResponse, error) {
@@ -93,16 +93,12 @@ func (is *internalService) gc(ctx context.Context, req *pb.GcRequest) (*pb.GcRes
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "object store: list %q: %v", prefix, err)
 	}
-	lockObjs, err := s.deps.Objects.List(ctx, LockPrefix)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "object store: list lock objects: %v", err)
-	}
 	r := &gcRun{s: s, n: n, m: m, now: time.Now(), grace: time.Duration(req.GetGraceMs()) * time.Millisecond, resp: &pb.GcResponse{}}
 	units := r.units(prefix, objs)
 	entries, _ := m.List(prefix, 0, 0)
-	ok, err = r.remove(ctx, entries, units)
+	ok, err = r.remove(ctx, entries, delMarks(objs), units)
 	if err == nil && ok {
-		ok, err = r.mark(ctx, units, lockedFiles(lockObjs))
+		ok, err = r.mark(ctx, units)
 	}
 	switch {
 	case err != nil:
@@ -144,63 +140,49 @@ func (r *gcRun) units(prefix string, objs []objstore.ObjectInfo) map[string][]st
 	return units
 }
 
-// lockedFiles maps each data file key with a lock object in the store to
-// its first lock object.
-func lockedFiles(lockObjs []objstore.ObjectInfo) map[string]string {
-	out := map[string]string{}
-	for _, o := range lockObjs {
-		if k, _, _, ok := parseLockObject(o.Name); ok {
-			if _, seen := out[k.String()]; !seen {
-				out[k.String()] = o.Name
-			}
+// delMarks maps each data file key with a .del object among objs to the
+// .del object's time.
+func delMarks(objs []objstore.ObjectInfo) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, o := range objs {
+		if key, ok := strings.CutSuffix(o.Name, DelMarkSuffix); ok && isDataFileKey(key) {
+			out[key] = o.ModTime
 		}
 	}
 	return out
 }
 
-// markedAt is when entry f was marked: its recorded time, else a data
-// file's .del object's, else long ago.
-func (r *gcRun) markedAt(ctx context.Context, f *pb.DataFile) (time.Time, error) {
-	if f.GetMarkedMs() != 0 {
-		return time.UnixMilli(f.GetMarkedMs()), nil
-	}
-	k, err := ParseKey(f.GetKey())
-	if err != nil {
-		return time.Time{}, nil
-	}
-	info, err := r.s.deps.Objects.Stat(ctx, k.DelMarkKey())
-	switch {
-	case err == nil:
-		return info.ModTime, nil
-	case errors.Is(err, objstore.ErrNotExist):
-		return time.Time{}, nil
-	}
-	return time.Time{}, status.Errorf(codes.Unavailable, "object store: %v", err)
-}
-
-// remove deletes the units marked longer than the grace ago and forgets
-// their entries; those within the grace are reported waiting. Both leave
+// remove deletes the units marked longer than the grace ago (data file
+// keys by their .del objects, other objects by their entries, which it
+// then forgets); those within the grace are reported waiting. Both leave
 // units. ok is false when the owner lost its leadership.
-func (r *gcRun) remove(ctx context.Context, entries []*pb.DataFile, units map[string][]string) (bool, error) {
-	var gone []string
+func (r *gcRun) remove(ctx context.Context, entries []*pb.DataFile, dels map[string]time.Time, units map[string][]string) (bool, error) {
+	type marked struct {
+		name  string
+		at    time.Time
+		entry bool // a table entry, forgotten once removed
+	}
+	var all []marked
 	for _, f := range entries {
-		if !f.GetDeleted() {
-			continue
+		if f.GetDeleted() && !isDataFileKey(f.GetKey()) {
+			all = append(all, marked{f.GetKey(), time.UnixMilli(f.GetMarkedMs()), true})
 		}
-		name := f.GetKey()
-		at, err := r.markedAt(ctx, f)
-		if err != nil {
-			return false, err
-		}
-		report := &pb.GcObject{Name: name, MarkedMs: at.UnixMilli()}
-		if r.now.Sub(at) < r.grace {
+	}
+	for key, at := range dels {
+		all = append(all, marked{key, at, false})
+	}
+	slices.SortFunc(all, func(a, b marked) int { return strings.Compare(a.name, b.name) })
+	var gone []string
+	for _, u := range all {
+		report := &pb.GcObject{Name: u.name, MarkedMs: u.at.UnixMilli()}
+		if r.now.Sub(u.at) < r.grace {
 			r.resp.Waiting = append(r.resp.Waiting, report)
-			delete(units, name)
+			delete(units, u.name)
 			continue
 		}
-		doomed := units[name]
-		if k, err := ParseKey(name); err == nil {
-			doomed = append(doomed, k.DelMarkKey())
+		doomed := units[u.name]
+		if !u.entry {
+			doomed = append(doomed, u.name+DelMarkSuffix) // the .del last: what is left stays marked
 		}
 		for _, o := range doomed {
 			if err := r.s.deps.Objects.Delete(ctx, o); err != nil {
@@ -208,9 +190,11 @@ func (r *gcRun) remove(ctx context.Context, entries []*pb.DataFile, units map[st
 				return r.forget(ctx, gone)
 			}
 		}
-		gone = append(gone, name)
+		if u.entry {
+			gone = append(gone, u.name)
+		}
 		r.resp.Removed = append(r.resp.Removed, report)
-		delete(units, name)
+		delete(units, u.name)
 	}
 	return r.forget(ctx, gone)
 }
@@ -229,17 +213,20 @@ func (r *gcRun) forget(ctx context.Context, names []string) (bool, error) {
 	return true, nil
 }
 
-// mark marks every unit no lock holds, in name order, in batches of up to
-// MaxMarkBatch names (one MarkObjects op each), while the table has room
+// mark marks every unit no lock holds, in name order: data file keys one
+// by one as tryMarkDelete does, the others in batches of up to
+// MaxMarkBatch names (one MarkObjects op each) while the table has room
 // (gcFill).
-func (r *gcRun) mark(ctx context.Context, units map[string][]string, lockObjs map[string]string) (bool, error) {
+func (r *gcRun) mark(ctx context.Context, units map[string][]string) (bool, error) {
 	var todo []string
 	for _, name := range slices.Sorted(maps.Keys(units)) {
-		if by := r.m.lockBy(name); by != "" {
-			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: by})
+		if k, err := ParseKey(name); err == nil {
+			if ok, err := r.markFile(ctx, k); err != nil || !ok {
+				return ok, err
+			}
 			continue
 		}
-		if by, ok := lockObjs[name]; ok {
+		if by := r.m.lockBy(name); by != "" {
 			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: by})
 			continue
 		}
@@ -248,7 +235,7 @@ func (r *gcRun) mark(ctx context.Context, units map[string][]string, lockObjs ma
 	for len(todo) > 0 {
 		size := r.m.size()
 		if size >= gcFill {
-			r.resp.Stopped = fmt.Sprintf("the lock table holds %d entries: gc marks up to %d of its %d (the rest stays for locks); run gc again after the grace to remove what it marked and go on",
+			r.resp.Stopped = fmt.Sprintf("the lock table holds %d entries: gc marks up to %d of its %d (the rest stays for clone locks); run gc again after the grace to remove what it marked and go on",
 				size, gcFill, MaxFiles)
 			return true, nil
 		}
@@ -261,10 +248,31 @@ func (r *gcRun) mark(ctx context.Context, units map[string][]string, lockObjs ma
 	return true, nil
 }
 
-// markBatch proposes the marks of names (ascending) in one MarkObjects op,
-// writes the .del objects of the data file keys it marked (as
-// tryMarkDelete does) and reports each name marked, or locked when a lock
-// committed first.
+// markFile marks data file k as tryMarkDelete does and reports it marked,
+// or locked with the lock that refused it.
+func (r *gcRun) markFile(ctx context.Context, k Key) (bool, error) {
+	res, err := r.s.decideOnKey(ctx, r.n, r.m, k, true, 0, 0)
+	switch {
+	case err != nil:
+		return false, err
+	case res.GetNotOwner() != nil:
+		return false, nil
+	case res.GetConflict() != nil:
+		reason := res.GetConflict().GetReason()
+		by := reason
+		if i := strings.Index(reason, "lock_by="); i >= 0 {
+			by = reason[i+len("lock_by="):]
+		}
+		r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: k.String(), LockBy: by})
+		return true, nil
+	}
+	r.resp.Marked = append(r.resp.Marked, &pb.GcObject{Name: k.String(), MarkedMs: r.now.UnixMilli()})
+	return true, nil
+}
+
+// markBatch proposes the marks of names (ascending, none a data file key)
+// in one MarkObjects op and reports each name marked, or locked when a
+// clone lock committed first.
 func (r *gcRun) markBatch(ctx context.Context, names []string) (bool, error) {
 	op := &pb.Op{Op: &pb.Op_MarkObjects{MarkObjects: &pb.MarkObjects{Names: names, TimeMs: r.now.UnixMilli()}}}
 	res, ok, err := r.s.propose(ctx, r.n, op)
@@ -279,17 +287,12 @@ func (r *gcRun) markBatch(ctx context.Context, names []string) (bool, error) {
 			r.resp.Locked = append(r.resp.Locked, &pb.GcObject{Name: name, LockBy: r.m.lockBy(name)})
 			continue
 		}
-		if k, err := ParseKey(name); err == nil {
-			if err := r.s.putEmpty(ctx, k.DelMarkKey(), "the delete mark"); err != nil {
-				return false, err
-			}
-		}
 		r.resp.Marked = append(r.resp.Marked, &pb.GcObject{Name: name, MarkedMs: r.now.UnixMilli()})
 	}
 	return true, nil
 }
 
-// lockBy names the first lock holding name in the table ("" none).
+// lockBy names the first clone lock holding name in the table ("" none).
 func (m *Machine) lockBy(name string) string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

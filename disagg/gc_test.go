@@ -11,11 +11,13 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
-// gc marks in batches: 600 units, one of them locked, take three
-// MarkObjects proposals (256 + 256 + 87 names) where one per name took
-// 599; the locked one is still kept and reported, the data file keys get
-// their .del objects, and the removal forgets them in three proposals
-// too.
+// gc marks the objects that are not data files in batches and the data
+// files as tryMarkDelete does: of 600 units, one of them clone-locked,
+// the 300 data file keys take a decision each (their .del objects are
+// their marks) and the 300 others two MarkObjects proposals (256 + 44
+// names); the locked one is kept and reported. The removal deletes the
+// data files by their .del objects, with no proposal, and forgets the
+// others' entries in two proposals.
 func TestGcMarksInBatches(t *testing.T) {
 	c, n := lockCopyset(t)
 	ctx := t.Context()
@@ -55,8 +57,8 @@ func TestGcMarksInBatches(t *testing.T) {
 	}
 	r, proposals := gc(3600_000)
 	if len(r.GetMarked()) != units-1 || len(r.GetLocked()) != 1 || r.GetLocked()[0].GetName() != locked ||
-		r.GetLocked()[0].GetLockBy() != "clone:1/1/7" || proposals != 3 {
-		t.Fatalf("gc: %d marked, locked %v, %d proposals (want %d, [%s], 3)", len(r.GetMarked()), r.GetLocked(), proposals, units-1, locked)
+		r.GetLocked()[0].GetLockBy() != "clone:1/1/7" || proposals != units/2+2 {
+		t.Fatalf("gc: %d marked, locked %v, %d proposals (want %d, [%s], %d)", len(r.GetMarked()), r.GetLocked(), proposals, units-1, locked, units/2+2)
 	}
 	objs, err := st.List(ctx, "s9/data/")
 	if err != nil {
@@ -72,7 +74,7 @@ func TestGcMarksInBatches(t *testing.T) {
 		t.Fatalf("%d .del objects, want %d", dels, units/2)
 	}
 	r, proposals = gc(0)
-	if len(r.GetRemoved()) != units-1 || len(r.GetLocked()) != 1 || proposals != 3 {
+	if len(r.GetRemoved()) != units-1 || len(r.GetLocked()) != 1 || proposals != 2 {
 		t.Fatalf("second gc: %d removed, locked %v, %d proposals", len(r.GetRemoved()), r.GetLocked(), proposals)
 	}
 	if objs, err := st.List(ctx, "s9/"); err != nil || len(objs) != 1 || objs[0].Name != locked {

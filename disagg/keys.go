@@ -161,3 +161,9 @@ func parseLockObject(name string) (k Key, lockStore, lockSeq uint64, ok bool) {
 	}
 	return k, lockStore, lockSeq, true
 }
+
+// isDataFileKey reports whether name is a data file key (ParseKey).
+func isDataFileKey(name string) bool {
+	_, err := ParseKey(name)
+	return err == nil
+}

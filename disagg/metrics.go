@@ -41,7 +41,31 @@ func (s *Service) countLock(op string, r *dpb.S3LockResult, err error) {
 
 // Collectors returns the service's metrics, for the server's registry.
 func (s *Service) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.requests, s.viewRequests}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chunkraft_disagg_pending_decisions",
+		Help: "Lock and mark decisions in flight in this server's replica of the lock copyset (0 where it hosts none)."},
+		func() float64 {
+			if s.copysets == nil {
+				return 0
+			}
+			n := s.copysets.Get(s.group)
+			if n == nil {
+				return 0
+			}
+			m, ok := MachineOf(n)
+			if !ok {
+				return 0
+			}
+			m.mu.RLock()
+			defer m.mu.RUnlock()
+			return float64(len(m.st.Pending))
+		})
+	return []prometheus.Collector{s.requests, s.viewRequests, pending, s.orphans}
+}
+
+// newOrphansMetric is chunkraft_disagg_orphans_completed_total.
+func newOrphansMetric() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "chunkraft_disagg_orphans_completed_total",
+		Help: "Lock and mark decisions this server's settler completed because no request of its own was finishing them (left by a previous owner, or by a request that gave up)."})
 }
 
 // countInternal records one DisaggInternal answer.

@@ -11,26 +11,28 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
-// The table's bounds: admission (the service, before proposing) and Apply
-// refuse an op that would pass them.
+// The state's bounds: admission (the service, before proposing) and Apply
+// refuse an op that would pass them. Upstream's locks and delete marks are
+// objects in S3 and count against none of them.
 const (
-	// MaxFiles bounds the data files the table holds (locked or marked).
+	// MaxFiles bounds the table's entries: objects clone locks hold or
+	// disagg gc marked (not data files: their marks are .del objects).
 	MaxFiles = 4096
-	// MaxLocksPerFile bounds the locks on one data file.
-	MaxLocksPerFile = 64
-	// MaxLocks bounds the locks of the whole table (upstream's and clone
-	// locks).
+	// MaxLocks bounds the clone locks of the table.
 	MaxLocks = 16384
+	// MaxPending bounds the lock and mark decisions in flight.
+	MaxPending = 4096
 	// MaxForget bounds the names of one Forget op, MaxMarkBatch those of
-	// one MarkObjects op.
+	// one MarkObjects op, MaxSettle the decisions of one Settle op.
 	MaxForget    = 256
 	MaxMarkBatch = 256
+	MaxSettle    = 256
 	// MaxCloneMembers bounds the members a LockClone records for its
 	// copyset, and maxPeerLen the length of each.
 	MaxCloneMembers = 16
 	maxPeerLen      = 256
 	// gcFill is the most entries disagg gc fills the table to with its
-	// marks: the rest stays for locks.
+	// marks: the rest stays for clone locks.
 	gcFill = MaxFiles * 3 / 4
 )
 
@@ -43,9 +45,16 @@ var (
 
 // Result is the apply result of every disagg op.
 type Result struct {
-	// Conflict, when not empty, is why an AddLock or MarkDelete was
-	// refused (upstream's conflict reason); nothing changed.
+	// Conflict, when not empty, is why a Pend (a mark on a clone-locked
+	// key), a LockClone or a MarkObject was refused; nothing changed.
 	Conflict string
+	// Busy, when not empty, says which decision of the other kind is
+	// pending on the key of a Pend or LockClone; nothing changed: the
+	// proposer waits for its Settle and proposes again.
+	Busy string
+	// Index is a Pend's: the index of the pending decision it added or
+	// joined.
+	Index uint64
 	// Released are the lock keys a Release removed, the clone holder a
 	// ReleaseClone removed, the names a Forget removed; ascending.
 	Released []string
@@ -78,6 +87,19 @@ func validateOp(op *pb.Op) error {
 		_, err := ParseKey(o.MarkDelete.GetKey())
 		return err
 	case *pb.Op_Release:
+		return nil
+	case *pb.Op_Pend:
+		_, err := ParseKey(o.Pend.GetKey())
+		return err
+	case *pb.Op_Settle:
+		if n := len(o.Settle.GetDone()); n == 0 || n > MaxSettle {
+			return fmt.Errorf("settle of %d decisions (1 to %d)", n, MaxSettle)
+		}
+		for _, ref := range o.Settle.GetDone() {
+			if _, err := ParseKey(ref.GetKey()); err != nil {
+				return err
+			}
+		}
 		return nil
 	case *pb.Op_LockClone:
 		if err := validMembers(o.LockClone.GetMembers()); err != nil {

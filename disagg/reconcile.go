@@ -26,9 +26,16 @@ import (
 // comes more than the grace after its lock could lose it: the grace
 // (default 10m) is far longer than a proposal takes.
 
-// Start starts the reconciler (nothing with clone locks disabled or no
-// CloneOf).
+// Start starts the settler of the owner's decisions (settle.go) and the
+// reconciler (not with clone locks disabled or no CloneOf).
 func (s *Service) Start() error {
+	sw, err := s.copysets.StartLeaderWorker(s.settleWork, copyset.LeaderWorkerOptions{Name: "disagg-settler", RetryDelay: time.Second})
+	if err != nil {
+		return fmt.Errorf("disagg: %w", err)
+	}
+	s.mu.Lock()
+	s.settling = sw
+	s.mu.Unlock()
 	c := s.deps.Config.Clones
 	if c.Disabled || s.deps.CloneOf == nil {
 		return nil
@@ -46,11 +53,14 @@ func (s *Service) Start() error {
 // Stop stops the reconciler and waits for its runs. Idempotent.
 func (s *Service) Stop() {
 	s.mu.Lock()
-	w := s.reconciler
-	s.reconciler = nil
+	w, sw := s.reconciler, s.settling
+	s.reconciler, s.settling = nil, nil
 	s.mu.Unlock()
 	if w != nil {
 		w.Stop()
+	}
+	if sw != nil {
+		sw.Stop()
 	}
 }
 

@@ -9,11 +9,11 @@ import (
 	"slices"
 	gosync "sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -104,8 +104,12 @@ type Service struct {
 	views        *viewTasks
 	viewRequests *prometheus.CounterVec
 
+	settler *settler // the owner's decisions (settle.go)
+	orphans prometheus.Counter
+
 	mu         gosync.Mutex
 	reconciler *copyset.LeaderWorker // set by Start, stopped by Stop
+	settling   *copyset.LeaderWorker // settleWork; set by Start, stopped by Stop
 	lastOwner  copyset.PeerID        // the remote owner that last answered (owner_call.go)
 
 	vanishedLooks atomic.Int64 // VanishedLooks
@@ -115,7 +119,7 @@ type Service struct {
 func New(deps Deps) *Service {
 	g := copyset.NewGroupID(deps.Config.LockCopyset.Pool, deps.Config.LockCopyset.Copyset)
 	s := &Service{deps: deps, log: deps.Logger.With("component", "disagg"), group: g, requests: newRequestsMetric(),
-		views: newViewTasks(), viewRequests: newViewRequestsMetric()}
+		views: newViewTasks(), viewRequests: newViewRequestsMetric(), settler: newSettler(), orphans: newOrphansMetric()}
 	s.internal = &internalService{s: s}
 	return s
 }
@@ -218,10 +222,9 @@ func (s *Service) putEmpty(ctx context.Context, name, what string) error {
 }
 
 // TryAddLock is upstream tryAddLock: a non-data-file key is a gRPC error;
-// not the owner → not_owner; the data file missing in the object store or
-// its delete mark present → conflict; else the lock is committed through
-// raft (where a mark committed first makes it a conflict), its lock object
-// written, and the answer is success.
+// not the owner → not_owner; else the decision (decideOnKey): the data
+// file missing in the object store, or its delete mark present, is a
+// conflict; else the lock object is written and the answer is success.
 func (s *Service) TryAddLock(ctx context.Context, key []byte, lockStore, lockSeq uint64) (*dpb.S3LockResult, error) {
 	k, err := parseKey(key)
 	if err != nil {
@@ -231,53 +234,13 @@ func (s *Service) TryAddLock(ctx context.Context, key []byte, lockStore, lockSeq
 	if !ok {
 		return notOwner(), nil
 	}
-	if err := m.admitLock(k.String(), lockStore, lockSeq); err != nil {
-		return nil, status.Error(codes.ResourceExhausted, err.Error())
-	}
-	exists, err := s.exists(ctx, k.ExistsObject())
-	if err != nil {
-		return nil, err
-	}
-	if !exists {
-		return conflict(fmt.Sprintf("data file not exist, key=%s", k)), nil
-	}
-	marked, err := s.exists(ctx, k.DelMarkKey())
-	if err != nil {
-		return nil, err
-	}
-	if marked {
-		return conflict(markedReason(k.String(), k.DelMarkKey())), nil
-	}
-	op := &pb.Op{Op: &pb.Op_AddLock{AddLock: &pb.AddLock{Key: k.String(), LockStoreId: lockStore, LockSeq: lockSeq}}}
-	return s.decide(ctx, n, op, k.LockKey(lockStore, lockSeq), "the lock")
-}
-
-// decide commits op through n and answers: the conflict Apply found,
-// not_owner when the commit is not confirmed, or success once the empty
-// object has been written.
-func (s *Service) decide(ctx context.Context, n *copyset.Node, op *pb.Op, object, what string) (*dpb.S3LockResult, error) {
-	res, ok, err := s.propose(ctx, n, op)
-	switch {
-	case err != nil:
-		return nil, err
-	case !ok:
-		return notOwner(), nil
-	case res.Err != nil:
-		return nil, status.Error(codes.ResourceExhausted, res.Err.Error())
-	case res.Conflict != "":
-		return conflict(res.Conflict), nil
-	}
-	if err := s.putEmpty(ctx, object, what); err != nil {
-		return nil, err
-	}
-	return success(), nil
+	return s.decideOnKey(ctx, n, m, k, false, lockStore, lockSeq)
 }
 
 // TryMarkDelete is upstream tryMarkDelete: a non-data-file key is a gRPC
-// error; not the owner → not_owner; a lock object of the file in the
-// object store → conflict; else the mark is committed through raft (where
-// a lock committed first makes it a conflict), the .del object written,
-// and the answer is success.
+// error; not the owner → not_owner; else the decision (decideOnKey): a
+// lock object of the file in the object store, or a clone lock on it, is
+// a conflict; else the .del object is written and the answer is success.
 func (s *Service) TryMarkDelete(ctx context.Context, key []byte) (*dpb.S3LockResult, error) {
 	k, err := parseKey(key)
 	if err != nil {
@@ -287,22 +250,7 @@ func (s *Service) TryMarkDelete(ctx context.Context, key []byte) (*dpb.S3LockRes
 	if !ok {
 		return notOwner(), nil
 	}
-	if err := m.admitMark(k.String()); err != nil {
-		return nil, status.Error(codes.ResourceExhausted, err.Error())
-	}
-	locks, err := s.deps.Objects.List(ctx, k.LockObjectPrefix())
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "object store: %v", err)
-	}
-	if len(locks) > 0 {
-		return conflict(lockedReason(k.String(), locks[0].Name)), nil
-	}
-	return s.decide(ctx, n, markDeleteOp(k, time.Now()), k.DelMarkKey(), "the delete mark")
-}
-
-// markDeleteOp is the MarkDelete of data file k at now.
-func markDeleteOp(k Key, now time.Time) *pb.Op {
-	return &pb.Op{Op: &pb.Op_MarkDelete{MarkDelete: &pb.MarkDelete{Key: k.String(), TimeMs: now.UnixMilli()}}}
+	return s.decideOnKey(ctx, n, m, k, true, 0, 0)
 }
 
 // DisaggConfig is GetDisaggConfig: the S3 object store's bucket, key
@@ -323,9 +271,35 @@ type tikvService struct {
 	s *Service
 }
 
+// OwnerHeader is the gRPC response header a not_owner answer of
+// tryAddLock and tryMarkDelete carries when this server knows the owner:
+// its address (host:port). Upstream's NotOwner has no field for it;
+// clients that do not read headers lose nothing.
+const OwnerHeader = "chunkraft-owner"
+
+// hintOwner sets OwnerHeader on a not_owner answer r.
+func (s *Service) hintOwner(ctx context.Context, r *dpb.S3LockResult) {
+	if r.GetNotOwner() == nil {
+		return
+	}
+	var owner copyset.PeerID
+	if n := s.copysets.Get(s.group); n != nil {
+		owner = n.Leader()
+	}
+	if owner == "" {
+		s.mu.Lock()
+		owner = s.lastOwner
+		s.mu.Unlock()
+	}
+	if owner != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(OwnerHeader, owner.Addr())) // a hint: the answer stands without it
+	}
+}
+
 func (t *tikvService) TryAddLock(ctx context.Context, req *dpb.TryAddLockRequest) (*dpb.TryAddLockResponse, error) {
 	r, err := t.s.TryAddLock(ctx, req.GetDataFileKey(), req.GetLockStoreId(), req.GetLockSeq())
 	t.s.countLock("lock", r, err)
+	t.s.hintOwner(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -335,6 +309,7 @@ func (t *tikvService) TryAddLock(ctx context.Context, req *dpb.TryAddLockRequest
 func (t *tikvService) TryMarkDelete(ctx context.Context, req *dpb.TryMarkDeleteRequest) (*dpb.TryMarkDeleteResponse, error) {
 	r, err := t.s.TryMarkDelete(ctx, req.GetDataFileKey())
 	t.s.countLock("mark_delete", r, err)
+	t.s.hintOwner(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -367,14 +342,22 @@ func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.L
 		return &pb.ListResponse{NotOwner: true, Leader: string(n.Leader())}, nil
 	}
 	files, applied := m.List(req.GetPrefix(), req.GetHolderPool(), req.GetHolderCopyset())
-	return &pb.ListResponse{Files: files, Applied: applied, Pool: is.s.group.Pool(), Copyset: is.s.group.Copyset(),
-		Copysets: m.cloneCopysets(req.GetHolderPool(), req.GetHolderCopyset())}, nil
+	resp := &pb.ListResponse{Applied: applied, Pool: is.s.group.Pool(), Copyset: is.s.group.Copyset(),
+		Copysets: m.cloneCopysets(req.GetHolderPool(), req.GetHolderCopyset())}
+	if req.GetHolderPool() == 0 {
+		var err error
+		if files, err = is.s.withObjects(ctx, req.GetPrefix(), files); err != nil {
+			return nil, err
+		}
+		resp.Pending = m.pendings(req.GetPrefix())
+	}
+	resp.Files = files
+	return resp, nil
 }
 
-// Release commits the removal of the store's locks with seq <= up_to_seq
-// and then deletes their lock objects, and any other lock object of the
-// store up to that seq that the table does not hold (one a failed earlier
-// release left behind).
+// Release deletes the store's lock objects with seq <= up_to_seq (what
+// upstream's GC of a store's superseded locks does): the objects are the
+// locks, so no op goes through raft.
 func (is *internalService) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	resp, err := is.release(ctx, req)
 	result := "success"
@@ -390,38 +373,22 @@ func (is *internalService) Release(ctx context.Context, req *pb.ReleaseRequest) 
 
 func (is *internalService) release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	s := is.s
-	n, m, leader, ok := s.owner()
-	if !ok {
+	if _, _, leader, ok := s.owner(); !ok {
 		return &pb.ReleaseResponse{NotOwner: true, Leader: string(leader)}, nil
-	}
-	res, ok, err := s.propose(ctx, n, &pb.Op{Op: &pb.Op_Release{Release: &pb.Release{LockStoreId: req.GetLockStoreId(), UpToSeq: req.GetUpToSeq()}}})
-	switch {
-	case err != nil:
-		return nil, err
-	case !ok:
-		return &pb.ReleaseResponse{NotOwner: true, Leader: string(n.Leader())}, nil
-	case res.Err != nil:
-		return nil, status.Error(codes.FailedPrecondition, res.Err.Error())
 	}
 	objs, err := s.deps.Objects.List(ctx, LockPrefix)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "released %d locks; listing lock objects: %v", len(res.Released), err)
+		return nil, status.Errorf(codes.Unavailable, "listing lock objects: %v", err)
 	}
-	// The table is read after the listing: a lock object listed was
-	// written after its lock committed, so a held lock is in the table.
-	drop := res.Released // ascending
+	var drop []string
 	for _, o := range objs {
-		k, store, seq, ok := parseLockObject(o.Name)
-		if !ok || store != req.GetLockStoreId() || seq > req.GetUpToSeq() || m.holds(k.String(), store, seq) {
-			continue
-		}
-		if _, released := slices.BinarySearch(res.Released, o.Name); !released {
+		if _, store, seq, ok := parseLockObject(o.Name); ok && store == req.GetLockStoreId() && seq <= req.GetUpToSeq() {
 			drop = append(drop, o.Name)
 		}
 	}
-	for _, name := range drop {
+	for i, name := range drop {
 		if err := s.deps.Objects.Delete(ctx, name); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "released %d locks; deleting lock object %s: %v (run the release again)", len(res.Released), name, err)
+			return nil, status.Errorf(codes.Unavailable, "released %d locks; deleting lock object %s: %v (run the release again)", i, name, err)
 		}
 	}
 	slices.Sort(drop)

@@ -362,6 +362,19 @@ func (s *Service) Fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, s
 	return ferr // the stream itself failed
 }
 
+// notLedHere is the 503 of a Fetch on a server that does not lead g (n
+// its replica, nil when it hosts none): the message names the leader's
+// address when the replica knows it.
+func notLedHere(g copyset.GroupID, n *copyset.Node) error {
+	if n == nil {
+		return fetchErr(CodeNotLeader, "copyset %d/%d is not led here (no replica here)", g.Pool(), g.Copyset())
+	}
+	if l := n.Leader(); l != "" {
+		return fetchErr(CodeNotLeader, "copyset %d/%d is not led here; leader %s", g.Pool(), g.Copyset(), l.Addr())
+	}
+	return fetchErr(CodeNotLeader, "copyset %d/%d is not led here; no leader known", g.Pool(), g.Copyset())
+}
+
 func (s *Service) fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, send func(*dpb.PagesPacket) error) error {
 	meta := req.GetSnapshotId()
 	if meta == nil {
@@ -372,6 +385,10 @@ func (s *Service) fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, s
 	}
 	if len(req.GetPageIds()) > maxPagesPerReq {
 		return fetchErr(CodeInvalid, "%d page ids, at most %d", len(req.GetPageIds()), maxPagesPerReq)
+	}
+	g := copyset.NewGroupID(uint32(req.GetTableId()), uint32(req.GetSegmentId()))
+	if n := s.copysets.Get(g); n == nil || !n.IsLeader() {
+		return notLedHere(g, n)
 	}
 	key := taskKey(meta)
 	t := s.findTask(key)
@@ -385,7 +402,6 @@ func (s *Service) fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, s
 		}
 		return fetchErr(CodeNotFound, "snapshot %s not found", key)
 	}
-	g := copyset.NewGroupID(uint32(req.GetTableId()), uint32(req.GetSegmentId()))
 	vt.mu.Lock()
 	vt.extend(t, time.Now().Add(RefreshLease))
 	seg := t.segs[g]
@@ -396,7 +412,7 @@ func (s *Service) fetch(ctx context.Context, req *dpb.FetchDisaggPagesRequest, s
 	}
 	n := s.copysets.Get(g)
 	if n == nil || !n.IsLeader() {
-		return fetchErr(CodeNotLeader, "copyset %d/%d is not led here", g.Pool(), g.Copyset())
+		return notLedHere(g, n)
 	}
 	if _, err := n.ReadBarrier(ctx); err != nil {
 		return fetchErr(CodeNotLeader, "copyset %d/%d: %v", g.Pool(), g.Copyset(), err)

@@ -99,6 +99,35 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 	})
 }
 
+// s3CloneCluster starts n servers on an in-process S3 server over HTTP
+// (bucket, no prefix), with clone locks of a 2 s grace looked at every
+// 200 ms, and returns them with a store on the bucket.
+func s3CloneCluster(t *testing.T, ctx context.Context, n int, bucket string) (*cluster, objstore.Store) {
+	t.Helper()
+	endpoint := fakes3.Start(t, nil)
+	st, err := objstore.NewS3(ctx, objstore.S3Config{Endpoint: endpoint, Bucket: bucket, AccessKey: "a", SecretKey: "b",
+		Region: "us-east-1", BucketLookup: "path", CreateBucket: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c := startClusterWithConfig(t, n, fmt.Sprintf(`object_store:
+  kind: s3
+  s3:
+    endpoint: %s
+    bucket: %s
+    access_key: a
+    secret_key: b
+    region: us-east-1
+    bucket_lookup: path
+disagg:
+  clone_locks:
+    grace: 2s
+    interval: 200ms
+`, endpoint, bucket))
+	return c, st
+}
+
 // TestCloneLocksAcrossKill: @s3 clones over an S3 server on real HTTP,
 // their source locks taken and released across kill -9. Clones are
 // created while the lock owner is killed and restarted: afterwards every
@@ -114,27 +143,7 @@ func TestCloneLocksAcrossKill(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	endpoint := fakes3.Start(t, nil)
-	st, err := objstore.NewS3(ctx, objstore.S3Config{Endpoint: endpoint, Bucket: "clones", AccessKey: "a", SecretKey: "b",
-		Region: "us-east-1", BucketLookup: "path", CreateBucket: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	c := startClusterWithConfig(t, 3, fmt.Sprintf(`object_store:
-  kind: s3
-  s3:
-    endpoint: %s
-    bucket: clones
-    access_key: a
-    secret_key: b
-    region: us-east-1
-    bucket_lookup: path
-disagg:
-  clone_locks:
-    grace: 2s
-    interval: 200ms
-`, endpoint))
+	c, st := s3CloneCluster(t, ctx, 3, "clones")
 	copysets := c.createCopysets(t, 2) // 1/1 is the lock copyset
 	for i := range cloneLockClones {
 		if err := st.Put(ctx, cloneSource(i), bytes.NewReader([]byte("source")), 6); err != nil {

@@ -1,6 +1,6 @@
 // Package statefile is the append-only file in which a small replicated
 // state machine keeps its whole state (integrity scan jobs, epoch fences,
-// sync sub-tasks, the disagg lock table): each change appends one line holding
+// sync sub-tasks): each change appends one line holding
 // the whole state, usually as JSON stamped with the log index that produced
 // it, so that a machine reopened on the file knows which ops it already
 // reflects and skips them on replay.
@@ -24,6 +24,13 @@
 // It is a leaf: of this module it imports only internal/atomicfile, and it
 // must not import copyset itself or any service package, so that copyset
 // and every machine may use it.
+//
+// A machine whose state is too large to append whole on every change
+// keeps a journal instead: AppendEntry appends a line holding one change
+// (never compacted away by itself), and Replace writes the whole state as
+// the file's only line when the machine decides the journal has grown
+// enough (disagg's table.jsonl). Any prefix of a journal is still an
+// earlier state: its base, then the changes in order.
 //
 // The on-disk format is the caller's lines, each ended by '\n'; this
 // package adds nothing to them.

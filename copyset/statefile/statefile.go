@@ -97,6 +97,11 @@ func (s *File) Append(line []byte) error {
 	if s.size > CompactMinBytes && s.size > 8*int64(len(line)) {
 		return s.compactLocked(line)
 	}
+	return s.appendLocked(line)
+}
+
+// appendLocked appends line (ended by '\n').
+func (s *File) appendLocked(line []byte) error {
 	if s.f == nil {
 		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -117,6 +122,32 @@ func (s *File) Append(line []byte) error {
 		return fmt.Errorf("state file %s: append: %w", s.path, err)
 	}
 	return nil
+}
+
+// AppendEntry appends one journal line (without its '\n'): a line that
+// holds a change rather than the whole state, which a compaction must not
+// replace the file with. The machine calls Replace with its whole state
+// when the file has grown enough. It may append to line's backing array.
+func (s *File) AppendEntry(line []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appendLocked(append(line, '\n'))
+}
+
+// Replace replaces the file with line (without its '\n') alone, durably:
+// a journal's compaction to its whole state. It may append to line's
+// backing array.
+func (s *File) Replace(line []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compactLocked(append(line, '\n'))
+}
+
+// Size is the file's size in bytes.
+func (s *File) Size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size
 }
 
 // compactLocked replaces the file with line alone, durably.

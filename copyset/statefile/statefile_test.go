@@ -164,3 +164,37 @@ func TestAppendAfterTornTail(t *testing.T) {
 		}
 	}
 }
+
+// TestJournal: journal entries are never compacted away by the file
+// itself, however small against the file; Replace makes one line the
+// whole file, durably, and appending goes on after it.
+func TestJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.jsonl")
+	f, _, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2*CompactMinBytes/100 + 10
+	for range n {
+		if err := f.AppendEntry(bytes.Repeat([]byte("1"), 99)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.Size() != int64(n*100) {
+		t.Fatalf("journal of %d entries: %d bytes, want %d", n, f.Size(), n*100)
+	}
+	if err := f.Replace([]byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.AppendEntry([]byte("6")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "5\n6\n" {
+		t.Fatalf("after Replace and an entry: %q %v", b, err)
+	}
+}
