@@ -50,8 +50,7 @@ var compactMinBytes int64 = statefile.CompactMinBytes
 func Spec() copyset.MachineSpec {
 	return copyset.MachineSpec{Kind: kinds.Disagg, Name: "disagg", Dir: Dir,
 		Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
-			g := env.Group
-			return openMachine(env.Dir, env.Logger.With("component", "disagg", "pool", g.Pool(), "copyset", g.Copyset()))
+			return openMachine(env.Dir, env.Logger.With("component", "disagg")) // env.Logger carries pool and copyset
 		}}
 }
 
