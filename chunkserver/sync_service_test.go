@@ -253,6 +253,56 @@ func startContinuousTask(t *testing.T) *testCluster {
 	return c
 }
 
+// covered returns the one sub-task server 0 lists, its covered index and
+// covered time (readableInfo's coveredIndex and coveredTime, Unix ms).
+func (c *testCluster) covered(t *testing.T) (*dspb.Task, uint64, int64) {
+	t.Helper()
+	st := c.taskStatus(t, 0)
+	if len(st.GetTask()) != 1 || len(st.GetReadableInfo()) != 1 {
+		t.Fatalf("task status lists %v, want one sub-task", st)
+	}
+	var index uint64
+	var ms, last int64
+	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;coveredIndex=%d;coveredTime=%d;", &last, &index, &ms); err != nil {
+		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
+	}
+	return st.GetTask()[0], index, ms
+}
+
+// TestSyncStatusCovers: once a continuous export runs its binlog phase,
+// its status says what it covers. After a write W is acknowledged, the
+// covered index reaches W's index and the covered time passes the
+// acknowledgement within a few send intervals (1 s here). Then, with no
+// further write, the covered index reaches the commit index of a moment
+// after, past the entries without a chunk op (the sync machine's own
+// Advance and Touch entries) that the sub-task's point stays behind.
+func TestSyncStatusCovers(t *testing.T) {
+	c := startContinuousTask(t)
+	c.waitPoint(t, "RUNNING", 0)
+	interval := c.cfgs[0].Sync.SendInterval
+	n := c.servers[c.leader(t)].Copysets().Get(c.group)
+	c.write(t, 1, 1, 0, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	w, acked := n.AppliedIndex(), time.Now().UnixMilli() // the leader applied W before it acknowledged it
+	testwait.Until(t, 5*interval, func() error {
+		if _, index, ms := c.covered(t); index < w || ms <= acked {
+			return fmt.Errorf("covered index %d at %d ms; want index %d at %d ms or later", index, ms, w, acked+1)
+		}
+		return nil
+	})
+	commit := n.CommitIndex()
+	var task *dspb.Task
+	testwait.Until(t, 5*interval, func() error {
+		var index uint64
+		if task, index, _ = c.covered(t); index < commit {
+			return fmt.Errorf("covered index %d, want the commit index %d", index, commit)
+		}
+		return nil
+	})
+	if p := task.GetProgress().GetSyncPoint(); p.GetType() != dspb.SyncType_kBINLOG || p.GetOffset() > commit {
+		t.Fatalf("the sub-task's point %v is past the commit index %d: no entry was left to cover without a packet", p, commit)
+	}
+}
+
 // TestSyncTakeover: when a copyset's leader stops, the new leader takes
 // its sub-task over at once with a new token.
 func TestSyncTakeover(t *testing.T) {

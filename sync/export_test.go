@@ -430,6 +430,9 @@ func TestExportFullNothingToBinlog(t *testing.T) {
 
 // TestExportHeartbeat: a tailing export sends an empty packet when idle,
 // the entries committed meanwhile, and stops (pin released) when ctx ends.
+// A heartbeat covers the entries read since its point (none holding a
+// chunk op) and, as every packet of the binlog phase, the writes
+// acknowledged before a read barrier that the export has read up to.
 func TestExportHeartbeat(t *testing.T) {
 	s := fixture(t)
 	var c collector
@@ -458,26 +461,38 @@ func TestExportHeartbeat(t *testing.T) {
 			}
 		}
 	}
-	heartbeat := func(at uint64) func(p Packet) bool {
+	// covers: a packet that covers index and every write acknowledged
+	// before since (Unix ms).
+	covers := func(p Packet, index uint64, since int64) bool {
+		return p.CoveredIndex == index && p.CoveredMs >= since && p.StartStateMs == 0
+	}
+	heartbeat := func(at, covered uint64, since int64) func(p Packet) bool {
 		return func(p Packet) bool {
-			return p.Data == nil && p.Count == 0 && proto.Equal(p.Start, binlogAt(at)) && proto.Equal(p.Next, binlogAt(at))
+			return p.Data == nil && p.Count == 0 && proto.Equal(p.Start, binlogAt(at)) && proto.Equal(p.Next, binlogAt(at)) &&
+				covers(p, covered, since)
 		}
 	}
-	wait("heartbeat at 6", heartbeat(6))
+	began := time.Now().UnixMilli()
+	wait("heartbeat at 6", heartbeat(6, 5, began))
 	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('z')))
-	wait("packet [6, 7)", func(p Packet) bool { return p.Count == 1 && proto.Equal(p.Next, binlogAt(7)) })
-	wait("heartbeat at 7", heartbeat(7))
+	acked := time.Now().UnixMilli() // the fake acknowledges an entry when it is added
+	wait("packet [6, 7) with the write", func(p Packet) bool {
+		return p.Count == 1 && proto.Equal(p.Next, binlogAt(7)) && p.CoveredIndex == 6 && p.CoveredMs != 0
+	})
+	wait("heartbeat at 7 covering the write", heartbeat(7, 6, acked))
 	// Entries without chunk ops (the sync machine's own Advance and Touch
 	// ops) are held back, heartbeats go on at 7, until records come: a
 	// packet for them would replicate an Advance, one more such entry.
+	// The heartbeats cover them.
 	for range 3 {
 		s.add(copyset.Op{Kind: kinds.Sync, Payload: []byte{1}})
 	}
-	wait("heartbeat at 7 after entries without records", heartbeat(7))
-	wait("another heartbeat at 7", heartbeat(7))
+	acked = time.Now().UnixMilli()
+	wait("heartbeat at 7 covering the entries without records", heartbeat(7, 9, acked))
+	wait("another heartbeat at 7", heartbeat(7, 9, acked))
 	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('y')))
 	wait("packet [7, 11)", func(p Packet) bool {
-		return p.Count == 1 && proto.Equal(p.Start, binlogAt(7)) && proto.Equal(p.Next, binlogAt(11))
+		return p.Count == 1 && proto.Equal(p.Start, binlogAt(7)) && proto.Equal(p.Next, binlogAt(11)) && covers(p, 10, acked)
 	})
 	cancel()
 	if err := <-done; err != context.Canceled {
