@@ -301,6 +301,26 @@ func TestSyncStatusCovers(t *testing.T) {
 	if p := task.GetProgress().GetSyncPoint(); p.GetType() != dspb.SyncType_kBINLOG || p.GetOffset() > commit {
 		t.Fatalf("the sub-task's point %v is past the commit index %d: no entry was left to cover without a packet", p, commit)
 	}
+
+	// The heartbeats that carry it are not packets: two more of them
+	// (the covered index moves on with the entries they add) write
+	// nothing and count no packet.
+	l := c.leader(t)
+	packets := c.scrape(t, l)["chunkraft_sync_packets_total"][""]
+	_, from, _ := c.covered(t)
+	beats := 0
+	testwait.Until(t, 5*interval, func() error {
+		if _, index, _ := c.covered(t); index > from {
+			beats, from = beats+1, index
+		}
+		if beats < 2 {
+			return fmt.Errorf("%d heartbeats moved the covered index, want 2", beats)
+		}
+		return nil
+	})
+	if now := c.scrape(t, l)["chunkraft_sync_packets_total"][""]; now != packets {
+		t.Fatalf("heartbeats counted as packets: chunkraft_sync_packets_total %v, then %v", packets, now)
+	}
 }
 
 // TestSyncTakeover: when a copyset's leader stops, the new leader takes

@@ -347,13 +347,15 @@ func sendDataFail(format string, args ...any) *dspb.SendDataResponse {
 	return &dspb.SendDataResponse{Response: general(-1, format, args...), DeleteTask: proto.Bool(true)}
 }
 
-// SendData answers with sendData, counting what it acknowledged and
-// refused.
+// SendData answers with sendData, counting the packets it wrote and
+// acknowledged (not heartbeats, which carry at most a header and are not
+// written) and what it refused.
 func (t *toolService) SendData(ctx context.Context, req *dspb.SendDataRequest) (*dspb.SendDataResponse, error) {
 	resp := t.sendData(ctx, req)
 	m := t.s.metrics
+	heartbeat := proto.Equal(req.GetStartPoint(), req.GetNextPoint()) && !req.GetFinished()
 	switch {
-	case resp.GetResponse().GetCode() == 0 && len(req.GetData()) > 0:
+	case resp.GetResponse().GetCode() == 0 && len(req.GetData()) > 0 && !heartbeat:
 		m.packets.Inc()
 		m.records.Add(float64(req.GetCount()))
 		m.bytes.Add(float64(len(req.GetData())))
