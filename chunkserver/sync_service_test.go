@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 	"github.com/chunkraft/chunkraft/internal/testwait"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
@@ -180,6 +181,32 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		r, err := c.syncTool(0).SendData(ctx, req)
 		if err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
 			t.Errorf("send data %v: %v %v, want code -1 and delete_task", req, r, err)
+		}
+	}
+	// A header of a heartbeat that says what it covers is checked too:
+	// covered_index only in a binlog-phase heartbeat, and not below its
+	// point.
+	cur := c.subTasks(t, 0)[0].GetProgress().GetSyncPoint()
+	pt, err := exportfmt.ParsePoint(cur)
+	if err != nil || pt.Phase != exportfmt.PhaseBinlog || pt.Index < 3 {
+		t.Fatalf("the running export is at %v (%v), want a binlog point past 2", cur, err)
+	}
+	for _, b := range []struct {
+		next    exportfmt.Point
+		covered uint64
+		want    string
+	}{
+		{exportfmt.BinlogPoint(pt.Index + 1), pt.Index, "covered_index " + fmt.Sprint(pt.Index) + " in a packet that is not a binlog-phase heartbeat"},
+		{pt, 1, fmt.Sprintf("covered_index 1 is below binlog point %d", pt.Index)},
+	} {
+		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: cur, NextPoint: b.next.Proto(), CoveredIndex: b.covered}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: proto.Uint32(1), Pid: proto.Uint32(1), Token: p.Token,
+			StartPoint: cur, NextPoint: b.next.Proto(), Count: proto.Uint64(0), Data: data})
+		if err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() || !strings.Contains(r.GetResponse().GetMsg(), b.want) {
+			t.Errorf("send data to %v covering %d: %v %v, want code -1, delete_task and %q", b.next, b.covered, r, err, b.want)
 		}
 	}
 	// ... and change nothing: the sub-task is live under its token.
