@@ -40,6 +40,9 @@ func (s exportSource) Copyset() uint32      { return s.n.Group().Copyset() }
 func (s exportSource) ListChunks() []uint64 { return s.store.ListChunks() }
 func (s exportSource) AppliedIndex() uint64 { return s.n.AppliedIndex() }
 func (s exportSource) CommitIndex() uint64  { return s.n.Status().CommittedIndex }
+func (s exportSource) ReadBarrier(ctx context.Context) (uint64, error) {
+	return s.n.ReadBarrier(ctx)
+}
 
 func (s exportSource) LogEntry(i uint64) (copyset.LogEntry, error) { return s.n.LogEntry(i) }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 	"github.com/chunkraft/chunkraft/internal/testwait"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"github.com/chunkraft/chunkraft/sync/exportfmt"
@@ -182,6 +183,32 @@ func TestSyncTaskLifecycle(t *testing.T) {
 			t.Errorf("send data %v: %v %v, want code -1 and delete_task", req, r, err)
 		}
 	}
+	// A header of a heartbeat that says what it covers is checked too:
+	// covered_index only in a binlog-phase heartbeat, and not below its
+	// point.
+	cur := c.subTasks(t, 0)[0].GetProgress().GetSyncPoint()
+	pt, err := exportfmt.ParsePoint(cur)
+	if err != nil || pt.Phase != exportfmt.PhaseBinlog || pt.Index < 3 {
+		t.Fatalf("the running export is at %v (%v), want a binlog point past 2", cur, err)
+	}
+	for _, b := range []struct {
+		next    exportfmt.Point
+		covered uint64
+		want    string
+	}{
+		{exportfmt.BinlogPoint(pt.Index + 1), pt.Index, "covered_index " + fmt.Sprint(pt.Index) + " in a packet that is not a binlog-phase heartbeat"},
+		{pt, 1, fmt.Sprintf("covered_index 1 is below binlog point %d", pt.Index)},
+	} {
+		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: cur, NextPoint: b.next.Proto(), CoveredIndex: b.covered}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: proto.Uint32(1), Pid: proto.Uint32(1), Token: p.Token,
+			StartPoint: cur, NextPoint: b.next.Proto(), Count: proto.Uint64(0), Data: data})
+		if err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() || !strings.Contains(r.GetResponse().GetMsg(), b.want) {
+			t.Errorf("send data to %v covering %d: %v %v, want code -1, delete_task and %q", b.next, b.covered, r, err, b.want)
+		}
+	}
 	// ... and change nothing: the sub-task is live under its token.
 	if now := c.subTasks(t, 1); len(now) != 1 || now[0].GetProgress().GetToken() != p.GetToken() ||
 		(now[0].GetStatus() != "INIT" && now[0].GetStatus() != "RUNNING") {
@@ -251,6 +278,76 @@ func startContinuousTask(t *testing.T) *testCluster {
 		t.Fatalf("create: %v %v", r, err)
 	}
 	return c
+}
+
+// covered returns the one sub-task server 0 lists, its covered index and
+// covered time (readableInfo's coveredIndex and coveredTime, Unix ms).
+func (c *testCluster) covered(t *testing.T) (*dspb.Task, uint64, int64) {
+	t.Helper()
+	st := c.taskStatus(t, 0)
+	if len(st.GetTask()) != 1 || len(st.GetReadableInfo()) != 1 {
+		t.Fatalf("task status lists %v, want one sub-task", st)
+	}
+	var index uint64
+	var ms, last int64
+	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;coveredIndex=%d;coveredTime=%d;", &last, &index, &ms); err != nil {
+		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
+	}
+	return st.GetTask()[0], index, ms
+}
+
+// TestSyncStatusCovers: once a continuous export runs its binlog phase,
+// its status says what it covers. After a write W is acknowledged, the
+// covered index reaches W's index and the covered time passes the
+// acknowledgement within a few send intervals (1 s here). Then, with no
+// further write, the covered index reaches the commit index of a moment
+// after, past the entries without a chunk op (the sync machine's own
+// Advance and Touch entries) that the sub-task's point stays behind.
+func TestSyncStatusCovers(t *testing.T) {
+	c := startContinuousTask(t)
+	c.waitPoint(t, "RUNNING", 0)
+	interval := c.cfgs[0].Sync.SendInterval
+	n := c.servers[c.leader(t)].Copysets().Get(c.group)
+	c.write(t, 1, 1, 0, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	w, acked := n.AppliedIndex(), time.Now().UnixMilli() // the leader applied W before it acknowledged it
+	testwait.Until(t, 5*interval, func() error {
+		if _, index, ms := c.covered(t); index < w || ms <= acked {
+			return fmt.Errorf("covered index %d at %d ms; want index %d at %d ms or later", index, ms, w, acked+1)
+		}
+		return nil
+	})
+	commit := n.CommitIndex()
+	var task *dspb.Task
+	testwait.Until(t, 5*interval, func() error {
+		var index uint64
+		if task, index, _ = c.covered(t); index < commit {
+			return fmt.Errorf("covered index %d, want the commit index %d", index, commit)
+		}
+		return nil
+	})
+	if p := task.GetProgress().GetSyncPoint(); p.GetType() != dspb.SyncType_kBINLOG || p.GetOffset() > commit {
+		t.Fatalf("the sub-task's point %v is past the commit index %d: no entry was left to cover without a packet", p, commit)
+	}
+
+	// The heartbeats that carry it are not packets: two more of them
+	// (the covered index moves on with the entries they add) write
+	// nothing and count no packet.
+	l := c.leader(t)
+	packets := c.scrape(t, l)["chunkraft_sync_packets_total"][""]
+	_, from, _ := c.covered(t)
+	beats := 0
+	testwait.Until(t, 5*interval, func() error {
+		if _, index, _ := c.covered(t); index > from {
+			beats, from = beats+1, index
+		}
+		if beats < 2 {
+			return fmt.Errorf("%d heartbeats moved the covered index, want 2", beats)
+		}
+		return nil
+	})
+	if now := c.scrape(t, l)["chunkraft_sync_packets_total"][""]; now != packets {
+		t.Fatalf("heartbeats counted as packets: chunkraft_sync_packets_total %v, then %v", packets, now)
+	}
 }
 
 // TestSyncTakeover: when a copyset's leader stops, the new leader takes

@@ -51,6 +51,11 @@ then the binlog records follow in log order.
 (RFC 3339, or Unix milliseconds) as of its last binlog record appended at or
 before T. A point before the snapshot phase's last read (or past the end of
 the export) cannot be restored: the error names the earliest index that can.
+A time before the export's starting state was taken (when its snapshot phase
+began; an incremental export's start time) cannot be restored either: the
+error names the earliest time that can, as RFC 3339 and Unix ms. An export
+written before exports recorded that time restores only times at or after
+one of its binlog records.
 
 An s3:// DEST uses --s3-endpoint (default $` + EnvS3Endpoint + `) and the
 credentials of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Progress goes to

@@ -54,8 +54,10 @@ that far). Nothing is created unless every check passes.
 
 With --wait, it then waits (at most D) until every sub-task of a full export
 is SUCCESS, or every sub-task of a continuous or incremental one exports the
-log, with progress on stderr about once a second; it fails at once if a
-sub-task turns FAILED. The task is left as it is when the wait fails.`,
+log and covers every write acknowledged before the wait began (its covered
+time, in sync status, is at or after that moment of this host's clock), with
+progress on stderr about once a second; it fails at once if a sub-task turns
+FAILED. The task is left as it is when the wait fails.`,
 		Args: wait.args,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, ok := syncModes[mode]
@@ -92,6 +94,9 @@ sub-task turns FAILED. The task is left as it is when the wait fails.`,
 					header = append(header, "DONE", "RECORDS", "WAITED")
 					row = append(row, fmt.Sprintf("%d/%d", w.Done, w.SubTasks), strconv.FormatUint(w.Records, 10),
 						(time.Duration(w.Seconds * float64(time.Second))).Round(time.Millisecond).String())
+					if m != dspb.SyncMode_kFull {
+						header, row = append(header, "COVERED TIME"), append(row, w.CoveredTime)
+					}
 				}
 				return a.printer(cmd).print(js, header, [][]string{row})
 			})
@@ -148,7 +153,41 @@ type syncSubTaskJSON struct {
 	Token         string `json:"token"` // the collector's token (progress.token): a new one on every reassignment
 	Dest          string `json:"dest"`
 	LastUpdate    string `json:"last_update,omitempty"`
+	// CoveredIndex is the last log index the export covers: every entry up
+	// to it is in a packet the dest holds or holds no chunk op (0 before
+	// the binlog phase). Every write the copyset acknowledged before
+	// CoveredTime (CoveredTimeMs, Unix ms; absent while unknown) is at or
+	// below it.
+	CoveredIndex  uint64 `json:"coveredIndex"`
+	CoveredTime   string `json:"coveredTime,omitempty"`
+	CoveredTimeMs int64  `json:"coveredTimeMs,omitempty"`
 	Info          string `json:"info"`
+}
+
+// timeMs formats a Unix ms time as RFC 3339 with milliseconds, UTC.
+func timeMs(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// readInfo fills in what j's readable info (upstream's compact
+// "key=value;..." string) says: the last update and covered times and the
+// covered index.
+func (j *syncSubTaskJSON) readInfo() {
+	for _, kv := range strings.Split(j.Info, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			continue
+		}
+		switch k {
+		case "lastUpdateTime":
+			j.LastUpdate = time.UnixMilli(n).UTC().Format(time.RFC3339)
+		case "coveredIndex":
+			j.CoveredIndex = uint64(n)
+		case "coveredTime":
+			j.CoveredTime, j.CoveredTimeMs = timeMs(n), n
+		}
+	}
 }
 
 func syncPoint(p *dspb.SyncPoint) string {
@@ -167,8 +206,19 @@ func syncPoint(p *dspb.SyncPoint) string {
 func newSyncStatusCommand(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Every sub-task of every export task: status, point, records exported, collector",
-		Args:  cobra.NoArgs,
+		Short: "Every sub-task of every export task: status, point, records exported, collector, what it covers",
+		Long: `Lists every sub-task of every export task: its mode, status, POINT (the next
+point to export), RECORDS exported, COLLECTOR (the server exporting it) and
+LAST UPDATE (its last packet or heartbeat). COVERED is the last raft index of
+the copyset the export covers: every entry up to it is in a packet the
+destination holds, or was read by the collector and holds no chunk op (such
+entries are exported with the next write, so POINT can stay behind while
+COVERED follows the log). Every write the copyset acknowledged before COVERED
+TIME (the collector's clock, milliseconds, UTC) is in the export. Both are
+empty until the sub-task reaches its binlog phase; with a caught-up export
+they trail the log by about sync.send_interval. -o json names them
+coveredIndex, coveredTime and coveredTimeMs (Unix ms).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
 				// A partial status (some copyset's leader did not answer) is
@@ -186,22 +236,21 @@ func newSyncStatusCommand(a *app) *cobra.Command {
 						DataCollector: t.GetDataCollector(), Token: p.GetToken(), Dest: p.GetDest()}
 					if i < len(resp.GetReadableInfo()) {
 						j.Info = resp.GetReadableInfo()[i]
-						for _, kv := range strings.Split(j.Info, ";") {
-							if v, ok := strings.CutPrefix(kv, "lastUpdateTime="); ok {
-								if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
-									j.LastUpdate = time.UnixMilli(ms).UTC().Format(time.RFC3339)
-								}
-							}
-						}
+						j.readInfo()
 					}
 					js = append(js, j)
+					covered := ""
+					if p.GetSyncPoint().GetType() == dspb.SyncType_kBINLOG {
+						covered = strconv.FormatUint(j.CoveredIndex, 10)
+					}
 					rows = append(rows, []string{strconv.Itoa(int(j.Pool)), strconv.Itoa(int(j.Copyset)), j.Mode, j.Status, j.Point,
-						strconv.FormatUint(j.Count, 10), j.DataCollector, j.LastUpdate})
+						strconv.FormatUint(j.Count, 10), j.DataCollector, j.LastUpdate, covered, j.CoveredTime})
 				}
 				if js == nil {
 					js = []syncSubTaskJSON{}
 				}
-				if perr := a.printer(cmd).print(js, []string{"POOL", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE"}, rows); perr != nil {
+				header := []string{"POOL", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE", "COVERED", "COVERED TIME"}
+				if perr := a.printer(cmd).print(js, header, rows); perr != nil {
 					return perr
 				}
 				return err

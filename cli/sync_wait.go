@@ -12,12 +12,17 @@ import (
 
 // syncWaitDone says when `sync create --wait` is done with a sub-task: a
 // full export once it is SUCCESS, a continuous or incremental one once it
-// exports the log (its point is a binlog point).
-func syncWaitDone(full bool, t *dspb.Task) bool {
+// exports the log (its point is a binlog point) and covers every write
+// acknowledged before sinceMs (its covered time, info's coveredTime, is
+// at or after it; a server that does not report one is not waited for).
+func syncWaitDone(full bool, t *dspb.Task, info string, sinceMs int64) bool {
 	if full {
 		return t.GetStatus() == "SUCCESS"
 	}
-	return t.GetStatus() == "RUNNING" && t.GetProgress().GetSyncPoint().GetType() == dspb.SyncType_kBINLOG
+	j := syncSubTaskJSON{Info: info}
+	j.readInfo()
+	covers := !strings.Contains(info, "coveredTime=") || j.CoveredTimeMs >= sinceMs
+	return t.GetStatus() == "RUNNING" && t.GetProgress().GetSyncPoint().GetType() == dspb.SyncType_kBINLOG && covers
 }
 
 // syncWaitResult is what a wait saw last.
@@ -26,6 +31,10 @@ type syncWaitResult struct {
 	Done     int     `json:"done"`
 	Records  uint64  `json:"records"`
 	Seconds  float64 `json:"seconds"`
+	// CoveredTime is, for a continuous or incremental export, the earliest
+	// covered time of its sub-tasks: every write acknowledged before it is
+	// in the export on every copyset (absent when a sub-task has none).
+	CoveredTime string `json:"coveredTime,omitempty"`
 }
 
 // WaitSyncTask asks for the sync status of pool's task until every
@@ -40,11 +49,12 @@ func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d tim
 	lastReport := start
 	want := "SUCCESS"
 	if !full {
-		want = "exporting the log"
+		want = "exporting the log, covering the writes acknowledged before " + timeMs(start.UnixMilli())
 	}
 	for {
 		var res syncWaitResult
 		var behind []string
+		var coveredMs int64 // the earliest covered time (-1: a sub-task has none)
 		// A partial status (a copyset without a leader that answers, as
 		// in an election) is asked again, as is one that fails.
 		resp, err := c.SyncTaskStatus(ctx)
@@ -59,20 +69,37 @@ func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d tim
 			}
 			res.SubTasks++
 			res.Records += t.GetCount()
+			info := ""
+			if i < len(resp.GetReadableInfo()) {
+				info = resp.GetReadableInfo()[i]
+			}
 			if t.GetStatus() == "FAILED" {
 				msg := ""
-				if i < len(resp.GetReadableInfo()) {
-					if _, m, ok := strings.Cut(resp.GetReadableInfo()[i], ";message="); ok {
-						msg = ": " + m
-					}
+				if _, m, ok := strings.Cut(info, ";message="); ok {
+					msg = ": " + m
 				}
 				return res, fmt.Errorf("sub-task of copyset %d/%d FAILED%s", pool, p.GetPid(), msg)
 			}
-			if syncWaitDone(full, t) {
-				res.Done++
-			} else {
-				behind = append(behind, fmt.Sprintf("copyset %d %s at %s", p.GetPid(), t.GetStatus(), syncPoint(p.GetSyncPoint())))
+			j := syncSubTaskJSON{Info: info}
+			j.readInfo()
+			switch {
+			case j.CoveredTimeMs == 0 || coveredMs < 0:
+				coveredMs = -1
+			case coveredMs == 0 || j.CoveredTimeMs < coveredMs:
+				coveredMs = j.CoveredTimeMs
 			}
+			if syncWaitDone(full, t, info, start.UnixMilli()) {
+				res.Done++
+				continue
+			}
+			at := fmt.Sprintf("copyset %d %s at %s", p.GetPid(), t.GetStatus(), syncPoint(p.GetSyncPoint()))
+			if !full && j.CoveredTime != "" {
+				at += ", covering " + j.CoveredTime
+			}
+			behind = append(behind, at)
+		}
+		if !full && coveredMs > 0 {
+			res.CoveredTime = timeMs(coveredMs)
 		}
 		res.Seconds = time.Since(start).Seconds()
 		if resp != nil && res.SubTasks == 0 {

@@ -130,7 +130,10 @@ func applyAdvance(st *pb.State, index uint64, op *pb.Advance) (Result, bool) {
 	}
 	r.Progress.SyncPoint = proto.CloneOf(op.GetNext())
 	if r.BinlogStart == 0 {
-		r.BinlogStart = op.GetBinlogStart()
+		r.BinlogStart, r.StartStateMs = op.GetBinlogStart(), op.GetStartStateMs()
+	}
+	if next := op.GetNext(); next.GetType() == dspb.SyncType_kBINLOG {
+		cover(r, next.GetOffset()-1, op.GetCoveredMs())
 	}
 	r.Count += op.GetCount()
 	r.Status = pb.Status_RUNNING
@@ -141,17 +144,40 @@ func applyAdvance(st *pb.State, index uint64, op *pb.Advance) (Result, bool) {
 	return changed(r, index)
 }
 
-// applyTouch is an empty packet: it moves the last update time forward.
+// applyTouch is an empty packet: it moves the last update time forward
+// and, when it is at the sub-task's point (a binlog point), the covered
+// index and time.
 func applyTouch(st *pb.State, index uint64, op *pb.Touch) (Result, bool) {
 	r, err := liveRef(st, op.GetRef())
 	if err != nil {
 		return refuse(r, err)
 	}
-	if op.GetUpdateMs() <= r.LastUpdateMs {
+	moved := false
+	if op.GetAt().GetType() == dspb.SyncType_kBINLOG && proto.Equal(op.GetAt(), r.GetProgress().GetSyncPoint()) {
+		moved = cover(r, op.GetCoveredIndex(), op.GetCoveredMs())
+	}
+	if op.GetUpdateMs() > r.LastUpdateMs {
+		r.LastUpdateMs, moved = op.GetUpdateMs(), true
+	}
+	if !moved {
 		return Result{Record: cloneRecord(r)}, false
 	}
-	r.LastUpdateMs = op.GetUpdateMs()
 	return changed(r, index)
+}
+
+// cover moves r's covered index and time forward to index and ms (each
+// only forward: every write acknowledged before the larger time is at or
+// below the index that came with it, so at or below the larger index);
+// it reports whether either moved.
+func cover(r *pb.SubTask, index uint64, ms int64) bool {
+	moved := false
+	if index > r.CoveredIndex {
+		r.CoveredIndex, moved = index, true
+	}
+	if ms > r.CoveredMs {
+		r.CoveredMs, moved = ms, true
+	}
+	return moved
 }
 
 // applySetStatus moves a sub-task that is not final to FAILED or

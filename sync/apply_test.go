@@ -2,6 +2,8 @@ package sync
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -296,6 +298,107 @@ func TestTouch(t *testing.T) {
 	}
 	res = apply(t, m, 4, must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok2), UpdateMs: 6000})))
 	wantRefused(t, m, res, ErrTokenMismatch, 2)
+}
+
+// TestCovered: the first packet records the start time with the binlog
+// start; the covered index and time move forward only, with packets that
+// reach the binlog and heartbeats at the sub-task's point (one elsewhere
+// moves its last update time only); a replay of the same ops after a
+// restart leaves the same record.
+func TestCovered(t *testing.T) {
+	dir := t.TempDir()
+	m, ms := openSpec(t, dir)
+	first := advance(1, 1, tok1, snapStart(), snapAt(2, 0), 3, 2000, false)
+	first.BinlogStart, first.StartStateMs = 9, 1500
+	last := advance(1, 1, tok1, snapAt(2, 0), binlogAt(9), 1, 2100, false)
+	last.BinlogStart, last.StartStateMs = 9, 7777 // only the first packet's count
+	beat := func(at, covered uint64, coveredMs, ms int64) []byte {
+		return must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: ms, At: binlogAt(at), CoveredIndex: covered, CoveredMs: coveredMs}))
+	}
+	packet := func(from, to uint64, coveredMs, ms int64) []byte {
+		a := advance(1, 1, tok1, binlogAt(from), binlogAt(to), 1, ms, false)
+		a.CoveredMs = coveredMs
+		return must(t)(EncodeAdvance(a))
+	}
+	type want struct {
+		index   uint64
+		ms      int64
+		applied uint64 // the state's index after the op
+	}
+	log := []struct {
+		op   []byte
+		want want
+	}{
+		{must(t)(EncodePutSubTask(putReq("t", 1, 1, tok1, dspb.SyncMode_kFullAndContinuous, snapStart(), 1000))), want{0, 0, 1}},
+		{must(t)(EncodeAdvance(first)), want{0, 0, 2}},
+		{must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: 2050, At: snapAt(2, 0)})), want{0, 0, 3}},
+		{must(t)(EncodeAdvance(last)), want{8, 0, 4}},
+		{beat(9, 20, 2500, 2600), want{20, 2500, 5}},
+		{beat(7, 30, 2700, 2700), want{20, 2500, 6}}, // not the point: the last update time only
+		{beat(9, 15, 2400, 2650), want{20, 2500, 6}}, // older: nothing changes
+		{packet(9, 12, 3000, 3000), want{20, 3000, 8}},
+		{packet(12, 25, 3500, 3500), want{24, 3500, 9}},
+		{beat(25, 40, 0, 3600), want{40, 3500, 10}},
+	}
+	check := func(i int, w want) {
+		t.Helper()
+		r := m.Get(1, 1)
+		index, coveredMs := Covered(r)
+		if index != w.index || coveredMs != w.ms || m.Applied() != w.applied {
+			t.Fatalf("after op %d: covered %d at %d ms, state at %d; want %d at %d ms, state at %d (%v)",
+				i, index, coveredMs, m.Applied(), w.index, w.ms, w.applied, r)
+		}
+		if i >= 1 && (r.GetStartStateMs() != 1500 || r.GetBinlogStart() != 9) {
+			t.Fatalf("after op %d: start time %d, binlog start %d; want 1500 and 9", i, r.GetStartStateMs(), r.GetBinlogStart())
+		}
+	}
+	for i, e := range log {
+		if res := apply(t, m, uint64(i+1), e.op); res.Err != nil {
+			t.Fatalf("op %d: %v", i, res.Err)
+		}
+		check(i, e.want)
+	}
+	if r := m.Get(1, 1); r.GetLastUpdateMs() != 3600 {
+		t.Fatalf("last update %d, want 3600", r.GetLastUpdateMs())
+	}
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	closeSpec(t, ms)
+	m, ms = openSpec(t, dir)
+	defer closeSpec(t, ms)
+	for i, e := range log {
+		apply(t, m, uint64(i+1), e.op)
+	}
+	check(len(log)-1, log[len(log)-1].want)
+}
+
+// A state line written before the start time and the covered point
+// existed loads: the covered index is the one the binlog point implies,
+// the times unknown.
+func TestStateWithoutCoverageLoads(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, Dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := `{"applied":"7","subTasks":[{"db":"1","name":"t","progress":{"tid":1,"pid":1,"mode":"kFullAndContinuous","syncPoint":{"type":"kBINLOG","offset":"12"},` +
+		`"tabletEndpoint":"a:1","desEndpoint":"a:1","token":"token-1","dest":"file:///x"},"status":"RUNNING","count":"5","lastUpdateMs":"2000",` +
+		`"createdIndex":"1","updatedIndex":"7","binlogStart":"9"}]}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, Dir, FileName), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, ms := openSpec(t, dir)
+	defer closeSpec(t, ms)
+	r := m.Get(1, 1)
+	if index, coveredMs := Covered(r); r == nil || m.Applied() != 7 || index != 11 || coveredMs != 0 || r.GetStartStateMs() != 0 {
+		t.Fatalf("loaded %v at %d: covered %d at %d ms", r, m.Applied(), index, coveredMs)
+	}
+	if res := apply(t, m, 8, must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: 3000, At: binlogAt(12), CoveredIndex: 30, CoveredMs: 2900}))); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if index, coveredMs := Covered(m.Get(1, 1)); index != 30 || coveredMs != 2900 {
+		t.Fatalf("after a heartbeat: covered %d at %d ms", index, coveredMs)
+	}
 }
 
 func TestSetStatus(t *testing.T) {

@@ -264,7 +264,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	beat := s.sendInterval()
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
-		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat, Gate: s.gate,
+		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat, Gate: s.gate, StartStateMs: rec.GetStartStateMs(),
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {
@@ -274,6 +274,17 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 		},
 	}
 	send := func(ctx context.Context, pk Packet) error {
+		if pk.Data == nil && pk.Start.GetType() == dspb.SyncType_kBINLOG {
+			// A binlog-phase heartbeat tells the SyncTool what it covers in
+			// a packet of a header alone, which is not written.
+			data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: p.GetTid(), CopysetId: p.GetPid(),
+				StartPoint: pk.Start, NextPoint: pk.Next, BinlogStart: pk.BinlogStart, StartStateMs: pk.StartStateMs,
+				CoveredIndex: pk.CoveredIndex, CoveredMs: pk.CoveredMs}, nil)
+			if err != nil {
+				return fmt.Errorf("encode the heartbeat at %s: %w", PointString(pk.Start), err)
+			}
+			pk.Data = data
+		}
 		req := &dspb.SendDataRequest{
 			Tid: proto.Uint32(p.GetTid()), Pid: proto.Uint32(p.GetPid()), Token: proto.String(p.GetToken()),
 			StartPoint: pk.Start, NextPoint: pk.Next, Count: proto.Uint64(pk.Count), Finished: proto.Bool(pk.Finished), Data: pk.Data,
@@ -295,21 +306,23 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	if p.GetMode() == dspb.SyncMode_kIncrementalByTimestamp && from.GetType() == dspb.SyncType_kSNAPSHOT {
 		// An incremental sub-task starts at the first entry appended at or
 		// after start_ts: its first packet, empty, leads from the very start
-		// there, so that the chain of points has no gap.
+		// there, so that the chain of points has no gap. Its starting state
+		// (nothing) is that of start_ts.
 		k, err := FirstIndexAtOrAfter(src, p.GetStartTs())
 		if err != nil {
 			return err
 		}
 		next := exportfmt.BinlogPoint(k)
+		startMs := int64(min(p.GetStartTs(), MaxUnixMs))
 		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: p.GetTid(), CopysetId: p.GetPid(),
-			StartPoint: from, NextPoint: next.Proto(), BinlogStart: k}, nil)
+			StartPoint: from, NextPoint: next.Proto(), BinlogStart: k, StartStateMs: startMs}, nil)
 		if err != nil {
 			return err
 		}
-		if err := send(ctx, Packet{Start: from, Next: next.Proto(), Data: data, BinlogStart: k}); err != nil {
+		if err := send(ctx, Packet{Start: from, Next: next.Proto(), Data: data, BinlogStart: k, StartStateMs: startMs}); err != nil {
 			return err
 		}
-		from = next.Proto()
+		from, opts.StartStateMs = next.Proto(), startMs
 	}
 	return Export(ctx, src, from, rec.GetBinlogStart(), opts, send)
 }
@@ -328,6 +341,9 @@ func (ns *nodeSource) ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, erro
 }
 func (ns *nodeSource) AppliedIndex() uint64 { return ns.n.AppliedIndex() }
 func (ns *nodeSource) CommitIndex() uint64  { return ns.n.CommitIndex() }
+func (ns *nodeSource) ReadBarrier(ctx context.Context) (uint64, error) {
+	return ns.n.ReadBarrier(ctx)
+}
 func (ns *nodeSource) LogEntry(index uint64) (copyset.LogEntry, error) {
 	return ns.n.LogEntry(index)
 }

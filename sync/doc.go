@@ -36,7 +36,12 @@
 //     INIT or RUNNING, from exactly the stored point; it stores the next
 //     point, adds the count and becomes RUNNING, or SUCCESS when finished
 //     (kFull only, past the binlog end, which SetBinlogEnd records once).
-//   - Touch: an empty packet; moves the last update time only.
+//     The first one records the binlog start and the start time; one that
+//     ends in the binlog moves the covered index to its next index - 1 and
+//     the covered time to the packet's (below), each only forward.
+//   - Touch: an empty packet (a heartbeat); moves the last update time and,
+//     when it is at the stored point, a binlog point, the covered index and
+//     time to the heartbeat's, each only forward.
 //   - SetStatus: FAILED or REASSIGNING, with a message; not out of SUCCESS
 //     or FAILED. An Advance or Touch of a REASSIGNING sub-task is refused,
 //     which fences the collector being replaced.
@@ -113,6 +118,40 @@
 //     the task must start again) and images the chunks left, at later
 //     moments, which 1-4 cover. A packet sent but not acknowledged is made
 //     again from the same start, so it replaces its first copy.
+//
+// # What an export covers
+//
+// A sub-task's point says which chunk ops are in packets at the dest. A
+// tailing export does not send a packet for entries without a chunk op
+// (every packet replicates an Advance, one more such entry; they go with
+// the next op, or once maxEmptySpan of them wait), so on a quiet copyset
+// the point stays behind the log. The record says more, replicated like
+// the rest (the values travel in the ops; Apply only takes maxima, so a
+// replay changes nothing):
+//
+//   - The covered index C: every entry up to C is in a packet the dest
+//     holds, or was read by the collector and holds no chunk op. A packet
+//     [s, n) of the binlog phase, once written, covers n-1; a heartbeat at
+//     point s covers the entries from s that its export read, none of
+//     them a chunk op (its covered_index), and counts only while s is the
+//     stored point (so everything before s is in packets).
+//   - The covered time: every write the copyset acknowledged before it is
+//     at or below C. The binlog phase takes a read barrier (Source.
+//     ReadBarrier: an index at or above every write acknowledged before
+//     the call, on the leader, under its lease) at time t, at most every
+//     quarter of Idle; once it has read every entry up to that index, the
+//     packets and heartbeats that reach it carry t.
+//   - The start time (start_state_ms): when the starting state at the
+//     binlog start B - 1 was taken, the collector's clock right after it
+//     read the applied index B - 1 and pinned B; every op up to B - 1 was
+//     applied, so appended, by then. An incremental export's is its
+//     start_ts. Recorded with B from the first packet and carried by
+//     every packet, so that a restore refuses a time before it (sync/
+//     restore): the ops before B are not in the binlog, and nothing else
+//     says when they happened.
+//
+// TaskStatus reports C and the covered time in each sub-task's readable
+// info (coveredIndex, coveredTime): `chunkctl sync status`.
 //
 // # Log retention
 //

@@ -109,6 +109,11 @@ type Source interface {
 	// CommitIndex is the highest log index known committed: LogEntry reads
 	// up to it.
 	CommitIndex() uint64
+	// ReadBarrier returns an applied index at or above the index of every
+	// write the copyset acknowledged before the call
+	// (copyset.Node.ReadBarrier); an error when this replica cannot tell
+	// (it does not lead the copyset).
+	ReadBarrier(ctx context.Context) (uint64, error)
 	// LogEntry reads a committed entry (copyset.Node.LogEntry: errors wrap
 	// copyset.ErrLogCompacted below the retained log and
 	// copyset.ErrLogBeyondLast above the commit index).
@@ -140,6 +145,20 @@ type Packet struct {
 	// binlog point with binlogStart 0) that point's index. The caller
 	// replicates it with the sub-task's first packet (Advance.binlog_start).
 	BinlogStart uint64
+	// StartStateMs is when the export's starting state was taken (the
+	// header's start_state_ms), 0 when unknown; replicated with
+	// BinlogStart.
+	StartStateMs int64
+	// CoveredMs is, for a binlog-phase packet or heartbeat, a time before
+	// which every write the copyset acknowledged is at or below
+	// CoveredIndex (0: not known).
+	CoveredMs int64
+	// CoveredIndex is, for a binlog-phase packet, Next's index - 1; for a
+	// binlog-phase heartbeat, the last index of the entries after Start's
+	// index - 1 that the export read and found without a chunk op (Start's
+	// index - 1 when none): the export holds every chunk op up to it. 0
+	// elsewhere.
+	CoveredIndex uint64
 }
 
 // ExportOptions configure Export.
@@ -159,6 +178,10 @@ type ExportOptions struct {
 	// OnBinlogEnd is told the binlog end a kFull export chose (the caller
 	// replicates it, SetBinlogEnd); its error stops Export. May be nil.
 	OnBinlogEnd func(ctx context.Context, end uint64) error
+	// StartStateMs is the stored start time (Packet.StartStateMs) of an
+	// export that goes on from a snapshot or binlog point: the packets
+	// carry it. An export from the very start takes its own.
+	StartStateMs int64
 	// Holder names the log pin (default "sync export <pool>/<copyset>").
 	Holder string
 	// Idle is the heartbeat period of a tailing export (kFullAndContinuous,
@@ -220,7 +243,7 @@ func Export(ctx context.Context, src Source, from *dspb.SyncPoint, binlogStart u
 	if err != nil {
 		return fmt.Errorf("sync export of copyset %d/%d: %w", src.Pool(), src.Copyset(), err)
 	}
-	e := &exporter{src: src, opts: opts, binlogStart: binlogStart}
+	e := &exporter{src: src, opts: opts, binlogStart: binlogStart, startStateMs: opts.StartStateMs}
 	e.send = func(ctx context.Context, p Packet) error {
 		if err := send(ctx, p); err != nil {
 			e.sendErr = err
@@ -248,7 +271,13 @@ type exporter struct {
 	send        func(ctx context.Context, p Packet) error
 	pin         LogPin
 	binlogStart uint64
-	sendErr     error // the error send returned, which stopped the export
+	// startStateMs is when the starting state at binlogStart - 1 was
+	// taken (Packet.StartStateMs).
+	startStateMs int64
+	// cover is what the binlog phase knows of the writes acknowledged so
+	// far (Packet.CoveredMs).
+	cover   coverage
+	sendErr error // the error send returned, which stopped the export
 	// images holds the buffers of the images in the packet being built,
 	// spare those free for the next images.
 	images, spare []*ImageBuffers
@@ -345,7 +374,7 @@ func (e *exporter) enter(ctx context.Context, at exportfmt.Point) error {
 			e.slot, e.spare, e.scratch = b, b.spare, b.scratch
 			return nil
 		}
-		if err := e.send(ctx, Packet{Start: at.Proto(), Next: at.Proto(), BinlogStart: e.binlogStart}); err != nil {
+		if err := e.send(ctx, Packet{Start: at.Proto(), Next: at.Proto(), BinlogStart: e.binlogStart, StartStateMs: e.startStateMs}); err != nil {
 			return err
 		}
 	}
@@ -367,14 +396,17 @@ func (e *exporter) leave() {
 }
 
 // pinApplied pins the log at the applied index + 1, the binlog start of a
-// new snapshot phase. A compaction racing the pin (the applied index moved
-// and a snapshot truncated past it) is retried with the new applied index.
+// new snapshot phase, and takes the time of that starting state: the
+// clock once the applied index was read, by when every op up to it was
+// applied, and so appended. A compaction racing the pin (the applied index
+// moved and a snapshot truncated past it) is retried with the new applied
+// index.
 func (e *exporter) pinApplied() error {
 	var err error
 	for range 5 {
 		i := e.src.AppliedIndex()
 		if e.pin, err = e.src.PinLog(e.opts.Holder, i+1); err == nil {
-			e.binlogStart = i + 1
+			e.binlogStart, e.startStateMs = i+1, time.Now().UnixMilli()
 			return nil
 		}
 		if !errors.Is(err, copyset.ErrLogCompacted) {
@@ -398,17 +430,27 @@ func (e *exporter) pinAt(index uint64) error {
 	return nil
 }
 
-// emit encodes and sends the packet [start, next) of records.
+// emit encodes and sends the packet [start, next) of records. A
+// binlog-phase packet carries the time before which every acknowledged
+// write is in it or before it (coverage.upTo).
 func (e *exporter) emit(ctx context.Context, start, next exportfmt.Point, records []*syncpb.Record, finished bool) error {
+	var coveredMs int64
+	var coveredIndex uint64
+	if start.Phase == exportfmt.PhaseBinlog {
+		coveredIndex = next.Index - 1
+		coveredMs = e.cover.upTo(coveredIndex)
+	}
 	hdr := &syncpb.PacketHeader{LogicPoolId: e.src.Pool(), CopysetId: e.src.Copyset(),
-		StartPoint: start.Proto(), NextPoint: next.Proto(), Finished: finished, BinlogStart: e.binlogStart}
+		StartPoint: start.Proto(), NextPoint: next.Proto(), Finished: finished, BinlogStart: e.binlogStart,
+		StartStateMs: e.startStateMs, CoveredMs: coveredMs}
 	data, buf, err := exportfmt.EncodeInto(e.scratch, hdr, records)
 	if err != nil {
 		return err
 	}
 	e.scratch = nil // not reused unless send is done with it
 	if err := e.send(ctx, Packet{Start: start.Proto(), Next: next.Proto(), Count: uint64(len(records)),
-		Data: data, Finished: finished, BinlogStart: e.binlogStart}); err != nil {
+		Data: data, Finished: finished, BinlogStart: e.binlogStart, StartStateMs: e.startStateMs,
+		CoveredMs: coveredMs, CoveredIndex: coveredIndex}); err != nil {
 		return err
 	}
 	e.scratch = buf

@@ -50,10 +50,12 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		lastSent      = time.Now()
 		poll          = pollInterval
 	)
+	e.cover.period = max(pollInterval, e.opts.Idle/4)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		e.cover.barrier(ctx, e.src, e.opts.Idle)
 		limit := e.src.CommitIndex()
 		if full {
 			limit = min(limit, end)
@@ -88,6 +90,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			pend, havePend = nil, false
 			cursor++
 		}
+		e.cover.read(cursor - 1)
 		done := full && cursor == end+1
 		// A span without chunk records (the sync machine's own entries, raft
 		// no-ops) waits for records or grows to maxEmptySpan: sending it
@@ -112,8 +115,11 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		case done: // nothing (left) to export before the end
 			return e.emit(ctx, exportfmt.BinlogPoint(start), exportfmt.BinlogPoint(start), nil, true)
 		case !full && len(records) == 0 && time.Since(lastSent) >= e.opts.Idle:
+			// The entries read since start hold no chunk op: the export
+			// covers them without a packet.
 			p := exportfmt.BinlogPoint(start).Proto()
-			if err := e.send(ctx, Packet{Start: p, Next: p, BinlogStart: e.binlogStart}); err != nil {
+			if err := e.send(ctx, Packet{Start: p, Next: p, BinlogStart: e.binlogStart, StartStateMs: e.startStateMs,
+				CoveredIndex: cursor - 1, CoveredMs: e.cover.upTo(cursor - 1)}); err != nil {
 				return err
 			}
 			lastSent = time.Now()
@@ -131,6 +137,61 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		case <-t.C:
 		}
 	}
+}
+
+// coverage is what the binlog phase knows of the writes the copyset
+// acknowledged: a read barrier taken at time t returns an index at or
+// above every write acknowledged before t; once the export has read every
+// entry up to that index, a packet or heartbeat that reaches it holds
+// every write acknowledged before t (Packet.CoveredMs). One barrier is
+// outstanding at a time, taken at most every period.
+type coverage struct {
+	period time.Duration
+	taken  time.Time // when the last barrier was taken
+	// pending: a barrier the export has not read up to yet, at
+	// pendingIndex, taken at pendingMs.
+	pending      bool
+	pendingIndex uint64
+	pendingMs    int64
+	// reachedMs is the time of the last barrier the export read up to,
+	// reachedIndex its index.
+	reachedIndex uint64
+	reachedMs    int64
+}
+
+// barrier takes a read barrier of src, waiting at most timeout, unless
+// one is outstanding or the last was taken less than period ago. A
+// barrier that fails (this replica does not lead, or not for now) is
+// left out: the times then stay where they were.
+func (c *coverage) barrier(ctx context.Context, src Source, timeout time.Duration) {
+	if c.pending || time.Since(c.taken) < c.period {
+		return
+	}
+	c.taken = time.Now()
+	bctx, cancel := context.WithTimeout(ctx, timeout)
+	index, err := src.ReadBarrier(bctx)
+	cancel()
+	if err == nil {
+		c.pending, c.pendingIndex, c.pendingMs = true, index, c.taken.UnixMilli()
+	}
+}
+
+// read notes that the export has read every entry up to index.
+func (c *coverage) read(index uint64) {
+	if c.pending && index >= c.pendingIndex {
+		c.pending, c.reachedIndex, c.reachedMs = false, c.pendingIndex, c.pendingMs
+	}
+}
+
+// upTo returns a time before which every acknowledged write is at or
+// below index, every entry up to which the export has read; 0 when none
+// is known.
+func (c *coverage) upTo(index uint64) int64 {
+	c.read(index)
+	if c.reachedIndex > index {
+		return 0
+	}
+	return c.reachedMs
 }
 
 // entryRecords returns the binlog records of a log entry: one per chunk op,

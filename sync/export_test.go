@@ -90,6 +90,14 @@ func (s *fakeSource) reads() int {
 }
 func (s *fakeSource) CommitIndex() uint64 { s.mu.Lock(); defer s.mu.Unlock(); return s.commit }
 
+// ReadBarrier is the applied index: every entry of the fake is applied
+// (and acknowledged) when added.
+func (s *fakeSource) ReadBarrier(context.Context) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied, nil
+}
+
 func (s *fakeSource) LogEntry(i uint64) (copyset.LogEntry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -422,6 +430,9 @@ func TestExportFullNothingToBinlog(t *testing.T) {
 
 // TestExportHeartbeat: a tailing export sends an empty packet when idle,
 // the entries committed meanwhile, and stops (pin released) when ctx ends.
+// A heartbeat covers the entries read since its point (none holding a
+// chunk op) and, as every packet of the binlog phase, the writes
+// acknowledged before a read barrier that the export has read up to.
 func TestExportHeartbeat(t *testing.T) {
 	s := fixture(t)
 	var c collector
@@ -450,26 +461,38 @@ func TestExportHeartbeat(t *testing.T) {
 			}
 		}
 	}
-	heartbeat := func(at uint64) func(p Packet) bool {
+	// covers: a packet that covers index and every write acknowledged
+	// before since (Unix ms).
+	covers := func(p Packet, index uint64, since int64) bool {
+		return p.CoveredIndex == index && p.CoveredMs >= since && p.StartStateMs == 0
+	}
+	heartbeat := func(at, covered uint64, since int64) func(p Packet) bool {
 		return func(p Packet) bool {
-			return p.Data == nil && p.Count == 0 && proto.Equal(p.Start, binlogAt(at)) && proto.Equal(p.Next, binlogAt(at))
+			return p.Data == nil && p.Count == 0 && proto.Equal(p.Start, binlogAt(at)) && proto.Equal(p.Next, binlogAt(at)) &&
+				covers(p, covered, since)
 		}
 	}
-	wait("heartbeat at 6", heartbeat(6))
+	began := time.Now().UnixMilli()
+	wait("heartbeat at 6", heartbeat(6, 5, began))
 	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('z')))
-	wait("packet [6, 7)", func(p Packet) bool { return p.Count == 1 && proto.Equal(p.Next, binlogAt(7)) })
-	wait("heartbeat at 7", heartbeat(7))
+	acked := time.Now().UnixMilli() // the fake acknowledges an entry when it is added
+	wait("packet [6, 7) with the write", func(p Packet) bool {
+		return p.Count == 1 && proto.Equal(p.Next, binlogAt(7)) && p.CoveredIndex == 6 && p.CoveredMs != 0
+	})
+	wait("heartbeat at 7 covering the write", heartbeat(7, 6, acked))
 	// Entries without chunk ops (the sync machine's own Advance and Touch
 	// ops) are held back, heartbeats go on at 7, until records come: a
 	// packet for them would replicate an Advance, one more such entry.
+	// The heartbeats cover them.
 	for range 3 {
 		s.add(copyset.Op{Kind: kinds.Sync, Payload: []byte{1}})
 	}
-	wait("heartbeat at 7 after entries without records", heartbeat(7))
-	wait("another heartbeat at 7", heartbeat(7))
+	acked = time.Now().UnixMilli()
+	wait("heartbeat at 7 covering the entries without records", heartbeat(7, 9, acked))
+	wait("another heartbeat at 7", heartbeat(7, 9, acked))
 	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('y')))
 	wait("packet [7, 11)", func(p Packet) bool {
-		return p.Count == 1 && proto.Equal(p.Start, binlogAt(7)) && proto.Equal(p.Next, binlogAt(11))
+		return p.Count == 1 && proto.Equal(p.Start, binlogAt(7)) && proto.Equal(p.Next, binlogAt(11)) && covers(p, 10, acked)
 	})
 	cancel()
 	if err := <-done; err != context.Canceled {
@@ -558,7 +581,9 @@ func TestExportResume(t *testing.T) {
 		t.Fatalf("second packet ends at %v, want a snapshot point", at)
 	}
 	var rest collector
-	if err := Export(context.Background(), s, at, got[0].BinlogStart, opts, rest.send); err != nil {
+	resumed := opts
+	resumed.StartStateMs = got[0].StartStateMs
+	if err := Export(context.Background(), s, at, got[0].BinlogStart, resumed, rest.send); err != nil {
 		t.Fatal(err)
 	}
 	got = append(got, rest.all()...)
@@ -567,8 +592,14 @@ func TestExportResume(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("resumed export: %d packets, uninterrupted %d", len(got), len(want))
 	}
+	// The exports ran at different times: their packets differ in the
+	// times they carry only, and the resumed one carries the time of its
+	// first run's starting state throughout.
 	for i := range want {
-		if !bytes.Equal(got[i].Data, want[i].Data) {
+		if got[i].StartStateMs != got[0].StartStateMs || got[i].StartStateMs == 0 {
+			t.Fatalf("packet %d of the resumed export has start time %d, its first packet %d", i, got[i].StartStateMs, got[0].StartStateMs)
+		}
+		if !bytes.Equal(withoutTimes(t, got[i].Data), withoutTimes(t, want[i].Data)) {
 			t.Fatalf("packet %d of the resumed export differs from the uninterrupted one", i)
 		}
 	}
@@ -594,6 +625,26 @@ func TestExportResume(t *testing.T) {
 	if s.livePins() != 0 {
 		t.Fatalf("%d pins left", s.livePins())
 	}
+}
+
+// withoutTimes returns packet b encoded again without the times of its
+// header that depend on when it was exported (start_state_ms, covered_ms).
+func withoutTimes(t *testing.T, b []byte) []byte {
+	t.Helper()
+	p, err := exportfmt.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := proto.CloneOf(p.Header)
+	if h.StartStateMs == 0 {
+		t.Fatalf("packet at %v has no start time", p.Start)
+	}
+	h.StartStateMs, h.CoveredMs = 0, 0
+	out, err := exportfmt.Encode(h, p.Records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestExportFullStoredEnd: a kFull export resumed in its binlog phase with

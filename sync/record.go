@@ -86,3 +86,17 @@ func logCursor(r *pb.SubTask) uint64 {
 	}
 	return r.GetCreatedIndex() + 1
 }
+
+// Covered returns the last log index sub-task r covers (every entry up to
+// it is in a packet its dest holds, or was read by its collector and holds
+// no chunk op) and a time, Unix ms, before which every write the copyset
+// acknowledged is at or below it (0: not known yet); 0 and 0 before the
+// binlog phase. For a kIncrementalByTimestamp sub-task the entries before
+// its start count as covered.
+func Covered(r *pb.SubTask) (uint64, int64) {
+	p := r.GetProgress().GetSyncPoint()
+	if p.GetType() != dspb.SyncType_kBINLOG {
+		return 0, 0
+	}
+	return max(r.GetCoveredIndex(), p.GetOffset()-1), r.GetCoveredMs()
+}

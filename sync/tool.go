@@ -331,8 +331,9 @@ func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusReques
 			Count:         proto.Uint64(st.GetCount()),
 			Status:        proto.String(st.GetStatus().String()),
 		})
-		info := fmt.Sprintf("lastUpdateTime=%d;progressPath=copyset %d/%d sync machine (%s/%s), leader %s",
-			st.GetLastUpdateMs(), l.GetPool(), l.GetCopyset(), Dir, FileName, leaderAddr(l.GetLeader()))
+		covered, coveredMs := Covered(st)
+		info := fmt.Sprintf("lastUpdateTime=%d;coveredIndex=%d;coveredTime=%d;progressPath=copyset %d/%d sync machine (%s/%s), leader %s",
+			st.GetLastUpdateMs(), covered, coveredMs, l.GetPool(), l.GetCopyset(), Dir, FileName, leaderAddr(l.GetLeader()))
 		if st.GetMessage() != "" {
 			info += ";message=" + st.GetMessage()
 		}
@@ -346,13 +347,15 @@ func sendDataFail(format string, args ...any) *dspb.SendDataResponse {
 	return &dspb.SendDataResponse{Response: general(-1, format, args...), DeleteTask: proto.Bool(true)}
 }
 
-// SendData answers with sendData, counting what it acknowledged and
-// refused.
+// SendData answers with sendData, counting the packets it wrote and
+// acknowledged (not heartbeats, which carry at most a header and are not
+// written) and what it refused.
 func (t *toolService) SendData(ctx context.Context, req *dspb.SendDataRequest) (*dspb.SendDataResponse, error) {
 	resp := t.sendData(ctx, req)
 	m := t.s.metrics
+	heartbeat := proto.Equal(req.GetStartPoint(), req.GetNextPoint()) && !req.GetFinished()
 	switch {
-	case resp.GetResponse().GetCode() == 0 && len(req.GetData()) > 0:
+	case resp.GetResponse().GetCode() == 0 && len(req.GetData()) > 0 && !heartbeat:
 		m.packets.Inc()
 		m.records.Add(float64(req.GetCount()))
 		m.bytes.Add(float64(len(req.GetData())))
@@ -453,6 +456,17 @@ func (t *toolService) sendData(ctx context.Context, req *dspb.SendDataRequest) *
 		return sendDataFail("send data %d/%d: count %d, the packet holds %d records", tid, pid, req.GetCount(), h.GetRecordCount())
 	case h.GetFinished() != req.GetFinished():
 		return sendDataFail("send data %d/%d: finished %v, the packet says %v", tid, pid, req.GetFinished(), h.GetFinished())
+	case h.GetCoveredIndex() != 0 && (start.Compare(next) != 0 || start.Phase != exportfmt.PhaseBinlog):
+		return sendDataFail("send data %d/%d: covered_index %d in a packet that is not a binlog-phase heartbeat", tid, pid, h.GetCoveredIndex())
+	}
+	if start.Compare(next) == 0 && !h.GetFinished() {
+		// A heartbeat that says what it covers: nothing to write.
+		resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Touch{Touch: &pb.Touch{Ref: ref, UpdateMs: nowMs(),
+			At: req.GetStartPoint(), CoveredIndex: h.GetCoveredIndex(), CoveredMs: h.GetCoveredMs()}}})
+		if resp.GetCode() != 0 {
+			return sendDataFail("send data %d/%d: %s", tid, pid, resp.GetMsg())
+		}
+		return &dspb.SendDataResponse{Response: general(0, "ok")}
 	}
 	u, err := dest.Parse(rec.GetProgress().GetDest())
 	if err != nil {
@@ -465,6 +479,7 @@ func (t *toolService) sendData(ctx context.Context, req *dspb.SendDataRequest) *
 	resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Advance{Advance: &pb.Advance{
 		Ref: ref, Start: req.GetStartPoint(), Next: req.GetNextPoint(), Count: req.GetCount(),
 		UpdateMs: nowMs(), Finished: req.GetFinished(), BinlogStart: h.GetBinlogStart(),
+		StartStateMs: h.GetStartStateMs(), CoveredMs: h.GetCoveredMs(),
 	}}})
 	if resp.GetCode() != 0 {
 		if resp.GetNotLeader() {

@@ -141,10 +141,22 @@ func ValidateAdvance(op *pb.Advance) error {
 	if err := validateTime("update_ms", op.GetUpdateMs()); err != nil {
 		return wrap(err)
 	}
+	for _, f := range []struct {
+		what string
+		ms   int64
+	}{{"start_state_ms", op.GetStartStateMs()}, {"covered_ms", op.GetCoveredMs()}} {
+		if f.ms != 0 {
+			if err := validateTime(f.what, f.ms); err != nil {
+				return wrap(err)
+			}
+		}
+	}
 	return nil
 }
 
-// ValidateTouch checks a Touch: a sub-task ref and update_ms a time.
+// ValidateTouch checks a Touch: a sub-task ref, update_ms a time and, with
+// a point (at), a valid one; covered_index and covered_ms (a time) only
+// with a binlog point, covered_index not below the point's index - 1.
 func ValidateTouch(op *pb.Touch) error {
 	if op == nil {
 		return errors.New("touch: no op")
@@ -152,8 +164,30 @@ func ValidateTouch(op *pb.Touch) error {
 	if err := validateRef(op.GetRef()); err != nil {
 		return fmt.Errorf("touch: %w", err)
 	}
-	if err := validateTime("update_ms", op.GetUpdateMs()); err != nil {
+	wrap := func(err error) error {
 		return fmt.Errorf("touch %d/%d: %w", op.GetRef().GetTid(), op.GetRef().GetPid(), err)
+	}
+	if err := validateTime("update_ms", op.GetUpdateMs()); err != nil {
+		return wrap(err)
+	}
+	at := op.GetAt()
+	if at != nil {
+		if err := ValidateSyncPoint(at); err != nil {
+			return wrap(fmt.Errorf("point: %w", err))
+		}
+	}
+	if op.GetCoveredIndex() == 0 && op.GetCoveredMs() == 0 {
+		return nil
+	}
+	switch {
+	case at.GetType() != dspb.SyncType_kBINLOG:
+		return wrap(fmt.Errorf("covered_index %d and covered_ms %d without a binlog point", op.GetCoveredIndex(), op.GetCoveredMs()))
+	case op.GetCoveredIndex()+1 < at.GetOffset():
+		return wrap(fmt.Errorf("covered_index %d is below binlog point %d", op.GetCoveredIndex(), at.GetOffset()))
+	case op.GetCoveredMs() != 0:
+		if err := validateTime("covered_ms", op.GetCoveredMs()); err != nil {
+			return wrap(err)
+		}
 	}
 	return nil
 }

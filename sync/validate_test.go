@@ -25,6 +25,11 @@ func TestValidateRefusesBadInput(t *testing.T) {
 		edit(a)
 		return &pb.Op{Op: &pb.Op_Advance{Advance: a}}
 	}
+	touch := func(edit func(*pb.Touch)) *pb.Op {
+		o := &pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: 1000, At: binlogAt(5), CoveredIndex: 9, CoveredMs: 2000}
+		edit(o)
+		return &pb.Op{Op: &pb.Op_Touch{Touch: o}}
+	}
 	tests := []struct {
 		name string
 		op   *pb.Op
@@ -87,6 +92,13 @@ func TestValidateRefusesBadInput(t *testing.T) {
 		{"advance: no time", adv(func(a *pb.Advance) { a.UpdateMs = 0 }), "update_ms 0"},
 		{"touch: no ref", &pb.Op{Op: &pb.Op_Touch{Touch: &pb.Touch{UpdateMs: 1}}}, "no sub-task ref"},
 		{"touch: absurd time", &pb.Op{Op: &pb.Op_Touch{Touch: &pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: MaxUnixMs + 1}}}, "is not a time"},
+		{"advance: negative start time", adv(func(a *pb.Advance) { a.StartStateMs = -1 }), "start_state_ms -1 is not a time"},
+		{"advance: absurd covered time", adv(func(a *pb.Advance) { a.CoveredMs = MaxUnixMs + 1 }), "covered_ms 253402300800000 is not a time"},
+		{"touch: bad point", touch(func(o *pb.Touch) { o.At = binlogAt(0) }), "point: kBINLOG sync point"},
+		{"touch: covered without a point", touch(func(o *pb.Touch) { o.At = nil }), "covered_index 9 and covered_ms 2000 without a binlog point"},
+		{"touch: covered at a snapshot point", touch(func(o *pb.Touch) { o.At = snapAt(3, 0) }), "without a binlog point"},
+		{"touch: covered below the point", touch(func(o *pb.Touch) { o.CoveredIndex = 3 }), "covered_index 3 is below binlog point 5"},
+		{"touch: negative covered time", touch(func(o *pb.Touch) { o.CoveredMs = -2 }), "covered_ms -2 is not a time"},
 		{"set status: RUNNING", &pb.Op{Op: &pb.Op_SetStatus{SetStatus: &pb.SetStatus{Ref: ref(1, 1, tok1), Status: pb.Status_RUNNING}}}, "status RUNNING: only FAILED and REASSIGNING"},
 		{"set status: SUCCESS", &pb.Op{Op: &pb.Op_SetStatus{SetStatus: &pb.SetStatus{Ref: ref(1, 1, tok1), Status: pb.Status_SUCCESS}}}, "status SUCCESS"},
 		{"set status: unknown", &pb.Op{Op: &pb.Op_SetStatus{SetStatus: &pb.SetStatus{Ref: ref(1, 1, tok1), Status: pb.Status(17)}}}, "status 17"},
@@ -112,7 +124,8 @@ func TestValidateRefusesBadInput(t *testing.T) {
 		})
 	}
 	// The valid ops the tests build pass.
-	for _, op := range []*pb.Op{put(func(*pb.PutSubTask) {}), adv(func(*pb.Advance) {})} {
+	for _, op := range []*pb.Op{put(func(*pb.PutSubTask) {}), adv(func(*pb.Advance) {}), touch(func(*pb.Touch) {}),
+		touch(func(o *pb.Touch) { o.CoveredIndex = 4 }), touch(func(o *pb.Touch) { o.At, o.CoveredIndex, o.CoveredMs = snapAt(3, 0), 0, 0 })} {
 		if err := validateOp(op); err != nil {
 			t.Errorf("valid op refused: %v", err)
 		}

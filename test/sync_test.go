@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,6 +98,9 @@ type syncStatus struct {
 	Count         uint64 `json:"count"`
 	DataCollector string `json:"data_collector"`
 	Token         string `json:"token"`
+	CoveredIndex  uint64 `json:"coveredIndex"`
+	CoveredTime   string `json:"coveredTime"`
+	CoveredTimeMs int64  `json:"coveredTimeMs"`
 	Info          string `json:"info"`
 }
 
@@ -522,6 +526,102 @@ func TestSyncExportRestore(t *testing.T) {
 	}
 }
 
+// seededSyncCluster starts a one-server cluster paced for the sync tests
+// (syncTestConfig) with n copysets of pool 1, writes the sync test chunks
+// on each and returns it with a context for its calls (2 minutes).
+func seededSyncCluster(t *testing.T, n int) (*cluster, []cli.CopysetID, context.Context) {
+	t.Helper()
+	src := startClusterWithConfig(t, 1, syncTestConfig)
+	copysets := src.createCopysets(t, n)
+	seedSyncChunks(t, src.client, copysets)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return src, copysets, ctx
+}
+
+// TestSyncCoveredAndEarliestTime: sync create --wait of a continuous
+// export returns once every sub-task covers the writes acknowledged before
+// the wait began (its covered time, -o json coveredTimeMs, is at or after
+// it); a write acknowledged afterwards, with no write after it, is covered
+// (coveredIndex at least its index, coveredTimeMs after it) within a few
+// send intervals. A restore --until-time T, T before the export began but
+// after a write that the export's starting state holds, is refused naming
+// the earliest time it can restore and writes nothing; that time, as
+// printed, restores that state.
+func TestSyncCoveredAndEarliestTime(t *testing.T) {
+	src, copysets, ctx := seededSyncCluster(t, 2)
+	before := time.Now().UnixMilli()
+	testwait.Until(t, time.Second, func() error {
+		if now := time.Now().UnixMilli(); now <= before {
+			return fmt.Errorf("the clock is at %d ms, not past %d", now, before)
+		}
+		return nil
+	})
+	late := cli.ChunkID{CopysetID: copysets[0], Chunk: syncChunks + 1} // created after before
+	if err := src.client.WriteChunk(ctx, late, 0, syncBlock(5), 1); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := filepath.Join(t.TempDir(), "export")
+	waitFrom := time.Now().UnixMilli()
+	var created struct {
+		Wait struct {
+			Done        int    `json:"done"`
+			CoveredTime string `json:"coveredTime"`
+		} `json:"wait"`
+	}
+	out := mustCtl(t, src.addrs(), nil, "-o", "json", "sync", "create", "--pool", "1", "--name", "backup", "--mode", "continuous",
+		"--dest", "file://"+dir, "--wait", "1m")
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.Wait.Done != len(copysets) || created.Wait.CoveredTime == "" {
+		t.Fatalf("sync create --wait: %v: %s", err, out)
+	}
+	for _, s := range syncStatusOf(t, src.addrs()) {
+		if !strings.HasPrefix(s.Point, "binlog ") || s.CoveredTimeMs < waitFrom || s.CoveredIndex == 0 || s.CoveredTime == "" {
+			t.Fatalf("after sync create --wait from %d ms: %+v", waitFrom, s)
+		}
+	}
+
+	w := cli.ChunkID{CopysetID: copysets[1], Chunk: 2}
+	if err := src.client.WriteChunk(ctx, w, 0, syncBlock(6), 1); err != nil {
+		t.Fatal(err)
+	}
+	acked, index := time.Now().UnixMilli(), leaderApplied(t, src.client, copysets[1])
+	testwait.Until(t, 10*time.Second, func() error {
+		for _, s := range syncStatusOf(t, src.addrs()) {
+			if s.Copyset == copysets[1].Copyset && (s.CoveredIndex < index || s.CoveredTimeMs <= acked) {
+				return fmt.Errorf("copyset %d covers index %d at %d ms; want index %d at %d ms or later", s.Copyset, s.CoveredIndex, s.CoveredTimeMs, index, acked+1)
+			}
+		}
+		return nil
+	})
+
+	dst := startCluster(t, 1)
+	dst.createCopysets(t, len(copysets))
+	restoreUntil := func(until string) (string, string, int) {
+		return chunkctl(t, dst.addrs(), nil, "sync", "restore", "--from", "file://"+dir, "--pool", "1", "--copysets", "1",
+			"--until-time", until, "--progress", "never")
+	}
+	_, errOut, code := restoreUntil(time.UnixMilli(before).UTC().Format(time.RFC3339Nano))
+	m := regexp.MustCompile(`cannot be restored from this export: the earliest time it can restore is (\S+) \(Unix ms (\d+)\)`).FindStringSubmatch(errOut)
+	if code == 0 || m == nil || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		t.Fatalf("restore --until-time %d ms: exit %d, stderr %q: want one line naming the earliest time", before, code, errOut)
+	}
+	// The export began (its starting state was taken) after sync create
+	// was run.
+	if earliest, err := strconv.ParseInt(m[2], 10, 64); err != nil || earliest < waitFrom || earliest > time.Now().UnixMilli() {
+		t.Fatalf("the earliest time %s (%s ms) is not between sync create at %d ms and now", m[1], m[2], waitFrom)
+	}
+	if sns, err := dst.client.GetChunkInfo(ctx, cli.ChunkID{CopysetID: copysets[0], Chunk: 1}); err != nil || len(sns) != 0 {
+		t.Fatalf("the refused restore wrote chunk 1: %v %v", sns, err)
+	}
+	if out, errOut, code := restoreUntil(m[1]); code != 0 {
+		t.Fatalf("restore --until-time %s: exit %d\n%s%s", m[1], code, out, errOut)
+	}
+	if sns, err := dst.client.GetChunkInfo(ctx, late); err != nil || len(sns) == 0 {
+		t.Fatalf("chunk %d, written before the export began, is not restored as of its earliest time: %v %v", late.Chunk, sns, err)
+	}
+}
+
 // TestSyncFullExport: a kFull export of a quiet pool finishes (every
 // sub-task SUCCESS) and restores exactly; bad input to sync create is one
 // line, a non-zero exit and nothing created.
@@ -682,11 +782,7 @@ func TestSyncS3ExportRestore(t *testing.T) {
 // index committed when it began, must add up to exactly what the source
 // reads.
 func TestSyncFullExportUnderWrites(t *testing.T) {
-	src := startClusterWithConfig(t, 1, syncTestConfig)
-	copysets := src.createCopysets(t, 16)
-	seedSyncChunks(t, src.client, copysets)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	src, copysets, ctx := seededSyncCluster(t, 16)
 	big := bytes.Repeat([]byte{7}, 4<<20+cli.BlockSize) // more than a packet (4 MiB)
 	for _, cs := range copysets {
 		if err := src.client.WriteChunk(ctx, cli.ChunkID{CopysetID: cs, Chunk: 1}, syncSpan, big, 2); err != nil {

@@ -21,8 +21,13 @@
 //     before --until-time), and checked: N must be at least the earliest
 //     consistent point, the largest as_of_index of the snapshot phase (and
 //     the index before the binlog phase starts), and at most the last index
-//     the export reaches. Then every target copyset must exist and hold no
-//     chunk ([Target.CheckEmpty]).
+//     the export reaches. A --until-time must be at least the earliest time
+//     (plan.earliestTime): the first packet's start_state_ms, when the
+//     starting state was taken, or, when a chunk was imaged after a later
+//     write, that write's append time; for an export without
+//     start_state_ms, the append time of its first binlog record at or
+//     after the earliest index (none: no time can be restored). Then every
+//     target copyset must exist and hold no chunk ([Target.CheckEmpty]).
 //  2. Replay, in point order: each snapshot-phase chunk is rebuilt by the
 //     op sequence of [Rebuild] (its sn, corrected sn, COW snapshot and the
 //     data of both, exactly as of its as_of_index t_c); then the binlog

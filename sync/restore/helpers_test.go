@@ -245,6 +245,9 @@ type export struct {
 	binlog   []*syncpb.Record
 	end      uint64 // the binlog phase's next point; 0: after the last record
 	per      int    // binlog records per packet (0: 3)
+	// startMs is the packets' start_state_ms (0: none, as an export
+	// written before the field existed).
+	startMs int64
 }
 
 // packets encodes the export: name -> bytes.
@@ -253,7 +256,7 @@ func (e *export) packets(t *testing.T) map[string][]byte {
 	out := map[string][]byte{}
 	put := func(start, next exportfmt.Point, recs []*syncpb.Record) {
 		b, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: e.pool, CopysetId: e.cs,
-			StartPoint: start.Proto(), NextPoint: next.Proto()}, recs)
+			StartPoint: start.Proto(), NextPoint: next.Proto(), BinlogStart: e.start, StartStateMs: e.startMs}, recs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -57,6 +58,14 @@ type plan struct {
 	// maxAsOf is the largest as_of_index of the snapshot phase (0: none),
 	// maxAsOfChunk the chunk that has it.
 	maxAsOf, maxAsOfChunk uint64
+	// startStateMs is the first packet's start_state_ms: when the export's
+	// starting state was taken (0: the export does not say).
+	startStateMs int64
+	// firstMs is the appended_at_ms of the first binlog record at or after
+	// index max(binlogStart, maxAsOf) that has one, firstIndex its index (0:
+	// none): a time at or after it picks a restorable index.
+	firstMs    int64
+	firstIndex uint64
 	// until is the last raft index to restore.
 	until uint64
 	// bytes and records count the packets' sizes and records.
@@ -67,6 +76,39 @@ func (p *plan) String() string { return fmt.Sprintf("copyset %d/%d", p.pool, p.c
 
 // earliest is the earliest raft index the export restores exactly.
 func (p *plan) earliest() uint64 { return max(p.maxAsOf, p.binlogStart-1) }
+
+// earliestTime is the earliest --until-time the export restores exactly
+// (Unix ms), why it is that one, and false when there is none to tell.
+//
+// A time T restores the ops appended at or before T. With the start time
+// recorded (start_state_ms), every op up to binlogStart-1 was appended by
+// then, so T at or after it is exact, provided the index T picks is at
+// least maxAsOf: when a chunk was imaged after the start, T must also
+// reach the record at maxAsOf. Without it (an export written before the
+// field existed), nothing says when the ops before the binlog phase were
+// appended, except that they came before every binlog record: T must
+// reach a binlog record at or after the earliest index.
+func (p *plan) earliestTime() (int64, string, bool) {
+	images := fmt.Sprintf("its snapshot phase read chunk %d as of index %d", p.maxAsOfChunk, p.maxAsOf)
+	switch {
+	case p.startStateMs != 0 && p.maxAsOf < p.binlogStart:
+		return p.startStateMs, fmt.Sprintf("when its starting state, index %d, was taken", p.binlogStart-1), true
+	case p.firstMs == 0:
+		return 0, "", false
+	case p.startStateMs != 0:
+		return max(p.startStateMs, p.firstMs), fmt.Sprintf("when the binlog record at index %d was appended (%s)", p.firstIndex, images), true
+	}
+	why := fmt.Sprintf("when its first binlog record, at index %d, was appended", p.firstIndex)
+	if p.maxAsOf >= p.binlogStart {
+		why = fmt.Sprintf("when the binlog record at index %d was appended (%s)", p.firstIndex, images)
+	}
+	return p.firstMs, why + "; the export does not record when its starting state was taken (it was written before exports recorded it), so only a time at or after one of its binlog records can be restored", true
+}
+
+// untilTimeString shows a --until-time value in both forms the flag takes.
+func untilTimeString(ms int64) string {
+	return fmt.Sprintf("%s (Unix ms %d)", time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00"), ms)
+}
 
 // until is what Options says to restore to.
 type until struct {
@@ -117,6 +159,7 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 			return nil, err
 		}
 		if chain.Len() == 1 {
+			p.startStateMs = pkt.Header.GetStartStateMs()
 			switch pkt.Start.Phase {
 			case exportfmt.PhaseStart:
 				p.full = true
@@ -141,6 +184,10 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 				}
 				if u.hasTime && bl.AppendedAtMs <= u.timeMs {
 					timeIndex = bl.Index
+				}
+				// Snapshot-phase packets sort first: maxAsOf is final here.
+				if p.firstMs == 0 && bl.AppendedAtMs > 0 && bl.Index >= max(p.binlogStart, p.maxAsOf) {
+					p.firstMs, p.firstIndex = bl.AppendedAtMs, bl.Index
 				}
 			}
 		} else {
@@ -177,6 +224,17 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 	case u.hasIndex:
 		p.until = u.index
 	case u.hasTime:
+		e, why, ok := p.earliestTime()
+		switch {
+		case ok && u.timeMs < e:
+			return nil, fmt.Errorf("--until-time %s cannot be restored from this export: the earliest time it can restore is %s, %s",
+				untilTimeString(u.timeMs), untilTimeString(e), why)
+		case !ok && p.startStateMs == 0:
+			return nil, fmt.Errorf("--until-time %s cannot be restored from this export: it does not record when its starting state was taken (it was written before exports recorded it) and has no binlog record at or after index %d to tell the time by; restore it without --until-time, or with --until-index",
+				untilTimeString(u.timeMs), p.earliest())
+		}
+		// !ok with a start time: the binlog does not reach the latest
+		// image yet, which the index check below reports.
 		p.until = max(timeIndex, p.binlogStart-1)
 	default:
 		p.until = p.reach
@@ -194,7 +252,7 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 			if timeIndex != 0 {
 				last = fmt.Sprintf("the last record appended by then is at index %d", timeIndex)
 			}
-			return nil, fmt.Errorf("--until-time %d ms cannot be restored from this export: %s, and the earliest index it can restore is %d (%s)", u.timeMs, last, e, why)
+			return nil, fmt.Errorf("--until-time %s cannot be restored from this export: %s, and the earliest index it can restore is %d (%s)", untilTimeString(u.timeMs), last, e, why)
 		}
 		return nil, fmt.Errorf("index %d cannot be restored from this export: the earliest index it can restore is %d (%s)", p.until, e, why)
 	}

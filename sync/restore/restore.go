@@ -131,10 +131,13 @@ type CopysetSummary struct {
 	Copyset uint32 `json:"copyset"`
 	ToPool  uint32 `json:"toPool"`
 	// UntilIndex is the raft index restored to; BinlogStart the export's
-	// first binlog index; EarliestIndex the earliest it could restore.
-	UntilIndex    uint64 `json:"untilIndex"`
-	BinlogStart   uint64 `json:"binlogStart"`
-	EarliestIndex uint64 `json:"earliestIndex"`
+	// first binlog index; EarliestIndex the earliest it could restore, and
+	// EarliestTimeMs the earliest --until-time (Unix ms; 0 when the export
+	// cannot tell one).
+	UntilIndex     uint64 `json:"untilIndex"`
+	BinlogStart    uint64 `json:"binlogStart"`
+	EarliestIndex  uint64 `json:"earliestIndex"`
+	EarliestTimeMs int64  `json:"earliestTimeMs,omitempty"`
 	Totals
 }
 
@@ -328,6 +331,9 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	p := r.p
 	r.sum = CopysetSummary{Pool: p.pool, Copyset: p.copyset, ToPool: r.o.ToPool, UntilIndex: p.until,
 		BinlogStart: p.binlogStart, EarliestIndex: p.earliest()}
+	if ms, _, ok := p.earliestTime(); ok {
+		r.sum.EarliestTimeMs = ms
+	}
 	r.asOf = map[uint64]logPlace{}
 	chain := exportfmt.NewChain(p.pool, p.copyset)
 	sc := r.free.get()

@@ -185,8 +185,11 @@ func TestUntilIndexBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameChunks(t, mid.s, got)
+	// The export does not say when its starting state was taken: the
+	// earliest time is that of its first record at or after the latest
+	// image, 2.
 	_, _, err = restoreInto(t, e, Options{UntilTimeMs: 1500, HasUntilTime: true})
-	if err == nil || !strings.Contains(err.Error(), "earliest index it can restore is 2") {
+	if err == nil || !strings.Contains(err.Error(), "earliest time it can restore is 1970-01-01T00:00:02.000Z (Unix ms 2000)") {
 		t.Errorf("until time 1500: %v", err)
 	}
 	_, _, err = restoreInto(t, e, Options{UntilTimeMs: 1, HasUntilTime: true, UntilIndex: 3, HasUntilIndex: true})
@@ -608,5 +611,106 @@ func TestManifestParts(t *testing.T) {
 		{"last lost", func(d string) { os.Remove(filepath.Join(d, last)) }, "lists packet " + last + ", which the export does not have"},
 	} {
 		restoreChanged(t, c.what, withParts, c.change, c.wantErr)
+	}
+}
+
+// An --until-time before the time the export's starting state was taken
+// is refused naming the earliest time it can restore (in both forms the
+// flag takes), whether or not a write landed during the snapshot phase,
+// and nothing is written; at and after that time it restores exactly. An
+// export that does not record the time (written before the field
+// existed) restores only times at or after one of its binlog records.
+func TestUntilTimeBeforeTheStart(t *testing.T) {
+	// The source: writes at 1000 ms per index. Block 1 of chunk 1 is
+	// first written at index 3, after T = 2500 ms and before the export
+	// pinned the log at index 4, at 3500 ms.
+	base := func() *source {
+		src := newSource(t)
+		src.write(1, 1, 0, block(1))     // 1
+		src.write(2, 1, 0, block(2))     // 2
+		src.write(1, 1, 4<<10, block(3)) // 3
+		return src
+	}
+	at3 := base()
+
+	// No write in the snapshot phase: its images are the state at 3.
+	quiet := base()
+	snap := [][]*syncpb.Record{quiet.snapshot(1), quiet.snapshot(2)} // as of 3 and 2
+	quiet.write(2, 1, 4<<10, block(4))                               // 4
+	quietExport := &export{pool: 1, cs: 1, full: true, start: 4, chunks: snap, binlog: quiet.binlog[3:], startMs: 3500}
+	// The same export as written before exports recorded their start,
+	// and such an export without a binlog record.
+	old := *quietExport
+	old.startMs = 0
+	idle := old
+	idle.binlog, idle.end = nil, 4
+
+	// A write in the snapshot phase, at 4, before chunk 2's image.
+	busy := base()
+	snap1 := busy.snapshot(1) // as of 3: the log was pinned at 4
+	busy.write(2, 1, 4<<10, block(4))
+	at4 := base()
+	at4.write(2, 1, 4<<10, block(4))
+	snap = [][]*syncpb.Record{snap1, busy.snapshot(2)} // chunk 2 as of 4
+	busy.write(1, 1, 8<<10, block(5))                  // 5
+	busyExport := &export{pool: 1, cs: 1, full: true, start: 4, chunks: snap, binlog: busy.binlog[3:], startMs: 3500}
+
+	// A step restores until a time: refused with an error holding want,
+	// or the state of index.
+	type step struct {
+		untilMs int64
+		want    string
+		index   uint64
+	}
+	for _, c := range []struct {
+		name   string
+		e      *export
+		states map[uint64]*source
+		steps  []step
+	}{
+		{"no write in the snapshot phase", quietExport, map[uint64]*source{3: at3, 4: quiet}, []step{
+			{untilMs: 2500, want: "--until-time 1970-01-01T00:00:02.500Z (Unix ms 2500) cannot be restored from this export: the earliest time it can restore is 1970-01-01T00:00:03.500Z (Unix ms 3500), when its starting state, index 3, was taken"},
+			{untilMs: 3499, want: "earliest time it can restore is 1970-01-01T00:00:03.500Z (Unix ms 3500)"},
+			{untilMs: 3500, index: 3}, {untilMs: 3999, index: 3}, {untilMs: 4000, index: 4},
+		}},
+		{"a write in the snapshot phase", busyExport, map[uint64]*source{4: at4, 5: busy}, []step{
+			{untilMs: 2500, want: "--until-time 1970-01-01T00:00:02.500Z (Unix ms 2500) cannot be restored from this export: the earliest time it can restore is 1970-01-01T00:00:04.000Z (Unix ms 4000), when the binlog record at index 4 was appended (its snapshot phase read chunk 2 as of index 4)"},
+			{untilMs: 3700, want: "earliest time it can restore is 1970-01-01T00:00:04.000Z (Unix ms 4000)"},
+			{untilMs: 4000, index: 4}, {untilMs: 5000, index: 5},
+		}},
+		// A time counts from the first binlog record on.
+		{"no start time recorded", &old, map[uint64]*source{4: quiet}, []step{
+			{untilMs: 2500, want: "earliest time it can restore is 1970-01-01T00:00:04.000Z (Unix ms 4000), when its first binlog record, at index 4, was appended; the export does not record when its starting state was taken"},
+			{untilMs: 3500, want: "earliest time it can restore is 1970-01-01T00:00:04.000Z (Unix ms 4000)"},
+			{untilMs: 4000, index: 4},
+		}},
+		// No time at all; the whole export (until 0: none) restores.
+		{"no start time and no binlog record", &idle, map[uint64]*source{3: at3}, []step{
+			{untilMs: 9000, want: "it does not record when its starting state was taken (it was written before exports recorded it) and has no binlog record at or after index 3 to tell the time by; restore it without --until-time, or with --until-index"},
+			{index: 3},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, s := range c.steps {
+				o := Options{UntilTimeMs: s.untilMs, HasUntilTime: s.untilMs != 0}
+				got, sum, err := restoreInto(t, c.e, o)
+				switch {
+				case s.want != "":
+					if err == nil || !strings.Contains(err.Error(), s.want) {
+						t.Errorf("until time %d: %v, want an error with %q", s.untilMs, err, s.want)
+					}
+					if ids := got.ListChunks(); len(ids) != 0 {
+						t.Errorf("until time %d: the refused restore wrote chunks %v", s.untilMs, ids)
+					}
+				case err != nil:
+					t.Fatalf("until time %d: %v", s.untilMs, err)
+				default:
+					sameChunks(t, c.states[s.index].s, got)
+					if sum.Copysets[0].UntilIndex != s.index {
+						t.Errorf("until time %d restored index %d, want %d", s.untilMs, sum.Copysets[0].UntilIndex, s.index)
+					}
+				}
+			}
+		})
 	}
 }

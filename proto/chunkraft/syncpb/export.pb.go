@@ -64,7 +64,26 @@ type PacketHeader struct {
 	// binlog_start: the first log index the copyset's binlog phase exports
 	// (the applied index + 1 when its snapshot phase began), in every
 	// packet once known; the SyncTool replicates it with the first packet.
-	BinlogStart   uint64 `protobuf:"varint,12,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	BinlogStart uint64 `protobuf:"varint,12,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	// start_state_ms: the time the export's starting state corresponds to,
+	// Unix milliseconds, in every packet once known (like binlog_start):
+	// for an export with a snapshot phase, the exporting leader's clock
+	// right after it pinned the log at binlog_start (every op up to
+	// binlog_start - 1 was applied, so appended, by then); for a
+	// kIncrementalByTimestamp export, its start_ts. A restore --until-time
+	// earlier than it is refused. 0 in exports written before the field
+	// existed (docs/sync-format.md, "Until a point").
+	StartStateMs int64 `protobuf:"varint,13,opt,name=start_state_ms,json=startStateMs,proto3" json:"start_state_ms,omitempty"`
+	// covered_ms: every write the copyset acknowledged before this time
+	// (Unix milliseconds, the exporting leader's clock, fixed by a read
+	// barrier) is in this packet or an earlier one of the export; 0 when
+	// not known. Binlog-phase packets and heartbeats only.
+	CoveredMs int64 `protobuf:"varint,14,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	// covered_index: in a heartbeat (next_point = start_point, no record)
+	// only: the entries after start_point - 1 up to this index were read
+	// and hold no chunk op, so the export holds every chunk op up to it.
+	// Heartbeats are never written to the destination.
+	CoveredIndex  uint64 `protobuf:"varint,15,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -179,6 +198,27 @@ func (x *PacketHeader) GetLastAppendedAtMs() int64 {
 func (x *PacketHeader) GetBinlogStart() uint64 {
 	if x != nil {
 		return x.BinlogStart
+	}
+	return 0
+}
+
+func (x *PacketHeader) GetStartStateMs() int64 {
+	if x != nil {
+		return x.StartStateMs
+	}
+	return 0
+}
+
+func (x *PacketHeader) GetCoveredMs() int64 {
+	if x != nil {
+		return x.CoveredMs
+	}
+	return 0
+}
+
+func (x *PacketHeader) GetCoveredIndex() uint64 {
+	if x != nil {
+		return x.CoveredIndex
 	}
 	return 0
 }
@@ -854,7 +894,7 @@ var File_chunkraft_syncpb_export_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\n" +
-	"\x1dchunkraft/syncpb/export.proto\x12\x0echunkraft.sync\x1a\x1dcurve/chunkserver/chunk.proto\x1a!openmldb/datasync/data_sync.proto\"\xf8\x03\n" +
+	"\x1dchunkraft/syncpb/export.proto\x12\x0echunkraft.sync\x1a\x1dcurve/chunkserver/chunk.proto\x1a!openmldb/datasync/data_sync.proto\"\xe2\x04\n" +
 	"\fPacketHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
 	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
@@ -873,7 +913,11 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\x14first_appended_at_ms\x18\n" +
 	" \x01(\x03R\x11firstAppendedAtMs\x12-\n" +
 	"\x13last_appended_at_ms\x18\v \x01(\x03R\x10lastAppendedAtMs\x12!\n" +
-	"\fbinlog_start\x18\f \x01(\x04R\vbinlogStart\"8\n" +
+	"\fbinlog_start\x18\f \x01(\x04R\vbinlogStart\x12$\n" +
+	"\x0estart_state_ms\x18\r \x01(\x03R\fstartStateMs\x12\x1d\n" +
+	"\n" +
+	"covered_ms\x18\x0e \x01(\x03R\tcoveredMs\x12#\n" +
+	"\rcovered_index\x18\x0f \x01(\x04R\fcoveredIndex\"8\n" +
 	"\x04Body\x120\n" +
 	"\arecords\x18\x01 \x03(\v2\x16.chunkraft.sync.RecordR\arecords\"\xce\x01\n" +
 	"\x06Record\x12<\n" +

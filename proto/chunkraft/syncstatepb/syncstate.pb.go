@@ -106,7 +106,18 @@ type SubTask struct {
 	// applied index + 1 when the snapshot phase began (every chunk image
 	// of the snapshot phase reflects at least the index before it); 0
 	// until the first packet (kIncrementalByTimestamp: its first index).
-	BinlogStart   uint64 `protobuf:"varint,11,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	BinlogStart uint64 `protobuf:"varint,11,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	// start_state_ms is when the export's starting state was taken (the
+	// packets' start_state_ms), recorded with binlog_start from the first
+	// packet; 0 unknown (a sub-task whose first packet predates it).
+	StartStateMs int64 `protobuf:"varint,12,opt,name=start_state_ms,json=startStateMs,proto3" json:"start_state_ms,omitempty"`
+	// covered_index: every log entry up to it is in a packet the
+	// destination holds or was read by the collector and holds no chunk
+	// op; covered_ms: every write acknowledged before it (unix ms, the
+	// collector's clock) is at or below covered_index (0: not known). Both
+	// only move forward; 0 until the binlog phase.
+	CoveredIndex  uint64 `protobuf:"varint,13,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	CoveredMs     int64  `protobuf:"varint,14,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +225,27 @@ func (x *SubTask) GetUpdatedIndex() uint64 {
 func (x *SubTask) GetBinlogStart() uint64 {
 	if x != nil {
 		return x.BinlogStart
+	}
+	return 0
+}
+
+func (x *SubTask) GetStartStateMs() int64 {
+	if x != nil {
+		return x.StartStateMs
+	}
+	return 0
+}
+
+func (x *SubTask) GetCoveredIndex() uint64 {
+	if x != nil {
+		return x.CoveredIndex
+	}
+	return 0
+}
+
+func (x *SubTask) GetCoveredMs() int64 {
+	if x != nil {
+		return x.CoveredMs
 	}
 	return 0
 }
@@ -414,7 +446,12 @@ type Advance struct {
 	// binlog_start, in the first packet of a sub-task (start = the very
 	// start point, or its first binlog point), becomes the record's
 	// binlog_start; ignored once that is set.
-	BinlogStart   uint64 `protobuf:"varint,7,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	BinlogStart uint64 `protobuf:"varint,7,opt,name=binlog_start,json=binlogStart,proto3" json:"binlog_start,omitempty"`
+	// start_state_ms goes with binlog_start: taken by the first packet
+	// only.
+	StartStateMs int64 `protobuf:"varint,8,opt,name=start_state_ms,json=startStateMs,proto3" json:"start_state_ms,omitempty"`
+	// covered_ms: the packet's covered_ms (binlog phase only; 0 unknown).
+	CoveredMs     int64 `protobuf:"varint,9,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,11 +535,31 @@ func (x *Advance) GetBinlogStart() uint64 {
 	return 0
 }
 
+func (x *Advance) GetStartStateMs() int64 {
+	if x != nil {
+		return x.StartStateMs
+	}
+	return 0
+}
+
+func (x *Advance) GetCoveredMs() int64 {
+	if x != nil {
+		return x.CoveredMs
+	}
+	return 0
+}
+
 // Touch records an empty packet (a heartbeat).
 type Touch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *Ref                   `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	UpdateMs      int64                  `protobuf:"varint,2,opt,name=update_ms,json=updateMs,proto3" json:"update_ms,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Ref      *Ref                   `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	UpdateMs int64                  `protobuf:"varint,2,opt,name=update_ms,json=updateMs,proto3" json:"update_ms,omitempty"`
+	// at: the heartbeat's point (start = next). With it, covered_index
+	// and covered_ms are the heartbeat's (PacketHeader): they apply only
+	// while at is the sub-task's sync point, a binlog point.
+	At            *datasync.SyncPoint `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	CoveredIndex  uint64              `protobuf:"varint,4,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	CoveredMs     int64               `protobuf:"varint,5,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +604,27 @@ func (x *Touch) GetRef() *Ref {
 func (x *Touch) GetUpdateMs() int64 {
 	if x != nil {
 		return x.UpdateMs
+	}
+	return 0
+}
+
+func (x *Touch) GetAt() *datasync.SyncPoint {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *Touch) GetCoveredIndex() uint64 {
+	if x != nil {
+		return x.CoveredIndex
+	}
+	return 0
+}
+
+func (x *Touch) GetCoveredMs() int64 {
+	if x != nil {
+		return x.CoveredMs
 	}
 	return 0
 }
@@ -1312,7 +1390,7 @@ var File_chunkraft_syncstatepb_syncstate_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\n" +
-	"%chunkraft/syncstatepb/syncstate.proto\x12\x13chunkraft.syncstate\x1a!openmldb/datasync/data_sync.proto\"\x87\x03\n" +
+	"%chunkraft/syncstatepb/syncstate.proto\x12\x13chunkraft.syncstate\x1a!openmldb/datasync/data_sync.proto\"\xf1\x03\n" +
 	"\aSubTask\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -1326,7 +1404,11 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\rcreated_index\x18\t \x01(\x04R\fcreatedIndex\x12#\n" +
 	"\rupdated_index\x18\n" +
 	" \x01(\x04R\fupdatedIndex\x12!\n" +
-	"\fbinlog_start\x18\v \x01(\x04R\vbinlogStart\"\\\n" +
+	"\fbinlog_start\x18\v \x01(\x04R\vbinlogStart\x12$\n" +
+	"\x0estart_state_ms\x18\f \x01(\x03R\fstartStateMs\x12#\n" +
+	"\rcovered_index\x18\r \x01(\x04R\fcoveredIndex\x12\x1d\n" +
+	"\n" +
+	"covered_ms\x18\x0e \x01(\x03R\tcoveredMs\"\\\n" +
 	"\x05State\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x129\n" +
 	"\tsub_tasks\x18\x02 \x03(\v2\x1c.chunkraft.syncstate.SubTaskR\bsubTasks\"?\n" +
@@ -1339,7 +1421,7 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12?\n" +
 	"\arequest\x18\x03 \x01(\v2%.openmldb.datasync.AddSyncTaskRequestR\arequest\x12\x1b\n" +
-	"\tupdate_ms\x18\x04 \x01(\x03R\bupdateMs\"\x8d\x02\n" +
+	"\tupdate_ms\x18\x04 \x01(\x03R\bupdateMs\"\xd2\x02\n" +
 	"\aAdvance\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x122\n" +
 	"\x05start\x18\x02 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x05start\x120\n" +
@@ -1347,10 +1429,17 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\x12\x1b\n" +
 	"\tupdate_ms\x18\x05 \x01(\x03R\bupdateMs\x12\x1a\n" +
 	"\bfinished\x18\x06 \x01(\bR\bfinished\x12!\n" +
-	"\fbinlog_start\x18\a \x01(\x04R\vbinlogStart\"P\n" +
+	"\fbinlog_start\x18\a \x01(\x04R\vbinlogStart\x12$\n" +
+	"\x0estart_state_ms\x18\b \x01(\x03R\fstartStateMs\x12\x1d\n" +
+	"\n" +
+	"covered_ms\x18\t \x01(\x03R\tcoveredMs\"\xc2\x01\n" +
 	"\x05Touch\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x12\x1b\n" +
-	"\tupdate_ms\x18\x02 \x01(\x03R\bupdateMs\"\x86\x01\n" +
+	"\tupdate_ms\x18\x02 \x01(\x03R\bupdateMs\x12,\n" +
+	"\x02at\x18\x03 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x02at\x12#\n" +
+	"\rcovered_index\x18\x04 \x01(\x04R\fcoveredIndex\x12\x1d\n" +
+	"\n" +
+	"covered_ms\x18\x05 \x01(\x03R\tcoveredMs\"\x86\x01\n" +
 	"\tSetStatus\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x123\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1b.chunkraft.syncstate.StatusR\x06status\x12\x18\n" +
@@ -1460,30 +1549,31 @@ var file_chunkraft_syncstatepb_syncstate_proto_depIdxs = []int32{
 	19, // 5: chunkraft.syncstate.Advance.start:type_name -> openmldb.datasync.SyncPoint
 	19, // 6: chunkraft.syncstate.Advance.next:type_name -> openmldb.datasync.SyncPoint
 	3,  // 7: chunkraft.syncstate.Touch.ref:type_name -> chunkraft.syncstate.Ref
-	3,  // 8: chunkraft.syncstate.SetStatus.ref:type_name -> chunkraft.syncstate.Ref
-	0,  // 9: chunkraft.syncstate.SetStatus.status:type_name -> chunkraft.syncstate.Status
-	3,  // 10: chunkraft.syncstate.SetBinlogEnd.ref:type_name -> chunkraft.syncstate.Ref
-	4,  // 11: chunkraft.syncstate.Op.put:type_name -> chunkraft.syncstate.PutSubTask
-	5,  // 12: chunkraft.syncstate.Op.advance:type_name -> chunkraft.syncstate.Advance
-	6,  // 13: chunkraft.syncstate.Op.touch:type_name -> chunkraft.syncstate.Touch
-	7,  // 14: chunkraft.syncstate.Op.set_status:type_name -> chunkraft.syncstate.SetStatus
-	8,  // 15: chunkraft.syncstate.Op.set_binlog_end:type_name -> chunkraft.syncstate.SetBinlogEnd
-	9,  // 16: chunkraft.syncstate.Op.delete_task:type_name -> chunkraft.syncstate.DeleteTask
-	10, // 17: chunkraft.syncstate.Op.delete_all:type_name -> chunkraft.syncstate.DeleteAll
-	11, // 18: chunkraft.syncstate.ProposeRequest.op:type_name -> chunkraft.syncstate.Op
-	1,  // 19: chunkraft.syncstate.ProposeResponse.record:type_name -> chunkraft.syncstate.SubTask
-	1,  // 20: chunkraft.syncstate.Located.sub_task:type_name -> chunkraft.syncstate.SubTask
-	15, // 21: chunkraft.syncstate.ListResponse.sub_tasks:type_name -> chunkraft.syncstate.Located
-	16, // 22: chunkraft.syncstate.ListResponse.copysets:type_name -> chunkraft.syncstate.LedCopyset
-	12, // 23: chunkraft.syncstate.SyncInternal.Propose:input_type -> chunkraft.syncstate.ProposeRequest
-	14, // 24: chunkraft.syncstate.SyncInternal.List:input_type -> chunkraft.syncstate.ListRequest
-	13, // 25: chunkraft.syncstate.SyncInternal.Propose:output_type -> chunkraft.syncstate.ProposeResponse
-	17, // 26: chunkraft.syncstate.SyncInternal.List:output_type -> chunkraft.syncstate.ListResponse
-	25, // [25:27] is the sub-list for method output_type
-	23, // [23:25] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 8: chunkraft.syncstate.Touch.at:type_name -> openmldb.datasync.SyncPoint
+	3,  // 9: chunkraft.syncstate.SetStatus.ref:type_name -> chunkraft.syncstate.Ref
+	0,  // 10: chunkraft.syncstate.SetStatus.status:type_name -> chunkraft.syncstate.Status
+	3,  // 11: chunkraft.syncstate.SetBinlogEnd.ref:type_name -> chunkraft.syncstate.Ref
+	4,  // 12: chunkraft.syncstate.Op.put:type_name -> chunkraft.syncstate.PutSubTask
+	5,  // 13: chunkraft.syncstate.Op.advance:type_name -> chunkraft.syncstate.Advance
+	6,  // 14: chunkraft.syncstate.Op.touch:type_name -> chunkraft.syncstate.Touch
+	7,  // 15: chunkraft.syncstate.Op.set_status:type_name -> chunkraft.syncstate.SetStatus
+	8,  // 16: chunkraft.syncstate.Op.set_binlog_end:type_name -> chunkraft.syncstate.SetBinlogEnd
+	9,  // 17: chunkraft.syncstate.Op.delete_task:type_name -> chunkraft.syncstate.DeleteTask
+	10, // 18: chunkraft.syncstate.Op.delete_all:type_name -> chunkraft.syncstate.DeleteAll
+	11, // 19: chunkraft.syncstate.ProposeRequest.op:type_name -> chunkraft.syncstate.Op
+	1,  // 20: chunkraft.syncstate.ProposeResponse.record:type_name -> chunkraft.syncstate.SubTask
+	1,  // 21: chunkraft.syncstate.Located.sub_task:type_name -> chunkraft.syncstate.SubTask
+	15, // 22: chunkraft.syncstate.ListResponse.sub_tasks:type_name -> chunkraft.syncstate.Located
+	16, // 23: chunkraft.syncstate.ListResponse.copysets:type_name -> chunkraft.syncstate.LedCopyset
+	12, // 24: chunkraft.syncstate.SyncInternal.Propose:input_type -> chunkraft.syncstate.ProposeRequest
+	14, // 25: chunkraft.syncstate.SyncInternal.List:input_type -> chunkraft.syncstate.ListRequest
+	13, // 26: chunkraft.syncstate.SyncInternal.Propose:output_type -> chunkraft.syncstate.ProposeResponse
+	17, // 27: chunkraft.syncstate.SyncInternal.List:output_type -> chunkraft.syncstate.ListResponse
+	26, // [26:28] is the sub-list for method output_type
+	24, // [24:26] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_syncstatepb_syncstate_proto_init() }
