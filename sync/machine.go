@@ -27,8 +27,7 @@ const (
 func Spec() copyset.MachineSpec {
 	return copyset.MachineSpec{Kind: kinds.Sync, Name: "sync", Dir: Dir,
 		Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
-			g := env.Group
-			return openMachine(env.Dir, env.Logger.With("component", "sync", "pool", g.Pool(), "copyset", g.Copyset()), env.Log)
+			return openMachine(env.Dir, env.Logger.With("component", "sync"), env.Log) // env.Logger carries pool and copyset
 		}}
 }
 
