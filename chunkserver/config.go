@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/objstore"
-	syncsvc "github.com/chunkraft/chunkraft/sync"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -213,7 +213,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams: 1024,
 		GCPercent:            100,
 		Sync: SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes,
-			SnapshotExports: syncsvc.DefaultSnapshotExports},
+			SnapshotExports: datasync.DefaultSnapshotExports},
 		Disagg: disagg.DefaultConfig(),
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,7 +279,7 @@ func TestDisaggLockOrMarkAcrossLeaderChange(t *testing.T) {
 	for round := range 6 {
 		key := fmt.Sprintf("s1/data/dat_%d_0", round)
 		putObject(t, st, key)
-		var wg gosync.WaitGroup
+		var wg sync.WaitGroup
 		var lock, mark string
 		try := func(call func(i int) string) string {
 			for i := 0; ctx.Err() == nil; i++ {

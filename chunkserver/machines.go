@@ -5,10 +5,10 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/kinds"
-	syncsvc "github.com/chunkraft/chunkraft/sync"
 )
 
 // machineSpecs are the state machines of every copyset, in the order they
@@ -35,7 +35,7 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 			Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 				return openFenceMachine(env.DataDir, epochs, env.Logger)
 			}},
-		syncsvc.Spec(),
+		datasync.Spec(),
 		disagg.Spec(),
 		viewSpec(),
 	}

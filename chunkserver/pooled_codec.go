@@ -3,7 +3,7 @@ package chunkserver
 import (
 	"context"
 	"fmt"
-	gosync "sync"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
@@ -17,7 +17,7 @@ import (
 // pooledBufs maps each request being served whose Data aliases borrowed
 // bytes (unmarshalPooled) to the function that gives them back, until
 // recyclePooled calls it.
-var pooledBufs gosync.Map // *pb.ChunkRequest or *dspb.SendDataRequest -> func()
+var pooledBufs sync.Map // *pb.ChunkRequest or *dspb.SendDataRequest -> func()
 
 // unmarshalPooled decodes a large message m (a ChunkRequest or a
 // SendDataRequest) with its data (set by set) aliasing bytes borrowed from

@@ -18,12 +18,12 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
+	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
-	syncsvc "github.com/chunkraft/chunkraft/sync"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -54,7 +54,7 @@ type Server struct {
 	cluster  *clusterMap // the cluster map service (cluster_map.go)
 	ready    atomic.Bool
 	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
-	syncs    *syncsvc.Service   // DataCollector, SyncTool, SyncInternal, the export collectors
+	syncs    *datasync.Service  // DataCollector, SyncTool, SyncInternal, the export collectors
 	disagg   *disagg.Service    // tikvpb.Tikv's lock service and GetDisaggConfig, DisaggInternal
 	peers    *connCache         // connections to the other chunkservers (conncache.go)
 	rt       *runtimeState      // ConfigService, ChunkServerStatus (config_runtime.go)
@@ -106,7 +106,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 	s.peers = newConnCache(s.tls.peerDial(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))
 	s.fences = &fencer{epochs: epochs, local: local, conns: s.peers, log: log.With("component", "fences")}
 	s.scans = integrity.New(integrity.Deps{Local: local, Store: scanStoreOf, Dial: s.peers.get, Logger: log})
-	s.syncs = syncsvc.New(syncsvc.Deps{Local: local, Chunks: s.syncChunksOf, Dial: s.peers.get,
+	s.syncs = datasync.New(datasync.Deps{Local: local, Chunks: s.syncChunksOf, Dial: s.peers.get,
 		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
 		},

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,20 +15,20 @@ import (
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
+	"github.com/chunkraft/chunkraft/datasync"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
-	"github.com/chunkraft/chunkraft/sync"
-	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
-// The sync exporter (sync.Export) on a real copyset: the chunk machine,
+// The sync exporter (datasync.Export) on a real copyset: the chunk machine,
 // its raft log and log pins, with writes going on.
 
-// exportSource is a sync.Source over a replica and its chunk store, for
+// exportSource is a datasync.Source over a replica and its chunk store, for
 // the tests (no clone chunks: Materialize refuses).
 type exportSource struct {
 	n     *copyset.Node
@@ -46,7 +46,7 @@ func (s exportSource) ReadBarrier(ctx context.Context) (uint64, error) {
 
 func (s exportSource) LogEntry(i uint64) (copyset.LogEntry, error) { return s.n.LogEntry(i) }
 
-func (s exportSource) PinLog(holder string, i uint64) (sync.LogPin, error) {
+func (s exportSource) PinLog(holder string, i uint64) (datasync.LogPin, error) {
 	p, err := s.n.PinLog(holder, i)
 	if err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (s exportSource) Materialize(context.Context, string, uint32) ([]byte, erro
 }
 
 // ChunkImage is the server's own adapter's (sync_source.go).
-func (s exportSource) ChunkImage(id uint64, buf *sync.ImageBuffers) (sync.ChunkImage, error) {
+func (s exportSource) ChunkImage(id uint64, buf *datasync.ImageBuffers) (datasync.ChunkImage, error) {
 	return (&syncChunks{store: s.store}).ChunkImage(id, buf)
 }
 
@@ -120,7 +120,7 @@ func (w exportWriter) run(stop *atomic.Bool, seed uint64) error {
 }
 
 // exportCopyset starts one server with copyset 1/1 of the chunk machine
-// and returns it as a sync.Source, with a writer of it.
+// and returns it as a datasync.Source, with a writer of it.
 func exportCopyset(t *testing.T, opts copyset.RaftOptions) (*copysettest.Cluster, copyset.GroupID, exportSource, exportWriter) {
 	t.Helper()
 	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), opts)
@@ -150,7 +150,7 @@ func exportCopyset(t *testing.T, opts copyset.RaftOptions) (*copysettest.Cluster
 func TestExportExact(t *testing.T) {
 	_, _, src, w := exportCopyset(t, copysettest.FastRaft())
 	n, store := src.n, src.store
-	var pre gosync.WaitGroup // chunks for the snapshot phase: 80 ops, proposed together (they share entries)
+	var pre sync.WaitGroup // chunks for the snapshot phase: 80 ops, proposed together (they share entries)
 	preErr := make(chan error, 8)
 	for i := range 8 {
 		pre.Go(func() {
@@ -173,7 +173,7 @@ func TestExportExact(t *testing.T) {
 	}
 
 	var stop atomic.Bool
-	var writers gosync.WaitGroup
+	var writers sync.WaitGroup
 	defer writers.Wait()
 	defer stop.Store(true)
 	werr := make(chan error, 2)
@@ -181,14 +181,14 @@ func TestExportExact(t *testing.T) {
 		writers.Go(func() { werr <- w.run(&stop, uint64(i)) })
 	}
 
-	var mu gosync.Mutex
-	var packets []sync.Packet
+	var mu sync.Mutex
+	var packets []datasync.Packet
 	binlogSent := 0 // binlog records sent
 	reached := make(chan struct{}, 1)
 	var target atomic.Uint64 // once set: signal when a packet reaches it
 	errInterrupt := errors.New("receiver restarts")
 	interrupted := false
-	send := func(ctx context.Context, p sync.Packet) error {
+	send := func(ctx context.Context, p datasync.Packet) error {
 		mu.Lock()
 		if !interrupted && len(packets) == 3 { // refuse the fourth packet once: the collector starts again
 			interrupted = true
@@ -225,8 +225,8 @@ func TestExportExact(t *testing.T) {
 	go func() {
 		from, binlogStart := exportfmt.StartPoint().Proto(), uint64(0)
 		for {
-			err := sync.Export(ectx, src, from, binlogStart,
-				sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous, PacketBytes: 40 << 10,
+			err := datasync.Export(ectx, src, from, binlogStart,
+				datasync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous, PacketBytes: 40 << 10,
 					Idle: 50 * time.Millisecond, Linger: 5 * time.Millisecond}, send)
 			if err != errInterrupt {
 				exported <- err
@@ -305,7 +305,7 @@ func TestExportExact(t *testing.T) {
 // binlog records up to index last apply in order, a chunk's from its
 // image's as_of_index on. concurrent counts the images that reflect ops
 // at or after the binlog start.
-func replayExport(t *testing.T, packets []sync.Packet, last uint64) (_ *datastore.Store, concurrent int) {
+func replayExport(t *testing.T, packets []datasync.Packet, last uint64) (_ *datastore.Store, concurrent int) {
 	t.Helper()
 	chain := exportfmt.NewChain(1, 1)
 	type image struct {
@@ -508,7 +508,7 @@ func TestExportPinCapped(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	c.Propose(g, w.op(rng))
 	stalled := false
-	send := func(ctx context.Context, p sync.Packet) error {
+	send := func(ctx context.Context, p datasync.Packet) error {
 		if stalled {
 			return nil
 		}
@@ -521,8 +521,8 @@ func TestExportPinCapped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := sync.Export(ctx, src, exportfmt.StartPoint().Proto(), 0,
-		sync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous}, send)
+	err := datasync.Export(ctx, src, exportfmt.StartPoint().Proto(), 0,
+		datasync.ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous}, send)
 	var capped *copyset.LogPinCappedError
 	if !errors.As(err, &capped) {
 		t.Fatalf("export past the retention bound: %v, want a LogPinCappedError", err)

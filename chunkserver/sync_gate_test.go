@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
-	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
 // TestSyncGateWaitHeartbeats: a RUNNING sub-task whose snapshot phase

@@ -14,11 +14,11 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	statepb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
-	"github.com/chunkraft/chunkraft/sync"
 )
 
 // Log retention of the sync service: a live sub-task holds its copyset's
@@ -211,7 +211,7 @@ func TestSyncRetentionBoundFails(t *testing.T) {
 	c.snapshotAll(t)
 	var rec *statepb.SubTask
 	testwait.Until(t, 15*time.Second, func() error {
-		m, ok := sync.MachineOf(c.mbNode(0))
+		m, ok := datasync.MachineOf(c.mbNode(0))
 		if !ok {
 			t.Fatal("no sync machine")
 		}

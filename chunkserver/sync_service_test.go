@@ -15,13 +15,13 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
-	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
 // syncTool is the upstream-generated SyncTool client of server i.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
-	syncsvc "github.com/chunkraft/chunkraft/sync"
+	"github.com/chunkraft/chunkraft/datasync"
 )
 
 // The chunk store of a copyset as the sync export reads it: chunk images
@@ -23,10 +23,10 @@ type syncChunks struct {
 	sources *cloneSource
 }
 
-var _ syncsvc.ChunkReader = (*syncChunks)(nil)
+var _ datasync.ChunkReader = (*syncChunks)(nil)
 
 // syncChunksOf returns the chunk store of n for the sync service.
-func (s *Server) syncChunksOf(n *copyset.Node) (syncsvc.ChunkReader, error) {
+func (s *Server) syncChunksOf(n *copyset.Node) (datasync.ChunkReader, error) {
 	m, err := chunkMachineOf(n)
 	if err != nil {
 		return nil, err
@@ -36,25 +36,25 @@ func (s *Server) syncChunksOf(n *copyset.Node) (syncsvc.ChunkReader, error) {
 
 func (c *syncChunks) ListChunks() []uint64 { return c.store.ListChunks() }
 
-func (c *syncChunks) ChunkImage(id uint64, buf *syncsvc.ImageBuffers) (syncsvc.ChunkImage, error) {
+func (c *syncChunks) ChunkImage(id uint64, buf *datasync.ImageBuffers) (datasync.ChunkImage, error) {
 	if buf == nil {
-		buf = &syncsvc.ImageBuffers{}
+		buf = &datasync.ImageBuffers{}
 	}
 	b := datastore.ImageBuffers{Data: buf.Data, Snap: buf.Snap}
 	img, err := c.store.ChunkImageInto(id, &b)
 	buf.Data, buf.Snap = b.Data, b.Snap
 	if errors.Is(err, datastore.ErrChunkNotExist) {
-		return syncsvc.ChunkImage{}, fmt.Errorf("chunk %d: %w", id, syncsvc.ErrChunkGone)
+		return datasync.ChunkImage{}, fmt.Errorf("chunk %d: %w", id, datasync.ErrChunkGone)
 	}
 	if err != nil {
-		return syncsvc.ChunkImage{}, err
+		return datasync.ChunkImage{}, err
 	}
 	bs := c.store.Options().BlockSize
-	out := syncsvc.ChunkImage{ID: id, Index: SeqIndex(img.Seq), Op: SeqOp(img.Seq), Sn: img.Meta.Sn, CorrectedSn: img.Meta.CorrectedSn,
+	out := datasync.ChunkImage{ID: id, Index: SeqIndex(img.Seq), Op: SeqOp(img.Seq), Sn: img.Meta.Sn, CorrectedSn: img.Meta.CorrectedSn,
 		BlockSize: bs, Data: img.ChunkData}
 	if img.Meta.Location != "" {
 		if err := c.fillClone(img.Meta, out.Data, bs); err != nil {
-			return syncsvc.ChunkImage{}, fmt.Errorf("chunk %d: %w", id, err)
+			return datasync.ChunkImage{}, fmt.Errorf("chunk %d: %w", id, err)
 		}
 	}
 	if sm := img.SnapMeta; sm != nil {

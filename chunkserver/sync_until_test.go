@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
+	"github.com/chunkraft/chunkraft/datasync"
+	"github.com/chunkraft/chunkraft/datasync/dest"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/datasync/restore"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
-	"github.com/chunkraft/chunkraft/sync"
-	"github.com/chunkraft/chunkraft/sync/dest"
-	"github.com/chunkraft/chunkraft/sync/exportfmt"
-	"github.com/chunkraft/chunkraft/sync/restore"
 )
 
 // The earliest time a restore --until-time restores, end to end: the
@@ -93,9 +93,9 @@ func TestExportRefusesRestoreBeforeItsStart(t *testing.T) {
 			})
 			write(1, conformanceLayout.BlockSize, 9) // appended after before
 
-			var packets []sync.Packet
+			var packets []datasync.Packet
 			var busyIndex uint64
-			send := func(_ context.Context, p sync.Packet) error {
+			send := func(_ context.Context, p datasync.Packet) error {
 				p.Data = bytes.Clone(p.Data)
 				packets = append(packets, p)
 				// Chunk 1's packet is sent once chunk 2 is imaged (each
@@ -105,8 +105,8 @@ func TestExportRefusesRestoreBeforeItsStart(t *testing.T) {
 				}
 				return nil
 			}
-			if err := sync.Export(ctx, src, exportfmt.StartPoint().Proto(), 0,
-				sync.ExportOptions{Mode: dspb.SyncMode_kFull, PacketBytes: 1, Linger: -1}, send); err != nil {
+			if err := datasync.Export(ctx, src, exportfmt.StartPoint().Proto(), 0,
+				datasync.ExportOptions{Mode: dspb.SyncMode_kFull, PacketBytes: 1, Linger: -1}, send); err != nil {
 				t.Fatal(err)
 			}
 			start := packets[0].StartStateMs

@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/chunkraft/chunkraft/datasync/dest"
+	"github.com/chunkraft/chunkraft/datasync/restore"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	"github.com/chunkraft/chunkraft/sync/dest"
-	"github.com/chunkraft/chunkraft/sync/restore"
 )
 
 // EnvS3Endpoint names the environment variable that sets the default of

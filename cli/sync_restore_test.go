@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chunkraft/chunkraft/sync/restore"
+	"github.com/chunkraft/chunkraft/datasync/restore"
 )
 
 // Bad flags of sync restore are refused with one line before anything is

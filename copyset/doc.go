@@ -35,5 +35,5 @@
 //     verified leadership with a quorum, after applying everything committed
 //     when the read arrived.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., internal/kinds, integrity/..., sync/..., dm/..., disagg/...
+// Must not import: chunkserver/..., cli/..., cmd/..., test/..., internal/kinds, integrity/..., datasync/..., dm/..., disagg/...
 package copyset

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,7 +112,7 @@ func TestGcCycleLeavesNoState(t *testing.T) {
 		return st.Delete(ctx, k.DelMarkKey())
 	}
 	errs := make(chan error, workers)
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < files; i += workers {

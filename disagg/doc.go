@@ -140,5 +140,5 @@
 // were fetched is the leader's memory too: after a leader change a
 // segment whose view was not dropped yet can be fetched again.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., sync/..., integrity/..., dm/...
+// Must not import: chunkserver/..., cli/..., cmd/..., test/..., datasync/..., integrity/..., dm/...
 package disagg

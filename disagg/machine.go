@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	gosync "sync"
+	"sync"
 	"syscall"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -60,7 +60,7 @@ type Machine struct {
 	log *slog.Logger
 	dir string
 
-	mu      gosync.RWMutex
+	mu      sync.RWMutex
 	st      *pb.State     // changed only by Apply, under mu
 	settled chan struct{} // closed (and replaced) when a Settle ends pending decisions
 	baseLen int64         // the size of the last base line (compaction)

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,7 +107,7 @@ type Service struct {
 	settler *settler // the owner's decisions (settle.go)
 	orphans prometheus.Counter
 
-	mu         gosync.Mutex
+	mu         sync.Mutex
 	reconciler *copyset.LeaderWorker // set by Start, stopped by Stop
 	settling   *copyset.LeaderWorker // settleWork; set by Start, stopped by Stop
 	lastOwner  copyset.PeerID        // the remote owner that last answered (owner_call.go)

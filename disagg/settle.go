@@ -3,7 +3,7 @@ package disagg
 import (
 	"context"
 	"fmt"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -20,7 +20,7 @@ const settleInterval = time.Second
 // (at most MaxSettle an op); it completes the pending decisions no
 // request of this server handles (decideOnKey's comment).
 type settler struct {
-	mu       gosync.Mutex
+	mu       sync.Mutex
 	queue    []*pb.PendingRef
 	inflight map[decisionID]int // requests of this server deciding it
 	wake     chan struct{}      // buffered 1: the queue grew

@@ -18,5 +18,5 @@
 // store of a copyset, connections to peers, the logger) and the copyset
 // Manager (Service.Attach); chunkserver wires it.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., sync/..., dm/..., disagg/...
+// Must not import: chunkserver/..., cli/..., cmd/..., test/..., datasync/..., dm/..., disagg/...
 package integrity

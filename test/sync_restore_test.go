@@ -14,9 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	"github.com/chunkraft/chunkraft/sync/exportfmt"
 )
 
 // syncBlock is a 4 KiB block of b.

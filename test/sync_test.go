@@ -12,19 +12,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/datasync/dest"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/datasync/restore"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 	"github.com/chunkraft/chunkraft/internal/testwait"
-	"github.com/chunkraft/chunkraft/sync/dest"
-	"github.com/chunkraft/chunkraft/sync/exportfmt"
-	"github.com/chunkraft/chunkraft/sync/restore"
 )
 
 // syncChunks are the chunks the sync tests write on each copyset: chunk 1
@@ -40,7 +40,7 @@ type syncWriter struct {
 	c        *cli.Client
 	copysets []cli.CopysetID
 	stop     atomic.Bool
-	wg       gosync.WaitGroup
+	wg       sync.WaitGroup
 	n        atomic.Int64
 }
 
@@ -651,7 +651,7 @@ func TestSyncFullExport(t *testing.T) {
 	// Two tasks created for the pool at once: a create that fails leaves
 	// nothing behind, so the pool ends with all of one task's sub-tasks or
 	// none.
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	codes := make([]int, 2)
 	for i, name := range []string{"race-a", "race-b"} {
 		wg.Go(func() {

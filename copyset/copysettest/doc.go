@@ -26,5 +26,5 @@
 // Specs are opened with copyset.OpenMachines, as a copyset opens them. A
 // run takes a few seconds per machine set. Only tests import this package.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., integrity/..., sync/..., dm/..., disagg/...
+// Must not import: chunkserver/..., cli/..., cmd/..., test/..., integrity/..., datasync/..., dm/..., disagg/...
 package copysettest

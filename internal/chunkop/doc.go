@@ -12,5 +12,5 @@
 // pre-image's bytes and a 16-byte footer (big-endian view seq, first
 // block, pre-image length).
 //
-// Must not import: github.com/chunkraft/chunkraft/chunkserver/..., github.com/chunkraft/chunkraft/cli/..., github.com/chunkraft/chunkraft/sync/..., github.com/chunkraft/chunkraft/cmd/...
+// Must not import: github.com/chunkraft/chunkraft/chunkserver/..., github.com/chunkraft/chunkraft/cli/..., github.com/chunkraft/chunkraft/datasync/..., github.com/chunkraft/chunkraft/cmd/...
 package chunkop

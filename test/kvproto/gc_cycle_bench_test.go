@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,7 +61,7 @@ func BenchmarkTiflashGcCycle(b *testing.B) {
 	}
 	b.ResetTimer()
 	start := time.Now()
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < b.N && failed.Load() == nil; i = int(next.Add(1) - 1) {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -94,7 +94,7 @@ func TestLockOrMarkAcrossOwnerKill(t *testing.T) {
 		locks := [2][]string{make([]string, keys), make([]string, keys)} // stores 5 and 6
 		marks := make([]string, keys)
 		var locked, marked atomic.Int32 // keys decided by each
-		var wg gosync.WaitGroup
+		var wg sync.WaitGroup
 		for l := range locks {
 			wg.Go(func() {
 				for j := range keys {
