@@ -5,21 +5,21 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/datasync"
-	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 )
 
 // machineSpecs are the state machines of every copyset, in the order they
-// open: the chunk store first (the integrity machine scans through it),
-// then integrity, then the fences (each copyset's table feeds the server's
-// epoch map), sync, disagg and the read views. The first three keep their
-// files in the copyset data dir itself (their layout predates machine
-// directories and must not change); the others each have a Dir. Only the
-// chunk machine batches: it stamps (index, position).
+// open: the host's (the chunk store first: the integrity machine scans
+// through it and the read views apply to it; the fences, whose tables
+// feed the server's epoch map; the read views), then each tenant's in the
+// order of s.tenants (integrity, sync, disagg). The chunk, integrity and
+// fence machines keep their files in the copyset data dir itself (their
+// layout predates machine directories and must not change); the others
+// each have a Dir. Only the chunk machine batches: it stamps (index,
+// position).
 func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copyset.MachineSpec {
-	return []copyset.MachineSpec{
+	specs := []copyset.MachineSpec{
 		{Kind: kinds.Chunk, Name: "chunk", Batch: true,
 			Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 				opts := layout
@@ -30,15 +30,16 @@ func (s *Server) machineSpecs(layout datastore.Options, epochs *epochMap) []copy
 				}
 				return &chunkMachine{store: store, log: env.Logger}, nil
 			}},
-		s.scans.Spec(),
 		{Kind: kinds.Fence, Name: "fence",
 			Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 				return openFenceMachine(env.DataDir, epochs, env.Logger)
 			}},
-		datasync.Spec(),
-		disagg.Spec(),
 		viewSpec(),
 	}
+	for _, t := range s.tenants {
+		specs = append(specs, t.Specs()...)
+	}
+	return specs
 }
 
 // errNoChunkStore answers a lookup on a copyset without a chunk machine.

@@ -55,10 +55,14 @@ type Server struct {
 	ready    atomic.Bool
 	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
 	syncs    *datasync.Service  // DataCollector, SyncTool, SyncInternal, the export collectors
-	disagg   *disagg.Service    // tikvpb.Tikv's lock service and GetDisaggConfig, DisaggInternal
-	peers    *connCache         // connections to the other chunkservers (conncache.go)
-	rt       *runtimeState      // ConfigService, ChunkServerStatus (config_runtime.go)
-	tls      *serverTLS         // nil: plaintext (tls.go)
+	disagg   *disagg.Service    // tikvpb.Tikv's lock service and GetDisaggConfig, DisaggInternal, read views
+	// tenants are the services on the copysets beside the chunk store,
+	// driven in this order (tenant.go): scans, syncs, disagg, then any a
+	// test adds.
+	tenants []Tenant
+	peers   *connCache    // connections to the other chunkservers (conncache.go)
+	rt      *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
+	tls     *serverTLS    // nil: plaintext (tls.go)
 }
 
 // New builds a server from a validated configuration. Nothing listens yet.
@@ -77,6 +81,8 @@ type seams struct {
 	// raftDial is appended to the raft transport's dial options (a fault
 	// layer's interceptors in tests).
 	raftDial []grpc.DialOption
+	// tenants are hosted after the server's own (tests).
+	tenants []Tenant
 }
 
 // streamWorkers is the number of gRPC stream workers (see newServer).
@@ -143,6 +149,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, req)
 		}, Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
+	s.tenants = append([]Tenant{s.scans, s.syncs, s.disagg}, hooks.tenants...)
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.raftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
@@ -180,14 +187,12 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		return nil, err
 	}
 	s.fences.copysets = s.copysets
-	s.scans.Attach(s.copysets)
-	s.syncs.Attach(s.copysets)
-	s.disagg.Attach(s.copysets)
 	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries, cfg.Sync.MaxRetainedBytes))
-	s.metrics.reg.MustRegister(s.scans.Collectors()...)
-	s.metrics.reg.MustRegister(s.syncs.Collectors()...)
-	s.metrics.reg.MustRegister(s.disagg.Collectors()...)
+	for _, t := range s.tenants {
+		t.Attach(s.copysets)
+		s.metrics.reg.MustRegister(t.Collectors()...)
+	}
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
@@ -367,15 +372,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	// Copysets load after the listener is up: peers of a restarting server
 	// must reach it while its replicas catch up.
-	loadErr := s.scans.Start()
-	if loadErr == nil {
-		loadErr = s.syncs.Start()
-	}
-	if loadErr == nil {
-		loadErr = s.disagg.Start()
-	}
-	if loadErr == nil {
-		loadErr = s.disagg.StartViews()
+	var loadErr error
+	for _, t := range s.tenants {
+		if loadErr = t.Start(); loadErr != nil {
+			loadErr = fmt.Errorf("start %s: %w", t.Name(), loadErr)
+			break
+		}
 	}
 	if loadErr == nil {
 		loadErr = s.copysets.Load(ctx)
@@ -409,10 +411,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.rt.stopLoadCheck()
 	s.stale.stop()
 	closeErr := s.copysets.Close()
-	s.scans.Stop()
-	s.syncs.Stop()
-	s.disagg.StopViews()
-	s.disagg.Stop()
+	for _, t := range s.tenants {
+		t.Stop()
+	}
 	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()

@@ -19,8 +19,8 @@ type curveServices struct {
 }
 
 // registerServices registers every gRPC service the server answers on
-// s.grpc: this is the one place a service is added. The server's parts
-// (s.scans, s.rt, s.fences, s.trans, s.health) are set up before.
+// s.grpc: the host's here, each tenant's by its Register. The server's
+// parts (s.tenants, s.rt, s.fences, s.trans, s.health) are set up before.
 func (s *Server) registerServices(curve curveServices) {
 	g := s.grpc
 	// The Curve chunkserver protocol.
@@ -32,14 +32,14 @@ func (s *Server) registerServices(curve curveServices) {
 	// chunkraft's own: runtime configuration, integrity jobs and range
 	// scans (package integrity).
 	pb.RegisterConfigServiceServer(g, &configService{rt: s.rt})
-	s.scans.Register(g)
-	// The sync service (package sync): openmldb.datasync's DataCollector
-	// and SyncTool, and SyncInternal between servers.
-	s.syncs.Register(g)
-	// The disagg service (package disagg): tikvpb.Tikv's lock service
-	// and GetDisaggConfig (its other methods Unimplemented), and
-	// DisaggInternal for chunkctl.
-	s.disagg.Register(g)
+	// The tenants: integrity jobs and range scans (IntegrityService,
+	// ScanService), the sync service (openmldb.datasync's DataCollector and
+	// SyncTool, SyncInternal between servers), the disagg service
+	// (tikvpb.Tikv's lock service, GetDisaggConfig and read views, its
+	// other methods Unimplemented; DisaggInternal, DisaggViews).
+	for _, t := range s.tenants {
+		t.Register(g)
+	}
 	// Between chunkservers: raft traffic of every copyset, epoch fences,
 	// the cluster map (cluster_map.go).
 	s.trans.Register(g)

@@ -107,7 +107,7 @@ func (s *Service) Spec() copyset.MachineSpec { return Spec() }
 func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
 
 // Register registers DataCollector, SyncTool and SyncInternal on g.
-func (s *Service) Register(g *grpc.Server) {
+func (s *Service) Register(g grpc.ServiceRegistrar) {
 	dspb.RegisterDataCollectorServer(g, &collectorService{s: s})
 	dspb.RegisterSyncToolServer(g, &toolService{s: s})
 	pb.RegisterSyncInternalServer(g, &internalService{s: s})

@@ -26,12 +26,19 @@ import (
 // comes more than the grace after its lock could lose it: the grace
 // (default 10m) is far longer than a proposal takes.
 
-// Start starts the settler of the owner's decisions (settle.go) and the
+// Start starts the settler of the owner's decisions (settle.go), the read
+// views' lease worker when the server gives views (view_tasks.go), and the
 // reconciler (not with clone locks disabled or no CloneOf).
 func (s *Service) Start() error {
 	sw, err := s.copysets.StartLeaderWorker(s.settleWork, copyset.LeaderWorkerOptions{Name: "disagg-settler", RetryDelay: time.Second})
 	if err != nil {
 		return fmt.Errorf("disagg: %w", err)
+	}
+	if s.deps.Views != nil {
+		if err := s.startViews(); err != nil {
+			sw.Stop()
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.settling = sw
@@ -50,7 +57,8 @@ func (s *Service) Start() error {
 	return nil
 }
 
-// Stop stops the reconciler and waits for its runs. Idempotent.
+// Stop stops the reconciler, the lease worker and the settler and waits
+// for their runs. Idempotent.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	w, sw := s.reconciler, s.settling
@@ -62,6 +70,7 @@ func (s *Service) Stop() {
 	if sw != nil {
 		sw.Stop()
 	}
+	s.stopViews()
 }
 
 // reconcile is the worker's run on copyset n while it leads: a round

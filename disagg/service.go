@@ -129,7 +129,7 @@ func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
 
 // Register registers tikvpb.Tikv (the lock service and GetDisaggConfig;
 // every other method Unimplemented) and DisaggInternal on g.
-func (s *Service) Register(g *grpc.Server) {
+func (s *Service) Register(g grpc.ServiceRegistrar) {
 	tikvpb.RegisterTikvServer(g, &tikvService{s: s})
 	pb.RegisterDisaggInternalServer(g, s.internal)
 	vpb.RegisterDisaggViewsServer(g, &viewsService{s: s})

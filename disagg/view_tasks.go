@@ -284,8 +284,8 @@ func (s *Service) leaseWork(ctx context.Context, n *copyset.Node) error {
 	}
 }
 
-// StartViews starts the lease worker on the copysets this server leads.
-func (s *Service) StartViews() error {
+// startViews starts the lease worker on the copysets this server leads.
+func (s *Service) startViews() error {
 	w, err := s.copysets.StartLeaderWorker(s.leaseWork, copyset.LeaderWorkerOptions{Name: "disagg-views", RetryDelay: time.Second})
 	if err != nil {
 		return fmt.Errorf("disagg views: %w", err)
@@ -296,8 +296,8 @@ func (s *Service) StartViews() error {
 	return nil
 }
 
-// StopViews stops the lease worker.
-func (s *Service) StopViews() {
+// stopViews stops the lease worker (idempotent).
+func (s *Service) stopViews() {
 	s.views.mu.Lock()
 	w := s.views.worker
 	s.views.worker = nil

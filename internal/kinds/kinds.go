@@ -10,9 +10,10 @@ const (
 	Integrity = 2
 	// Fence is a copyset's epoch fences (chunkserver/fence.go).
 	Fence = 3
-	// Sync is the sync service's sub-tasks (sync/).
+	// Sync is the sync service's sub-tasks (datasync/).
 	Sync = 4
-	// Disagg is the disagg service's lock table (disagg/).
+	// Disagg is the disagg service's decisions in flight, clone locks and
+	// gc marks (disagg/).
 	Disagg = 5
 	// DM is reserved for DM subtasks (dm/).
 	DM = 6
