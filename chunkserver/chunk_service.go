@@ -69,11 +69,17 @@ func (s *chunkService) node(pool, cs uint32) *copyset.Node {
 }
 
 // redirectOr maps a not-leader error to REDIRECTED (with the leader hint)
-// and any other error to fallback.
+// and any other error to fallback. An op whose outcome is unknown because
+// this replica lost the leadership after appending it is REDIRECTED too:
+// the client retries it on the new leader, as it does any redirected op.
 func redirectOr(err error, fallback pb.CHUNK_OP_STATUS) (pb.CHUNK_OP_STATUS, string) {
 	var nl *copyset.NotLeaderError
 	if errors.As(err, &nl) {
 		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED, string(nl.Leader)
+	}
+	var ou *copyset.OutcomeUnknownError
+	if errors.As(err, &ou) {
+		return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED, string(ou.Leader)
 	}
 	return fallback, ""
 }
@@ -119,13 +125,13 @@ func (s *chunkService) notWritable(req *pb.ChunkRequest, err error) *pb.ChunkRes
 	return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD)
 }
 
-// resultStatus maps a leader's apply result to a status.
-func resultStatus(res any) pb.CHUNK_OP_STATUS {
-	switch r := res.(type) {
-	case chunkResult:
-		return r.status
-	case *copyset.FatalError:
-		if st := storeStatus(r.Err); st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+// applyErrStatus maps the error copyset.ProposeAs returns for an op that
+// committed but did not apply to a chunkResult on this leader: the store's
+// status for a *copyset.FatalError that has one, else DISK_FAIL.
+func applyErrStatus(err error) pb.CHUNK_OP_STATUS {
+	var fe *copyset.FatalError
+	if errors.As(err, &fe) {
+		if st := storeStatus(fe.Err); st != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 			return st
 		}
 	}
@@ -139,11 +145,15 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 		s.log.Error("encode chunk op", "err", err)
 		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
 	}
-	index, res, err := n.Propose(ctx, op)
-	if err != nil {
+	index, res, err := copyset.ProposeAs[chunkResult](ctx, n, op)
+	st := res.status
+	switch {
+	case err != nil && index == 0:
 		return s.failed(req, "chunk op not committed", err)
+	case err != nil:
+		st = applyErrStatus(err)
 	}
-	resp := chunkResponse(resultStatus(res))
+	resp := chunkResponse(st)
 	resp.AppliedIndex = proto.Uint64(index)
 	return resp
 }

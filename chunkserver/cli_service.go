@@ -94,10 +94,13 @@ func parsePeerArgs(what string, in []string) ([]copyset.PeerID, error) {
 // cliError maps a copyset error of operation op to a gRPC status;
 // fallback is the code for anything not recognised.
 func cliError(op string, err error, fallback codes.Code) error {
-	var nl *copyset.NotLeaderError
+	var (
+		nl *copyset.NotLeaderError
+		ou *copyset.OutcomeUnknownError
+	)
 	code := fallback
 	switch {
-	case errors.As(err, &nl):
+	case errors.As(err, &nl), errors.As(err, &ou):
 		code = codes.FailedPrecondition
 	case errors.Is(err, copyset.ErrInvalidPeers):
 		code = codes.InvalidArgument

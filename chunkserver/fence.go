@@ -196,8 +196,14 @@ func (f *fencer) ProposeFences(ctx context.Context, req *raftpb.ProposeFencesReq
 		return nil, grpcstatus.Errorf(codes.Internal, "%v", err)
 	}
 	if err := proposeFences(ctx, n, fencesTable(req.GetFences())); err != nil {
-		var nl *copyset.NotLeaderError
-		if errors.As(err, &nl) {
+		// Leadership lost after the op was appended is a not-leader answer
+		// too: the sender retries on the new leader, and a fence op is a
+		// raise, so committing it twice is committing it once.
+		var (
+			nl *copyset.NotLeaderError
+			ou *copyset.OutcomeUnknownError
+		)
+		if errors.As(err, &nl) || errors.As(err, &ou) {
 			return nil, grpcstatus.Errorf(codes.FailedPrecondition, "%v", err)
 		}
 		return nil, grpcstatus.Errorf(codes.Unavailable, "%v", err)
@@ -212,12 +218,9 @@ func proposeFences(ctx context.Context, n *copyset.Node, t fenceTable) error {
 	if err != nil {
 		return err
 	}
-	_, res, err := n.Propose(ctx, op)
-	if err != nil {
-		return err
-	}
-	if rerr, ok := res.(error); ok {
-		return fmt.Errorf("copyset %s: apply fence op: %w", n.Group(), rerr)
+	// The fence machine answers nil, or a *copyset.FatalError.
+	if _, _, err := copyset.ProposeAs[error](ctx, n, op); err != nil {
+		return fmt.Errorf("propose fence op: %w", err)
 	}
 	return nil
 }

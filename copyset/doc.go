@@ -5,9 +5,10 @@
 // hosts (machine.go: the server hands the manager one MachineSpec per kind;
 // MachineOf looks a machine up by kind and type), the FSM that dispatches
 // replicated operations to them (fsm.go; StateMachine's doc is the contract a
-// machine must keep, snapshots included), proposal batching (propose.go:
-// concurrent ops of kinds whose spec says Batch, the chunk store's, share one
-// raft entry), the leader's read lease (lease.go), the
+// machine must keep, snapshots included), the typed propose tenants call
+// and proposal batching (propose.go: ProposeAs returns an op's apply result
+// as the machine's result type; concurrent ops of kinds whose spec says
+// Batch, the chunk store's, share one raft entry), the leader's read lease (lease.go), the
 // raft log store (logstore.go, fronted by a cache of recent entries bounded
 // in count and bytes, logcache.go), reading committed entries by index
 // (logread.go) and log retention pins that hold back truncation for a

@@ -88,9 +88,9 @@ func checkPeerSet(peers []PeerID) error {
 	return nil
 }
 
+// isNotLeader reports whether raft refused a change before appending it.
 func isNotLeader(err error) bool {
-	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
-		errors.Is(err, raft.ErrLeadershipTransferInProgress)
+	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress)
 }
 
 // knownMember reports whether this replica's durable state shows it as a
@@ -240,13 +240,18 @@ func (n *Node) leaderPeers() ([]PeerID, error) {
 }
 
 // waitConfChange waits for a configuration change to commit (and apply
-// here) and returns its log index.
+// here) and returns its log index. A change raft appended before this
+// replica lost the leadership is an *OutcomeUnknownError, one it refused a
+// *NotLeaderError.
 func (n *Node) waitConfChange(ctx context.Context, op string, fut raft.IndexFuture) (uint64, error) {
 	done := make(chan error, 1)
 	go func() { done <- fut.Error() }()
 	select {
 	case err := <-done:
 		if err != nil {
+			if errors.Is(err, raft.ErrLeadershipLost) {
+				return 0, &OutcomeUnknownError{Leader: n.Leader()}
+			}
 			if isNotLeader(err) {
 				return 0, n.notLeader()
 			}

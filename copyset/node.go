@@ -111,11 +111,28 @@ type NotLeaderError struct {
 	Leader PeerID
 }
 
-func (e *NotLeaderError) Error() string {
-	if e.Leader == "" {
-		return "not leader, leader unknown"
+func (e *NotLeaderError) Error() string { return withLeader("not leader", e.Leader) }
+
+// withLeader is msg followed by the leader hint.
+func withLeader(msg string, leader PeerID) string {
+	if leader == "" {
+		return msg + ", leader unknown"
 	}
-	return "not leader, leader is " + string(e.Leader)
+	return msg + ", leader is " + string(leader)
+}
+
+// OutcomeUnknownError is returned by Propose when raft appended the op to
+// this leader's log and then this replica lost the leadership before the
+// entry committed: the entry may still commit under the next leader, or be
+// overwritten. A caller that retries must treat the op as maybe committed.
+// Leader is the known leader's peer id, or empty when none is known. A
+// *NotLeaderError from Propose, by contrast, means nothing was appended.
+type OutcomeUnknownError struct {
+	Leader PeerID
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return withLeader("leadership lost after the op was appended, outcome unknown", e.Leader)
 }
 
 // Status is a point-in-time view of one replica (GetCopysetStatus).
@@ -481,9 +498,12 @@ func (n *Node) applyTimeout(ctx context.Context) time.Duration {
 // Propose replicates op (built with PutOpHeader) through raft and returns
 // its log index and the state machine's apply result once a majority has
 // it in their fsynced logs and this leader has applied it. On a follower it
-// returns a *NotLeaderError without proposing anything. Concurrent
-// proposals of batchable kinds may share one log entry and so one index
-// (propose.go).
+// returns a *NotLeaderError without proposing anything; so it does when
+// raft refuses the op before appending it (not the leader any more, a
+// leadership transfer in progress). When leadership is lost after the op
+// was appended it returns an *OutcomeUnknownError. Concurrent proposals of
+// batchable kinds may share one log entry and so one index (propose.go).
+// Tenants call ProposeAs, which also checks the apply result's type.
 func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
 	if n.raft.State() != raft.Leader {
 		return 0, nil, n.notLeader()
@@ -499,8 +519,10 @@ func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
 		}
 	}
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
-			errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+		switch {
+		case errors.Is(err, raft.ErrLeadershipLost):
+			return 0, nil, &OutcomeUnknownError{Leader: n.Leader()}
+		case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return 0, nil, n.notLeader()
 		}
 		return 0, nil, fmt.Errorf("propose to copyset %s: %w", n.group, err)

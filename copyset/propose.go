@@ -5,11 +5,54 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
+
+// ProposeAs is Node.Propose for a tenant whose state machine answers its
+// ops with an R: it proposes op on n and returns the op's log index and
+// its apply result as an R. Errors:
+//
+//   - Propose's own (*NotLeaderError: nothing was appended;
+//     *OutcomeUnknownError: appended, then the leadership was lost; the
+//     caller's cancellation; others wrapped), with index 0;
+//   - an apply result that is an error (a *FatalError: the op committed and
+//     this replica failed to apply it and stops; ErrBroken; ErrUnknownKind),
+//     wrapped with the copyset and index, so errors.As finds a *FatalError;
+//   - an apply result of another type than R, which names both types.
+//
+// The last two come with the op's index: it committed. A nil result is
+// accepted as R's zero value when R is an interface type (a machine that
+// answers nil for success). The conversion allocates nothing when the
+// result is an R.
+func ProposeAs[R any](ctx context.Context, n *Node, op []byte) (uint64, R, error) {
+	index, res, err := n.Propose(ctx, op)
+	if err != nil {
+		var zero R
+		return 0, zero, err
+	}
+	r, err := resultAs[R](n.group, index, res)
+	return index, r, err
+}
+
+// resultAs converts the apply result res of the op at index to an R
+// (ProposeAs).
+func resultAs[R any](g GroupID, index uint64, res any) (R, error) {
+	var zero R
+	if e, ok := res.(error); ok {
+		return zero, fmt.Errorf("copyset %s: op at index %d: %w", g, index, e)
+	}
+	if r, ok := res.(R); ok {
+		return r, nil
+	}
+	if res == nil && any(zero) == nil {
+		return zero, nil
+	}
+	return zero, fmt.Errorf("copyset %s: op at index %d: apply result is a %T, want %v", g, index, res, reflect.TypeFor[R]())
+}
 
 // Proposal batching.
 //

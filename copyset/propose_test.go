@@ -183,13 +183,7 @@ func TestInflightWindowPacksWaitingProposals(t *testing.T) {
 	m := &gateMachine{gate: make(chan struct{}), holding: make(chan struct{}), index: map[string]uint64{}}
 	opts := fastRaft()
 	opts.MaxInflightEntries = 1
-	s := startTestServerWith(t, "127.0.0.1:0", t.TempDir(), opts, fixedMachine(kindBatch, true, m))
-	defer s.stop()
-	g := NewGroupID(1, 1)
-	if _, err := s.mgr.Create(context.Background(), g, []PeerID{s.peer()}); err != nil {
-		t.Fatal(err)
-	}
-	n := waitLeader(t, g, s)
+	n := soloLeader(t, opts, fixedMachine(kindBatch, true, m))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

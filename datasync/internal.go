@@ -57,20 +57,24 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 	if err != nil {
 		return fail("%v", err)
 	}
-	_, res, err := n.Propose(ctx, b)
+	_, r, err := copyset.ProposeAs[Result](ctx, n, b)
 	if err != nil {
-		var nl *copyset.NotLeaderError
-		if errors.As(err, &nl) {
+		// An op appended before the leadership was lost may still commit;
+		// it is answered not_leader all the same, so that propose and
+		// proposeWaiting retry it on the new leader: a removal is
+		// idempotent and a put's retry recognises its own commit
+		// (committedBefore).
+		var (
+			nl *copyset.NotLeaderError
+			ou *copyset.OutcomeUnknownError
+		)
+		switch {
+		case errors.As(err, &nl):
 			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(nl.Leader)}
+		case errors.As(err, &ou):
+			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(ou.Leader)}
 		}
 		return fail("copyset %s: %v", csName(g), err)
-	}
-	r, ok := res.(Result)
-	if !ok {
-		if e, isErr := res.(error); isErr {
-			return fail("copyset %s: %v", csName(g), e)
-		}
-		return fail("copyset %s: unexpected apply result %T", csName(g), res)
 	}
 	out := &pb.ProposeResponse{Record: r.Record, Removed: uint32(r.Removed)}
 	if r.Err != nil {
@@ -236,7 +240,12 @@ func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader st
 // sub-task already has op's token. A task-wide put (CreateSyncTask's)
 // carries a token new to that call, so the sub-task holding it is the
 // call's own earlier attempt, which committed although its answer was lost
-// (propose and proposeWaiting retry such answers).
+// (propose and proposeWaiting retry such answers). Two answers are retried
+// without knowing whether the put committed: a local proposal whose leader
+// lost the leadership after appending it (copyset.OutcomeUnknownError), and
+// a Propose call to another server that failed (a timeout, a broken
+// connection) after that server may have appended it; a ProposeResponse
+// has no way to say which, so the retry's answer is what tells.
 func committedBefore(op *pb.Op, resp *pb.ProposeResponse) bool {
 	put := op.GetPut()
 	return put != nil && resp.GetCode() != 0 && !resp.GetNotLeader() && resp.GetMsg() == ErrSameTask.Error() &&

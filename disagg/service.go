@@ -159,23 +159,27 @@ func (s *Service) propose(ctx context.Context, n *copyset.Node, op *pb.Op) (res 
 	if err != nil {
 		return Result{}, false, status.Error(codes.InvalidArgument, err.Error())
 	}
-	_, v, err := n.Propose(ctx, b)
-	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, false, status.FromContextError(ctx.Err()).Err()
-		}
-		var nl *copyset.NotLeaderError
-		if !errors.As(err, &nl) {
-			s.log.Warn("disagg proposal not confirmed: answering not_owner", "err", err)
-		}
+	index, r, err := copyset.ProposeAs[Result](ctx, n, b)
+	switch {
+	case err == nil:
+		return r, true, nil
+	case index != 0:
+		s.log.Warn("disagg proposal failed on apply: answering not_owner", "err", err)
 		return Result{}, false, nil
+	case ctx.Err() != nil:
+		return Result{}, false, status.FromContextError(ctx.Err()).Err()
 	}
-	r, isResult := v.(Result)
-	if !isResult {
-		s.log.Warn("disagg proposal failed on apply: answering not_owner", "result", fmt.Sprint(v))
-		return Result{}, false, nil
+	// Not the leader, or the leadership lost after the op was appended
+	// (it may still commit: the client's retry on the owner is
+	// idempotent), is a plain not_owner.
+	var (
+		nl *copyset.NotLeaderError
+		ou *copyset.OutcomeUnknownError
+	)
+	if !errors.As(err, &nl) && !errors.As(err, &ou) {
+		s.log.Warn("disagg proposal not confirmed: answering not_owner", "err", err)
 	}
-	return r, true, nil
+	return Result{}, false, nil
 }
 
 func notOwner() *dpb.S3LockResult {

@@ -258,10 +258,15 @@ func (s *Service) dropLed(ctx context.Context, key string, groups []copyset.Grou
 		}
 		var err error
 		res.Dropped, err = s.dropTaskOn(ctx, n, key)
-		var nl *copyset.NotLeaderError
+		var (
+			nl *copyset.NotLeaderError
+			ou *copyset.OutcomeUnknownError
+		)
 		switch {
 		case errors.As(err, &nl):
 			res.NotLed, res.Leader = true, string(nl.Leader)
+		case errors.As(err, &ou): // a drop is idempotent: retried on the leader
+			res.NotLed, res.Leader = true, string(ou.Leader)
 		case err != nil:
 			res.Error = err.Error()
 		}

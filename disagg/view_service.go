@@ -246,9 +246,15 @@ func (s *Service) registerView(ctx context.Context, w *wantView, info *vpb.ViewI
 		return 0, false, errorOther(CodeInternal, "copyset %d/%d: waiting to register the view: %v", g.Pool(), g.Copyset(), err)
 	}
 	defer unlock()
+	// Leadership lost after the register op was appended answers as not
+	// the leader: the view, if it commits, carries the task's key and goes
+	// with the task.
 	notLeader := func(err error) *dpb.EstablishDisaggTaskResponse {
-		var nl *copyset.NotLeaderError
-		if errors.As(err, &nl) {
+		var (
+			nl *copyset.NotLeaderError
+			ou *copyset.OutcomeUnknownError
+		)
+		if errors.As(err, &nl) || errors.As(err, &ou) {
 			return errorRegion(fmt.Sprintf("copyset %s: not the leader any more: %v", g, err), w.regions)
 		}
 		return nil

@@ -198,20 +198,14 @@ func proposeView(ctx context.Context, n *copyset.Node, op *vpb.Op) (ViewApplied,
 	if err != nil {
 		return ViewApplied{}, err
 	}
-	_, v, err := n.Propose(ctx, b)
+	_, r, err := copyset.ProposeAs[ViewApplied](ctx, n, b)
 	if err != nil {
 		return ViewApplied{}, fmt.Errorf("propose view op on copyset %s: %w", n.Group(), err)
 	}
-	switch r := v.(type) {
-	case ViewApplied:
-		if r.Err != nil {
-			return r, fmt.Errorf("view op refused on copyset %s: %w", n.Group(), r.Err)
-		}
-		return r, nil
-	case error:
-		return ViewApplied{}, fmt.Errorf("view op failed on copyset %s: %w", n.Group(), r)
+	if r.Err != nil {
+		return r, fmt.Errorf("view op refused on copyset %s: %w", n.Group(), r.Err)
 	}
-	return ViewApplied{}, fmt.Errorf("view op on copyset %s: unexpected result %T", n.Group(), v)
+	return r, nil
 }
 
 // dropView proposes the drop of view seq on n (its leader), with why, and

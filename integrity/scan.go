@@ -413,8 +413,11 @@ func (in *Service) proposeStep(ctx context.Context, n *copyset.Node, job *Job, o
 // stepFailed counts a failure of a job on a leader that stays leader and
 // fails the job after MaxRangeFailures in a row.
 func (in *Service) stepFailed(ctx context.Context, n *copyset.Node, job *Job, err error) {
-	var nl *copyset.NotLeaderError
-	if ctx.Err() != nil || errors.As(err, &nl) || !n.IsLeader() {
+	var (
+		nl *copyset.NotLeaderError
+		ou *copyset.OutcomeUnknownError
+	)
+	if ctx.Err() != nil || errors.As(err, &nl) || errors.As(err, &ou) || !n.IsLeader() {
 		return
 	}
 	k := jobKey{n.Group(), job.ID}
@@ -436,17 +439,11 @@ func proposeJobOp(ctx context.Context, n *copyset.Node, op *jobOp) (jobResult, e
 	if err != nil {
 		return jobResult{}, err
 	}
-	_, res, err := n.Propose(ctx, b)
+	_, r, err := copyset.ProposeAs[jobResult](ctx, n, b)
 	if err != nil {
-		return jobResult{}, err
+		return jobResult{}, fmt.Errorf("integrity op %s: %w", op.Type, err)
 	}
-	switch r := res.(type) {
-	case jobResult:
-		return r, nil
-	case error:
-		return jobResult{}, r
-	}
-	return jobResult{}, fmt.Errorf("integrity op %s: unexpected apply result %T", op.Type, res)
+	return r, nil
 }
 
 // scanOne proposes the scan op of one range, collects the followers' maps
@@ -459,13 +456,12 @@ func (in *Service) scanOne(ctx context.Context, n *copyset.Node, chunk uint64, o
 	}
 	task := in.openTask(g, chunk, uint64(off))
 	defer in.closeTask(g, task)
-	index, res, err := n.Propose(ctx, op)
+	index, sr, err := copyset.ProposeAs[scanResult](ctx, n, op)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scan op: %w", err)
 	}
-	sr, ok := res.(scanResult)
-	if !ok || sr.stale {
-		return nil, fmt.Errorf("unexpected scan op result %v", res)
+	if sr.stale {
+		return nil, fmt.Errorf("scan op at index %d: stale", index)
 	}
 	// The followers scan when they apply the op; on an otherwise idle
 	// copyset they would learn that it committed only at the next idle

@@ -126,9 +126,15 @@ func integrityResponse(st pb.INTEGRITY_OP_STATUS, jobs ...*Job) *pb.IntegrityRes
 // trailer, and job if there is one.
 func (s *integrityService) fail(ctx context.Context, what string, err error, job *Job) *pb.IntegrityResponse {
 	md := metadata.Pairs(ErrorTrailerKey, what+": "+err.Error())
-	var nl *copyset.NotLeaderError
-	if errors.As(err, &nl) && nl.Leader != "" {
+	var (
+		nl *copyset.NotLeaderError
+		ou *copyset.OutcomeUnknownError
+	)
+	switch {
+	case errors.As(err, &nl) && nl.Leader != "":
 		md.Append(LeaderTrailerKey, string(nl.Leader))
+	case errors.As(err, &ou) && ou.Leader != "":
+		md.Append(LeaderTrailerKey, string(ou.Leader))
 	}
 	_ = grpc.SetTrailer(ctx, md)
 	s.in.log.Debug("integrity request failed", "what", what, "err", err)
