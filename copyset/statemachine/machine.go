@@ -17,7 +17,8 @@ type Config[S, O, R any] struct {
 	// Path is the state file; File is the same file relative to the
 	// copyset data dir (Files).
 	Path, File string
-	Log        *slog.Logger
+	// Log receives the undecodable ops and the unreadable lines skipped.
+	Log *slog.Logger
 	// New returns the empty state, loaded from an empty file.
 	New func() S
 	// Decode decodes an op payload; an error stops the replica.

@@ -112,11 +112,15 @@ func modes(t *testing.T, f func(t *testing.T, journal bool)) {
 
 // TestReplayChangesNothing: an op at or below the stamp is answered by
 // Replayed and neither changes the state nor writes; an op that changes
-// nothing is answered and not written; the stamp is the last change.
+// nothing is answered and not written; the stamp is the last change, and
+// Changed follows each change only.
 func TestReplayChangesNothing(t *testing.T) {
 	modes(t, func(t *testing.T, journal bool) {
 		path := filepath.Join(t.TempDir(), "toy.jsonl")
-		m := openToy(t, toyConfig(path, journal, 1<<20))
+		cfg := toyConfig(path, journal, 1<<20)
+		var changed []uint64
+		cfg.Changed = func(index uint64, _ int, _ string) { changed = append(changed, index) }
+		m := openToy(t, cfg)
 		for i := uint64(1); i <= 5; i++ {
 			if res := m.Apply(i, []byte("2")); res != "sum "+strconv.Itoa(2*int(i)) {
 				t.Fatalf("apply %d: %v", i, res)
@@ -130,6 +134,9 @@ func TestReplayChangesNothing(t *testing.T) {
 			t.Fatalf("op that changes nothing answered %v", res)
 		}
 		after, _ := os.Stat(path)
+		if fmt.Sprint(changed) != "[1 2 3 4 5]" {
+			t.Fatalf("Changed called for %v", changed)
+		}
 		if got := state(m); got != (toy{Applied: 5, Sum: 10, Changes: 5}) || after.Size() != fi.Size() || m.Applied() != 5 {
 			t.Fatalf("state %+v, applied %d, file %d bytes then %d", got, m.Applied(), fi.Size(), after.Size())
 		}
