@@ -35,6 +35,12 @@
 // stays the same for every machine, including the chunk machine that
 // stamps (index, position).
 //
+// The fence machine (chunkserver/fence.go) is not a tenant: its table
+// only rises, it keeps no index stamp, its load merges every line (the
+// greatest epoch of each file) rather than take the newest, and every
+// apply, a replay included, raises the server's epoch map again. A
+// replay is harmless there by monotonicity, not by a guard.
+//
 // Invariants:
 //   - The state changes only in Apply, under the machine's lock; readers
 //     take View. The stamp is the index of the last op that changed it.
