@@ -179,9 +179,9 @@ func syncConformanceState(ms copyset.Machines) (string, error) {
 	if !ok {
 		return "", errors.New("no sync machine")
 	}
-	m.mu.RLock()
-	b, err := protojson.Marshal(m.st)
-	m.mu.RUnlock()
+	var b []byte
+	var err error
+	m.View(func(st *pb.State) { b, err = protojson.Marshal(st) })
 	if err != nil {
 		return "", err
 	}

@@ -53,8 +53,8 @@
 // why (the same on every replica), never a changed state. The state is
 // bounded (MaxSubTasks, the Max* sizes, refused at admission and apply).
 // Every change appends the whole state, stamped with its log index
-// (State.applied), to sync/state.jsonl, a copyset/statefile file: any
-// prefix of it loads as the state at some earlier index, Apply skips ops
+// (State.applied), to sync/state.jsonl, the copyset/statefile file of a
+// copyset/statemachine.Machine: any prefix of it loads as the state at some earlier index, Apply skips ops
 // at or below the loaded stamp (a replay never counts a packet twice),
 // Sync makes it durable, Files lists it (the StateMachine snapshot
 // contract of copyset/fsm.go).

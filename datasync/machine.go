@@ -1,17 +1,15 @@
 package datasync
 
 import (
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
 
 	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/copyset/statefile"
+	"github.com/chunkraft/chunkraft/copyset/statemachine"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 const (
@@ -31,14 +29,12 @@ func Spec() copyset.MachineSpec {
 		}}
 }
 
-// Machine is the kinds.Sync state machine of one copyset.
+// Machine is the kinds.Sync state machine of one copyset: a
+// statemachine.Machine on Dir/FileName (the whole state, one line per
+// change) and the sub-tasks' log hold.
 type Machine struct {
+	*statemachine.Machine[*pb.State, *pb.Op, Result]
 	log *slog.Logger
-
-	mu sync.RWMutex
-	st *pb.State // replaced or changed only by Apply, under mu
-
-	file *statefile.File // appended by Apply, synced by Sync (it starts a new line after a torn tail)
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed (and replaced) when a sub-task is created, changes status or is deleted
@@ -56,27 +52,42 @@ var _ copyset.StateMachine = (*Machine)(nil)
 
 // openMachine loads dir/FileName: the valid line with the highest applied
 // index (the last of equals), and holds the log for its live sub-tasks
-// with hold.
+// with hold. Its Apply answers a Result, or a *copyset.FatalError when the
+// op cannot be decoded (a newer op kind, a corrupt log: going on would
+// diverge) or the state file cannot be written; an op at or below the
+// state's applied index is already in the state and is answered with the
+// sub-task as it is.
 func openMachine(dir string, log *slog.Logger, hold *copyset.LogHold) (*Machine, error) {
-	path := filepath.Join(dir, FileName)
-	file, b, err := statefile.Open(path)
+	m := &Machine{log: log, hold: hold, changed: make(chan struct{})}
+	sm, err := statemachine.Open(statemachine.Config[*pb.State, *pb.Op, Result]{
+		Name: "sync", Path: filepath.Join(dir, FileName), File: filepath.Join(Dir, FileName), Log: log,
+		New:    func() *pb.State { return &pb.State{} },
+		Decode: statemachine.DecodeProto(func() *pb.Op { return &pb.Op{} }, func(op *pb.Op) bool { return op.GetOp() != nil }),
+		Apply:  applyOp,
+		Replayed: func(st *pb.State, _ uint64, op *pb.Op) Result {
+			return Result{Record: cloneRecord(refRecord(st, op))}
+		},
+		Changed:     m.applied,
+		Applied:     (*pb.State).GetApplied,
+		SetApplied:  func(st *pb.State, i uint64) { st.Applied = i },
+		EncodeState: func(st *pb.State) ([]byte, error) { return protojson.Marshal(st) },
+		DecodeState: func(line []byte) (*pb.State, error) {
+			st := &pb.State{}
+			return st, protojson.Unmarshal(line, st)
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("sync state: %w", err)
+		return nil, err
 	}
-	best, bad := statefile.Newest(b, func() *pb.State { return &pb.State{} })
-	if bad > 0 {
-		log.Warn("sync state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
-	}
-	m := &Machine{log: log, st: best, file: file, hold: hold, changed: make(chan struct{})}
+	m.Machine = sm
 	m.retain()
 	return m, nil
 }
 
 // retain moves the log hold to where the state's live sub-tasks are.
 func (m *Machine) retain() {
-	m.mu.RLock()
-	i := retainFrom(m.st)
-	m.mu.RUnlock()
+	var i uint64
+	m.View(func(st *pb.State) { i = retainFrom(st) })
 	m.holdMu.Lock()
 	defer m.holdMu.Unlock()
 	if i != m.held {
@@ -85,50 +96,16 @@ func (m *Machine) retain() {
 	}
 }
 
-// Apply implements copyset.StateMachine. The result is a Result, or a
-// *copyset.FatalError when the op cannot be decoded (a newer op kind, a
-// corrupt log: going on would diverge) or the state file cannot be
-// written. An op at or below the state's applied index is already in the
-// state and is answered with the sub-task as it is.
-func (m *Machine) Apply(index uint64, payload []byte) any {
-	op := &pb.Op{}
-	if err := proto.Unmarshal(payload, op); err != nil || op.GetOp() == nil {
-		if err == nil {
-			err = fmt.Errorf("no op this version knows")
-		}
-		m.log.Error("undecodable sync op", "index", index, "err", err)
-		return &copyset.FatalError{Err: fmt.Errorf("sync op at index %d: %w", index, err)}
-	}
-	m.mu.Lock()
-	if index <= m.st.GetApplied() {
-		res := Result{Record: cloneRecord(refRecord(m.st, op))}
-		m.mu.Unlock()
-		return res
-	}
-	res, changed := applyOp(m.st, index, op)
-	var line []byte
-	if changed {
-		m.st.Applied = index
-		var err error
-		if line, err = (protojson.MarshalOptions{}).Marshal(m.st); err != nil {
-			m.mu.Unlock()
-			return &copyset.FatalError{Err: fmt.Errorf("sync op at index %d: encode state: %w", index, err)}
-		}
-	}
-	m.mu.Unlock()
-	if !changed {
-		return res
-	}
-	if err := m.file.Append(line); err != nil {
-		return &copyset.FatalError{Err: fmt.Errorf("sync op at index %d: %w", index, err)}
-	}
+// applied follows a persisted change: the log hold moves, the change is
+// logged and the worker told of sub-tasks that came, went or changed
+// status.
+func (m *Machine) applied(index uint64, op *pb.Op, res Result) {
 	m.retain()
 	m.logChange(index, op, res)
 	switch op.GetOp().(type) {
 	case *pb.Op_Put, *pb.Op_SetStatus, *pb.Op_DeleteTask, *pb.Op_DeleteAll:
 		m.notifyChanged()
 	}
-	return res
 }
 
 // Changed returns a channel closed at the next creation, reassignment,
@@ -187,39 +164,27 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 	}
 }
 
-// Sync implements copyset.StateMachine: fsync the state file.
-func (m *Machine) Sync() error { return m.file.Sync() }
-
-// Files implements copyset.StateMachine.
-func (m *Machine) Files() ([]string, error) { return []string{filepath.Join(Dir, FileName)}, nil }
-
 // Close implements copyset.StateMachine; it releases the log hold.
 func (m *Machine) Close() error {
 	m.hold.Release()
-	return m.file.Close()
+	return m.Machine.Close()
 }
 
 // Get returns a copy of sub-task (tid, pid), or nil.
 func (m *Machine) Get(tid, pid uint32) *pb.SubTask {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return cloneRecord(get(m.st, tid, pid))
+	var r *pb.SubTask
+	m.View(func(st *pb.State) { r = cloneRecord(get(st, tid, pid)) })
+	return r
 }
 
 // List returns a copy of every sub-task, ascending (tid, pid).
 func (m *Machine) List() []*pb.SubTask {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*pb.SubTask, len(m.st.SubTasks))
-	for i, r := range m.st.SubTasks {
-		out[i] = cloneRecord(r)
-	}
+	var out []*pb.SubTask
+	m.View(func(st *pb.State) {
+		out = make([]*pb.SubTask, len(st.SubTasks))
+		for i, r := range st.SubTasks {
+			out[i] = cloneRecord(r)
+		}
+	})
 	return out
-}
-
-// Applied returns the log index of the last op that changed the state.
-func (m *Machine) Applied() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.st.GetApplied()
 }

@@ -91,9 +91,9 @@ func lockConformanceState(ms copyset.Machines) (string, error) {
 	if !ok {
 		return "", errors.New("no disagg machine")
 	}
-	m.mu.RLock()
-	b, err := protojson.Marshal(m.st)
-	m.mu.RUnlock()
+	var b []byte
+	var err error
+	m.View(func(st *pb.State) { b, err = protojson.Marshal(st) })
 	if err != nil {
 		return "", err
 	}

@@ -68,8 +68,8 @@
 // state holds no entry per data file ever seen: decisions in flight
 // (MaxPending), clone locks and gc marks (MaxFiles, MaxLocks), each
 // checked before proposing and again in Apply; gc marks only below gcFill
-// entries. The state file disagg/table.jsonl (a copyset/statefile file)
-// is a journal of pb.Line: a base (the whole state, stamped with its log
+// entries. The state file disagg/table.jsonl (the copyset/statefile file
+// of a copyset/statemachine.Machine with a Journal) is a journal of pb.Line: a base (the whole state, stamped with its log
 // index), then each op that changed it with its index; any prefix loads
 // as the state at some earlier index (the ops are applied again), Apply
 // skips ops at or below the loaded stamp, Sync makes it durable, Files

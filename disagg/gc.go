@@ -294,17 +294,17 @@ func (r *gcRun) markBatch(ctx context.Context, names []string) (bool, error) {
 
 // lockBy names the first clone lock holding name in the table ("" none).
 func (m *Machine) lockBy(name string) string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if i, found := findFile(m.st, name); found {
-		return lockBy(m.st.Files[i])
+	state := m.RLock()
+	defer m.RUnlock()
+	if i, found := findFile(state, name); found {
+		return lockBy(state.Files[i])
 	}
 	return ""
 }
 
 // size is the number of entries of the table.
 func (m *Machine) size() int {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return len(m.st.Files)
+	state := m.RLock()
+	defer m.RUnlock()
+	return len(state.Files)
 }

@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/statefile"
+	"github.com/chunkraft/chunkraft/copyset/statemachine"
 	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
@@ -55,17 +55,20 @@ func Spec() copyset.MachineSpec {
 }
 
 // Machine is the kinds.Disagg state machine of one copyset: its pending
-// decisions, clone locks and gc marks.
+// decisions, clone locks and gc marks, in a statemachine.Machine on
+// Dir/FileName kept as a journal. Its Apply answers a Result, or a
+// *copyset.FatalError when the op cannot be decoded or the state file
+// cannot be written. An op at or below the state's applied index is
+// already in the state (a replay after a restart or a snapshot install:
+// nobody waits for its answer) and changes nothing. An op that changed
+// the state is appended to the journal (index and op); the journal's
+// first line, and every compaction, is the whole state instead.
 type Machine struct {
+	*statemachine.Machine[*pb.State, *pb.Op, Result]
 	log *slog.Logger
 	dir string
 
-	mu      sync.RWMutex
-	st      *pb.State     // changed only by Apply, under mu
-	settled chan struct{} // closed (and replaced) when a Settle ends pending decisions
-	baseLen int64         // the size of the last base line (compaction)
-
-	file *statefile.File // appended by Apply, synced by Sync
+	settled chan struct{} // closed (and replaced) when a Settle ends pending decisions; replaced only by Apply, under the state's lock
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
@@ -73,72 +76,80 @@ var _ copyset.StateMachine = (*Machine)(nil)
 // openMachine loads dir/FileName (converting format 0's dir/state.jsonl
 // the first time).
 func openMachine(dir string, log *slog.Logger) (*Machine, error) {
-	path := filepath.Join(dir, FileName)
-	file, b, err := statefile.Open(path)
+	m := &Machine{log: log, dir: dir, settled: make(chan struct{})}
+	sm, err := statemachine.Open(m.config())
 	if err != nil {
-		return nil, fmt.Errorf("disagg state: %w", err)
-	}
-	m := &Machine{log: log, dir: dir, file: file, settled: make(chan struct{}), baseLen: int64(len(b))}
-	if len(b) == 0 {
-		st, err := m.convertLegacy()
-		if err != nil {
-			return nil, err
-		}
-		m.st = st
-		return m, nil
-	}
-	st, bad, err := loadJournal(b)
-	if err != nil {
-		return nil, fmt.Errorf("disagg state %s: %w", path, err)
-	}
-	if bad > 0 {
-		log.Warn("disagg state file: skipped unreadable lines (torn write or snapshot padding)", "file", path, "lines", bad)
-	}
-	if err := m.markLegacy(); err != nil {
 		return nil, err
 	}
-	m.st = st
+	m.Machine = sm
+	if !sm.Loaded() {
+		if err := m.convertLegacy(); err != nil {
+			sm.Close()
+			return nil, err
+		}
+		return m, nil
+	}
+	if err := m.markLegacy(); err != nil {
+		sm.Close()
+		return nil, err
+	}
 	return m, nil
 }
 
-// loadJournal loads a journal of pb.Line: each base replaces the state,
-// each op after it above the state's applied index is applied again (ops
-// are deterministic, so the state is the one that was written). Lines
-// that do not decode (a torn last write, snapshot padding) are counted in
-// bad; a base of a newer format, or an op this build does not know, is an
-// error: the file was written by a newer build.
-func loadJournal(b []byte) (st *pb.State, bad int, err error) {
-	st = &pb.State{Format: Format}
+// config is m's statemachine: the whole state as a base line, each op
+// that changed it as an entry line, compacted by size.
+func (m *Machine) config() statemachine.Config[*pb.State, *pb.Op, Result] {
 	read := protojson.UnmarshalOptions{DiscardUnknown: true}
-	bad = statefile.EachLine(b, func(line []byte) bool {
-		l := &pb.Line{}
-		if err != nil {
-			return true
-		}
-		if read.Unmarshal(line, l) != nil {
-			return false
-		}
-		switch {
-		case l.GetBase() != nil:
-			if f := l.GetBase().GetFormat(); f != Format {
-				err = fmt.Errorf("state of format %d: this build reads format %d (written by a newer build?)", f, Format)
-				return true
+	return statemachine.Config[*pb.State, *pb.Op, Result]{
+		Name: "disagg", Path: filepath.Join(m.dir, FileName), File: filepath.Join(Dir, FileName), Log: m.log,
+		New:    func() *pb.State { return &pb.State{Format: Format} },
+		Decode: statemachine.DecodeProto(func() *pb.Op { return &pb.Op{} }, func(op *pb.Op) bool { return op.GetOp() != nil }),
+		Apply: func(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
+			res, changed := applyOp(st, index, op)
+			if changed && op.GetSettle() != nil {
+				close(m.settled)
+				m.settled = make(chan struct{})
 			}
-			st = l.GetBase()
-		case l.GetOp().GetOp() != nil:
-			if l.GetIndex() > st.GetApplied() {
-				if res, _ := applyOp(st, l.GetIndex(), l.GetOp()); res.Err != nil {
-					err = fmt.Errorf("op at index %d: %w", l.GetIndex(), res.Err)
-					return true
+			return res, changed
+		},
+		Changed:     m.logChange,
+		Applied:     (*pb.State).GetApplied,
+		SetApplied:  func(st *pb.State, i uint64) { st.Applied = i },
+		EncodeState: func(st *pb.State) ([]byte, error) { return protojson.Marshal(&pb.Line{Base: st}) },
+		Journal: &statemachine.Journal[*pb.State, *pb.Op]{
+			EncodeEntry: func(index uint64, op *pb.Op) ([]byte, error) {
+				return protojson.Marshal(&pb.Line{Index: index, Op: op})
+			},
+			DecodeLine: func(line []byte) (statemachine.Line[*pb.State, *pb.Op], bool, error) {
+				l := &pb.Line{}
+				if read.Unmarshal(line, l) != nil {
+					return statemachine.Line[*pb.State, *pb.Op]{}, false, nil
 				}
-				st.Applied = l.GetIndex()
-			}
-		default:
-			err = fmt.Errorf("line at index %d holds no op this build knows (written by a newer build?)", l.GetIndex())
+				return decodeLine(l)
+			},
+			Replay: func(st *pb.State, index uint64, op *pb.Op) error {
+				res, _ := applyOp(st, index, op)
+				return res.Err
+			},
+			CompactMin: compactMinBytes, CompactFactor: compactFactor,
+			BeforeBase: m.markLegacy,
+		},
+	}
+}
+
+// decodeLine reads one journal line: a base of this build's format or an
+// op it knows; anything else was written by a newer build.
+func decodeLine(l *pb.Line) (statemachine.Line[*pb.State, *pb.Op], bool, error) {
+	switch {
+	case l.GetBase() != nil:
+		if f := l.GetBase().GetFormat(); f != Format {
+			return statemachine.Line[*pb.State, *pb.Op]{}, true, fmt.Errorf("state of format %d: this build reads format %d (written by a newer build?)", f, Format)
 		}
-		return true
-	})
-	return st, bad, err
+		return statemachine.Line[*pb.State, *pb.Op]{Base: l.GetBase(), IsBase: true}, true, nil
+	case l.GetOp().GetOp() != nil:
+		return statemachine.Line[*pb.State, *pb.Op]{Index: l.GetIndex(), Op: l.GetOp()}, true, nil
+	}
+	return statemachine.Line[*pb.State, *pb.Op]{}, true, fmt.Errorf("line at index %d holds no op this build knows (written by a newer build?)", l.GetIndex())
 }
 
 // convertLegacy loads format 0's table (dir/state.jsonl) if there is one
@@ -146,14 +157,14 @@ func loadJournal(b []byte) (st *pb.State, bad int, err error) {
 // objects in S3 say the same), clone locks and gc marks of other objects
 // kept. The converted state is written as the journal's base, then the old
 // file becomes the marker directory. A crash in between converts again.
-func (m *Machine) convertLegacy() (*pb.State, error) {
+func (m *Machine) convertLegacy() error {
 	legacy := filepath.Join(m.dir, legacyName)
 	b, err := os.ReadFile(legacy)
 	switch {
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR):
-		return &pb.State{Format: Format}, nil
+		return nil
 	case err != nil:
-		return nil, fmt.Errorf("disagg state: %w", err)
+		return fmt.Errorf("disagg state: %w", err)
 	}
 	old, bad := statefile.Newest(b, func() *pb.State { return &pb.State{} })
 	st := &pb.State{Applied: old.GetApplied(), Format: Format, CloneCopysets: old.GetCloneCopysets()}
@@ -169,15 +180,15 @@ func (m *Machine) convertLegacy() (*pb.State, error) {
 		}
 		st.Files = append(st.Files, f)
 	}
-	if err := m.writeBase(st); err != nil {
-		return nil, err
+	if err := m.Reset(st); err != nil {
+		return err
 	}
 	if err := m.markLegacy(); err != nil {
-		return nil, err
+		return err
 	}
 	m.log.Info("disagg state converted to format 2: upstream's locks and marks are their objects in S3",
 		"applied", st.GetApplied(), "entries", len(old.GetFiles()), "kept", len(st.Files), "dropped", dropped, "unreadable_lines", bad)
-	return st, nil
+	return nil
 }
 
 // legacyNote is the marker directory's README.
@@ -205,86 +216,6 @@ func (m *Machine) markLegacy() error {
 	return nil
 }
 
-// writeBase replaces the journal with st as its base.
-func (m *Machine) writeBase(st *pb.State) error {
-	line, err := (protojson.MarshalOptions{}).Marshal(&pb.Line{Base: st})
-	if err != nil {
-		return fmt.Errorf("disagg state: encode: %w", err)
-	}
-	if err := m.file.Replace(line); err != nil {
-		return fmt.Errorf("disagg state: %w", err)
-	}
-	m.baseLen = int64(len(line))
-	return nil
-}
-
-// Apply implements copyset.StateMachine. The result is a Result, or a
-// *copyset.FatalError when the op cannot be decoded or the state file
-// cannot be written. An op at or below the state's applied index is
-// already in the state (a replay after a restart or a snapshot install:
-// nobody waits for its answer) and changes nothing. An op that changed
-// the state is appended to the journal (index and op); the journal's
-// first line, and every compaction, is the whole state instead.
-func (m *Machine) Apply(index uint64, payload []byte) any {
-	op := &pb.Op{}
-	if err := proto.Unmarshal(payload, op); err != nil || op.GetOp() == nil {
-		if err == nil {
-			err = fmt.Errorf("no op this version knows")
-		}
-		m.log.Error("undecodable disagg op", "index", index, "err", err)
-		return &copyset.FatalError{Err: fmt.Errorf("disagg op at index %d: %w", index, err)}
-	}
-	m.mu.Lock()
-	if index <= m.st.GetApplied() {
-		m.mu.Unlock()
-		return Result{} // replayed: its answer was given when it first applied
-	}
-	res, changed := applyOp(m.st, index, op)
-	var line []byte
-	base := false
-	if changed {
-		m.st.Applied = index
-		if op.GetSettle() != nil {
-			close(m.settled)
-			m.settled = make(chan struct{})
-		}
-		size := m.file.Size()
-		base = size == 0 || (size > compactMinBytes && size > compactFactor*m.baseLen)
-		var err error
-		if base {
-			line, err = (protojson.MarshalOptions{}).Marshal(&pb.Line{Base: m.st})
-		} else {
-			line, err = (protojson.MarshalOptions{}).Marshal(&pb.Line{Index: index, Op: op})
-		}
-		if err != nil {
-			m.mu.Unlock()
-			return &copyset.FatalError{Err: fmt.Errorf("disagg op at index %d: encode state: %w", index, err)}
-		}
-	}
-	m.mu.Unlock()
-	if !changed {
-		return res
-	}
-	if err := m.persist(line, base); err != nil {
-		return &copyset.FatalError{Err: fmt.Errorf("disagg op at index %d: %w", index, err)}
-	}
-	m.logChange(index, op, res)
-	return res
-}
-
-// persist writes line: a base (the marker directory first, then the
-// journal replaced) or a journal entry.
-func (m *Machine) persist(line []byte, base bool) error {
-	if !base {
-		return m.file.AppendEntry(line)
-	}
-	if err := m.markLegacy(); err != nil {
-		return err
-	}
-	m.baseLen = int64(len(line))
-	return m.file.Replace(line)
-}
-
 func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 	switch o := op.GetOp().(type) {
 	case *pb.Op_Pend:
@@ -307,38 +238,29 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 	}
 }
 
-// Sync implements copyset.StateMachine: fsync the state file.
-func (m *Machine) Sync() error { return m.file.Sync() }
-
-// Files implements copyset.StateMachine.
-func (m *Machine) Files() ([]string, error) { return []string{filepath.Join(Dir, FileName)}, nil }
-
-// Close implements copyset.StateMachine.
-func (m *Machine) Close() error { return m.file.Close() }
-
 // List returns a copy of the entries whose key starts with prefix,
 // ascending, and the applied index; with holderPool not 0, only those
 // with a clone lock of copyset holderPool/holderCopyset.
 func (m *Machine) List(prefix string, holderPool, holderCopyset uint32) ([]*pb.DataFile, uint64) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	state := m.RLock()
+	defer m.RUnlock()
 	var out []*pb.DataFile
-	for _, f := range m.st.Files {
+	for _, f := range state.Files {
 		if strings.HasPrefix(f.GetKey(), prefix) && (holderPool == 0 || heldBy(f, holderPool, holderCopyset)) {
 			out = append(out, proto.CloneOf(f))
 		}
 	}
-	return out, m.st.GetApplied()
+	return out, state.GetApplied()
 }
 
 // cloneCopysets returns a copy of the recorded members of the copysets
 // holding clone locks (State.clone_copysets); with pool not 0, only that
 // of pool/copyset.
 func (m *Machine) cloneCopysets(pool, copyset uint32) []*pb.CloneCopyset {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	state := m.RLock()
+	defer m.RUnlock()
 	var out []*pb.CloneCopyset
-	for _, c := range m.st.CloneCopysets {
+	for _, c := range state.CloneCopysets {
 		if pool == 0 || (c.GetPool() == pool && c.GetCopyset() == copyset) {
 			out = append(out, proto.CloneOf(c))
 		}
@@ -359,10 +281,10 @@ func heldBy(f *pb.DataFile, pool, copyset uint32) bool {
 // pendings returns a copy of the pending decisions whose key starts with
 // prefix.
 func (m *Machine) pendings(prefix string) []*pb.Pending {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	state := m.RLock()
+	defer m.RUnlock()
 	var out []*pb.Pending
-	for _, p := range m.st.Pending {
+	for _, p := range state.Pending {
 		if strings.HasPrefix(p.GetKey(), prefix) {
 			out = append(out, proto.CloneOf(p))
 		}
@@ -373,18 +295,18 @@ func (m *Machine) pendings(prefix string) []*pb.Pending {
 // admitPend runs the bound check of a new pending decision against the
 // current state (the service's admission; Apply checks again).
 func (m *Machine) admitPend() error {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return admitPend(m.st)
+	state := m.RLock()
+	defer m.RUnlock()
+	return admitPend(state)
 }
 
 // waitSettled returns once no decision of kind mark is pending on key,
 // or ctx is done.
 func (m *Machine) waitSettled(ctx context.Context, key string, mark bool) error {
 	for {
-		m.mu.RLock()
-		pending, settled := pendingKind(m.st, key, mark) != nil, m.settled
-		m.mu.RUnlock()
+		state := m.RLock()
+		pending, settled := pendingKind(state, key, mark) != nil, m.settled
+		m.RUnlock()
 		if !pending {
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/copyset/statemachine"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
@@ -59,9 +60,7 @@ func TestJournal(t *testing.T) {
 			op = lockClone(fmt.Sprintf("o/%d", i), 1, int64(i))
 		}
 		applyAt(t, m, uint64(i), op)
-		m.mu.RLock()
-		states = append(states, proto.CloneOf(m.st))
-		m.mu.RUnlock()
+		states = append(states, stateOf(m))
 	}
 	path := filepath.Join(dir, FileName)
 	b, err := os.ReadFile(path)
@@ -86,8 +85,8 @@ func TestJournal(t *testing.T) {
 	}
 	m.Close()
 	again := openTest(t, dir)
-	if !proto.Equal(again.st, states[len(states)-1]) {
-		t.Fatalf("reopened: %v, want %v", again.st, states[len(states)-1])
+	if got := stateOf(again); !proto.Equal(got, states[len(states)-1]) {
+		t.Fatalf("reopened: %v, want %v", got, states[len(states)-1])
 	}
 	// An op at or below the loaded index changes nothing (replay).
 	if res := applyAt(t, again, 100, pendMark("s1/data/dat_99_0")); res.Index != 0 || len(again.pendings("s1/data/dat_99_0")) != 0 {
@@ -125,8 +124,8 @@ func TestConvertsFormat0(t *testing.T) {
 	m := openTest(t, dir)
 	want := &pb.State{Applied: 41, Format: Format, Files: []*pb.DataFile{legacy.Files[0], legacy.Files[1], legacy.Files[4]},
 		CloneCopysets: legacy.CloneCopysets}
-	if !proto.Equal(m.st, want) {
-		t.Fatalf("converted: %v\nwant %v", m.st, want)
+	if got := stateOf(m); !proto.Equal(got, want) {
+		t.Fatalf("converted: %v\nwant %v", got, want)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, legacyName)); err != nil || !fi.IsDir() {
 		t.Fatalf("%s after the conversion: %v %v", legacyName, fi, err)
@@ -135,8 +134,8 @@ func TestConvertsFormat0(t *testing.T) {
 		t.Fatalf("an older build reads %s without an error", legacyName)
 	}
 	m.Close()
-	if again := openTest(t, dir); !proto.Equal(again.st, want) {
-		t.Fatalf("reopened: %v", again.st)
+	if again := openTest(t, dir); !proto.Equal(stateOf(again), want) {
+		t.Fatalf("reopened: %v", stateOf(again))
 	}
 }
 
@@ -158,4 +157,16 @@ func TestRefusesNewerFormats(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stateOf returns a copy of m's state.
+func stateOf(m *Machine) *pb.State {
+	var out *pb.State
+	m.View(func(st *pb.State) { out = proto.CloneOf(st) })
+	return out
+}
+
+// loadJournal loads a journal's content as the machine does.
+func loadJournal(b []byte) (*pb.State, int, error) {
+	return statemachine.Load((&Machine{}).config(), b)
 }

@@ -55,9 +55,9 @@ func (s *Service) Collectors() []prometheus.Collector {
 			if !ok {
 				return 0
 			}
-			m.mu.RLock()
-			defer m.mu.RUnlock()
-			return float64(len(m.st.Pending))
+			state := m.RLock()
+			defer m.RUnlock()
+			return float64(len(state.Pending))
 		})
 	return []prometheus.Collector{s.requests, s.viewRequests, pending, s.orphans}
 }

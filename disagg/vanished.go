@@ -73,15 +73,15 @@ func Members(n *copyset.Node) []string {
 // cloneHolders returns the copysets holding clone locks, each with its
 // recorded members (nil: none recorded).
 func (m *Machine) cloneHolders() map[copyset.GroupID][]string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	state := m.RLock()
+	defer m.RUnlock()
 	out := map[copyset.GroupID][]string{}
-	for _, f := range m.st.Files {
+	for _, f := range state.Files {
 		for _, l := range f.CloneLocks {
 			out[copyset.NewGroupID(l.GetPool(), l.GetCopyset())] = nil
 		}
 	}
-	for _, c := range m.st.CloneCopysets {
+	for _, c := range state.CloneCopysets {
 		g := copyset.NewGroupID(c.GetPool(), c.GetCopyset())
 		if _, ok := out[g]; ok {
 			out[g] = slices.Clone(c.GetMembers())

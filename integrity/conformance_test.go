@@ -216,9 +216,9 @@ func integrityConformanceState(ms copyset.Machines) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("no toy chunk store")
 	}
-	m.mu.RLock()
-	b, err := json.MarshalIndent(&m.st, "", " ")
-	m.mu.RUnlock()
+	var b []byte
+	var err error
+	m.View(func(st *jobsState) { b, err = json.MarshalIndent(st, "", " ") })
 	if err != nil {
 		return "", err
 	}

@@ -4,9 +4,10 @@
 // the worked example of a service built on the copyset seam:
 //
 //   - a state machine (machine.go, kind kinds.Integrity) that keeps the
-//     copyset's jobs in a copyset/statefile state file, integrity.jsonl in
-//     the copyset data dir, and skips ops its state already reflects (the
-//     snapshot contract of copyset.StateMachine);
+//     copyset's jobs in a copyset/statemachine.Machine, whose state file
+//     is integrity.jsonl in the copyset data dir, and which skips ops its
+//     state already reflects (the snapshot contract of
+//     copyset.StateMachine);
 //   - its MachineSpec (Service.Spec), opened after the chunk machine,
 //     whose store it reads through the ChunkStore interface;
 //   - a leader-side worker and a follower-side sender (scan.go) started

@@ -24,8 +24,8 @@ package integrity
 // order by the copyset's single apply goroutine, so a scan op observes
 // exactly the chunk writes before it in the log, as in Curve.
 //
-// Persistence: integrity.jsonl in the copyset data dir, a state file
-// (copyset/statefile): each change appends one line holding the whole state,
+// Persistence: integrity.jsonl in the copyset data dir, the state file of
+// a copyset/statemachine.Machine: each change appends one line holding the whole state,
 // including Applied, the log index of the last job op applied; loading
 // takes the valid line with the highest Applied. An op whose index is <=
 // Applied is already in the state and is skipped, so a replay after a
@@ -40,10 +40,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/chunkraft/chunkraft/copyset"
-	"github.com/chunkraft/chunkraft/copyset/statefile"
+	"github.com/chunkraft/chunkraft/copyset/statemachine"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
@@ -267,108 +266,73 @@ type scanReporter interface {
 	jobsChanged(g copyset.GroupID)
 }
 
-// Machine is the kinds.Integrity state machine of one copyset.
+// Machine is the kinds.Integrity state machine of one copyset: its job
+// ops go to a statemachine.Machine on FileName (the whole state, one line
+// per change), its scan ops to the chunk store.
 type Machine struct {
+	*statemachine.Machine[*jobsState, *jobOp, jobResult]
 	group    copyset.GroupID
 	store    ChunkStore   // the copyset's chunk store, read by scan ops
 	reporter scanReporter // nil: nothing is reported
 	log      *slog.Logger
-	dir      string
-
-	mu sync.RWMutex
-	st jobsState
-
-	file *statefile.File // used from the apply goroutine (Apply, Sync) and Close
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
 
 // openMachine loads the state file in dir, if any.
 func openMachine(g copyset.GroupID, dir string, store ChunkStore, reporter scanReporter, log *slog.Logger) (*Machine, error) {
-	m := &Machine{group: g, store: store, reporter: reporter, log: log, dir: dir}
-	file, b, err := statefile.Open(m.path())
+	m := &Machine{group: g, store: store, reporter: reporter, log: log}
+	sm, err := statemachine.Open(statemachine.Config[*jobsState, *jobOp, jobResult]{
+		Name: "integrity", Path: filepath.Join(dir, FileName), File: FileName, Log: log,
+		New:    func() *jobsState { return &jobsState{} },
+		Decode: statemachine.DecodeJSON[jobOp],
+		Apply: func(st *jobsState, index uint64, op *jobOp) (jobResult, bool) {
+			job, changed, err := st.apply(index, op)
+			if job != nil {
+				job = job.clone()
+			}
+			return jobResult{job: job, err: err}, changed
+		},
+		Replayed: func(st *jobsState, index uint64, op *jobOp) jobResult {
+			return jobResult{job: st.replayedJob(index, op)}
+		},
+		Changed:     m.jobChanged,
+		Applied:     func(st *jobsState) uint64 { return st.Applied },
+		SetApplied:  func(st *jobsState, i uint64) { st.Applied = i },
+		EncodeState: func(st *jobsState) ([]byte, error) { return json.Marshal(st) },
+		DecodeState: statemachine.DecodeJSON[jobsState],
+	})
 	if err != nil {
-		return nil, fmt.Errorf("integrity state: %w", err)
+		return nil, err
 	}
-	st, bad := parseState(b)
-	if bad > 0 {
-		log.Warn("integrity state file: skipped unreadable lines (torn write or snapshot padding)", "file", m.path(), "lines", bad)
-	}
-	m.st, m.file = st, file
+	m.Machine = sm
 	return m, nil
 }
 
-// parseState returns the state of the valid line with the highest
-// Applied (the last of equals) and how many non-empty lines were invalid.
-func parseState(b []byte) (jobsState, int) {
-	var best jobsState
-	bad := statefile.EachLine(b, func(line []byte) bool {
-		var st jobsState
-		if err := json.Unmarshal(line, &st); err != nil {
-			return false
-		}
-		if st.Applied >= best.Applied {
-			best = st
-		}
-		return true
-	})
-	return best, bad
-}
-
-func (m *Machine) path() string { return filepath.Join(m.dir, FileName) }
-
-// Apply implements copyset.StateMachine.
+// Apply implements copyset.StateMachine: a job op is applied to the jobs
+// (the result is a jobResult), a scan op to the chunk store; an empty or
+// unknown op, a job op that does not decode or a state file that cannot
+// be written is a *copyset.FatalError.
 func (m *Machine) Apply(index uint64, payload []byte) any {
 	if len(payload) == 0 {
 		return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: empty payload", index)}
 	}
 	switch payload[0] {
 	case integrityOpJob:
-		return m.applyJob(index, payload[1:])
+		return m.Machine.Apply(index, payload[1:])
 	case integrityOpScan:
 		return m.applyScan(index, payload[1:])
 	}
 	return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: unknown tag %d", index, payload[0])}
 }
 
-func (m *Machine) applyJob(index uint64, payload []byte) any {
-	var op jobOp
-	if err := json.Unmarshal(payload, &op); err != nil {
-		m.log.Error("undecodable integrity op", "index", index, "err", err)
-		return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: %w", index, err)}
+// jobChanged follows a persisted job change: it is logged and the
+// reporter told.
+func (m *Machine) jobChanged(index uint64, op *jobOp, res jobResult) {
+	m.logChange(index, op, res.job)
+	if m.reporter != nil {
+		m.reporter.jobsChanged(m.group)
 	}
-	m.mu.Lock()
-	if index <= m.st.Applied {
-		// Already in the state (replay): answer with the job as it is.
-		res := jobResult{job: m.replayedJob(index, &op)}
-		m.mu.Unlock()
-		return res
-	}
-	job, changed, err := m.st.apply(index, &op)
-	var line []byte
-	if changed {
-		m.st.Applied = index
-		var merr error
-		if line, merr = json.Marshal(&m.st); merr != nil {
-			m.mu.Unlock()
-			return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: encode state: %w", index, merr)}
-		}
-	}
-	var out *Job
-	if job != nil {
-		out = job.clone()
-	}
-	m.mu.Unlock()
-	if changed {
-		if werr := m.file.Append(line); werr != nil {
-			return &copyset.FatalError{Err: fmt.Errorf("integrity op at index %d: %w", index, werr)}
-		}
-		m.logChange(index, &op, out)
-		if m.reporter != nil {
-			m.reporter.jobsChanged(m.group)
-		}
-	}
-	return jobResult{job: out, err: err}
 }
 
 func (m *Machine) logChange(index uint64, op *jobOp, job *Job) {
@@ -380,8 +344,8 @@ func (m *Machine) logChange(index uint64, op *jobOp, job *Job) {
 }
 
 // replayedJob finds the job an already applied op refers to.
-func (m *Machine) replayedJob(index uint64, op *jobOp) *Job {
-	for _, j := range m.st.Jobs {
+func (st *jobsState) replayedJob(index uint64, op *jobOp) *Job {
+	for _, j := range st.Jobs {
 		if (op.Type == opSchedule && j.CreatedIndex == index) || (op.Type != opSchedule && j.ID == op.ID) {
 			return j.clone()
 		}
@@ -502,63 +466,50 @@ func (st *jobsState) pruneTerminal(keep int) {
 	})
 }
 
-// Sync implements copyset.StateMachine: fsync the state file.
-func (m *Machine) Sync() error { return m.file.Sync() }
-
-// Files implements copyset.StateMachine.
-func (m *Machine) Files() ([]string, error) { return []string{FileName}, nil }
-
-// Close implements copyset.StateMachine. The chunk store is the chunk
-// machine's to close.
-func (m *Machine) Close() error { return m.file.Close() }
-
 // Jobs returns a copy of every job, ascending id.
 func (m *Machine) Jobs() []*Job {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*Job, len(m.st.Jobs))
-	for i, j := range m.st.Jobs {
-		out[i] = j.clone()
-	}
+	var out []*Job
+	m.View(func(st *jobsState) {
+		out = make([]*Job, len(st.Jobs))
+		for i, j := range st.Jobs {
+			out[i] = j.clone()
+		}
+	})
 	return out
 }
 
 // Job returns a copy of job id, or nil.
 func (m *Machine) Job(id int32) *Job {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	for _, j := range m.st.Jobs {
-		if j.ID == id {
-			return j.clone()
+	var out *Job
+	m.View(func(st *jobsState) {
+		for _, j := range st.Jobs {
+			if j.ID == id {
+				out = j.clone()
+			}
 		}
-	}
-	return nil
+	})
+	return out
 }
 
 // nextJob returns the job the leader should work on: the running job with
 // the lowest id, else (none running) the due waiting job with the lowest
 // id.
 func (m *Machine) nextJob(now int64) *Job {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var waiting *Job
-	for _, j := range m.st.Jobs {
-		switch {
-		case j.State == JobRunning:
-			return j.clone()
-		case j.State == JobWaiting && j.SchedTime <= now && waiting == nil:
-			waiting = j
+	var out *Job
+	m.View(func(st *jobsState) {
+		var waiting *Job
+		for _, j := range st.Jobs {
+			switch {
+			case j.State == JobRunning:
+				out = j.clone()
+				return
+			case j.State == JobWaiting && j.SchedTime <= now && waiting == nil:
+				waiting = j
+			}
 		}
-	}
-	if waiting != nil {
-		return waiting.clone()
-	}
-	return nil
-}
-
-// Applied returns the index of the last job op in the state.
-func (m *Machine) Applied() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.st.Applied
+		if waiting != nil {
+			out = waiting.clone()
+		}
+	})
+	return out
 }

@@ -32,6 +32,10 @@
 // enough (disagg's table.jsonl). Any prefix of a journal is still an
 // earlier state: its base, then the changes in order.
 //
+// copyset/statemachine is the machine built on this file (decode, replay
+// guard, stamp, persist, load); a new machine uses it rather than File
+// directly.
+//
 // The on-disk format is the caller's lines, each ended by '\n'; this
 // package adds nothing to them.
 //

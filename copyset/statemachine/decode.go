@@ -1,0 +1,37 @@
+package statemachine
+
+import (
+	"encoding/json"
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrUnknownOp is what a Decode returns for a payload that decodes to no
+// op this build knows.
+var ErrUnknownOp = errors.New("no op this version knows")
+
+// DecodeProto returns a Config.Decode for protobuf ops: a fresh() op
+// unmarshalled from the payload, ErrUnknownOp when known says it holds no
+// op this build knows (an empty oneof: a newer build's op).
+func DecodeProto[O proto.Message](fresh func() O, known func(O) bool) func(payload []byte) (O, error) {
+	return func(payload []byte) (O, error) {
+		op := fresh()
+		if err := proto.Unmarshal(payload, op); err != nil {
+			var zero O
+			return zero, err
+		}
+		if !known(op) {
+			var zero O
+			return zero, ErrUnknownOp
+		}
+		return op, nil
+	}
+}
+
+// DecodeJSON decodes a JSON line into a new T: a Config.DecodeState or
+// Decode for a tenant whose lines or ops are encoding/json.
+func DecodeJSON[T any](b []byte) (*T, error) {
+	v := new(T)
+	return v, json.Unmarshal(b, v)
+}
