@@ -20,102 +20,14 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func block(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
-
-func (c *testCluster) write(t *testing.T, chunk uint64, sn uint64, off uint32, data []byte, want pb.CHUNK_OP_STATUS) {
-	t.Helper()
-	req := writeReq(chunk, off, data)
-	req.Sn = proto.Uint64(sn)
-	c.do(t, want, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
-		return cl.WriteChunk(context.Background(), req)
-	})
-}
-
-func (c *testCluster) read(t *testing.T, chunk uint64, off, size uint32) []byte {
-	t.Helper()
-	return c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
-		return cl.ReadChunk(context.Background(), readReq(chunk, off, size))
-	}).GetData()
-}
-
-// do sends a request to the current leader (retrying while leadership
-// moves) and checks its final status.
-func (c *testCluster) do(t *testing.T, want pb.CHUNK_OP_STATUS, call func(pb.ChunkServiceClient) (*pb.ChunkResponse, error)) *pb.ChunkResponse {
-	t.Helper()
-	var resp *pb.ChunkResponse
-	var err error
-	testwait.Until(t, 10*time.Second, func() error {
-		l := c.leader(t)
-		if resp, err = call(c.chunk(l)); err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
-			return fmt.Errorf("server %d redirects to %q", l, resp.GetRedirect())
-		}
-		return nil
-	})
-	return mustStatus(t, resp, err, want)
-}
-
-func (c *testCluster) info(t *testing.T, chunk uint64) []uint64 {
-	t.Helper()
-	resp, err := pb.NewChunkServiceClient(c.conns[c.leader(t)]).GetChunkInfo(context.Background(), &pb.GetChunkInfoRequest{
-		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(chunk)})
-	if err != nil || resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-		t.Fatalf("chunk info: %v %v", resp.GetStatus(), err)
-	}
-	return resp.GetChunkSn()
-}
-
-// hash returns server i's GetChunkHash over the whole chunk.
-func (c *testCluster) hash(t *testing.T, i int, chunk uint64) string {
-	t.Helper()
-	resp, err := c.chunk(i).GetChunkHash(context.Background(), &pb.GetChunkHashRequest{
-		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(chunk),
-		Offset: proto.Uint32(0), Length: proto.Uint32(16 << 20)})
-	if err != nil || resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
-		t.Fatalf("hash of chunk %d on server %d: %v %v", chunk, i, resp.GetStatus(), err)
-	}
-	return resp.GetHash()
-}
-
-// waitSame waits until every running replica has applied the leader's
-// commit index and hashes every chunk alike.
-func (c *testCluster) waitSame(t *testing.T, chunks []uint64) {
-	t.Helper()
-	testwait.Until(t, 20*time.Second, func() error {
-		leader := c.servers[c.leader(t)].Copysets().Get(c.group).Status()
-		for i, srv := range c.servers {
-			if c.cancels[i] == nil {
-				continue
-			}
-			n := srv.Copysets().Get(c.group)
-			if n == nil {
-				return fmt.Errorf("replicas did not catch up: server %d hosts no replica", i)
-			}
-			if applied := n.Status().AppliedIndex; applied < leader.CommittedIndex {
-				return fmt.Errorf("replicas did not catch up: server %d applied %d, the leader committed %d", i, applied, leader.CommittedIndex)
-			}
-		}
-		return nil
-	})
-	for _, ch := range chunks {
-		want := c.hash(t, c.leader(t), ch)
-		for i := range c.servers {
-			if c.cancels[i] != nil {
-				if got := c.hash(t, i, ch); got != want {
-					t.Fatalf("chunk %d: server %d hash %s, leader %s", ch, i, got, want)
-				}
-			}
-		}
-	}
-}
-
 func TestCOWSnapshotsInCluster(t *testing.T) {
 	c := startTestCluster(t, 3)
-	c.write(t, 5, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	c.write(t, 5, 2, 0, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	if got := c.info(t, 5); fmt.Sprint(got) != "[2 1]" {
+	c.Write(t, 5, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 5, 2, 0, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	if got := c.Info(t, 5); fmt.Sprint(got) != "[2 1]" {
 		t.Fatalf("info %v, want [2 1]", got)
 	}
-	snap := c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	snap := c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		r := readReq(5, 0, 4096)
 		r.OpType, r.Sn = pb.CHUNK_OP_TYPE_CHUNK_OP_READ_SNAP.Enum(), proto.Uint64(1)
 		return cl.ReadChunkSnapshot(context.Background(), r)
@@ -123,44 +35,36 @@ func TestCOWSnapshotsInCluster(t *testing.T) {
 	if !bytes.Equal(snap.GetData(), block(1)) {
 		t.Fatal("snapshot read did not return the old bytes")
 	}
-	if !bytes.Equal(c.read(t, 5, 0, 4096), block(2)) {
+	if !bytes.Equal(c.Read(t, 5, 0, 4096), block(2)) {
 		t.Fatal("live read did not return the new bytes")
 	}
-	c.write(t, 5, 1, 4096, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD)
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Write(t, 5, 1, 4096, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD)
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunkSnapshotOrCorrectSn(context.Background(), &pb.ChunkRequest{
 			OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP.Enum(), LogicPoolId: proto.Uint32(1),
 			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(5)})
 	})
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunkSnapshotOrCorrectSn(context.Background(), &pb.ChunkRequest{
 			OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP.Enum(), LogicPoolId: proto.Uint32(1),
 			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(5), CorrectedSn: proto.Uint64(2)})
 	})
-	if got := c.info(t, 5); fmt.Sprint(got) != "[2]" {
+	if got := c.Info(t, 5); fmt.Sprint(got) != "[2]" {
 		t.Fatalf("info after delete-snapshot %v, want [2]", got)
 	}
-	c.waitSame(t, []uint64{5})
-}
-
-func cloneReq(chunk uint64, location string) *pb.ChunkRequest {
-	return &pb.ChunkRequest{
-		OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), LogicPoolId: proto.Uint32(1),
-		CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(chunk), Sn: proto.Uint64(1),
-		Size: proto.Uint32(16 << 20), Location: proto.String(location),
-	}
+	c.WaitSame(t, []uint64{5})
 }
 
 func TestCloneChunksInCluster(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx := context.Background()
 	src := append(block(9), block(8)...)
-	c.write(t, 9, 1, 0, src, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 9, 1, 0, src, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 
 	// A clone of a chunk of this cluster reads the source before any write.
 	create := func(chunk uint64, loc string, want pb.CHUNK_OP_STATUS) {
 		t.Helper()
-		c.do(t, want, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+		c.Do(t, want, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 			return cl.CreateCloneChunk(ctx, cloneReq(chunk, loc))
 		})
 	}
@@ -168,36 +72,36 @@ func TestCloneChunksInCluster(t *testing.T) {
 	create(10, "1/1/9:0@cs", pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS) // idempotent
 	create(10, "1/1/8:0@cs", pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_EXIST)
 	create(11, "1/1/9:100@cs", pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_INVALID_REQUEST)
-	if got := c.read(t, 10, 0, 8192); !bytes.Equal(got, src) {
+	if got := c.Read(t, 10, 0, 8192); !bytes.Equal(got, src) {
 		t.Fatal("clone read did not return the source bytes")
 	}
 	// A written block wins over the source; unwritten ones still come from it.
-	c.write(t, 10, 1, 4096, block(7), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	if got := c.read(t, 10, 0, 12288); !bytes.Equal(got, append(append(block(9), block(7)...), make([]byte, 4096)...)) {
+	c.Write(t, 10, 1, 4096, block(7), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	if got := c.Read(t, 10, 0, 12288); !bytes.Equal(got, append(append(block(9), block(7)...), make([]byte, 4096)...)) {
 		t.Fatal("merged clone read wrong")
 	}
 	// Recover pastes the source into unwritten blocks only; afterwards the
 	// clone no longer needs its source.
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		r := readReq(10, 0, 16<<20)
 		r.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_RECOVER.Enum()
 		return cl.RecoverChunk(ctx, r)
 	})
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunk(ctx, &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(),
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(9)})
 	})
-	if got := c.read(t, 10, 0, 8192); !bytes.Equal(got, append(block(9), block(7)...)) {
+	if got := c.Read(t, 10, 0, 8192); !bytes.Equal(got, append(block(9), block(7)...)) {
 		t.Fatal("recovered clone lost data after its source was deleted")
 	}
-	info, err := mustChunkStore(t, c.servers[c.leader(t)].Copysets().Get(c.group)).GetChunkInfo(10)
+	info, err := mustChunkStore(t, c.Servers[c.Leader(t)].Copysets().Get(c.Group)).GetChunkInfo(10)
 	if err != nil || info.Location != "" {
 		t.Fatalf("fully recovered clone still has a location: %+v %v", info, err)
 	}
 
 	// An object of the object store (each server's local store here).
 	obj := bytes.Repeat([]byte("s3"), 4096)
-	for _, cfg := range c.cfgs {
+	for _, cfg := range c.Cfgs {
 		store, err := objstore.NewLocal(filepath.Join(cfg.DataDir, objstore.DefaultLocalDir))
 		if err != nil {
 			t.Fatal(err)
@@ -209,7 +113,7 @@ func TestCloneChunksInCluster(t *testing.T) {
 	}
 	var resp *pb.CreateS3CloneChunkResponse
 	for try := 0; try < 20; try++ {
-		resp, err = pb.NewChunkServiceClient(c.conns[c.leader(t)]).CreateS3CloneChunk(ctx, &pb.CreateS3CloneChunkRequest{
+		resp, err = pb.NewChunkServiceClient(c.Conns[c.Leader(t)]).CreateS3CloneChunk(ctx, &pb.CreateS3CloneChunkRequest{
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(12),
 			ChunkLocationInfo: proto.String("vol1/chunk-0")})
 		if err != nil || resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
@@ -219,22 +123,18 @@ func TestCloneChunksInCluster(t *testing.T) {
 	if err != nil || resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		t.Fatalf("CreateS3CloneChunk: %v %v", resp.GetStatus(), err)
 	}
-	if got := c.read(t, 12, 0, 12288); !bytes.Equal(got, append(obj, make([]byte, 12288-len(obj))...)) {
+	if got := c.Read(t, 12, 0, 12288); !bytes.Equal(got, append(obj, make([]byte, 12288-len(obj))...)) {
 		t.Fatal("S3 clone read did not return the object bytes")
 	}
-	c.waitSame(t, []uint64{10, 12})
+	c.WaitSame(t, []uint64{10, 12})
 }
 
 // chunkPath is chunk id's file on server i.
-func (c *testCluster) chunkPath(i int, chunk uint64) string {
-	return filepath.Join(c.cfgs[i].DataDir, "copysets", c.group.String(), "data", fmt.Sprintf("chunk_%d", chunk))
-}
-
 func TestCorruptBlockReadsCRCFail(t *testing.T) {
 	c := startTestCluster(t, 3)
-	c.write(t, 3, 1, 8192, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
-	f, err := os.OpenFile(c.chunkPath(l, 3), os.O_RDWR, 0)
+	c.Write(t, 3, 1, 8192, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l := c.Leader(t)
+	f, err := os.OpenFile(c.ChunkPath(l, 3), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,46 +142,46 @@ func TestCorruptBlockReadsCRCFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	resp, err := c.chunk(l).ReadChunk(context.Background(), readReq(3, 8192, 4096))
+	resp, err := c.Chunk(l).ReadChunk(context.Background(), readReq(3, 8192, 4096))
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CRC_FAIL)
 	if len(resp.GetData()) != 0 {
 		t.Fatal("CRC_FAIL response carries data")
 	}
-	if n := c.servers[l].crcFailures(); n < 1 {
+	if n := c.Servers[l].crcFailures(); n < 1 {
 		t.Fatalf("crc failures counted %v", n)
 	}
 }
 
 func TestApplyIOErrorStopsOnlyThatCopyset(t *testing.T) {
 	c := startTestCluster(t, 3)
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
+	c.Write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l := c.Leader(t)
 	f := (l + 1) % 3
-	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
-	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	node := c.servers[f].Copysets().Get(c.group)
+	c.FS[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
+	c.Write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	node := c.Servers[f].Copysets().Get(c.Group)
 	testwait.Until(t, 10*time.Second, func() error {
 		if node.Broken() == nil {
 			return errors.New("follower with a failing disk did not stop its copyset")
 		}
 		return nil
 	})
-	st, err := pb.NewCopysetServiceClient(c.conns[f]).GetCopysetStatus(context.Background(), &pb.CopysetStatusRequest{
+	st, err := pb.NewCopysetServiceClient(c.Conns[f]).GetCopysetStatus(context.Background(), &pb.CopysetStatusRequest{
 		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), QueryHash: proto.Bool(false),
-		Peer: &commonpb.Peer{Address: proto.String(string(c.servers[f].Local()))}})
+		Peer: &commonpb.Peer{Address: proto.String(string(c.Servers[f].Local()))}})
 	if err != nil || st.GetState() != braftError {
 		t.Fatalf("broken replica state %d (%v), want %d", st.GetState(), err, braftError)
 	}
 	// The process serves on; the healthy replicas agree and keep writing.
-	c.write(t, 1, 1, 8192, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 8192, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	healthy := []int{l, 3 - l - f}
 	testwait.Until(t, 10*time.Second, func() error {
-		if a, b := c.hash(t, healthy[0], 1), c.hash(t, healthy[1], 1); a != b {
+		if a, b := c.Hash(t, healthy[0], 1), c.Hash(t, healthy[1], 1); a != b {
 			return fmt.Errorf("healthy replicas differ: %s vs %s", a, b)
 		}
 		return nil
 	})
-	resp, err := c.chunk(f).ReadChunk(context.Background(), readReq(1, 0, 4096))
+	resp, err := c.Chunk(f).ReadChunk(context.Background(), readReq(1, 0, 4096))
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
 }
 
@@ -296,29 +196,29 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 		cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs = 32, 8
 		cfg.Raft.SnapshotInterval = 200 * time.Millisecond
 	})
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
+	c.Write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l := c.Leader(t)
 	f := (l + 1) % 3
-	c.stop(f)
-	eresp, err := c.chunk(l).UpdateEpoch(context.Background(), &pb.UpdateEpochRequest{FileId: proto.Uint64(5), Epoch: proto.Uint64(2)})
+	c.Stop(f)
+	eresp, err := c.Chunk(l).UpdateEpoch(context.Background(), &pb.UpdateEpochRequest{FileId: proto.Uint64(5), Epoch: proto.Uint64(2)})
 	if err != nil || eresp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		t.Fatalf("UpdateEpoch on the leader: %v %v", eresp.GetStatus(), err)
 	}
 	for i := range 100 {
-		c.write(t, uint64(1+i%3), 1, uint32(i)*4096, block(byte(i)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, uint64(1+i%3), 1, uint32(i)*4096, block(byte(i)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	c.write(t, 1, 2, 0, block(0xee), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS) // COW snapshot of chunk 1
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Write(t, 1, 2, 0, block(0xee), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS) // COW snapshot of chunk 1
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.CreateCloneChunk(context.Background(), cloneReq(7, "1/1/2:0@cs"))
 	})
-	c.write(t, 7, 1, 0, block(0x77), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 7, 1, 0, block(0x77), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	// Both live replicas snapshot and truncate, so whichever leads when the
 	// follower returns can only catch it up with a snapshot install.
-	for i, srv := range c.servers {
+	for i, srv := range c.Servers {
 		if i == f {
 			continue
 		}
-		n := srv.Copysets().Get(c.group)
+		n := srv.Copysets().Get(c.Group)
 		if err := n.Snapshot(context.Background()); err != nil && !strings.Contains(err.Error(), "nothing new") {
 			t.Fatal(err)
 		}
@@ -326,27 +226,27 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 			t.Fatalf("server %d log not truncated: first index %d", i, first)
 		}
 	}
-	c.start(f, nil)
+	c.Start(f, nil)
 	chunks := []uint64{1, 2, 3, 7}
-	c.waitSame(t, chunks)
+	c.WaitSame(t, chunks)
 	// The install is counted when the swap finishes, which may be just
 	// after the data is visible: poll for it.
-	waitInstalled(t, c, f)
-	if c.servers[f].fences.epochs.allowed(5, 1) {
+	c.WaitInstalled(t, f)
+	if c.Servers[f].fences.epochs.allowed(5, 1) {
 		t.Fatal("the follower installed a snapshot without the copyset's fence of file 5")
 	}
 	// Every server restarted after snapshot + truncation serves all data.
-	for i := range c.servers {
-		c.stop(i)
+	for i := range c.Servers {
+		c.Stop(i)
 	}
-	for i := range c.servers {
-		c.start(i, nil)
+	for i := range c.Servers {
+		c.Start(i, nil)
 	}
-	c.waitSame(t, chunks)
-	if got := c.read(t, 7, 0, 8192); !bytes.Equal(got, append(block(0x77), block(1)...)) {
+	c.WaitSame(t, chunks)
+	if got := c.Read(t, 7, 0, 8192); !bytes.Equal(got, append(block(0x77), block(1)...)) {
 		t.Fatal("clone chunk wrong after snapshot install and restart")
 	}
-	snap := c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	snap := c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		r := readReq(1, 0, 4096)
 		r.OpType, r.Sn = pb.CHUNK_OP_TYPE_CHUNK_OP_READ_SNAP.Enum(), proto.Uint64(1)
 		return cl.ReadChunkSnapshot(context.Background(), r)
@@ -354,16 +254,4 @@ func TestSnapshotInstallChunkData(t *testing.T) {
 	if !bytes.Equal(snap.GetData(), block(0)) {
 		t.Fatal("COW snapshot wrong after snapshot install and restart")
 	}
-}
-
-// waitInstalled fails t unless server i installs a snapshot from its leader
-// within 10 s.
-func waitInstalled(t *testing.T, c *testCluster, i int) {
-	t.Helper()
-	testwait.Until(t, 10*time.Second, func() error {
-		if c.servers[i].Copysets().Get(c.group).Status().SnapshotsInstalled == 0 {
-			return errors.New("the stopped follower caught up without a snapshot install")
-		}
-		return nil
-	})
 }

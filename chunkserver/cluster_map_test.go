@@ -115,7 +115,7 @@ func TestClusterMapCrawl(t *testing.T) {
 	seedFake := &fakeLocal{loading: true}
 	seed := serveFake(t, seedFake)
 	seedFake.replicas = []*clusterpb.Replica{{Pool: 1, Copyset: 9, Peer: seed + ":0", IsLeader: true, Term: 2, Members: far}}
-	svc := clusterpb.NewClusterClient(c.conns[0])
+	svc := clusterpb.NewClusterClient(c.Conns[0])
 	ctx := context.Background()
 	resp, err := svc.ClusterMap(ctx, &clusterpb.ClusterMapRequest{Seeds: []string{seed, stalled}, MaxServers: 5})
 	if err != nil {
@@ -125,7 +125,7 @@ func TestClusterMapCrawl(t *testing.T) {
 	for _, s := range resp.Servers {
 		byAddr[s.Address] = s
 	}
-	local := c.servers[0].Local().Addr()
+	local := c.Servers[0].Local().Addr()
 	if !resp.Truncated || len(resp.Servers) != 5 || !byAddr[local].GetReachable() || byAddr[local].GetReplicas() != 1 ||
 		!byAddr[seed].GetReachable() || !byAddr[seed].GetLoading() || byAddr[local].GetLoading() || byAddr[strings.TrimSuffix(far[0], ":0")].GetReachable() ||
 		!strings.Contains(byAddr[stalled].GetError(), "DeadlineExceeded") {

@@ -82,3 +82,58 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// disagg.lock_copyset is read from the config file; a zero id is refused.
+func TestDisaggConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	for _, c := range []struct{ yaml, want string }{
+		{"disagg:\n  lock_copyset: {pool: 2, copyset: 5}\n", ""},
+		{"disagg:\n  lock_copyset: {pool: 0, copyset: 5}\n", "disagg.lock_copyset {pool: 0, copyset: 5}: pool and copyset must not be 0"},
+	} {
+		cfg, err := loadValidated(t, path, c.yaml)
+		switch {
+		case c.want == "" && (err != nil || cfg.Disagg.LockCopyset.Pool != 2 || cfg.Disagg.LockCopyset.Copyset != 5):
+			t.Errorf("%q: %+v %v", c.yaml, cfg.Disagg, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	if d := DefaultConfig().Disagg.LockCopyset; d.Pool != 1 || d.Copyset != 1 {
+		t.Errorf("default lock copyset %+v", d)
+	}
+}
+
+// disagg.views is read from the config file, its unset keys keep their
+// defaults, and a bound out of range is refused.
+func TestDisaggViewsConfigFile(t *testing.T) {
+	path := t.TempDir() + "/c.yaml"
+	for _, c := range []struct{ yaml, want string }{
+		{"disagg:\n  views:\n    max_per_copyset: 2\n    lease_check: 5s\n", ""},
+		{"disagg:\n  views:\n    max_per_copyset: 0\n", "disagg.views.max_per_copyset 0"},
+		{"disagg:\n  views:\n    max_preimage_bytes: 1000\n", "disagg.views.max_preimage_bytes 1000"},
+	} {
+		cfg, err := loadValidated(t, path, c.yaml)
+		v := cfg.Disagg.Views
+		switch {
+		case c.want == "" && (err != nil || v.MaxPerCopyset != 2 || v.LeaseCheck != 5*time.Second || v.MaxPreimageBytes != 256<<20 || v.PacketBytes != 512<<10):
+			t.Errorf("%q: %+v %v", c.yaml, v, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+// loadValidated writes yaml to path and loads it, validated with a
+// temporary data dir.
+func loadValidated(t *testing.T, path, yaml string) (Config, error) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfigFile(path)
+	if err == nil {
+		cfg.DataDir = t.TempDir()
+		err = cfg.Validate()
+	}
+	return cfg, err
+}

@@ -175,20 +175,20 @@ func TestNewLeaderLearnsFences(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l := c.leader(t)
-	resp, err := c.chunk(l).WriteChunk(ctx, writeReq(9, 0, block(1)))
+	l := c.Leader(t)
+	resp, err := c.Chunk(l).WriteChunk(ctx, writeReq(9, 0, block(1)))
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	knows, next := (l+1)%3, (l+2)%3
-	if err := c.servers[knows].fences.epochs.update(9, 4); err != nil {
+	if err := c.Servers[knows].fences.epochs.update(9, 4); err != nil {
 		t.Fatal(err)
 	}
 	end, _ := ctx.Deadline()
 	testwait.Until(t, time.Until(end), func() error {
-		if c.servers[next].Copysets().Get(c.group).IsLeader() {
+		if c.Servers[next].Copysets().Get(c.Group).IsLeader() {
 			return nil
 		}
-		if cur := c.leader(t); cur != next {
-			if err := c.servers[cur].Copysets().Get(c.group).TransferLeader(ctx, c.servers[next].Local()); err != nil {
+		if cur := c.Leader(t); cur != next {
+			if err := c.Servers[cur].Copysets().Get(c.Group).TransferLeader(ctx, c.Servers[next].Local()); err != nil {
 				t.Logf("transfer leader: %v", err)
 			}
 		}
@@ -196,10 +196,10 @@ func TestNewLeaderLearnsFences(t *testing.T) {
 	})
 	stale := writeReq(9, 0, block(2))
 	stale.FileId, stale.Epoch = proto.Uint64(9), proto.Uint64(3)
-	resp, err = c.chunk(next).WriteChunk(ctx, stale)
+	resp, err = c.Chunk(next).WriteChunk(ctx, stale)
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
 	testwait.Until(t, time.Until(end), func() error {
-		if c.servers[l].fences.epochs.allowed(9, 3) {
+		if c.Servers[l].fences.epochs.allowed(9, 3) {
 			return errors.New("the new leader's fence op never reached the old leader")
 		}
 		return nil
@@ -214,16 +214,16 @@ func TestUpdateEpochOnFollower(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l := c.leader(t)
-	resp, err := c.chunk(l).WriteChunk(ctx, writeReq(9, 0, block(1))) // the leader is prepared
+	l := c.Leader(t)
+	resp, err := c.Chunk(l).WriteChunk(ctx, writeReq(9, 0, block(1))) // the leader is prepared
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	f := (l + 1) % 3
-	up, err := c.chunk(f).UpdateEpoch(ctx, &pb.UpdateEpochRequest{FileId: proto.Uint64(5), Epoch: proto.Uint64(2)})
+	up, err := c.Chunk(f).UpdateEpoch(ctx, &pb.UpdateEpochRequest{FileId: proto.Uint64(5), Epoch: proto.Uint64(2)})
 	if err != nil || up.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		t.Fatalf("UpdateEpoch on a follower: %v %v", up.GetStatus(), err)
 	}
 	stale := writeReq(9, 0, block(2))
 	stale.FileId, stale.Epoch = proto.Uint64(5), proto.Uint64(1)
-	resp, err = c.chunk(c.leader(t)).WriteChunk(ctx, stale)
+	resp, err = c.Chunk(c.Leader(t)).WriteChunk(ctx, stale)
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
 }

@@ -121,7 +121,7 @@ func newRPCFixture(f *testing.F) *rpcFixture {
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 300*time.Millisecond, 300*time.Millisecond
 	cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := newServer(cfg, log, seams{raftLog: io.Discard})
+	srv, err := NewWithSeams(cfg, log, Seams{RaftLog: io.Discard})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func newRPCFixture(f *testing.F) *rpcFixture {
 	go func() { defer close(done); srv.Serve(ctx, lis) }()
 	f.Cleanup(func() { cancel(); <-done })
 	testwait.Until(f, time.Minute, func() error {
-		if !srv.ready.Load() {
+		if !srv.Ready() {
 			return errors.New("the server is not ready")
 		}
 		return nil

@@ -118,8 +118,8 @@ func (c *linCluster) start(i int, lis net.Listener) {
 			return
 		}
 	}
-	srv, err := newServer(c.cfgs[i], slog.New(slog.NewTextHandler(io.Discard, nil)),
-		seams{raftLog: io.Discard, raftDial: c.nw.DialOptions(i)})
+	srv, err := NewWithSeams(c.cfgs[i], slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Seams{RaftLog: io.Discard, RaftDial: c.nw.DialOptions(i)})
 	if err != nil {
 		lis.Close()
 		c.t.Error(err)
@@ -129,7 +129,7 @@ func (c *linCluster) start(i int, lis net.Listener) {
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ctx, lis) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for !srv.ready.Load() {
+	for !srv.Ready() {
 		if time.Now().After(deadline) {
 			c.t.Errorf("server %d not ready within 30s; goroutines in %s", i, linDumpStacks())
 			deadline = time.Now().Add(time.Hour)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,36 +24,11 @@ import (
 	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"syscall"
 )
-
-// mbAddServer starts one more server, configured as the first one but with
-// its own address and data dir and no copysets, and returns its index.
-func (c *testCluster) mbAddServer(t *testing.T) int {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.cfgs[0]
-	cfg.Listen, cfg.Advertise = lis.Addr().String(), ""
-	cfg.DataDir = filepath.Join(t.TempDir(), "data")
-	conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cfgs, c.conns = append(c.cfgs, cfg), append(c.conns, conn)
-	c.fs = append(c.fs, datastore.NewFaultFS(nil))
-	c.servers, c.cancels, c.dones = append(c.servers, nil), append(c.cancels, nil), append(c.dones, nil)
-	i := len(c.servers) - 1
-	c.start(i, lis)
-	return i
-}
 
 func mbPeer(id string) *commonpb.Peer { return &commonpb.Peer{Address: proto.String(id)} }
 
@@ -75,21 +49,20 @@ func mbAddrs(peers []*commonpb.Peer) []string {
 	return out
 }
 
-func (c *testCluster) id(i int) string                 { return string(c.servers[i].Local()) }
-func (c *testCluster) cli2(i int) pb.CliService2Client { return pb.NewCliService2Client(c.conns[i]) }
-func (c *testCluster) cli1(i int) pb.CliServiceClient  { return pb.NewCliServiceClient(c.conns[i]) }
-func (c *testCluster) mbNode(i int) *copyset.Node      { return c.servers[i].Copysets().Get(c.group) }
+func (c *testCluster) id(i int) string                 { return string(c.Servers[i].Local()) }
+func (c *testCluster) cli2(i int) pb.CliService2Client { return pb.NewCliService2Client(c.Conns[i]) }
+func (c *testCluster) cli1(i int) pb.CliServiceClient  { return pb.NewCliServiceClient(c.Conns[i]) }
 func (c *testCluster) mbIndex(id copyset.PeerID) int {
-	return slices.IndexFunc(c.servers, func(s *Server) bool { return s.Local() == id })
+	return slices.IndexFunc(c.Servers, func(s *Server) bool { return s.Local() == id })
 }
 func (c *testCluster) mbCopysetDir(i int) string {
-	return filepath.Join(c.cfgs[i].DataDir, "copysets", c.group.String())
+	return filepath.Join(c.Cfgs[i].DataDir, "copysets", c.Group.String())
 }
 func (c *testCluster) mbCopyset() (*uint32, *uint32) {
-	return proto.Uint32(c.group.Pool()), proto.Uint32(c.group.Copyset())
+	return proto.Uint32(c.Group.Pool()), proto.Uint32(c.Group.Copyset())
 }
 func (c *testCluster) mbCopysets(i int) pb.CopysetServiceClient {
-	return pb.NewCopysetServiceClient(c.conns[i])
+	return pb.NewCopysetServiceClient(c.Conns[i])
 }
 
 // mbOnLeader runs call against the copyset's leader, again while the
@@ -98,7 +71,7 @@ func (c *testCluster) mbOnLeader(t *testing.T, what string, call func(i int) err
 	t.Helper()
 	var leader int
 	testwait.Until(t, 20*time.Second, func() error {
-		leader = c.leader(t)
+		leader = c.Leader(t)
 		err := call(leader)
 		switch grpcstatus.Code(err) {
 		case codes.OK:
@@ -121,7 +94,7 @@ func (c *testCluster) mbCreateEmpty(t *testing.T, i int, peers []string) {
 	if err != nil || resp.GetStatus() != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
 		t.Fatalf("create empty replica on server %d: %v %v", i, resp.GetStatus(), err)
 	}
-	if n := c.mbNode(i); n == nil || n.IsLeader() || n.Removed() {
+	if n := c.Node(i); n == nil || n.IsLeader() || n.Removed() {
 		t.Fatalf("server %d: joined replica %v", i, n)
 	}
 }
@@ -133,8 +106,8 @@ func (c *testCluster) mbSettle(t *testing.T, chunks []uint64) []int {
 	t.Helper()
 	var members []int
 	testwait.Until(t, 20*time.Second, func() error {
-		l := c.leader(t)
-		ln := c.mbNode(l)
+		l := c.Leader(t)
+		ln := c.Node(l)
 		if ln == nil {
 			return fmt.Errorf("members to catch up: the leader, server %d, hosts no replica", l)
 		}
@@ -146,10 +119,10 @@ func (c *testCluster) mbSettle(t *testing.T, chunks []uint64) []int {
 		ci := ln.Status().CommittedIndex
 		for _, p := range peers {
 			i := c.mbIndex(p)
-			if i < 0 || c.mbNode(i) == nil {
+			if i < 0 || c.Node(i) == nil {
 				return fmt.Errorf("members to catch up: member %s has no replica running", p)
 			}
-			if applied := c.mbNode(i).Status().AppliedIndex; applied < ci {
+			if applied := c.Node(i).Status().AppliedIndex; applied < ci {
 				return fmt.Errorf("members to catch up: server %d applied %d, the leader committed %d", i, applied, ci)
 			}
 			members = append(members, i)
@@ -157,9 +130,9 @@ func (c *testCluster) mbSettle(t *testing.T, chunks []uint64) []int {
 		return nil
 	})
 	for _, ch := range chunks {
-		want := c.hash(t, members[0], ch)
+		want := c.Hash(t, members[0], ch)
 		for _, i := range members[1:] {
-			if got := c.hash(t, i, ch); got != want {
+			if got := c.Hash(t, i, ch); got != want {
 				t.Fatalf("chunk %d: server %d hash %s, server %d hash %s", ch, i, got, members[0], want)
 			}
 		}
@@ -185,7 +158,7 @@ func (c *testCluster) mbSettle(t *testing.T, chunks []uint64) []int {
 
 // mbTrashed reports whether server i's trash holds a replica of the group.
 func (c *testCluster) mbTrashed(i int, g copyset.GroupID) bool {
-	entries, _ := os.ReadDir(filepath.Join(c.cfgs[i].DataDir, "trash"))
+	entries, _ := os.ReadDir(filepath.Join(c.Cfgs[i].DataDir, "trash"))
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), g.String()+".") {
 			return true
@@ -213,8 +186,8 @@ type mbLoad struct {
 const mbBlocks = 32 // blocks per writer's chunk
 
 func (c *testCluster) mbStartLoad(writers int) *mbLoad {
-	l := &mbLoad{conns: slices.Clone(c.conns), addrs: map[string]int{}, stop: make(chan struct{}), last: map[[2]uint64][]byte{}}
-	for i, srv := range c.servers {
+	l := &mbLoad{conns: slices.Clone(c.Conns), addrs: map[string]int{}, stop: make(chan struct{}), last: map[[2]uint64][]byte{}}
+	for i, srv := range c.Servers {
 		l.addrs[string(srv.Local())] = i
 	}
 	for w := range writers {
@@ -312,11 +285,11 @@ func TestMembershipUnderLoad(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx := context.Background()
 	pool, cs := c.mbCopyset()
-	fresh := c.mbAddServer(t)
+	fresh := c.AddServer(t)
 	load := c.mbStartLoad(4)
 	load.waitAcked(t, 100)
 
-	epoch := c.mbNode(c.leader(t)).Status().Epoch
+	epoch := c.Node(c.Leader(t)).Status().Epoch
 	old := []string{c.id(0), c.id(1), c.id(2)}
 	c.mbCreateEmpty(t, fresh, old)
 
@@ -333,23 +306,23 @@ func TestMembershipUnderLoad(t *testing.T) {
 	if got := mbAddrs(added.GetOldPeers()); !slices.Equal(got, mbSorted(old)) {
 		t.Fatalf("add peer: old peers %v", got)
 	}
-	if got := c.mbNode(l).Status().Epoch; got != epoch+1 {
+	if got := c.Node(l).Status().Epoch; got != epoch+1 {
 		t.Fatalf("epoch after add peer %d, want %d", got, epoch+1)
 	}
 	load.waitAcked(t, 100)
 
 	// Remove an old follower through the v1 surface ("ip:port" ids).
-	victim := (c.leader(t) + 1) % 3 // an old replica that does not lead
+	victim := (c.Leader(t) + 1) % 3 // an old replica that does not lead
 	var removed *pb.RemovePeerResponse
 	l = c.mbOnLeader(t, "remove peer", func(i int) (err error) {
 		removed, err = c.cli1(i).RemovePeer(ctx, &pb.RemovePeerRequest{LogicPoolId: pool, CopysetId: cs,
-			LeaderId: proto.String(c.servers[i].Local().Addr()), PeerId: proto.String(c.servers[victim].Local().Addr())})
+			LeaderId: proto.String(c.Servers[i].Local().Addr()), PeerId: proto.String(c.Servers[victim].Local().Addr())})
 		return err
 	})
 	if len(removed.GetOldPeers()) != 4 || len(removed.GetNewPeers()) != 3 || slices.Contains(removed.GetNewPeers(), c.id(victim)) {
 		t.Fatalf("remove peer: old %v new %v", removed.GetOldPeers(), removed.GetNewPeers())
 	}
-	if got := c.mbNode(l).Status().Epoch; got != epoch+2 {
+	if got := c.Node(l).Status().Epoch; got != epoch+2 {
 		t.Fatalf("epoch after remove peer %d, want %d", got, epoch+2)
 	}
 	load.waitAcked(t, 100)
@@ -361,7 +334,7 @@ func TestMembershipUnderLoad(t *testing.T) {
 		return err
 	})
 	testwait.Until(t, 10*time.Second, func() error {
-		if !c.mbNode(fresh).IsLeader() {
+		if !c.Node(fresh).IsLeader() {
 			return errors.New("the new replica does not lead")
 		}
 		return nil
@@ -374,7 +347,7 @@ func TestMembershipUnderLoad(t *testing.T) {
 	last := load.last
 	load.mu.Unlock()
 	for k, want := range last {
-		if got := c.read(t, k[0], uint32(k[1]*4096), 4096); !bytes.Equal(got, want) {
+		if got := c.Read(t, k[0], uint32(k[1]*4096), 4096); !bytes.Equal(got, want) {
 			t.Fatalf("chunk %d block %d lost its last acknowledged write", k[0], k[1])
 		}
 	}
@@ -384,19 +357,19 @@ func TestMembershipUnderLoad(t *testing.T) {
 		t.Fatalf("members %v", members)
 	}
 	for _, i := range members {
-		if got := c.mbNode(i).Status().Epoch; got != epoch+2 {
+		if got := c.Node(i).Status().Epoch; got != epoch+2 {
 			t.Fatalf("server %d epoch %d, want %d", i, got, epoch+2)
 		}
 		// Every member knows the committed configuration (what stale
 		// replicas are checked against).
-		committed, ok := c.mbNode(i).CommittedPeers()
-		if !ok || len(committed) != 3 || !slices.Contains(committed, c.servers[fresh].Local()) || slices.Contains(committed, c.servers[victim].Local()) {
+		committed, ok := c.Node(i).CommittedPeers()
+		if !ok || len(committed) != 3 || !slices.Contains(committed, c.Servers[fresh].Local()) || slices.Contains(committed, c.Servers[victim].Local()) {
 			t.Fatalf("server %d committed configuration %v (%v)", i, committed, ok)
 		}
 	}
 	// The removed server dropped its replica into its trash.
 	testwait.Until(t, 10*time.Second, func() error {
-		if c.mbNode(victim) != nil || !c.mbTrashed(victim, c.group) {
+		if c.Node(victim) != nil || !c.mbTrashed(victim, c.Group) {
 			return errors.New("the removed replica is not dropped to the trash")
 		}
 		return nil
@@ -430,13 +403,13 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 	ctx := context.Background()
 	pool, cs := c.mbCopyset()
 	for b := range 8 {
-		c.write(t, 1, 1, uint32(b*4096), block(byte(10+b)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, 1, 1, uint32(b*4096), block(byte(10+b)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	s := c.leader(t)
-	epoch := c.mbNode(s).Status().Epoch
+	s := c.Leader(t)
+	epoch := c.Node(s).Status().Epoch
 	for i := range 3 {
 		if i != s {
-			c.stop(i)
+			c.Stop(i)
 		}
 	}
 	other := c.id((s + 1) % 3)
@@ -450,48 +423,48 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 10*time.Second, func() error {
-		if n := c.mbNode(s); n == nil || !n.IsLeader() {
+		if n := c.Node(s); n == nil || !n.IsLeader() {
 			return errors.New("the survivor does not lead")
 		}
 		return nil
 	})
-	if got := c.mbNode(s).Status().Epoch; got != epoch+1 {
+	if got := c.Node(s).Status().Epoch; got != epoch+1 {
 		t.Fatalf("epoch after reset %d, want %d", got, epoch+1)
 	}
 	for b := range 8 {
-		if got := c.read(t, 1, uint32(b*4096), 4096); !bytes.Equal(got, block(byte(10+b))) {
+		if got := c.Read(t, 1, uint32(b*4096), 4096); !bytes.Equal(got, block(byte(10+b))) {
 			t.Fatalf("block %d lost by the reset", b)
 		}
 	}
-	c.write(t, 1, 1, 8*4096, block(42), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 8*4096, block(42), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	// The reset survives a restart (its log may be empty but for a snapshot).
-	c.stop(s)
-	c.start(s, nil)
+	c.Stop(s)
+	c.Start(s, nil)
 	testwait.Until(t, 10*time.Second, func() error {
-		if n := c.mbNode(s); n == nil || !n.IsLeader() {
+		if n := c.Node(s); n == nil || !n.IsLeader() {
 			return errors.New("the survivor does not lead again")
 		}
 		return nil
 	})
-	if got := c.read(t, 1, 0, 4096); !bytes.Equal(got, block(10)) {
+	if got := c.Read(t, 1, 0, 4096); !bytes.Equal(got, block(10)) {
 		t.Fatal("data lost across the restart after the reset")
 	}
-	if got := c.mbNode(s).Status().Epoch; got != epoch+1 {
+	if got := c.Node(s).Status().Epoch; got != epoch+1 {
 		t.Fatalf("epoch after restart %d, want %d", got, epoch+1)
 	}
 
 	// Back to two replicas: a new server joins through change_peers (v1).
-	j := c.mbAddServer(t)
+	j := c.AddServer(t)
 	c.mbCreateEmpty(t, j, []string{c.id(s)})
 	resp, err := c.cli1(s).ChangePeers(ctx, &pb.ChangePeersRequest{LogicPoolId: pool, CopysetId: cs,
-		LeaderId: proto.String(c.id(s)), NewPeers: []string{c.servers[s].Local().Addr(), c.servers[j].Local().Addr()}})
+		LeaderId: proto.String(c.id(s)), NewPeers: []string{c.Servers[s].Local().Addr(), c.Servers[j].Local().Addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(resp.GetOldPeers(), []string{c.id(s)}) || !slices.Equal(mbSorted(resp.GetNewPeers()), mbSorted([]string{c.id(s), c.id(j)})) {
 		t.Fatalf("change peers: old %v new %v", resp.GetOldPeers(), resp.GetNewPeers())
 	}
-	if got := c.mbNode(s).Status().Epoch; got != epoch+2 {
+	if got := c.Node(s).Status().Epoch; got != epoch+2 {
 		t.Fatalf("epoch after change peers %d, want %d", got, epoch+2)
 	}
 	c.mbSettle(t, []uint64{1})
@@ -502,21 +475,21 @@ func testResetPeer(t *testing.T, opts ...clusterOpts) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 10*time.Second, func() error {
-		if c.mbNode(s) != nil || !c.mbTrashed(s, c.group) {
+		if c.Node(s) != nil || !c.mbTrashed(s, c.Group) {
 			return errors.New("the old leader has not dropped its replica to the trash")
 		}
 		return nil
 	})
 	testwait.Until(t, 10*time.Second, func() error {
-		if !c.mbNode(j).IsLeader() {
+		if !c.Node(j).IsLeader() {
 			return errors.New("the new server does not lead")
 		}
 		return nil
 	})
-	if got := c.read(t, 1, 8*4096, 4096); !bytes.Equal(got, block(42)) {
+	if got := c.Read(t, 1, 8*4096, 4096); !bytes.Equal(got, block(42)) {
 		t.Fatal("write after reset lost in the hand-over")
 	}
-	if got := c.mbNode(j).Status().Epoch; got != epoch+3 {
+	if got := c.Node(j).Status().Epoch; got != epoch+3 {
 		t.Fatalf("epoch after the hand-over %d, want %d", got, epoch+3)
 	}
 }
@@ -531,7 +504,7 @@ func TestCliRequestValidation(t *testing.T) {
 		cfg.Raft.LeaderLeaseTimeout = time.Second
 	})
 	ctx := context.Background()
-	l := c.leader(t)
+	l := c.Leader(t)
 	f := (l + 1) % 3
 	lid, fid := c.id(l), c.id(f)
 	const unknown = 99
@@ -670,7 +643,7 @@ func TestCliRequestValidation(t *testing.T) {
 			if tc.cs != 0 {
 				cs = tc.cs
 			}
-			core := &cliService2{copysets: c.servers[tc.srv].Copysets(), ready: &c.servers[tc.srv].ready, conns: c.servers[tc.srv].peers}
+			core := &cliService2{copysets: c.Servers[tc.srv].Copysets(), ready: &c.Servers[tc.srv].ready, conns: c.Servers[tc.srv].peers}
 			if tc.setup != nil {
 				tc.setup(core)
 			}
@@ -681,7 +654,7 @@ func TestCliRequestValidation(t *testing.T) {
 			}
 		})
 	}
-	if l2 := c.leader(t); l2 != l {
+	if l2 := c.Leader(t); l2 != l {
 		t.Fatalf("leadership moved during validation (%d -> %d)", l, l2)
 	}
 
@@ -701,13 +674,13 @@ func TestCliRequestValidation(t *testing.T) {
 	if err != nil || gl.GetLeaderId() != lid {
 		t.Fatalf("get_leader: %q %v, want %s", gl.GetLeaderId(), err, lid)
 	}
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS) // the leader has applied its term
-	epoch := c.mbNode(l).Status().Epoch
+	c.Write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS) // the leader has applied its term
+	epoch := c.Node(l).Status().Epoch
 	ap, err := c.cli1(l).AddPeer(ctx, &pb.AddPeerRequest{LogicPoolId: pool, CopysetId: cs, LeaderId: &lid, PeerId: &fid})
 	if err != nil || len(ap.GetOldPeers()) != 3 || !slices.Equal(ap.GetOldPeers(), ap.GetNewPeers()) {
 		t.Fatalf("add_peer of a member: %v %v", ap, err)
 	}
-	if got := c.mbNode(l).Status().Epoch; got != epoch {
+	if got := c.Node(l).Status().Epoch; got != epoch {
 		t.Fatalf("a no-op add changed the epoch: %d -> %d", epoch, got)
 	}
 	for range 2 { // the second has nothing new: still success
@@ -722,7 +695,7 @@ func TestCliRequestValidation(t *testing.T) {
 		t.Fatalf("transfer_leader to any peer: %v", err)
 	}
 	testwait.Until(t, 10*time.Second, func() error {
-		if c.leader(t) == l {
+		if c.Leader(t) == l {
 			return fmt.Errorf("leadership stays on server %d", l)
 		}
 		return nil
@@ -734,7 +707,7 @@ func TestCliRequestValidation(t *testing.T) {
 // to the trash, which the purge empties once they are old enough.
 func TestDeleteBrokenCopyset(t *testing.T) {
 	c := startTestCluster(t, 3)
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	del := func(i int, cs uint32) pb.COPYSET_OP_STATUS {
 		t.Helper()
 		resp, err := c.mbCopysets(i).DeleteBrokenCopyset(context.Background(), &pb.CopysetRequest{
@@ -744,7 +717,7 @@ func TestDeleteBrokenCopyset(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	l := c.leader(t)
+	l := c.Leader(t)
 	f := (l + 1) % 3
 	for _, i := range []int{l, f} {
 		if st := del(i, 1); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_COPYSET_IS_HEALTHY {
@@ -756,7 +729,7 @@ func TestDeleteBrokenCopyset(t *testing.T) {
 	}
 	// A copyset directory the server does not have loaded.
 	stray := copyset.NewGroupID(1, 55)
-	dir := filepath.Join(c.cfgs[l].DataDir, "copysets", stray.String())
+	dir := filepath.Join(c.Cfgs[l].DataDir, "copysets", stray.String())
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -768,10 +741,10 @@ func TestDeleteBrokenCopyset(t *testing.T) {
 	}
 
 	// A replica stopped by a disk error.
-	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
-	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.FS[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
+	c.Write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	testwait.Until(t, 10*time.Second, func() error {
-		if c.mbNode(f).Broken() == nil {
+		if c.Node(f).Broken() == nil {
 			return errors.New("the follower is not broken")
 		}
 		return nil
@@ -779,7 +752,7 @@ func TestDeleteBrokenCopyset(t *testing.T) {
 	if st := del(f, 1); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
 		t.Fatalf("broken replica: %v", st)
 	}
-	if c.mbNode(f) != nil || !c.mbTrashed(f, c.group) {
+	if c.Node(f) != nil || !c.mbTrashed(f, c.Group) {
 		t.Fatal("broken replica still loaded or not in the trash")
 	}
 	if _, err := os.Stat(c.mbCopysetDir(f)); !os.IsNotExist(err) {
@@ -788,14 +761,14 @@ func TestDeleteBrokenCopyset(t *testing.T) {
 	if st := del(f, 1); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN {
 		t.Fatalf("second delete: %v", st)
 	}
-	c.write(t, 1, 1, 8192, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 8192, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 
 	// The purge keeps young entries and deletes old ones.
-	m := c.servers[f].Copysets()
-	if n := m.PurgeTrash(time.Now()); n != 0 || !c.mbTrashed(f, c.group) {
+	m := c.Servers[f].Copysets()
+	if n := m.PurgeTrash(time.Now()); n != 0 || !c.mbTrashed(f, c.Group) {
 		t.Fatalf("purge removed a young entry (%d)", n)
 	}
-	if n := m.PurgeTrash(time.Now().Add(301 * time.Second)); n != 1 || c.mbTrashed(f, c.group) {
+	if n := m.PurgeTrash(time.Now().Add(301 * time.Second)); n != 1 || c.mbTrashed(f, c.Group) {
 		t.Fatalf("purge of an old entry: %d", n)
 	}
 }
@@ -807,24 +780,24 @@ func TestRemovedWhileDown(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx := context.Background()
 	pool, cs := c.mbCopyset()
-	v := (c.leader(t) + 1) % 3
-	c.stop(v)
+	v := (c.Leader(t) + 1) % 3
+	c.Stop(v)
 	for b := range 100 {
-		c.write(t, 2, 1, uint32(b%64*4096), block(byte(b)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, 2, 1, uint32(b%64*4096), block(byte(b)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
 	c.mbOnLeader(t, "remove peer", func(i int) error {
 		_, err := c.cli2(i).RemovePeer(ctx, &pb.RemovePeerRequest2{LogicPoolId: pool, CopysetId: cs,
 			Leader: mbPeer(c.id(i)), RemovePeer: mbPeer(c.id(v))})
 		return err
 	})
-	c.start(v, nil)
+	c.Start(v, nil)
 	testwait.Until(t, 20*time.Second, func() error {
-		if c.mbNode(v) != nil || !c.mbTrashed(v, c.group) {
+		if c.Node(v) != nil || !c.mbTrashed(v, c.Group) {
 			return errors.New("the returning replica has not dropped itself to the trash")
 		}
 		return nil
 	})
-	c.write(t, 2, 1, 0, block(7), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 2, 1, 0, block(7), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 }
 
 // TestDeleteStaleReplica: DeleteBrokenCopyset of a loaded, healthy-looking
@@ -835,14 +808,14 @@ func TestRemovedWhileDown(t *testing.T) {
 // configuration or no leader found is a failure that says why.
 func TestDeleteStaleReplica(t *testing.T) {
 	c := startTestCluster(t, 3)
-	l := c.leader(t)
+	l := c.Leader(t)
 	f := (l + 1) % 3
 	other := (l + 2) % 3
 	peer := func(i int) copyset.PeerID { return copyset.PeerID(c.id(i)) }
 	var answers map[copyset.PeerID]peerReplica
 	var asked []copyset.PeerID
 	var mu sync.Mutex
-	svc := &copysetService{copysets: c.servers[f].Copysets(), admit: c.servers[f].admit, log: slog.New(slog.DiscardHandler), conns: c.servers[f].peers,
+	svc := &copysetService{copysets: c.Servers[f].Copysets(), admit: c.Servers[f].admit, log: slog.New(slog.DiscardHandler), conns: c.Servers[f].peers,
 		peerStatus: func(_ context.Context, addr string, _ copyset.GroupID) (peerReplica, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -857,17 +830,17 @@ func TestDeleteStaleReplica(t *testing.T) {
 		t.Helper()
 		var md metadata.MD
 		ctx := grpc.NewContextWithServerTransportStream(context.Background(), &trailerStream{md: &md})
-		resp, err := svc.DeleteBrokenCopyset(ctx, &pb.CopysetRequest{LogicPoolId: proto.Uint32(c.group.Pool()), CopysetId: proto.Uint32(cs)})
+		resp, err := svc.DeleteBrokenCopyset(ctx, &pb.CopysetRequest{LogicPoolId: proto.Uint32(c.Group.Pool()), CopysetId: proto.Uint32(cs)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp.GetStatus(), strings.Join(md.Get(integrity.ErrorTrailerKey), "")
 	}
-	del := func() (pb.COPYSET_OP_STATUS, string) { t.Helper(); return delCopyset(c.group.Copyset()) }
+	del := func() (pb.COPYSET_OP_STATUS, string) { t.Helper(); return delCopyset(c.Group.Copyset()) }
 	all := []copyset.PeerID{peer(0), peer(1), peer(2)}
 
 	// An empty replica waiting to be added knows nobody to ask.
-	if _, err := c.servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.group.Pool(), 2), 0, nil); err != nil {
+	if _, err := c.Servers[f].Copysets().Join(context.Background(), copyset.NewGroupID(c.Group.Pool(), 2), 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, why := delCopyset(2); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "knows no configuration") {
@@ -907,7 +880,7 @@ func TestDeleteStaleReplica(t *testing.T) {
 	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_FAILURE_UNKNOWN || !strings.Contains(why, "does not report a committed configuration") {
 		t.Fatalf("no committed configuration: %v %q", st, why)
 	}
-	if c.mbNode(f) == nil {
+	if c.Node(f) == nil {
 		t.Fatal("replica deleted although it could not be told stale")
 	}
 	// A deposed leader of a lower term does not count; the newer one's
@@ -921,20 +894,20 @@ func TestDeleteStaleReplica(t *testing.T) {
 	if st, why := del(); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
 		t.Fatalf("stale: %v %q", st, why)
 	}
-	if len(asked) != 2 || c.mbNode(f) != nil || !c.mbTrashed(f, c.group) {
-		t.Fatalf("stale replica: asked %v, still loaded %v, trashed %v", asked, c.mbNode(f) != nil, c.mbTrashed(f, c.group))
+	if len(asked) != 2 || c.Node(f) != nil || !c.mbTrashed(f, c.Group) {
+		t.Fatalf("stale replica: asked %v, still loaded %v, trashed %v", asked, c.Node(f) != nil, c.mbTrashed(f, c.Group))
 	}
 	// An empty replica created to be added but never added asks the peers
 	// its copyset had when it was created: trashed once the leader's
 	// committed configuration leaves it out.
-	g3 := copyset.NewGroupID(c.group.Pool(), 3)
-	if _, err := c.servers[f].Copysets().Join(context.Background(), g3, 9, without); err != nil {
+	g3 := copyset.NewGroupID(c.Group.Pool(), 3)
+	if _, err := c.Servers[f].Copysets().Join(context.Background(), g3, 9, without); err != nil {
 		t.Fatal(err)
 	}
 	if st, why := delCopyset(3); st != pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS {
 		t.Fatalf("empty replica never added: %v %q", st, why)
 	}
-	if c.servers[f].Copysets().Get(g3) != nil || !c.mbTrashed(f, g3) {
+	if c.Servers[f].Copysets().Get(g3) != nil || !c.mbTrashed(f, g3) {
 		t.Fatal("empty replica never added: not moved to the trash")
 	}
 }

@@ -11,7 +11,7 @@ import (
 // configured bound; releasing it brings the figures back to 0.
 func TestLogPinMetrics(t *testing.T) {
 	c := startTestCluster(t, 3, func(cfg *Config) { cfg.Raft.MaxPinnedEntries, cfg.Sync.MaxRetainedBytes = 1000, 5<<20 })
-	l := c.leader(t)
+	l := c.Leader(t)
 	want := func(got map[string]map[string]float64, name string, v float64) {
 		t.Helper()
 		if g, ok := got[name][""]; !ok || g != v {
@@ -25,15 +25,15 @@ func TestLogPinMetrics(t *testing.T) {
 	want(got, "chunkraft_max_pinned_entries", 1000)
 	want(got, "chunkraft_max_retained_bytes", 5<<20)
 
-	n := c.mbNode(l)
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	n := c.Node(l)
+	c.Write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	at := n.Status().CommittedIndex
 	pin, err := n.PinLog("test", at)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		c.write(t, 1, 1, 0, block(byte(i+2)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, 1, 1, 0, block(byte(i+2)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
 	lag := float64(n.Status().LastIndex + 1 - at)
 	got = c.scrape(t, l)

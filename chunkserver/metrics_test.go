@@ -6,53 +6,22 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/chunkserver/servertest"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	dto "github.com/prometheus/client_model/go"
 )
 
-// scrape gathers server i's registry: metric name -> label string
-// ("k=v,k=v", sorted) -> value.
+// scrape gathers server i's registry (servertest.Scrape).
 func (c *testCluster) scrape(t *testing.T, i int) map[string]map[string]float64 {
 	t.Helper()
-	fams, err := c.servers[i].metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]map[string]float64{}
-	for _, f := range fams {
-		series := map[string]float64{}
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			sort.Strings(labels)
-			series[strings.Join(labels, ",")] = metricValue(f.GetType(), m)
-		}
-		out[f.GetName()] = series
-	}
-	return out
-}
-
-func metricValue(typ dto.MetricType, m *dto.Metric) float64 {
-	switch typ {
-	case dto.MetricType_COUNTER:
-		return m.GetCounter().GetValue()
-	case dto.MetricType_GAUGE:
-		return m.GetGauge().GetValue()
-	case dto.MetricType_HISTOGRAM:
-		return float64(m.GetHistogram().GetSampleCount())
-	}
-	return m.GetUntyped().GetValue()
+	return servertest.Scrape(t, c.Servers[i].Gatherer())
 }
 
 // TestMetricsFromStartup: the series the alerts in deploy/prometheus use
@@ -61,7 +30,7 @@ func metricValue(typ dto.MetricType, m *dto.Metric) float64 {
 // it is deleted.
 func TestMetricsFromStartup(t *testing.T) {
 	c := startTestCluster(t, 3)
-	l := c.leader(t)
+	l := c.Leader(t)
 	f := (l + 1) % 3
 	got := c.scrape(t, f)
 	want := func(name, labels string, ok func(float64) bool) {
@@ -87,15 +56,15 @@ func TestMetricsFromStartup(t *testing.T) {
 	want("chunkraft_scan_ranges_total", "", zero)
 	want("chunkraft_chunk_crc_failures_total", "", zero)
 	want("chunkraft_read_only", "", zero)
-	want("chunkraft_min_free_bytes", "", func(v float64) bool { return v == float64(c.cfgs[f].MinFreeBytes) })
+	want("chunkraft_min_free_bytes", "", func(v float64) bool { return v == float64(c.Cfgs[f].MinFreeBytes) })
 	want("chunkraft_data_dir_free_bytes", "", func(v float64) bool { return v > 0 })
-	want("chunkraft_max_inflight", "", func(v float64) bool { return v == float64(c.cfgs[f].MaxInflight) })
+	want("chunkraft_max_inflight", "", func(v float64) bool { return v == float64(c.Cfgs[f].MaxInflight) })
 	want("chunkraft_chunk_inflight_requests", "", zero)
 
 	cs := "copyset=1,pool=1"
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	testwait.Until(t, 10*time.Second, func() error {
-		if applied, committed := c.mbNode(f).Status().AppliedIndex, c.mbNode(l).Status().CommittedIndex; applied < committed {
+		if applied, committed := c.Node(f).Status().AppliedIndex, c.Node(l).Status().CommittedIndex; applied < committed {
 			return fmt.Errorf("the follower applied %d, the leader committed %d", applied, committed)
 		}
 		return nil
@@ -121,7 +90,7 @@ func TestMetricsFromStartup(t *testing.T) {
 	}
 
 	// Free space below the floor: read-only, seen at the next scrape.
-	admit := c.servers[f].admit
+	admit := c.Servers[f].admit
 	setFree := func(fn func(string) (uint64, error)) { admit.mu.Lock(); admit.diskFree = fn; admit.mu.Unlock() }
 	setFree(func(string) (uint64, error) { return 1, nil })
 	got = c.scrape(t, f)
@@ -130,17 +99,17 @@ func TestMetricsFromStartup(t *testing.T) {
 	setFree(statfsFree)
 
 	// A replica stopped by a disk error is broken; deleted, its series go.
-	c.fs[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
-	c.write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.FS[f].Inject(datastore.FaultRule{Ops: datastore.FaultWrite, Path: datastore.PathContains("chunk_1"), Err: syscall.EIO})
+	c.Write(t, 1, 1, 4096, block(2), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	testwait.Until(t, 10*time.Second, func() error {
-		if c.mbNode(f).Broken() == nil {
+		if c.Node(f).Broken() == nil {
 			return errors.New("the follower is not broken")
 		}
 		return nil
 	})
 	got = c.scrape(t, f)
 	want("chunkraft_copyset_broken", cs, func(v float64) bool { return v == 1 })
-	if err := c.servers[f].Copysets().DeleteBroken(c.group); err != nil {
+	if err := c.Servers[f].Copysets().DeleteBroken(c.Group); err != nil {
 		t.Fatal(err)
 	}
 	got = c.scrape(t, f)

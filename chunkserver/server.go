@@ -69,26 +69,27 @@ type Server struct {
 // Raft's own log lines go to log too (adapted from hclog, with the
 // copyset's pool and copyset, filtered by raft.log_level).
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	return newServer(cfg, log, seams{})
+	return NewWithSeams(cfg, log, Seams{})
 }
 
-// seams are what tests replace: where raft logs go (nil: the server's
+// Seams are what tests replace: where raft logs go (nil: the server's
 // logger; else JSON lines on the writer), the chunk stores' file system (a
-// datastore.FaultFS injects disk faults).
-type seams struct {
-	raftLog io.Writer
-	fs      datastore.FS
-	// raftDial is appended to the raft transport's dial options (a fault
+// datastore.FaultFS injects disk faults; nil: the OS).
+type Seams struct {
+	RaftLog io.Writer
+	FS      datastore.FS
+	// RaftDial is appended to the raft transport's dial options (a fault
 	// layer's interceptors in tests).
-	raftDial []grpc.DialOption
-	// tenants are hosted after the server's own (tests).
-	tenants []Tenant
+	RaftDial []grpc.DialOption
+	// Tenants are hosted after the server's own (tests).
+	Tenants []Tenant
 }
 
-// streamWorkers is the number of gRPC stream workers (see newServer).
+// streamWorkers is the number of gRPC stream workers (see NewWithSeams).
 const streamWorkers = 1024
 
-func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
+// NewWithSeams is New with the seams of hooks replaced.
+func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -130,7 +131,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			grpc.WithDefaultCallOptions(
 				grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize),
 				grpc.MaxCallSendMsgSize(cfg.MaxMessageSize)),
-		}, hooks.raftDial...),
+		}, hooks.RaftDial...),
 	})
 	if cfg.Raft.LogStore == "shared" {
 		s.shared, err = sharedlog.Open(sharedlog.Options{
@@ -141,7 +142,7 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 			return nil, err
 		}
 	}
-	layout := datastore.Options{Logger: log.With("component", "datastore"), FS: hooks.fs}
+	layout := datastore.Options{Logger: log.With("component", "datastore"), FS: hooks.FS}
 	if err := s.openChunkResources(cfg, &layout); err != nil {
 		return nil, err
 	}
@@ -149,10 +150,10 @@ func newServer(cfg Config, log *slog.Logger, hooks seams) (*Server, error) {
 		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, req)
 		}, Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
-	s.tenants = append([]Tenant{s.scans, s.syncs, s.disagg}, hooks.tenants...)
+	s.tenants = append([]Tenant{s.scans, s.syncs, s.disagg}, hooks.Tenants...)
 	var raftLog *slog.Logger // nil: the manager's, which is log
-	if hooks.raftLog != nil {
-		raftLog = slog.New(slog.NewJSONHandler(hooks.raftLog, nil))
+	if hooks.RaftLog != nil {
+		raftLog = slog.New(slog.NewJSONHandler(hooks.RaftLog, nil))
 	}
 	s.copysets, err = copyset.NewManager(copyset.ManagerOptions{
 		SharedLog:     s.shared,
@@ -321,6 +322,9 @@ func (s *Server) Local() copyset.PeerID { return s.local }
 
 // Copysets returns the server's copyset manager.
 func (s *Server) Copysets() *copyset.Manager { return s.copysets }
+
+// Ready reports whether the server has loaded its copysets and serves.
+func (s *Server) Ready() bool { return s.ready.Load() }
 
 // ScanSettings returns the integrity scan settings in effect.
 func (s *Server) ScanSettings() integrity.ScanSettings { return s.scans.Settings() }

@@ -11,7 +11,7 @@ import (
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
 
-// curveServices are the Curve chunkserver services newServer builds.
+// curveServices are the Curve chunkserver services NewWithSeams builds.
 type curveServices struct {
 	chunks   *chunkService
 	copysets *copysetService

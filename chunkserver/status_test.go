@@ -25,7 +25,7 @@ import (
 // cfgCall runs one ConfigService call on server i.
 func (c *testCluster) cfgCall(t *testing.T, i int, op, key, value string) (pb.CONFIG_OP_STATUS, string) {
 	t.Helper()
-	cl := pb.NewConfigServiceClient(c.conns[i])
+	cl := pb.NewConfigServiceClient(c.Conns[i])
 	req := &pb.ConfigRequest{Key: proto.String(key), Value: proto.String(value)}
 	var (
 		resp *pb.ConfigResponse
@@ -81,19 +81,19 @@ func (c *testCluster) cfgRefused(t *testing.T, i int, key, value, want string) {
 func TestConfigServiceRuntimeKeys(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx := context.Background()
-	l := c.leader(t)
-	cl := c.chunk(l)
-	srv := c.servers[l]
+	l := c.Leader(t)
+	cl := c.Chunk(l)
+	srv := c.Servers[l]
 	data := bytes.Repeat([]byte{5}, 4096)
 	resp, err := cl.WriteChunk(ctx, writeReq(1, 0, data))
 	mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 
 	// Get and Dump.
-	if v := c.cfgGet(t, l, "listen"); v != c.cfgs[l].Listen {
-		t.Fatalf("get listen = %q, want %q", v, c.cfgs[l].Listen)
+	if v := c.cfgGet(t, l, "listen"); v != c.Cfgs[l].Listen {
+		t.Fatalf("get listen = %q, want %q", v, c.Cfgs[l].Listen)
 	}
-	if v := c.cfgGet(t, l, "raft.heartbeat_timeout"); v != c.cfgs[l].Raft.HeartbeatTimeout.String() {
-		t.Fatalf("get raft.heartbeat_timeout = %q, want %v (the harness's)", v, c.cfgs[l].Raft.HeartbeatTimeout)
+	if v := c.cfgGet(t, l, "raft.heartbeat_timeout"); v != c.Cfgs[l].Raft.HeartbeatTimeout.String() {
+		t.Fatalf("get raft.heartbeat_timeout = %q, want %v (the harness's)", v, c.Cfgs[l].Raft.HeartbeatTimeout)
 	}
 	_, all := c.cfgCall(t, l, "dump", "", "")
 	lines := strings.Split(strings.TrimSpace(all), "\n")
@@ -148,7 +148,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	c.cfgSet(t, l, "raft.trailing_logs", "2")
 	c.cfgSet(t, l, "raft.snapshot_interval", "50ms")
 	want := copyset.RaftReload{SnapshotThreshold: 4, TrailingLogs: 2, SnapshotInterval: 50 * time.Millisecond}
-	if got := srv.Copysets().Get(c.group).RaftSettings(); got != want {
+	if got := srv.Copysets().Get(c.Group).RaftSettings(); got != want {
 		t.Fatalf("copyset raft settings %+v, want %+v", got, want)
 	}
 	other := copyset.NewGroupID(1, 99)
@@ -165,10 +165,10 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 		resp, err = cl.WriteChunk(ctx, writeReq(2, uint32(i%8)*4096, data))
 		mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	if err := srv.Copysets().Get(c.group).Snapshot(ctx); err != nil {
+	if err := srv.Copysets().Get(c.Group).Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := srv.Copysets().Get(c.group).Status(); st.LastIndex-st.FirstIndex > 4 {
+	if st := srv.Copysets().Get(c.Group).Status(); st.LastIndex-st.FirstIndex > 4 {
 		t.Fatalf("snapshot kept more than the trailing logs: %+v", st)
 	}
 	// The new copyset: raft snapshots by itself after 4 entries (50ms
@@ -209,7 +209,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 		!strings.Contains(msg, "unknown") {
 		t.Fatalf("get unknown key: %v %q", st, msg)
 	}
-	file, err := os.ReadFile(filepath.Join(c.cfgs[l].DataDir, ConfigFileName))
+	file, err := os.ReadFile(filepath.Join(c.Cfgs[l].DataDir, ConfigFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 // pool refuses the key: TestConfigServiceRuntimeKeys.)
 func TestConfigChunkFilePool(t *testing.T) {
 	c := startTestCluster(t, 1, func(cfg *Config) { cfg.ChunkFilePool = 1 })
-	pool := c.servers[0].pool
+	pool := c.Servers[0].pool
 	testwait.Until(t, 20*time.Second, func() error {
 		if st := pool.Stats(); st.Ready != 1 {
 			return fmt.Errorf("the pool has not formatted its file: %+v", st)
@@ -255,31 +255,31 @@ func TestConfigChunkFilePool(t *testing.T) {
 // it.
 func TestConfigSetSurvivesRestart(t *testing.T) {
 	c := startTestCluster(t, 3)
-	f := (c.leader(t) + 1) % 3
+	f := (c.Leader(t) + 1) % 3
 	c.cfgSet(t, f, "log_level", "warn")
 	c.cfgSet(t, f, "max_inflight", "777")
 	c.cfgSet(t, f, "min_free_bytes", "4096")
 	c.cfgSet(t, f, "raft.trailing_logs", "4321")
 	c.cfgSet(t, f, "raft.snapshot_threshold", "999")
 	c.cfgSet(t, f, "raft.snapshot_interval", "7s")
-	c.stop(f)
+	c.Stop(f)
 
 	// What the chunkserver command does without --config: the file in the
 	// data dir over the defaults (the harness's settings play the flags).
-	path := filepath.Join(c.cfgs[f].DataDir, ConfigFileName)
-	loaded, gotPath, err := LoadConfig("", c.cfgs[f].DataDir)
+	path := filepath.Join(c.Cfgs[f].DataDir, ConfigFileName)
+	loaded, gotPath, err := LoadConfig("", c.Cfgs[f].DataDir)
 	if err != nil || gotPath != path {
 		t.Fatalf("LoadConfig: %v %s", err, gotPath)
 	}
 	if loaded.MaxInflight != 777 || loaded.Raft.TrailingLogs != 4321 || loaded.LogLevel != "warn" {
 		t.Fatalf("loaded %+v", loaded)
 	}
-	cfg := c.cfgs[f]
+	cfg := c.Cfgs[f]
 	if err := cfg.overlayFile(path); err != nil {
 		t.Fatal(err)
 	}
-	c.cfgs[f] = cfg
-	c.start(f, nil)
+	c.Cfgs[f] = cfg
+	c.Start(f, nil)
 
 	for key, want := range map[string]string{
 		"log_level": "warn", "max_inflight": "777", "min_free_bytes": "4096",
@@ -289,12 +289,12 @@ func TestConfigSetSurvivesRestart(t *testing.T) {
 			t.Fatalf("after restart %s = %q, want %q", key, v, want)
 		}
 	}
-	srv := c.servers[f]
+	srv := c.Servers[f]
 	if srv.admit.maxInflight != 777 || srv.LogLevelVar().Level() != slog.LevelWarn {
 		t.Fatalf("after restart max_inflight %d, level %v", srv.admit.maxInflight, srv.LogLevelVar().Level())
 	}
 	want := copyset.RaftReload{SnapshotThreshold: 999, TrailingLogs: 4321, SnapshotInterval: 7 * time.Second}
-	if got := srv.Copysets().Get(c.group).RaftSettings(); got != want {
+	if got := srv.Copysets().Get(c.Group).RaftSettings(); got != want {
 		t.Fatalf("after restart copyset raft settings %+v, want %+v", got, want)
 	}
 }
@@ -474,7 +474,7 @@ func TestLoadCheck(t *testing.T) {
 
 func (c *testCluster) stLoadFin(t *testing.T, i int) bool {
 	t.Helper()
-	resp, err := pb.NewChunkServerServiceClient(c.conns[i]).ChunkServerStatus(context.Background(), &pb.ChunkServerStatusRequest{})
+	resp, err := pb.NewChunkServerServiceClient(c.Conns[i]).ChunkServerStatus(context.Background(), &pb.ChunkServerStatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func (c *testCluster) stLoadFin(t *testing.T, i int) bool {
 // which had fallen behind, caught up with its leader (asked over gRPC).
 func TestChunkServerStatusLoadFin(t *testing.T) {
 	c := startTestCluster(t, 3)
-	for i := range c.servers {
+	for i := range c.Servers {
 		testwait.Until(t, 5*time.Second, func() error {
 			if !c.stLoadFin(t, i) {
 				return fmt.Errorf("server %d: copysetLoadFin is false", i)
@@ -494,38 +494,38 @@ func TestChunkServerStatusLoadFin(t *testing.T) {
 			return nil
 		})
 	}
-	l := c.leader(t)
+	l := c.Leader(t)
 	f := (l + 1) % 3
-	c.stop(f)
-	if c.servers[f].CopysetLoadFinished() {
+	c.Stop(f)
+	if c.Servers[f].CopysetLoadFinished() {
 		t.Fatal("copysetLoadFin true on a stopped server")
 	}
 	data := bytes.Repeat([]byte{9}, 4096)
 	for i := 0; i < 50; i++ {
-		resp, err := c.chunk(l).WriteChunk(context.Background(), writeReq(uint64(i%5), uint32(i%4)*4096, data))
+		resp, err := c.Chunk(l).WriteChunk(context.Background(), writeReq(uint64(i%5), uint32(i%4)*4096, data))
 		mustStatus(t, resp, err, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	target := c.servers[l].Copysets().Get(c.group).Status().CommittedIndex
-	cfg := c.cfgs[f]
+	target := c.Servers[l].Copysets().Get(c.Group).Status().CommittedIndex
+	cfg := c.Cfgs[f]
 	cfg.CopysetLoadMargin = 0 // only fully caught up counts
-	c.cfgs[f] = cfg
-	c.start(f, nil)
+	c.Cfgs[f] = cfg
+	c.Start(f, nil)
 	testwait.Until(t, 10*time.Second, func() error {
 		if !c.stLoadFin(t, f) {
 			return errors.New("copysetLoadFin is false after the restart")
 		}
 		return nil
 	})
-	if st := c.servers[f].Copysets().Get(c.group).Status(); st.AppliedIndex < target {
+	if st := c.Servers[f].Copysets().Get(c.Group).Status(); st.AppliedIndex < target {
 		t.Fatalf("loaded with applied %d, leader committed %d", st.AppliedIndex, target)
 	}
 }
 
 func (c *testCluster) stCopyset(t *testing.T, i int, hash bool) *pb.CopysetStatusResponse {
 	t.Helper()
-	st, err := pb.NewCopysetServiceClient(c.conns[i]).GetCopysetStatus(context.Background(), &pb.CopysetStatusRequest{
-		LogicPoolId: proto.Uint32(c.group.Pool()), CopysetId: proto.Uint32(c.group.Copyset()), QueryHash: proto.Bool(hash),
-		Peer: &commonpb.Peer{Address: proto.String(string(c.servers[i].Local()))}})
+	st, err := pb.NewCopysetServiceClient(c.Conns[i]).GetCopysetStatus(context.Background(), &pb.CopysetStatusRequest{
+		LogicPoolId: proto.Uint32(c.Group.Pool()), CopysetId: proto.Uint32(c.Group.Copyset()), QueryHash: proto.Bool(hash),
+		Peer: &commonpb.Peer{Address: proto.String(string(c.Servers[i].Local()))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func (c *testCluster) stSettledHashes(t *testing.T) []string {
 	var hashes []string
 	testwait.Until(t, 10*time.Second, func() error {
 		var applied []int64
-		for i := range c.servers {
+		for i := range c.Servers {
 			st := c.stCopyset(t, i, false)
 			if st.GetApplyingIndex() != 0 {
 				return fmt.Errorf("server %d is applying index %d", i, st.GetApplyingIndex())
@@ -556,7 +556,7 @@ func (c *testCluster) stSettledHashes(t *testing.T) []string {
 		}
 		return nil
 	})
-	for i := range c.servers {
+	for i := range c.Servers {
 		hashes = append(hashes, c.stCopyset(t, i, true).GetHash())
 	}
 	return hashes
@@ -569,8 +569,8 @@ func (c *testCluster) stSettledHashes(t *testing.T) []string {
 func TestCopysetStatusHash(t *testing.T) {
 	c := startTestCluster(t, 3)
 	ctx := context.Background()
-	l := c.leader(t)
-	cl := c.chunk(l)
+	l := c.Leader(t)
+	cl := c.Chunk(l)
 	empty := c.stSettledHashes(t)
 	for _, h := range empty {
 		if h != "0" {
@@ -599,13 +599,13 @@ func TestCopysetStatusHash(t *testing.T) {
 	if h2[0] == h1[0] || h2[0] != h2[1] || h2[1] != h2[2] {
 		t.Fatalf("hashes after a COW write: %v (before %v)", h2, h1)
 	}
-	snaps, _ := filepath.Glob(filepath.Join(c.cfgs[l].DataDir, "copysets", c.group.String(), "data", "chunk_2_snap_*"))
+	snaps, _ := filepath.Glob(filepath.Join(c.Cfgs[l].DataDir, "copysets", c.Group.String(), "data", "chunk_2_snap_*"))
 	if len(snaps) != 1 {
 		t.Fatalf("snapshot files %v", snaps)
 	}
 
 	// Other fields.
-	for i := range c.servers {
+	for i := range c.Servers {
 		st := c.stCopyset(t, i, false)
 		if st.GetDiskIndex() != st.GetLastIndex() || st.GetApplyingIndex() != 0 || st.GetPendingQueueSize() != 0 ||
 			st.GetPendingIndex() != 0 || st.GetReadOnly() || st.GetCommittedIndex() == 0 {
@@ -615,7 +615,7 @@ func TestCopysetStatusHash(t *testing.T) {
 
 	// Flip one byte of a follower's chunk data on disk.
 	f := (l + 1) % 3
-	path := filepath.Join(c.cfgs[f].DataDir, "copysets", c.group.String(), "data", "chunk_3")
+	path := filepath.Join(c.Cfgs[f].DataDir, "copysets", c.Group.String(), "data", "chunk_3")
 	file, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 
 // Tenant is a service built on the copysets that the server hosts beside
 // the chunk store (integrity, datasync, disagg). The server builds its
-// tenants in newServer and then drives each the same way, in the order of
+// tenants in NewWithSeams and then drives each the same way, in the order of
 // its list: their machine specs open after the host's own (the chunk
 // store, fences, read views: a tenant's Open may look up the chunk
 // machine among the opened ones), Attach gives them the copyset manager

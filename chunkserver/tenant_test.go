@@ -119,7 +119,7 @@ func (t *toyTenant) get(_ context.Context, arg string) (string, error) {
 }
 
 // A tenant is one entry in the server's list: the toy tenant, given to
-// newServer, has its machine opened on a new copyset, its gRPC service
+// NewWithSeams, has its machine opened on a new copyset, its gRPC service
 // answered on the server's port, its metric on /metrics' registry, and was
 // started before the copysets loaded and stopped at shutdown.
 func TestToyTenantEndToEnd(t *testing.T) {
@@ -134,7 +134,7 @@ func TestToyTenantEndToEnd(t *testing.T) {
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 300*time.Millisecond, 300*time.Millisecond
 	cfg.Raft.LeaderLeaseTimeout = 150 * time.Millisecond
 	toy := &toyTenant{puts: prometheus.NewCounter(prometheus.CounterOpts{Name: "chunkraft_test_toy_puts_total", Help: "Toy puts."})}
-	srv, err := newServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), seams{raftLog: io.Discard, tenants: []Tenant{toy}})
+	srv, err := NewWithSeams(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Seams{RaftLog: io.Discard, Tenants: []Tenant{toy}})
 	if err != nil {
 		t.Fatal(err)
 	}

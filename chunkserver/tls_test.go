@@ -159,15 +159,15 @@ func TestTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	c := startTestCluster(t, 3, pki.serverOpt()) // elects over mTLS raft
 	var user, admin []*grpc.ClientConn
-	for i, cfg := range c.cfgs {
+	for i, cfg := range c.Cfgs {
 		user = append(user, pki.dial(cfg.Listen, "user", "users", false))
 		admin = append(admin, pki.dial(cfg.Listen, "admin", DefaultAdminOU, false))
-		c.conns[i].Close()
+		c.Conns[i].Close()
 	}
-	c.conns = user
+	c.Conns = user
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l := c.leader(t)
+	l := c.Leader(t)
 	getLeader := func(cc *grpc.ClientConn) error {
 		_, err := pb.NewCliService2Client(cc).GetLeader(ctx, &pb.GetLeaderRequest2{
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1)})
@@ -176,11 +176,11 @@ func TestTLS(t *testing.T) {
 
 	// Refused at the handshake: no certificate, a certificate of another
 	// CA, plaintext.
-	wantCode(t, "no client certificate", getLeader(pki.dial(c.cfgs[l].Listen, "", "", true)), codes.Unavailable)
+	wantCode(t, "no client certificate", getLeader(pki.dial(c.Cfgs[l].Listen, "", "", true)), codes.Unavailable)
 	other := newTestPKI(t)
-	otherConn := other.dial(c.cfgs[l].Listen, "stranger", DefaultAdminOU, false)
+	otherConn := other.dial(c.Cfgs[l].Listen, "stranger", DefaultAdminOU, false)
 	wantCode(t, "certificate of another CA", getLeader(otherConn), codes.Unavailable)
-	plain, err := grpc.NewClient(c.cfgs[l].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	plain, err := grpc.NewClient(c.Cfgs[l].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,20 +191,20 @@ func TestTLS(t *testing.T) {
 	if err := getLeader(user[l]); err != nil {
 		t.Fatalf("GetLeader with a non-admin certificate: %v", err)
 	}
-	c.write(t, 1, 1, 0, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	if got := c.read(t, 1, 0, 4096); !bytes.Equal(got, block(5)) {
+	c.Write(t, 1, 1, 0, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	if got := c.Read(t, 1, 0, 4096); !bytes.Equal(got, block(5)) {
 		t.Fatal("read back differs")
 	}
-	c.waitSame(t, []uint64{1})
+	c.WaitSame(t, []uint64{1})
 
 	// A fourth server with an empty replica to add.
-	n := c.mbAddServer(t)
-	c.conns[n].Close()
-	user = append(user, pki.dial(c.cfgs[n].Listen, "user", "users", false))
-	admin = append(admin, pki.dial(c.cfgs[n].Listen, "admin", DefaultAdminOU, false))
-	c.conns = admin
+	n := c.AddServer(t)
+	c.Conns[n].Close()
+	user = append(user, pki.dial(c.Cfgs[n].Listen, "user", "users", false))
+	admin = append(admin, pki.dial(c.Cfgs[n].Listen, "admin", DefaultAdminOU, false))
+	c.Conns = admin
 	c.mbCreateEmpty(t, n, []string{c.id(0), c.id(1), c.id(2)})
-	c.conns = user
+	c.Conns = user
 	pool, cs := c.mbCopyset()
 	addReq := &pb.AddPeerRequest2{LogicPoolId: pool, CopysetId: cs, Leader: mbPeer(c.id(l)), AddPeer: mbPeer(c.id(n))}
 	_, err = pb.NewCliService2Client(user[l]).AddPeer(ctx, addReq)
@@ -225,21 +225,21 @@ func TestTLS(t *testing.T) {
 	// Admin: the membership change goes through (the leader probes the new
 	// server over mTLS first) and the new replica catches up over raft.
 	testwait.Until(t, 10*time.Second, func() error {
-		_, err := pb.NewCliService2Client(admin[c.leader(t)]).AddPeer(ctx, &pb.AddPeerRequest2{LogicPoolId: pool, CopysetId: cs,
-			Leader: mbPeer(c.id(c.leader(t))), AddPeer: mbPeer(c.id(n))})
+		_, err := pb.NewCliService2Client(admin[c.Leader(t)]).AddPeer(ctx, &pb.AddPeerRequest2{LogicPoolId: pool, CopysetId: cs,
+			Leader: mbPeer(c.id(c.Leader(t))), AddPeer: mbPeer(c.id(n))})
 		if err != nil {
 			t.Logf("AddPeer: %v", err)
 			return fmt.Errorf("admin AddPeer: %w", err)
 		}
 		return nil
 	})
-	c.waitSame(t, []uint64{1})
+	c.WaitSame(t, []uint64{1})
 	resp, err := pb.NewConfigServiceClient(admin[l]).Set(ctx, &pb.ConfigRequest{Key: proto.String("max_inflight"), Value: proto.String("100")})
 	if err != nil || resp.GetStatus() != pb.CONFIG_OP_STATUS_CONFIG_OP_STATUS_SUCCESS {
 		t.Fatalf("ConfigService.Set with an admin certificate: %v %v", resp.GetStatus(), err)
 	}
-	c.write(t, 2, 1, 0, block(6), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	c.waitSame(t, []uint64{1, 2})
+	c.Write(t, 2, 1, 0, block(6), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.WaitSame(t, []uint64{1, 2})
 }
 
 func TestRequiredRole(t *testing.T) {
@@ -291,7 +291,7 @@ func TestFloodGetsOverload(t *testing.T) {
 	ctx := context.Background()
 	var conns []*grpc.ClientConn
 	for range 3 {
-		cc, err := grpc.NewClient(c.cfgs[0].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		cc, err := grpc.NewClient(c.Cfgs[0].Listen, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 		if err != nil {
 			t.Fatal(err)
@@ -332,8 +332,8 @@ func TestFloodGetsOverload(t *testing.T) {
 		t.Fatalf("no OVERLOAD in 20 floods of %d writes (max_inflight %d)", 3*maxInflight, maxInflight)
 	}
 	t.Logf("flood: %d OVERLOAD, %d SUCCESS", overloaded.Load(), ok.Load())
-	c.write(t, 100, 1, 0, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	if got := c.read(t, 100, 0, 4096); !bytes.Equal(got, block(3)) {
+	c.Write(t, 100, 1, 0, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	if got := c.Read(t, 100, 0, 4096); !bytes.Equal(got, block(3)) {
 		t.Fatal("read after flood differs")
 	}
 }

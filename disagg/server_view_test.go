@@ -1,4 +1,4 @@
-package chunkserver
+package disagg_test
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"github.com/klauspost/crc32"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
+	"github.com/chunkraft/chunkraft/chunkserver/servertest"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/testwait"
@@ -29,7 +31,7 @@ func chunkKeyBE(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id
 
 // viewCluster is a 3-server cluster with short view leases checks.
 func viewCluster(t *testing.T) *testCluster {
-	return startTestCluster(t, 3, func(c *Config) {
+	return startTestCluster(t, 3, func(c *chunkserver.Config) {
 		c.Disagg.Views.LeaseCheck = 20 * time.Millisecond
 		c.Disagg.Views.MaxPreimageBytes = 1 << 20
 	})
@@ -40,7 +42,7 @@ func viewCluster(t *testing.T) *testCluster {
 func (c *testCluster) establish(t *testing.T, i int, task int64, epoch uint64, lo, hi uint64, timeoutS int64) *kvdisagg.EstablishDisaggTaskResponse {
 	t.Helper()
 	req := &kvdisagg.EstablishDisaggTaskRequest{Meta: &kvdisagg.DisaggTaskMeta{StartTs: 7, TaskId: task}, TimeoutS: timeoutS,
-		Regions: []*kvcop.RegionInfo{{RegionId: uint64(c.group), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: epoch},
+		Regions: []*kvcop.RegionInfo{{RegionId: uint64(c.Group), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: epoch},
 			Ranges: []*kvcop.KeyRange{{Start: chunkKeyBE(lo), End: chunkKeyBE(hi)}}}}}
 	resp, err := c.tikv(i).EstablishDisaggTask(t.Context(), req)
 	if err != nil {
@@ -66,7 +68,7 @@ func segmentOf(t *testing.T, resp *kvdisagg.EstablishDisaggTaskResponse) *vpb.Se
 // id, or the error packet's message.
 func (c *testCluster) fetch(t *testing.T, i int, task int64, ids []uint64) (map[uint64][]byte, string) {
 	t.Helper()
-	return c.fetchSegment(t, i, task, c.group, ids)
+	return c.fetchSegment(t, i, task, c.Group, ids)
 }
 
 // fetchSegment is fetch of copyset g's segment.
@@ -106,13 +108,13 @@ func (c *testCluster) fetchSegment(t *testing.T, i int, task int64, g copyset.Gr
 }
 
 func (c *testCluster) epoch(t *testing.T, i int) uint64 {
-	return c.servers[i].Copysets().Get(c.group).Status().Epoch
+	return c.Servers[i].Copysets().Get(c.Group).Status().Epoch
 }
 
 // viewFilesOn lists the read-view files in server i's copyset dir.
 func (c *testCluster) viewFilesOn(t *testing.T, i int) []string {
 	t.Helper()
-	ents, err := os.ReadDir(strings.TrimSuffix(c.chunkPath(i, 0), "/chunk_0"))
+	ents, err := os.ReadDir(strings.TrimSuffix(c.ChunkPath(i, 0), "/chunk_0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func (c *testCluster) waitNoViewFiles(t *testing.T) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, func() error {
 		left := []string{}
-		for i := range c.servers {
+		for i := range c.Servers {
 			left = append(left, c.viewFilesOn(t, i)...)
 		}
 		if len(left) > 0 {
@@ -162,30 +164,30 @@ func TestDisaggViewAsOfEstablish(t *testing.T) {
 		for i := range data {
 			data[i] += byte(i / 4096)
 		}
-		c.write(t, w.chunk, 1, w.off, data, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, w.chunk, 1, w.off, data, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 		for k := range w.n {
 			orig[disagg.PageID(w.chunk, w.off/4096+uint32(k))] = data[k*4096 : (k+1)*4096]
 		}
 	}
 	delete(orig, disagg.PageID(5, 0)) // outside the range
-	l := c.leader(t)
+	l := c.Leader(t)
 	ep := c.epoch(t, l)
 
 	// The documented errors of Establish.
-	if r := c.establish(t, l, 1, ep+1, 1, 5, 60); r.GetError().GetErrorRegion() == nil || r.GetError().GetErrorRegion().GetRegionIds()[0] != uint64(c.group) {
+	if r := c.establish(t, l, 1, ep+1, 1, 5, 60); r.GetError().GetErrorRegion() == nil || r.GetError().GetErrorRegion().GetRegionIds()[0] != uint64(c.Group) {
 		t.Fatalf("wrong epoch: %v", r)
 	}
 	if r := c.establish(t, (l+1)%3, 1, ep, 1, 5, 60); r.GetError().GetErrorRegion() == nil {
 		t.Fatalf("not the leader: %v", r)
 	}
 	bad := &kvdisagg.EstablishDisaggTaskRequest{Meta: &kvdisagg.DisaggTaskMeta{TaskId: 1},
-		Regions: []*kvcop.RegionInfo{{RegionId: uint64(c.group), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: ep}, Ranges: []*kvcop.KeyRange{{Start: []byte("x")}}}}}
+		Regions: []*kvcop.RegionInfo{{RegionId: uint64(c.Group), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: ep}, Ranges: []*kvcop.KeyRange{{Start: []byte("x")}}}}}
 	if r, err := c.tikv(l).EstablishDisaggTask(t.Context(), bad); err != nil || r.GetError().GetErrorOther() == nil {
 		t.Fatalf("a bad range key: %v %v", r, err)
 	}
 
 	seg := segmentOf(t, c.establish(t, l, 1, ep, 1, 5, 60))
-	if len(seg.GetPageIds()) != len(orig) || seg.GetConfVer() != ep || seg.GetRegionId() != uint64(c.group) {
+	if len(seg.GetPageIds()) != len(orig) || seg.GetConfVer() != ep || seg.GetRegionId() != uint64(c.Group) {
 		t.Fatalf("segment %v, want %d pages", seg, len(orig))
 	}
 	for _, id := range seg.GetPageIds() {
@@ -199,28 +201,28 @@ func TestDisaggViewAsOfEstablish(t *testing.T) {
 	}
 
 	// Overwrite every block, delete chunk 2.
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{0xee}, 4*4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	c.write(t, 2, 1, 8192, bytes.Repeat([]byte{0xdd}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{0xee}, 4*4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 2, 1, 8192, bytes.Repeat([]byte{0xdd}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunk(context.Background(), deleteReq(2))
 	})
 
 	// A new leader serves the same bytes.
-	if err := c.servers[l].Copysets().Get(c.group).TransferLeaderAny(t.Context()); err != nil {
+	if err := c.Servers[l].Copysets().Get(c.Group).TransferLeaderAny(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, 10*time.Second, func() error {
-		if c.leader(t) == l {
+		if c.Leader(t) == l {
 			return fmt.Errorf("server %d still leads", l)
 		}
 		return nil
 	})
-	l = c.leader(t)
+	l = c.Leader(t)
 
 	// A follower answers 503 naming the leader (once it has heard from
 	// it), before it looks at the snapshot id: the segment stays.
 	for _, task := range []int64{1, 99} {
-		want := fmt.Sprintf("copyset %d/%d is not led here; leader %s", c.group.Pool(), c.group.Copyset(), c.cfgs[l].Listen)
+		want := fmt.Sprintf("copyset %d/%d is not led here; leader %s", c.Group.Pool(), c.Group.Copyset(), c.Cfgs[l].Listen)
 		testwait.Until(t, 10*time.Second, func() error {
 			if _, msg := c.fetch(t, (l+1)%3, task, seg.GetPageIds()); msg != want {
 				return fmt.Errorf("fetch of task %d on a follower: %q, want %q", task, msg, want)
@@ -254,11 +256,11 @@ func TestDisaggViewAsOfEstablish(t *testing.T) {
 // next Fetch answers why.
 func TestDisaggViewCancelLeaseBudget(t *testing.T) {
 	c := viewCluster(t)
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{1}, 1<<20), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l := c.leader(t)
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{1}, 1<<20), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l := c.Leader(t)
 	ep := c.epoch(t, l)
 	overwrite := func(b byte, n int) {
-		c.write(t, 1, 1, 0, bytes.Repeat([]byte{b}, n), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, 1, 1, 0, bytes.Repeat([]byte{b}, n), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
 
 	segmentOf(t, c.establish(t, l, 1, ep, 0, 0, 60))
@@ -294,77 +296,50 @@ func TestDisaggViewCancelLeaseBudget(t *testing.T) {
 	c.waitNoViewFiles(t)
 }
 
-// disagg.views is read from the config file, its unset keys keep their
-// defaults, and a bound out of range is refused.
-func TestDisaggViewsConfigFile(t *testing.T) {
-	path := t.TempDir() + "/c.yaml"
-	for _, c := range []struct{ yaml, want string }{
-		{"disagg:\n  views:\n    max_per_copyset: 2\n    lease_check: 5s\n", ""},
-		{"disagg:\n  views:\n    max_per_copyset: 0\n", "disagg.views.max_per_copyset 0"},
-		{"disagg:\n  views:\n    max_preimage_bytes: 1000\n", "disagg.views.max_preimage_bytes 1000"},
-	} {
-		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := LoadConfigFile(path)
-		if err == nil {
-			cfg.DataDir = t.TempDir()
-			err = cfg.Validate()
-		}
-		v := cfg.Disagg.Views
-		switch {
-		case c.want == "" && (err != nil || v.MaxPerCopyset != 2 || v.LeaseCheck != 5*time.Second || v.MaxPreimageBytes != 256<<20 || v.PacketBytes != 512<<10):
-			t.Errorf("%q: %+v %v", c.yaml, v, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
-		}
-	}
-}
-
 // TestDisaggViewSnapshotInstall: a follower that was down while a view
 // was established, its blocks overwritten and one of its chunks deleted
 // catches up by a snapshot install; made leader, it serves the bytes as of
 // establish.
 func TestDisaggViewSnapshotInstall(t *testing.T) {
-	c := startTestCluster(t, 3, func(cfg *Config) {
+	c := startTestCluster(t, 3, func(cfg *chunkserver.Config) {
 		cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs = 32, 8
 		cfg.Raft.SnapshotInterval = 200 * time.Millisecond
 	})
 	orig := map[uint64][]byte{}
 	for id := uint64(1); id <= 2; id++ {
 		for b := range uint32(4) {
-			data := block(byte(id*16) + byte(b))
-			c.write(t, id, 1, b*4096, data, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+			data := servertest.Block(byte(id*16) + byte(b))
+			c.Write(t, id, 1, b*4096, data, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 			orig[disagg.PageID(id, b)] = data
 		}
 	}
-	l := c.leader(t)
+	l := c.Leader(t)
 	f := (l + 1) % 3
-	c.stop(f) // the view comes to it only in the snapshot
+	c.Stop(f) // the view comes to it only in the snapshot
 	seg := segmentOf(t, c.establish(t, l, 1, c.epoch(t, l), 1, 3, 600))
 	for i := range 60 {
-		c.write(t, uint64(1+i%2), 1, uint32(i%4)*4096, block(byte(0xb0+i)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, uint64(1+i%2), 1, uint32(i%4)*4096, servertest.Block(byte(0xb0+i)), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunk(context.Background(), deleteReq(2))
 	})
-	for i, srv := range c.servers {
+	for i, srv := range c.Servers {
 		if i == f {
 			continue
 		}
-		if err := srv.Copysets().Get(c.group).Snapshot(context.Background()); err != nil && !strings.Contains(err.Error(), "nothing new") {
+		if err := srv.Copysets().Get(c.Group).Snapshot(context.Background()); err != nil && !strings.Contains(err.Error(), "nothing new") {
 			t.Fatal(err)
 		}
 	}
-	c.start(f, nil)
-	waitInstalled(t, c, f)
-	c.waitSame(t, []uint64{1})
-	nf := c.servers[f].Copysets().Get(c.group)
+	c.Start(f, nil)
+	c.WaitInstalled(t, f)
+	c.WaitSame(t, []uint64{1})
+	nf := c.Servers[f].Copysets().Get(c.Group)
 	testwait.Until(t, 20*time.Second, func() error {
 		if nf.IsLeader() {
 			return nil
 		}
-		if n := c.servers[c.leader(t)].Copysets().Get(c.group); n.IsLeader() && n != nf {
+		if n := c.Servers[c.Leader(t)].Copysets().Get(c.Group); n.IsLeader() && n != nf {
 			_ = n.TransferLeader(t.Context(), nf.Status().Peer)
 		}
 		return errors.New("the follower did not take the lead")
@@ -394,14 +369,14 @@ func TestDisaggViewTaskAcrossCopysets(t *testing.T) {
 		}
 		return sg
 	}
-	first := establish(c.group)
+	first := establish(c.Group)
 	establish(second)
-	if again := establish(c.group); again.GetViewSeq() != first.GetViewSeq() || len(again.GetPageIds()) != 1 {
-		t.Fatalf("a retry on %s: view %d with %d pages, want view %d with 1", c.group, again.GetViewSeq(), len(again.GetPageIds()), first.GetViewSeq())
+	if again := establish(c.Group); again.GetViewSeq() != first.GetViewSeq() || len(again.GetPageIds()) != 1 {
+		t.Fatalf("a retry on %s: view %d with %d pages, want view %d with 1", c.Group, again.GetViewSeq(), len(again.GetPageIds()), first.GetViewSeq())
 	}
 	pages, msg := c.fetch(t, l, 9, first.GetPageIds())
 	if msg != "" || !bytes.Equal(pages[first.GetPageIds()[0]], bytes.Repeat([]byte{7}, 4096)) {
-		t.Fatalf("fetch of %s: %q, %d pages", c.group, msg, len(pages))
+		t.Fatalf("fetch of %s: %q, %d pages", c.Group, msg, len(pages))
 	}
 	establish(second) // the task's fetched segment on 1/1 is gone; 1/2's is still answered
 }

@@ -1,4 +1,4 @@
-package chunkserver
+package datasync_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -25,14 +26,14 @@ import (
 // times the 2 x check period after which a silent sub-task is reassigned;
 // once it lets go, the export finishes under the same token.
 func TestSyncGateWaitHeartbeats(t *testing.T) {
-	c := startTestCluster(t, 1, func(cfg *Config) {
+	c := startTestCluster(t, 1, func(cfg *chunkserver.Config) {
 		cfg.Sync.CheckPeriod, cfg.Sync.SendInterval, cfg.Sync.SnapshotExports = time.Second, 20*time.Millisecond, 1
 	})
 	ok := pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
 	for off := uint32(0); off <= 4<<20; off += 1 << 20 { // chunk 1 is more than a packet (4 MiB)
-		c.write(t, 1, 1, off, bytes.Repeat([]byte{byte(off >> 20)}, 1<<20), ok)
+		c.Write(t, 1, 1, off, bytes.Repeat([]byte{byte(off >> 20)}, 1<<20), ok)
 	}
-	c.write(t, 2, 1, 0, bytes.Repeat([]byte{9}, 4096), ok)
+	c.Write(t, 2, 1, 0, bytes.Repeat([]byte{9}, 4096), ok)
 
 	dir := filepath.Join(t.TempDir(), "export")
 	block := filepath.Join(dir, exportfmt.PacketName(1, 1, exportfmt.SnapshotPoint(2, 0)))
@@ -53,7 +54,7 @@ func TestSyncGateWaitHeartbeats(t *testing.T) {
 	}
 	c.waitTask(t, "RUNNING at snapshot chunk 2", atChunk2)
 
-	release, err := c.servers[0].syncs.HoldSnapshotSlot(ctx) // when the failing export lets it go
+	release, err := c.Servers[0].Syncs().HoldSnapshotSlot(ctx) // when the failing export lets it go
 	if err != nil {
 		t.Fatal(err)
 	}

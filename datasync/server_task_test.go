@@ -1,4 +1,4 @@
-package chunkserver
+package datasync_test
 
 import (
 	"bytes"
@@ -15,6 +15,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
+	"github.com/chunkraft/chunkraft/chunkserver/chunkservertest"
+	"github.com/chunkraft/chunkraft/chunkserver/servertest"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
@@ -24,8 +27,17 @@ import (
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
 
+// testCluster is a chunkservertest cluster serving the sync services, with this
+// package's helpers.
+type testCluster struct{ *chunkservertest.Cluster }
+
+func startTestCluster(t *testing.T, n int, opts ...func(*chunkserver.Config)) *testCluster {
+	t.Helper()
+	return &testCluster{chunkservertest.Start(t, n, opts...)}
+}
+
 // syncTool is the upstream-generated SyncTool client of server i.
-func (c *testCluster) syncTool(i int) dspb.SyncToolClient { return dspb.NewSyncToolClient(c.conns[i]) }
+func (c *testCluster) syncTool(i int) dspb.SyncToolClient { return dspb.NewSyncToolClient(c.Conns[i]) }
 
 func createReq(db, name string, mode *dspb.SyncMode, dest string) *dspb.CreateSyncTaskRequest {
 	return &dspb.CreateSyncTaskRequest{Db: proto.String(db), Name: proto.String(name), Mode: mode, Dest: proto.String(dest)}
@@ -76,8 +88,8 @@ func (c *testCluster) lastUpdate(t *testing.T) (*dspb.Task, int64) {
 func (c *testCluster) waitCollectorsGone(t *testing.T) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, func() error {
-		for _, i := range c.running() {
-			if n := c.servers[i].syncs.Collecting(); n != 0 {
+		for _, i := range c.Up() {
+			if n := c.Servers[i].Syncs().Collecting(); n != 0 {
 				return fmt.Errorf("server %d runs %d collectors", i, n)
 			}
 		}
@@ -164,7 +176,7 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		return nil
 	})
 	if again := c.subTasks(t, 0); again[0].GetProgress().GetToken() != p.GetToken() ||
-		again[0].GetDataCollector() != c.servers[c.leader(t)].Local().Addr() {
+		again[0].GetDataCollector() != c.Servers[c.Leader(t)].Local().Addr() {
 		t.Fatalf("sub-task moved without cause: %v, then %v", tasks[0], again[0])
 	}
 
@@ -234,10 +246,10 @@ func TestSyncTaskLifecycle(t *testing.T) {
 	// started for it.
 	c.waitCollectorsGone(t)
 	exported := exportFiles(t, strings.TrimPrefix(dir, "file://"))
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{4}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{4}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	c.waitApplied(t)
-	for i := range c.servers {
-		if n := c.servers[i].syncs.Collecting(); n != 0 {
+	for i := range c.Servers {
+		if n := c.Servers[i].Syncs().Collecting(); n != 0 {
 			t.Fatalf("server %d runs %d collectors after the delete", i, n)
 		}
 	}
@@ -306,9 +318,9 @@ func (c *testCluster) covered(t *testing.T) (*dspb.Task, uint64, int64) {
 func TestSyncStatusCovers(t *testing.T) {
 	c := startContinuousTask(t)
 	c.waitPoint(t, "RUNNING", 0)
-	interval := c.cfgs[0].Sync.SendInterval
-	n := c.servers[c.leader(t)].Copysets().Get(c.group)
-	c.write(t, 1, 1, 0, block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	interval := c.Cfgs[0].Sync.SendInterval
+	n := c.Servers[c.Leader(t)].Copysets().Get(c.Group)
+	c.Write(t, 1, 1, 0, servertest.Block(5), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	w, acked := n.AppliedIndex(), time.Now().UnixMilli() // the leader applied W before it acknowledged it
 	testwait.Until(t, 5*interval, func() error {
 		if _, index, ms := c.covered(t); index < w || ms <= acked {
@@ -332,8 +344,8 @@ func TestSyncStatusCovers(t *testing.T) {
 	// The heartbeats that carry it are not packets: two more of them
 	// (the covered index moves on with the entries they add) write
 	// nothing and count no packet.
-	l := c.leader(t)
-	packets := c.scrape(t, l)["chunkraft_sync_packets_total"][""]
+	l := c.Leader(t)
+	packets := servertest.Scrape(t, c.Servers[l].Gatherer())["chunkraft_sync_packets_total"][""]
 	_, from, _ := c.covered(t)
 	beats := 0
 	testwait.Until(t, 5*interval, func() error {
@@ -345,7 +357,7 @@ func TestSyncStatusCovers(t *testing.T) {
 		}
 		return nil
 	})
-	if now := c.scrape(t, l)["chunkraft_sync_packets_total"][""]; now != packets {
+	if now := servertest.Scrape(t, c.Servers[l].Gatherer())["chunkraft_sync_packets_total"][""]; now != packets {
 		t.Fatalf("heartbeats counted as packets: chunkraft_sync_packets_total %v, then %v", packets, now)
 	}
 }
@@ -354,14 +366,14 @@ func TestSyncStatusCovers(t *testing.T) {
 // its sub-task over at once with a new token.
 func TestSyncTakeover(t *testing.T) {
 	c := startContinuousTask(t)
-	old := c.leader(t)
+	old := c.Leader(t)
 	before := c.subTasks(t, old)[0]
-	c.stop(old)
+	c.Stop(old)
 	other := (old + 1) % 3
 	testwait.Until(t, 15*time.Second, func() error {
-		now := c.leader(t)
+		now := c.Leader(t)
 		tasks := c.subTasks(t, other)
-		if len(tasks) != 1 || tasks[0].GetDataCollector() != c.servers[now].Local().Addr() ||
+		if len(tasks) != 1 || tasks[0].GetDataCollector() != c.Servers[now].Local().Addr() ||
 			tasks[0].GetProgress().GetToken() == before.GetProgress().GetToken() {
 			return fmt.Errorf("no takeover: before %v, now %v (leader %d)", before, tasks, now)
 		}
@@ -379,8 +391,8 @@ func TestSyncAddSyncTask(t *testing.T) {
 	c := startContinuousTask(t)
 	ctx := context.Background()
 	old := c.waitPoint(t, "RUNNING", 0).GetProgress()
-	leader := c.leader(t)
-	collector := dspb.NewDataCollectorClient(c.conns[leader])
+	leader := c.Leader(t)
+	collector := dspb.NewDataCollectorClient(c.Conns[leader])
 	if r, err := collector.AddSyncTask(ctx, old); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "why send a same task?") {
 		t.Fatalf("add the same task: %v %v", r, err)
 	}
@@ -393,7 +405,7 @@ func TestSyncAddSyncTask(t *testing.T) {
 			TabletEndpoint: old.TabletEndpoint, DesEndpoint: old.DesEndpoint, Dest: old.Dest}, "copyset 1/1 is led by"},
 		{leader, &dspb.AddSyncTaskRequest{Token: proto.String("no-ids")}, "tid and pid are required"},
 	} {
-		if r, err := dspb.NewDataCollectorClient(c.conns[bad.conn]).AddSyncTask(ctx, bad.req); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), bad.want) {
+		if r, err := dspb.NewDataCollectorClient(c.Conns[bad.conn]).AddSyncTask(ctx, bad.req); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), bad.want) {
 			t.Errorf("add %v on server %d: %v %v, want code -1 with %q", bad.req, bad.conn, r, err, bad.want)
 		}
 	}
@@ -415,10 +427,10 @@ func TestSyncAddSyncTask(t *testing.T) {
 		StartPoint: old.SyncPoint, NextPoint: old.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
 		t.Fatalf("a packet under the replaced token: %v %v", r, err)
 	}
-	last := c.servers[leader].Copysets().Get(c.group).CommitIndex()
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{5}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	last := c.Servers[leader].Copysets().Get(c.Group).CommitIndex()
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{5}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	task := c.waitPoint(t, "RUNNING", last+1)
-	if task.GetProgress().GetToken() != "new-token" || task.GetDataCollector() != c.servers[leader].Local().Addr() {
+	if task.GetProgress().GetToken() != "new-token" || task.GetDataCollector() != c.Servers[leader].Local().Addr() {
 		t.Fatalf("the export went on as %v, want the leader's collector under the new token", task)
 	}
 
@@ -439,7 +451,7 @@ func TestSyncAddSyncTask(t *testing.T) {
 // check period is reassigned to the copyset's leader with a new token and
 // the leader as des_endpoint, and the export goes on.
 func TestSyncStaleReassigned(t *testing.T) {
-	c := startTestCluster(t, 1, func(cfg *Config) { cfg.Sync.CheckPeriod = 300 * time.Millisecond })
+	c := startTestCluster(t, 1, func(cfg *chunkserver.Config) { cfg.Sync.CheckPeriod = 300 * time.Millisecond })
 	ctx := context.Background()
 	dir := "file://" + filepath.Join(t.TempDir(), "export")
 	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir)); err != nil || r.GetCode() != 0 {
@@ -453,16 +465,16 @@ func TestSyncStaleReassigned(t *testing.T) {
 	lis.Close()
 	req := proto.CloneOf(c.waitPoint(t, "RUNNING", 0).GetProgress())
 	req.Token, req.DesEndpoint = proto.String("stuck-token"), proto.String(gone)
-	if r, err := dspb.NewDataCollectorClient(c.conns[0]).AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
+	if r, err := dspb.NewDataCollectorClient(c.Conns[0]).AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
 		t.Fatalf("add with a dead des_endpoint: %v %v", r, err)
 	}
 	if got := c.subTasks(t, 0)[0].GetProgress(); got.GetToken() != "stuck-token" || got.GetDesEndpoint() != gone {
 		t.Fatalf("after AddSyncTask: %v", got)
 	}
-	last := c.servers[0].Copysets().Get(c.group).CommitIndex()
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{3}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	last := c.Servers[0].Copysets().Get(c.Group).CommitIndex()
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{3}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	task := c.waitPoint(t, "RUNNING", last+1)
-	local := c.servers[0].Local().Addr()
+	local := c.Servers[0].Local().Addr()
 	if p := task.GetProgress(); p.GetToken() == "stuck-token" || p.GetToken() == "" || p.GetDesEndpoint() != local || task.GetDataCollector() != local {
 		t.Fatalf("the stuck sub-task went on as %v, want a new token and %s as des_endpoint", task, local)
 	}
@@ -503,8 +515,8 @@ func TestSyncExportsToS3(t *testing.T) {
 		}
 		st.Close()
 	}
-	c := startTestCluster(t, 1, func(cfg *Config) { cfg.ObjectStore = objstore.Config{Kind: objstore.KindS3, S3: s3cfg} })
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c := startTestCluster(t, 1, func(cfg *chunkserver.Config) { cfg.ObjectStore = objstore.Config{Kind: objstore.KindS3, S3: s3cfg} })
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	ctx := context.Background()
 	if r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", "s3", dspb.SyncMode_kFull.Enum(), "s3://exports/cluster-a")); err != nil || r.GetCode() != 0 {
 		t.Fatalf("create: %v %v", r, err)
@@ -561,16 +573,16 @@ func TestSyncExportsToS3(t *testing.T) {
 // leads from the start there, with no records), and a start older than
 // the retained log is refused, naming the oldest time it can start from.
 func TestSyncIncremental(t *testing.T) {
-	c := startTestCluster(t, 1, func(cfg *Config) {
+	c := startTestCluster(t, 1, func(cfg *chunkserver.Config) {
 		cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs, cfg.Raft.SnapshotInterval = 16, 8, 200*time.Millisecond
 	})
 	ctx := context.Background()
 	for i := range 40 {
-		c.write(t, 1, 1, uint32(i%16)*4096, bytes.Repeat([]byte{byte(i)}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, 1, 1, uint32(i%16)*4096, bytes.Repeat([]byte{byte(i)}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
 	// The early log is truncated away by now (snapshots every 16 entries).
 	testwait.Until(t, 10*time.Second, func() error {
-		if first, _, err := c.servers[0].Copysets().Get(c.group).LogBounds(); err != nil || first <= 1 {
+		if first, _, err := c.Servers[0].Copysets().Get(c.Group).LogBounds(); err != nil || first <= 1 {
 			return fmt.Errorf("the log was not truncated: it starts at %d (%v)", first, err)
 		}
 		return nil
@@ -589,8 +601,8 @@ func TestSyncIncremental(t *testing.T) {
 	if r, err := c.syncTool(0).CreateSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
 		t.Fatalf("create: %v %v", r, err)
 	}
-	last := c.servers[0].Copysets().Get(c.group).CommitIndex()
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{99}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	last := c.Servers[0].Copysets().Get(c.Group).CommitIndex()
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{99}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	task := c.waitPoint(t, "RUNNING", last+1)
 	if task.GetCount() != 1 {
 		t.Fatalf("exported %d records, want the one write after start_ts: %v", task.GetCount(), task)
@@ -610,10 +622,10 @@ type syncAnswer struct {
 // leader. A delete likewise rides over an election.
 func TestSyncCreateWaitsForALeader(t *testing.T) {
 	c := startTestCluster(t, 3)
-	c.stop(1)
-	c.stop(2)
+	c.Stop(1)
+	c.Stop(2)
 	dir := "file://" + filepath.Join(t.TempDir(), "export")
-	waits := c.servers[0].syncs.LeaderWaits()
+	waits := c.Servers[0].Syncs().LeaderWaits()
 	created := make(chan syncAnswer, 1)
 	go func() {
 		r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), dir))
@@ -625,23 +637,23 @@ func TestSyncCreateWaitsForALeader(t *testing.T) {
 			t.Fatalf("the create returned before the servers came back: %v %v", a.resp, a.err)
 		default:
 		}
-		if c.servers[0].syncs.LeaderWaits() == waits {
+		if c.Servers[0].Syncs().LeaderWaits() == waits {
 			return errors.New("the create has not found the copyset without a leader")
 		}
 		return nil
 	})
-	c.start(1, nil)
-	c.start(2, nil)
+	c.Start(1, nil)
+	c.Start(2, nil)
 	if a := <-created; a.err != nil || a.resp.GetCode() != 0 {
 		t.Fatalf("create while the copyset has no leader: %v %v", a.resp, a.err)
 	}
 	if tasks := c.subTasks(t, 0); len(tasks) != 1 || tasks[0].GetProgress().GetToken() == "" {
 		t.Fatalf("sub-tasks after the create: %v", tasks)
 	}
-	old := c.leader(t)
-	c.stop(old)
+	old := c.Leader(t)
+	c.Stop(old)
 	other := (old + 1) % 3
-	waits = c.servers[other].syncs.LeaderWaits()
+	waits = c.Servers[other].Syncs().LeaderWaits()
 	deleted := make(chan syncAnswer, 1)
 	go func() {
 		r, err := c.syncTool(other).DeleteSyncTask(context.Background(), &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup")})
@@ -657,12 +669,12 @@ func TestSyncCreateWaitsForALeader(t *testing.T) {
 			return nil
 		default:
 		}
-		if c.servers[other].syncs.LeaderWaits() == waits {
+		if c.Servers[other].Syncs().LeaderWaits() == waits {
 			return errors.New("the delete neither returned nor waits for a leader")
 		}
 		return nil
 	})
-	c.start(old, nil)
+	c.Start(old, nil)
 	if a == nil {
 		got := <-deleted
 		a = &got

@@ -1,4 +1,4 @@
-package chunkserver
+package disagg_test
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/internal/testwait"
@@ -22,7 +23,7 @@ import (
 
 // fastCloneLocks makes the reconciler look every 50ms and release locks
 // older than 3s (the test checks a lock it just took within that).
-func fastCloneLocks(c *Config) {
+func fastCloneLocks(c *chunkserver.Config) {
 	c.Disagg.Clones.Grace, c.Disagg.Clones.Interval = 3*time.Second, 50*time.Millisecond
 }
 
@@ -31,10 +32,10 @@ func fastCloneLocks(c *Config) {
 func (c *testCluster) internalCall(t *testing.T, call func(cl disaggpb.DisaggInternalClient) (notOwner bool, err error)) {
 	t.Helper()
 	c.onOwner(t, func(i int) string {
-		if c.cancels[i] == nil {
+		if !c.Running(i) {
 			return "not_owner"
 		}
-		notOwner, err := call(disaggpb.NewDisaggInternalClient(c.conns[i]))
+		notOwner, err := call(disaggpb.NewDisaggInternalClient(c.Conns[i]))
 		if err != nil {
 			t.Fatalf("DisaggInternal on %d: %v", i, err)
 		}
@@ -93,8 +94,8 @@ func (c *testCluster) s3Clone(t *testing.T, id uint64, name string) error {
 	var resp *pb.CreateS3CloneChunkResponse
 	var err error
 	testwait.Until(t, 10*time.Second, func() error {
-		l := c.leader(t)
-		resp, err = c.chunk(l).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
+		l := c.Leader(t)
+		resp, err = c.Chunk(l).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(id), ChunkLocationInfo: proto.String(name)})
 		if err == nil && resp.GetStatus() == pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED {
 			return fmt.Errorf("CreateS3CloneChunk %d: server %d redirects to %q", id, l, resp.GetRedirect())
@@ -149,7 +150,7 @@ func TestDisaggCloneSourceLocks(t *testing.T) {
 	if grpcstatus.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "object is mark deleted, name=img/b") {
 		t.Fatalf("clone of a marked source: %v", err)
 	}
-	if sns := c.info(t, 7); len(sns) != 0 {
+	if sns := c.Info(t, 7); len(sns) != 0 {
 		t.Fatalf("chunk 7 exists after a refused clone: %v", sns)
 	}
 	// A source name the lock table cannot hold is refused too.
@@ -168,11 +169,11 @@ func TestDisaggCloneSourceLocks(t *testing.T) {
 	}
 
 	// Recover clone 5 fully, delete clone 6: their locks go.
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.RecoverChunk(t.Context(), &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_RECOVER.Enum(), LogicPoolId: proto.Uint32(1),
 			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(5), Offset: proto.Uint32(0), Size: proto.Uint32(16 << 20)})
 	})
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunk(t.Context(), &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), LogicPoolId: proto.Uint32(1),
 			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(6)})
 	})
@@ -196,7 +197,7 @@ func TestDisaggCloneSourceLocks(t *testing.T) {
 	})
 	// And a creation that failed after its lock: chunk 5 exists (a normal
 	// chunk now), so the clone is refused with CHUNK_EXIST.
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_EXIST, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CHUNK_EXIST, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		resp, err := cl.CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1),
 			ChunkId: proto.Uint64(5), ChunkLocationInfo: proto.String("other/x")})
 		return &pb.ChunkResponse{Status: resp.GetStatus().Enum(), Redirect: resp.Redirect}, err
@@ -231,7 +232,7 @@ func TestDisaggGcDataFiles(t *testing.T) {
 		{&disaggpb.GcRequest{Prefix: "/abs"}, "invalid object name"},
 	} {
 		c.onOwner(t, func(i int) string {
-			resp, err := disaggpb.NewDisaggInternalClient(c.conns[i]).Gc(t.Context(), bad.req)
+			resp, err := disaggpb.NewDisaggInternalClient(c.Conns[i]).Gc(t.Context(), bad.req)
 			if resp.GetNotOwner() {
 				return "not_owner"
 			}
@@ -260,7 +261,7 @@ func TestDisaggGcDataFiles(t *testing.T) {
 
 // With clone locks disabled an @s3 clone is created without a lock.
 func TestCloneLocksDisabled(t *testing.T) {
-	c := startTestCluster(t, 1, func(c *Config) { c.Disagg.Clones.Disabled = true })
+	c := startTestCluster(t, 1, func(c *chunkserver.Config) { c.Disagg.Clones.Disabled = true })
 	if err := c.s3Clone(t, 3, "img/a"); err != nil {
 		t.Fatal(err)
 	}
@@ -275,20 +276,20 @@ func TestCloneLocksDisabled(t *testing.T) {
 // DisaggInternal.LockClone; the reconciler lists and releases the same
 // way.
 func TestDisaggCloneLockRemoteOwner(t *testing.T) {
-	c, st, _ := s3Cluster(t, 3, fastCloneLocks, func(c *Config) { c.Disagg.LockCopyset = disagg.CopysetRef{Pool: 1, Copyset: 2} })
+	c, st, _ := s3Cluster(t, 3, fastCloneLocks, func(c *chunkserver.Config) { c.Disagg.LockCopyset = disagg.CopysetRef{Pool: 1, Copyset: 2} })
 	lockGroup := copyset.NewGroupID(1, 2)
-	peers := []copyset.PeerID{c.servers[1].Local(), c.servers[2].Local()}
+	peers := []copyset.PeerID{c.Servers[1].Local(), c.Servers[2].Local()}
 	for _, i := range []int{1, 2} {
-		if _, err := c.servers[i].Copysets().Create(t.Context(), lockGroup, peers); err != nil {
+		if _, err := c.Servers[i].Copysets().Create(t.Context(), lockGroup, peers); err != nil {
 			t.Fatal(err)
 		}
 	}
 	testwait.Until(t, 20*time.Second, func() error {
-		l := c.leader(t)
+		l := c.Leader(t)
 		if l == 0 {
 			return nil
 		}
-		if err := c.servers[l].Copysets().Get(c.group).TransferLeader(t.Context(), c.servers[0].Local()); err != nil {
+		if err := c.Servers[l].Copysets().Get(c.Group).TransferLeader(t.Context(), c.Servers[0].Local()); err != nil {
 			return fmt.Errorf("transfer 1/1 to server 0: %w", err)
 		}
 		return fmt.Errorf("server %d leads 1/1, not server 0", l)
@@ -300,10 +301,10 @@ func TestDisaggCloneLockRemoteOwner(t *testing.T) {
 	if got := strings.Join(c.cloneLocks(t, "img/r"), " "); got != "clone:1/1/3" {
 		t.Fatalf("clone locks of img/r: %q", got)
 	}
-	if c.servers[0].Copysets().Get(lockGroup) != nil {
+	if c.Servers[0].Copysets().Get(lockGroup) != nil {
 		t.Fatal("server 0 hosts the lock copyset")
 	}
-	c.do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
+	c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.DeleteChunk(t.Context(), &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), LogicPoolId: proto.Uint32(1),
 			CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3)})
 	})
@@ -319,12 +320,12 @@ func TestDisaggCloneLockRemoteOwner(t *testing.T) {
 func TestDisaggCloneLockVanishedCopyset(t *testing.T) {
 	c, st, _ := s3Cluster(t, 3, fastCloneLocks)
 	g2 := copyset.NewGroupID(1, 2)
-	if _, err := c.servers[2].Copysets().Create(t.Context(), g2, []copyset.PeerID{c.servers[2].Local()}); err != nil {
+	if _, err := c.Servers[2].Copysets().Create(t.Context(), g2, []copyset.PeerID{c.Servers[2].Local()}); err != nil {
 		t.Fatal(err)
 	}
 	putObject(t, st, "img/v")
 	testwait.Until(t, 20*time.Second, func() error {
-		resp, err := c.chunk(2).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
+		resp, err := c.Chunk(2).CreateS3CloneChunk(t.Context(), &pb.CreateS3CloneChunkRequest{
 			LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(2), ChunkId: proto.Uint64(5), ChunkLocationInfo: proto.String("img/v")})
 		if err != nil || resp.GetStatus() != pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 			return fmt.Errorf("CreateS3CloneChunk in 1/2: %v %v", resp.GetStatus(), err)
@@ -336,10 +337,10 @@ func TestDisaggCloneLockVanishedCopyset(t *testing.T) {
 	}
 	// Server 2 down for two graces: its copyset cannot be asked, so the
 	// lock stays, through a look of the owner begun after the two graces.
-	c.stop(2)
+	c.Stop(2)
 	looks := func() (n int64) {
-		for _, i := range c.running() {
-			n += c.servers[i].disagg.VanishedLooks()
+		for _, i := range c.Up() {
+			n += c.Servers[i].Disagg().VanishedLooks()
 		}
 		return n
 	}
@@ -364,10 +365,10 @@ func TestDisaggCloneLockVanishedCopyset(t *testing.T) {
 		t.Fatalf("gc with the copyset's server down: %v", r)
 	}
 	// Back without the copyset: gone from the cluster.
-	if err := os.RemoveAll(filepath.Join(c.cfgs[2].DataDir, "copysets", g2.String())); err != nil {
+	if err := os.RemoveAll(filepath.Join(c.Cfgs[2].DataDir, "copysets", g2.String())); err != nil {
 		t.Fatal(err)
 	}
-	c.start(2, nil)
+	c.Start(2, nil)
 	c.waitUnlocked(t, "img/v")
 	if r := c.gc(t, "img/", 0); gcNames(r.GetMarked()) != "img/v" {
 		t.Fatalf("gc after the copyset went: %v", r)

@@ -1,12 +1,10 @@
-package chunkserver
+package disagg_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
+	"github.com/chunkraft/chunkraft/chunkserver/chunkservertest"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/internal/objstore/fakes3"
 	"github.com/chunkraft/chunkraft/internal/testwait"
@@ -22,6 +22,15 @@ import (
 	kvdisagg "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
 	kvtikv "github.com/chunkraft/chunkraft/proto/kvproto/tikvpb"
 )
+
+// testCluster is a chunkservertest cluster serving the disagg services, with this
+// package's helpers.
+type testCluster struct{ *chunkservertest.Cluster }
+
+func startTestCluster(t *testing.T, n int, opts ...func(*chunkserver.Config)) *testCluster {
+	t.Helper()
+	return &testCluster{chunkservertest.Start(t, n, opts...)}
+}
 
 // The disagg tests call the servers with the client generated from
 // kvproto's .proto files (the same wire as pingcap/kvproto's own client,
@@ -31,7 +40,7 @@ import (
 
 // s3Cluster starts n servers whose object store is one in-process S3
 // server over HTTP, and returns the cluster and a store on that bucket.
-func s3Cluster(t *testing.T, n int, opts ...clusterOpts) (*testCluster, objstore.Store, objstore.S3Config) {
+func s3Cluster(t *testing.T, n int, opts ...func(*chunkserver.Config)) (*testCluster, objstore.Store, objstore.S3Config) {
 	t.Helper()
 	cfg := objstore.S3Config{Endpoint: fakes3.Start(t, nil), Bucket: "tiflash", Prefix: "root/", AccessKey: "a", SecretKey: "b",
 		Region: "us-east-1", BucketLookup: "path", CreateBucket: true}
@@ -40,11 +49,11 @@ func s3Cluster(t *testing.T, n int, opts ...clusterOpts) (*testCluster, objstore
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	c := startTestCluster(t, n, append([]clusterOpts{func(c *Config) { c.ObjectStore = objstore.Config{Kind: objstore.KindS3, S3: cfg} }}, opts...)...)
+	c := startTestCluster(t, n, append([]func(*chunkserver.Config){func(c *chunkserver.Config) { c.ObjectStore = objstore.Config{Kind: objstore.KindS3, S3: cfg} }}, opts...)...)
 	return c, st, cfg
 }
 
-func (c *testCluster) tikv(i int) kvtikv.TikvClient { return kvtikv.NewTikvClient(c.conns[i]) }
+func (c *testCluster) tikv(i int) kvtikv.TikvClient { return kvtikv.NewTikvClient(c.Conns[i]) }
 
 // lockAnswer is one S3LockResult as a word: success, not_owner or
 // conflict: <reason>.
@@ -68,7 +77,7 @@ func (c *testCluster) onOwner(t *testing.T, call func(i int) string) string {
 	var answer string
 	i := 0
 	testwait.Until(t, 20*time.Second, func() error {
-		if answer = call(i % len(c.servers)); answer == "not_owner" {
+		if answer = call(i % len(c.Servers)); answer == "not_owner" {
 			i++
 			return errors.New("no server answered as the owner")
 		}
@@ -121,8 +130,8 @@ func (c *testCluster) onOwnerIndex(t *testing.T, call func(i int) bool) int {
 // follower returns a server that does not lead the lock copyset now.
 func (c *testCluster) follower(t *testing.T) int {
 	t.Helper()
-	for i, srv := range c.servers {
-		if n := srv.Copysets().Get(c.group); n != nil && !n.IsLeader() {
+	for i, srv := range c.Servers {
+		if n := srv.Copysets().Get(c.Group); n != nil && !n.IsLeader() {
 			return i
 		}
 	}
@@ -201,7 +210,7 @@ func TestDisaggLockService(t *testing.T) {
 	var rel *disaggpb.ReleaseResponse
 	c.onOwner(t, func(i int) string {
 		var err error
-		rel, err = disaggpb.NewDisaggInternalClient(c.conns[i]).Release(t.Context(), &disaggpb.ReleaseRequest{LockStoreId: 9, UpToSeq: 1})
+		rel, err = disaggpb.NewDisaggInternalClient(c.Conns[i]).Release(t.Context(), &disaggpb.ReleaseRequest{LockStoreId: 9, UpToSeq: 1})
 		if err != nil || rel.GetNotOwner() {
 			return "not_owner"
 		}
@@ -224,7 +233,7 @@ func TestDisaggLockService(t *testing.T) {
 	var list *disaggpb.ListResponse
 	l := c.onOwnerIndex(t, func(i int) bool {
 		var err error
-		list, err = disaggpb.NewDisaggInternalClient(c.conns[i]).List(t.Context(), &disaggpb.ListRequest{})
+		list, err = disaggpb.NewDisaggInternalClient(c.Conns[i]).List(t.Context(), &disaggpb.ListRequest{})
 		return err == nil && !list.GetNotOwner()
 	})
 	if len(list.GetFiles()) != 2 || !list.GetFiles()[0].GetDeleted() || len(list.GetFiles()[1].GetLocks()) != 1 {
@@ -242,7 +251,7 @@ func TestDisaggLockService(t *testing.T) {
 		{"release", "success", 1},
 	} {
 		got := 0.0
-		for _, srv := range c.servers {
+		for _, srv := range c.Servers {
 			got += disaggRequests(t, srv, m.op, m.result)
 		}
 		if got != m.want && (m.result != "not_owner" || got < m.want) {
@@ -250,7 +259,7 @@ func TestDisaggLockService(t *testing.T) {
 		}
 	}
 	f = (l + 1) % 3
-	if fl, err := disaggpb.NewDisaggInternalClient(c.conns[f]).List(t.Context(), &disaggpb.ListRequest{}); err != nil || !fl.GetNotOwner() || fl.GetLeader() != string(c.servers[l].Local()) {
+	if fl, err := disaggpb.NewDisaggInternalClient(c.Conns[f]).List(t.Context(), &disaggpb.ListRequest{}); err != nil || !fl.GetNotOwner() || fl.GetLeader() != string(c.Servers[l].Local()) {
 		t.Errorf("list on a follower: %v %v", fl, err)
 	}
 }
@@ -308,8 +317,8 @@ func TestDisaggLockOrMarkAcrossLeaderChange(t *testing.T) {
 				return lockAnswer(resp.GetResult())
 			})
 		})
-		l := c.leader(t)
-		if err := c.servers[l].Copysets().Get(c.group).TransferLeaderAny(ctx); err != nil {
+		l := c.Leader(t)
+		if err := c.Servers[l].Copysets().Get(c.Group).TransferLeaderAny(ctx); err != nil {
 			t.Logf("round %d: transfer: %v", round, err)
 		}
 		wg.Wait()
@@ -320,7 +329,7 @@ func TestDisaggLockOrMarkAcrossLeaderChange(t *testing.T) {
 		var err error
 		end, _ := ctx.Deadline()
 		testwait.Until(t, time.Until(end), func() error {
-			list, err = disaggpb.NewDisaggInternalClient(c.conns[c.leader(t)]).List(ctx, &disaggpb.ListRequest{Prefix: key})
+			list, err = disaggpb.NewDisaggInternalClient(c.Conns[c.Leader(t)]).List(ctx, &disaggpb.ListRequest{Prefix: key})
 			if err == nil && list.GetNotOwner() {
 				return fmt.Errorf("round %d: list: the leader of the lock copyset is not the owner", round)
 			}
@@ -336,38 +345,11 @@ func TestDisaggLockOrMarkAcrossLeaderChange(t *testing.T) {
 	}
 }
 
-// disagg.lock_copyset is read from the config file; a zero id is refused.
-func TestDisaggConfigFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	for _, c := range []struct{ yaml, want string }{
-		{"disagg:\n  lock_copyset: {pool: 2, copyset: 5}\n", ""},
-		{"disagg:\n  lock_copyset: {pool: 0, copyset: 5}\n", "disagg.lock_copyset {pool: 0, copyset: 5}: pool and copyset must not be 0"},
-	} {
-		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := LoadConfigFile(path)
-		if err == nil {
-			cfg.DataDir = t.TempDir()
-			err = cfg.Validate()
-		}
-		switch {
-		case c.want == "" && (err != nil || cfg.Disagg.LockCopyset.Pool != 2 || cfg.Disagg.LockCopyset.Copyset != 5):
-			t.Errorf("%q: %+v %v", c.yaml, cfg.Disagg, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
-		}
-	}
-	if d := DefaultConfig().Disagg.LockCopyset; d.Pool != 1 || d.Copyset != 1 {
-		t.Errorf("default lock copyset %+v", d)
-	}
-}
-
 // disaggRequests reads chunkraft_disagg_requests_total{op, result} from
 // the server's metrics registry.
-func disaggRequests(t *testing.T, srv *Server, op, result string) float64 {
+func disaggRequests(t *testing.T, srv *chunkserver.Server, op, result string) float64 {
 	t.Helper()
-	fams, err := srv.metrics.reg.Gather()
+	fams, err := srv.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package chunkserver
+package disagg_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
@@ -27,10 +28,10 @@ func (c *testCluster) createCopyset(t *testing.T, g copyset.GroupID, members ...
 	t.Helper()
 	var peers []copyset.PeerID
 	for _, i := range members {
-		peers = append(peers, c.servers[i].Local())
+		peers = append(peers, c.Servers[i].Local())
 	}
 	for _, i := range members {
-		if _, err := c.servers[i].Copysets().Create(t.Context(), g, peers); err != nil {
+		if _, err := c.Servers[i].Copysets().Create(t.Context(), g, peers); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,16 +43,16 @@ func (c *testCluster) createCopyset(t *testing.T, g copyset.GroupID, members ...
 func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 	t.Helper()
 	testwait.Until(t, 20*time.Second, func() error {
-		if c.servers[l].Copysets().Get(g).IsLeader() {
+		if c.Servers[l].Copysets().Get(g).IsLeader() {
 			return nil
 		}
 		var transfer error
-		for i := range c.servers {
-			if c.cancels[i] == nil || i == l {
+		for i := range c.Servers {
+			if !c.Running(i) || i == l {
 				continue
 			}
-			if n := c.servers[i].Copysets().Get(g); n != nil && n.IsLeader() {
-				if err := n.TransferLeader(t.Context(), c.servers[l].Local()); err != nil {
+			if n := c.Servers[i].Copysets().Get(g); n != nil && n.IsLeader() {
+				if err := n.TransferLeader(t.Context(), c.Servers[l].Local()); err != nil {
 					transfer = fmt.Errorf("transfer %d/%d to server %d: %w", g.Pool(), g.Copyset(), l, err)
 				}
 			}
@@ -61,7 +62,7 @@ func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 		}
 		return fmt.Errorf("server %d does not lead %d/%d", l, g.Pool(), g.Copyset())
 	})
-	if _, err := c.servers[l].Copysets().Get(g).ReadBarrier(t.Context()); err != nil {
+	if _, err := c.Servers[l].Copysets().Get(g).ReadBarrier(t.Context()); err != nil {
 		t.Fatalf("server %d, copyset %d/%d: read barrier: %v", l, g.Pool(), g.Copyset(), err)
 	}
 }
@@ -72,8 +73,8 @@ func (c *testCluster) leadOn(t *testing.T, g copyset.GroupID, l int) {
 func viewClusterTwoCopysets(t *testing.T) (c *testCluster, l int, second copyset.GroupID) {
 	t.Helper()
 	c = viewCluster(t)
-	c.write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	l = c.leader(t)
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{7}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	l = c.Leader(t)
 	second = copyset.NewGroupID(1, 2)
 	c.createCopyset(t, second, 0, 1, 2)
 	c.leadOn(t, second, l)
@@ -109,7 +110,7 @@ func (c *testCluster) establishOn(t *testing.T, i int, task int64, gs ...copyset
 func (c *testCluster) establishReq(i int, task int64, gs ...copyset.GroupID) *kvdisagg.EstablishDisaggTaskRequest {
 	req := &kvdisagg.EstablishDisaggTaskRequest{Meta: viewMeta(task), TimeoutS: 60}
 	for _, g := range gs {
-		ep := c.servers[i].Copysets().Get(g).Status().Epoch
+		ep := c.Servers[i].Copysets().Get(g).Status().Epoch
 		req.Regions = append(req.Regions, &kvcop.RegionInfo{RegionId: uint64(g), RegionEpoch: &kvmeta.RegionEpoch{ConfVer: ep}})
 	}
 	return req
@@ -128,11 +129,11 @@ func (c *testCluster) cancelTask(t *testing.T, i int, task int64) error {
 // taskViews counts the views of task in server i's replica of g.
 func (c *testCluster) taskViews(t *testing.T, i int, g copyset.GroupID, task int64) int {
 	t.Helper()
-	n := c.servers[i].Copysets().Get(g)
+	n := c.Servers[i].Copysets().Get(g)
 	if n == nil {
 		return 0
 	}
-	st, ok := viewStoreOf(n)
+	st, ok := chunkserver.ViewStoreOf(n)
 	if !ok {
 		t.Fatalf("server %d: copyset %d/%d keeps no views", i, g.Pool(), g.Copyset())
 	}
@@ -156,8 +157,8 @@ func (c *testCluster) waitTaskViews(t *testing.T, g copyset.GroupID, task int64,
 	testwait.Until(t, 10*time.Second, func() error {
 		var have []int
 		ok := true
-		for i := range c.servers {
-			if c.cancels[i] == nil || c.servers[i].Copysets().Get(g) == nil {
+		for i := range c.Servers {
+			if !c.Running(i) || c.Servers[i].Copysets().Get(g) == nil {
 				continue
 			}
 			v := c.taskViews(t, i, g, task)
@@ -179,11 +180,11 @@ func (c *testCluster) waitTaskViews(t *testing.T, g copyset.GroupID, task int64,
 // disagg.views.cancel_timeout and drops the other views; once the replica
 // is back, the retry drops its view.
 func TestDisaggViewCancelEverywhere(t *testing.T) {
-	c := startTestCluster(t, 3, func(cfg *Config) {
+	c := startTestCluster(t, 3, func(cfg *chunkserver.Config) {
 		cfg.Disagg.Views.LeaseCheck = 20 * time.Millisecond
 		cfg.Disagg.Views.CancelTimeout = time.Second
 	})
-	a := c.leader(t)
+	a := c.Leader(t)
 	b, o := (a+1)%3, (a+2)%3
 	second, third := copyset.NewGroupID(1, 2), copyset.NewGroupID(1, 3)
 	c.createCopyset(t, second, 0, 1, 2)
@@ -191,7 +192,7 @@ func TestDisaggViewCancelEverywhere(t *testing.T) {
 	c.createCopyset(t, third, o) // not on a
 	c.leadOn(t, third, o)
 
-	segmentOf(t, c.establishOn(t, a, 1, c.group))
+	segmentOf(t, c.establishOn(t, a, 1, c.Group))
 	for _, e := range []struct {
 		i int
 		g copyset.GroupID
@@ -200,7 +201,7 @@ func TestDisaggViewCancelEverywhere(t *testing.T) {
 			t.Fatalf("establish on %d/%d: %v", e.g.Pool(), e.g.Copyset(), r)
 		}
 	}
-	groups := []copyset.GroupID{c.group, second, third}
+	groups := []copyset.GroupID{c.Group, second, third}
 	for _, g := range groups {
 		c.waitTaskViews(t, g, 1, 1)
 	}
@@ -220,10 +221,10 @@ func TestDisaggViewCancelEverywhere(t *testing.T) {
 		t.Fatalf("a cancel of a cancelled task: %v", err)
 	}
 
-	segmentOf(t, c.establishOn(t, a, 2, c.group))
+	segmentOf(t, c.establishOn(t, a, 2, c.Group))
 	segmentOf(t, c.establishOn(t, o, 2, third))
 	c.waitTaskViews(t, third, 2, 1)
-	c.stop(o)
+	c.Stop(o)
 	start := time.Now()
 	err := c.cancelTask(t, a, 2)
 	if grpcstatus.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "1/3") {
@@ -232,8 +233,8 @@ func TestDisaggViewCancelEverywhere(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("cancel with the leader of 1/3 down took %v", d)
 	}
-	c.waitTaskViews(t, c.group, 2, 0)
-	c.start(o, nil)
+	c.waitTaskViews(t, c.Group, 2, 0)
+	c.Start(o, nil)
 	c.leadOn(t, third, o)
 	if got := c.taskViews(t, o, third, 2); got != 1 {
 		t.Fatalf("1/3 keeps %d views of task 2 while its leader was down, want 1", got)
@@ -264,7 +265,7 @@ func TestDisaggViewConcurrentEstablish(t *testing.T) {
 	var wg sync.WaitGroup
 	for k := range calls {
 		wg.Go(func() {
-			resps[k], errs[k] = c.tikv(l).EstablishDisaggTask(t.Context(), c.establishReq(l, 3, c.group, second))
+			resps[k], errs[k] = c.tikv(l).EstablishDisaggTask(t.Context(), c.establishReq(l, 3, c.Group, second))
 		})
 	}
 	wg.Wait()
@@ -284,7 +285,7 @@ func TestDisaggViewConcurrentEstablish(t *testing.T) {
 			seqs[sg.GetRegionId()] = sg.GetViewSeq()
 		}
 	}
-	for _, g := range []copyset.GroupID{c.group, second} {
+	for _, g := range []copyset.GroupID{c.Group, second} {
 		if n := c.taskViews(t, l, g, 3); n != 1 {
 			t.Fatalf("the leader of %d/%d keeps %d views of the task, want 1", g.Pool(), g.Copyset(), n)
 		}

@@ -1,4 +1,4 @@
-package chunkserver
+package datasync_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/chunkserver"
+	"github.com/chunkraft/chunkraft/chunkserver/servertest"
 	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	statepb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
@@ -27,7 +29,7 @@ import (
 
 // smallSnapshots makes raft snapshot and truncate the log often: a
 // snapshot every 16 entries (checked every 200 ms), 8 entries kept.
-func smallSnapshots(cfg *Config) {
+func smallSnapshots(cfg *chunkserver.Config) {
 	cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs, cfg.Raft.SnapshotInterval = 16, 8, 200*time.Millisecond
 }
 
@@ -39,7 +41,7 @@ func smallSnapshots(cfg *Config) {
 func startStalledExport(t *testing.T, c *testCluster) (uint64, func()) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "export")
-	c.write(t, 1, 1, 0, block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	c.Write(t, 1, 1, 0, servertest.Block(1), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	if r, err := c.syncTool(0).CreateSyncTask(context.Background(), createReq("1", "backup", dspb.SyncMode_kFullAndContinuous.Enum(), "file://"+root)); err != nil || r.GetCode() != 0 {
 		t.Fatalf("create: %v %v", r, err)
 	}
@@ -73,17 +75,6 @@ func startStalledExport(t *testing.T, c *testCluster) (uint64, func()) {
 	}
 }
 
-// running returns the indexes of the servers running.
-func (c *testCluster) running() []int {
-	var out []int
-	for i := range c.servers {
-		if c.cancels[i] != nil {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
 // cursor returns the binlog point of the one sub-task (server 0's view).
 func (c *testCluster) cursor(t *testing.T) uint64 {
 	t.Helper()
@@ -99,7 +90,7 @@ func (c *testCluster) cursor(t *testing.T) uint64 {
 func (c *testCluster) writeBlocks(t *testing.T, n, size int) {
 	t.Helper()
 	for i := range n {
-		c.write(t, 1, 1, uint32(i%64)*uint32(size), bytes.Repeat([]byte{byte(i + 1)}, size), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+		c.Write(t, 1, 1, uint32(i%64)*uint32(size), bytes.Repeat([]byte{byte(i + 1)}, size), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	}
 	c.waitApplied(t)
 }
@@ -108,10 +99,10 @@ func (c *testCluster) writeBlocks(t *testing.T, n, size int) {
 // commit index.
 func (c *testCluster) waitApplied(t *testing.T) {
 	t.Helper()
-	commit := c.mbNode(c.leader(t)).CommitIndex()
+	commit := c.Node(c.Leader(t)).CommitIndex()
 	testwait.Until(t, 10*time.Second, func() error {
-		for _, i := range c.running() {
-			if applied := c.mbNode(i).AppliedIndex(); applied < commit {
+		for _, i := range c.Up() {
+			if applied := c.Node(i).AppliedIndex(); applied < commit {
 				return fmt.Errorf("server %d applied %d, not the commit index %d", i, applied, commit)
 			}
 		}
@@ -124,8 +115,8 @@ func (c *testCluster) waitApplied(t *testing.T) {
 func (c *testCluster) snapshotAll(t *testing.T) map[int]uint64 {
 	t.Helper()
 	firsts := map[int]uint64{}
-	for _, i := range c.running() {
-		n := c.mbNode(i)
+	for _, i := range c.Up() {
+		n := c.Node(i)
 		if err := n.Snapshot(context.Background()); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			t.Fatalf("server %d: %v", i, err)
 		}
@@ -146,7 +137,7 @@ func (c *testCluster) waitTruncated(t *testing.T, index uint64) {
 		c.writeBlocks(t, 10, 4096)
 		firsts := c.snapshotAll(t)
 		for i, first := range firsts {
-			if first <= index || c.mbNode(i).LogPins().Pins != 0 {
+			if first <= index || c.Node(i).LogPins().Pins != 0 {
 				return fmt.Errorf("the logs start at %v, not all past %d, or still hold pins", firsts, index)
 			}
 		}
@@ -166,26 +157,26 @@ func TestSyncLogHoldEveryReplica(t *testing.T) {
 	c.writeBlocks(t, 40, 4096)
 	firsts := c.snapshotAll(t)
 	for i, first := range firsts {
-		_, last, _ := c.mbNode(i).LogBounds()
+		_, last, _ := c.Node(i).LogBounds()
 		if first > at || last < at+40 {
-			t.Fatalf("server %d (leader %d) holds its log from %d to %d: the sub-task's cursor %d is not held", i, c.leader(t), first, last, at)
+			t.Fatalf("server %d (leader %d) holds its log from %d to %d: the sub-task's cursor %d is not held", i, c.Leader(t), first, last, at)
 		}
-		if _, err := c.mbNode(i).LogEntry(at); err != nil {
+		if _, err := c.Node(i).LogEntry(at); err != nil {
 			t.Fatalf("server %d: the entry at the cursor: %v", i, err)
 		}
 	}
 	if now := c.cursor(t); now != at {
 		t.Fatalf("the stalled export moved from %d to %d", at, now)
 	}
-	old := c.leader(t)
-	c.stop(old)
+	old := c.Leader(t)
+	c.Stop(old)
 	repair()
 	c.writeBlocks(t, 2, 4096)
 	other := (old + 1) % 3
 	testwait.Until(t, 15*time.Second, func() error {
 		tasks := c.subTasks(t, other)
 		p := tasks[0].GetProgress()
-		if tasks[0].GetStatus() == "RUNNING" && p.GetSyncPoint().GetOffset() > at+40 && p.GetTabletEndpoint() == c.servers[c.leader(t)].Local().Addr() {
+		if tasks[0].GetStatus() == "RUNNING" && p.GetSyncPoint().GetOffset() > at+40 && p.GetTabletEndpoint() == c.Servers[c.Leader(t)].Local().Addr() {
 			return nil
 		}
 		err := fmt.Errorf("the new leader did not go on from the held cursor %d: %v %v", at, tasks[0], c.readable(t, other))
@@ -205,13 +196,13 @@ func TestSyncLogHoldEveryReplica(t *testing.T) {
 // bound; the copyset keeps taking writes and every replica lets the log
 // go.
 func TestSyncRetentionBoundFails(t *testing.T) {
-	c := startTestCluster(t, 3, smallSnapshots, func(cfg *Config) { cfg.Sync.MaxRetainedBytes = 1 << 20 })
+	c := startTestCluster(t, 3, smallSnapshots, func(cfg *chunkserver.Config) { cfg.Sync.MaxRetainedBytes = 1 << 20 })
 	at, _ := startStalledExport(t, c)
 	c.writeBlocks(t, 40, 64<<10) // 2.5 MiB behind the cursor
 	c.snapshotAll(t)
 	var rec *statepb.SubTask
 	testwait.Until(t, 15*time.Second, func() error {
-		m, ok := datasync.MachineOf(c.mbNode(0))
+		m, ok := datasync.MachineOf(c.Node(0))
 		if !ok {
 			t.Fatal("no sync machine")
 		}
@@ -226,8 +217,8 @@ func TestSyncRetentionBoundFails(t *testing.T) {
 		t.Fatalf("failure message %q does not name the bound", msg)
 	}
 	t.Log(rec.GetMessage())
-	c.write(t, 1, 1, 0, block(9), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
-	if got := c.read(t, 1, 0, 4096); !bytes.Equal(got, block(9)) {
+	c.Write(t, 1, 1, 0, servertest.Block(9), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	if got := c.Read(t, 1, 0, 4096); !bytes.Equal(got, servertest.Block(9)) {
 		t.Fatal("the copyset does not serve what it was written after the failure")
 	}
 	c.waitTruncated(t, at)
