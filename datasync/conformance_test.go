@@ -1,8 +1,6 @@
 package datasync
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,7 +12,6 @@ import (
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -179,17 +176,10 @@ func syncConformanceState(ms copyset.Machines) (string, error) {
 	if !ok {
 		return "", errors.New("no sync machine")
 	}
-	var b []byte
+	var out string
 	var err error
-	m.View(func(st *pb.State) { b, err = protojson.Marshal(st) })
-	if err != nil {
-		return "", err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", " "); err != nil {
-		return "", err
-	}
-	return out.String(), nil
+	m.View(func(st *pb.State) { out, err = copysettest.IndentedJSON(st) })
+	return out, err
 }
 
 // The sync machine keeps the StateMachine contract under a log of every

@@ -1,8 +1,6 @@
 package disagg
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,7 +10,6 @@ import (
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // lockWorkload proposes lock and mark decisions and their settles on a
@@ -91,17 +88,10 @@ func lockConformanceState(ms copyset.Machines) (string, error) {
 	if !ok {
 		return "", errors.New("no disagg machine")
 	}
-	var b []byte
+	var out string
 	var err error
-	m.View(func(st *pb.State) { b, err = protojson.Marshal(st) })
-	if err != nil {
-		return "", err
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", " "); err != nil {
-		return "", err
-	}
-	return out.String(), nil
+	m.View(func(st *pb.State) { out, err = copysettest.IndentedJSON(st) })
+	return out, err
 }
 
 // The disagg machine keeps the StateMachine contract: replay from any

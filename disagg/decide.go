@@ -2,6 +2,7 @@ package disagg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -71,11 +72,11 @@ func (s *Service) decideOnKey(ctx context.Context, n *copyset.Node, m *Machine, 
 		break
 	}
 	reason, err := s.complete(ctx, n, k, mark, store, seq)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotOwner):
+		return notOwner(), nil // left pending: the next owner's settler completes it
+	case err != nil:
 		return nil, err // left pending: the settler completes it
-	}
-	if reason == errNotOwner {
-		return notOwner(), nil
 	}
 	s.settler.done(key, index)
 	if reason != "" {
@@ -84,12 +85,13 @@ func (s *Service) decideOnKey(ctx context.Context, n *copyset.Node, m *Machine, 
 	return success(), nil
 }
 
-// errNotOwner is complete's answer when this server no longer leads.
-const errNotOwner = "\x00not owner"
+// errNotOwner is complete's error when this server no longer leads
+// (nothing was written).
+var errNotOwner = errors.New("not the lock owner any more")
 
 // complete decides a pending decision by the objects in S3 and writes its
-// object: the conflict reason, "" when the object was written, errNotOwner
-// when this server no longer leads (nothing written), or an error of the
+// object: the conflict reason, or "" when the object was written; the
+// error errNotOwner when this server no longer leads, else one of the
 // object store.
 func (s *Service) complete(ctx context.Context, n *copyset.Node, k Key, mark bool, store, seq uint64) (string, error) {
 	var object, what string
@@ -120,7 +122,7 @@ func (s *Service) complete(ctx context.Context, n *copyset.Node, k Key, mark boo
 		object, what = k.LockKey(store, seq), "the lock"
 	}
 	if !n.IsLeader() {
-		return errNotOwner, nil
+		return "", errNotOwner
 	}
 	if err := s.putEmpty(ctx, object, what); err != nil {
 		return "", err

@@ -2,6 +2,7 @@ package disagg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -150,11 +151,11 @@ func (s *Service) completeOrphans(ctx context.Context, n *copyset.Node, m *Machi
 		}
 		reason, err := s.complete(ctx, n, k, p.GetMark(), p.GetStoreId(), p.GetSeq())
 		switch {
+		case errors.Is(err, errNotOwner):
+			return
 		case err != nil:
 			s.log.Warn("disagg settler: completing a pending decision failed (next pass retries)", "key", p.GetKey(), "index", p.GetIndex(), "err", err)
 			continue
-		case reason == errNotOwner:
-			return
 		}
 		s.orphans.Inc()
 		s.log.Info("disagg settler: completed a pending decision", "key", p.GetKey(), "index", p.GetIndex(), "mark", p.GetMark(), "conflict", reason)

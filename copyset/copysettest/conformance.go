@@ -1,6 +1,8 @@
 package copysettest
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
 )
@@ -501,4 +506,18 @@ func diff(got, want string) string {
 		}
 	}
 	return "  (equal lines)"
+}
+
+// IndentedJSON is msg as indented protojson: a Workload.State of a machine
+// whose state is a proto message, so that a difference shows on its line.
+func IndentedJSON(msg proto.Message) (string, error) {
+	b, err := protojson.Marshal(msg)
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", " "); err != nil {
+		return "", err
+	}
+	return out.String(), nil
 }
