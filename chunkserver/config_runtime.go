@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkstore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	"go.yaml.in/yaml/v3"
@@ -61,7 +62,7 @@ type runtimeKey struct {
 // ChunkServerStatus.
 type runtimeState struct {
 	log      *slog.Logger
-	admit    *admission
+	admit    *chunkstore.Admission
 	copysets *copyset.Manager
 	local    copyset.PeerID
 	conns    *connCache // the server's connections to the other chunkservers
@@ -170,10 +171,10 @@ func (rt *runtimeState) registerBuiltinKeys() {
 			}
 			return nil
 		},
-		apply: func(next *Config) { rt.admit.setMaxInflight(int64(next.MaxInflight)) },
+		apply: func(next *Config) { rt.admit.SetMaxInflight(int64(next.MaxInflight)) },
 	})
 	rt.registerRuntimeKey("min_free_bytes", runtimeKey{
-		apply: func(next *Config) { rt.admit.setMinFree(next.MinFreeBytes) },
+		apply: func(next *Config) { rt.admit.SetMinFree(next.MinFreeBytes) },
 	})
 	reload := func(r copyset.RaftReload) {
 		if err := rt.copysets.ReloadRaft(r); err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkstore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/integrity"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -27,7 +28,7 @@ import (
 type copysetService struct {
 	pb.UnimplementedCopysetServiceServer
 	copysets *copyset.Manager
-	admit    *admission
+	admit    *chunkstore.Admission
 	log      *slog.Logger
 	// conns are the server's connections to the other chunkservers
 	// (probes). peerStatus asks the server at addr for its replica of g;
@@ -371,12 +372,8 @@ func braftState(st copyset.Status) uint32 {
 // messages, which a Curve client reads unchanged.
 const (
 	// AppliedTrailerKey accompanies a hash (GetChunkHash, GetCopysetStatus
-	// with queryHash): the state machines' applied index the hash was taken
-	// at, with no entry being applied. Replicas with equal values hold the
-	// same data exactly when their hashes are equal. It counts only entries
-	// that reach the state machines (not raft's no-ops and barriers), so it
-	// can be below knownAppliedIndex.
-	AppliedTrailerKey = "chunkraft-hash-applied"
+	// with queryHash): chunkstore.AppliedTrailerKey.
+	AppliedTrailerKey = chunkstore.AppliedTrailerKey
 	// PeersTrailerKey (GetCopysetStatus) is the newest configuration this
 	// replica knows, committed or not: peer ids joined by commas.
 	PeersTrailerKey = "chunkraft-peers"
@@ -408,30 +405,6 @@ func splitPeers(v []string) []copyset.PeerID {
 		}
 	}
 	return out
-}
-
-// setAppliedTrailer sets AppliedTrailerKey on the response.
-func setAppliedTrailer(ctx context.Context, applied uint64) {
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(AppliedTrailerKey, strconv.FormatUint(applied, 10)))
-}
-
-// shareCommitTimeout bounds shareCommit: a leader without a quorum cannot
-// commit the barrier, and the hash it serves must not wait for one.
-const shareCommitTimeout = time.Second
-
-// shareCommit has n, when it leads, tell its followers its commit index now
-// (Node.ShareCommit), so that replicas compared right after a write have
-// applied it; a failure only delays that and is logged.
-func shareCommit(ctx context.Context, n *copyset.Node, log *slog.Logger) {
-	if !n.IsLeader() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, shareCommitTimeout)
-	defer cancel()
-	var nl *copyset.NotLeaderError
-	if err := n.ShareCommit(ctx); err != nil && !errors.As(err, &nl) {
-		log.Debug("share commit index", "pool", n.Group().Pool(), "copyset", n.Group().Copyset(), "err", err)
-	}
 }
 
 // GetCopysetStatus reports this replica's raft status (any replica
@@ -477,14 +450,14 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 			if _, err := n.ReadBarrier(ctx); err != nil && !errors.As(err, &nl) {
 				return failed(err)
 			}
-			shareCommit(ctx, n, s.log)
+			chunkstore.ShareCommit(ctx, n, s.log)
 		}
-		h, applied, err := copysetHash(ctx, n)
+		h, applied, err := chunkstore.CopysetHash(ctx, n)
 		if err != nil {
 			return failed(err)
 		}
-		hash = formatHash(h)
-		setAppliedTrailer(ctx, applied)
+		hash = strconv.FormatUint(uint64(h), 10)
+		chunkstore.SetAppliedTrailer(ctx, applied)
 	}
 	if peers, err := n.Peers(); err == nil {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(PeersTrailerKey, joinPeers(peers)))
@@ -507,7 +480,7 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 		Status:            copysetStatus(pb.COPYSET_OP_STATUS_COPYSET_OP_STATUS_SUCCESS),
 		State:             proto.Uint32(braftState(st)),
 		Peer:              &commonpb.Peer{Address: proto.String(string(st.Peer))},
-		ReadOnly:          proto.Bool(s.admit.readOnly() || st.Broken != nil),
+		ReadOnly:          proto.Bool(s.admit.ReadOnly() || st.Broken != nil),
 		Term:              proto.Int64(int64(st.Term)),
 		CommittedIndex:    proto.Int64(int64(st.CommittedIndex)),
 		KnownAppliedIndex: proto.Int64(int64(st.AppliedIndex)),

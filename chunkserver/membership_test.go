@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"syscall"
+
+	"github.com/chunkraft/chunkraft/chunkstore/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/testwait"
@@ -27,7 +29,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"syscall"
 )
 
 func mbPeer(id string) *commonpb.Peer { return &commonpb.Peer{Address: proto.String(id)} }

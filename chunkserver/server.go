@@ -11,11 +11,11 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/chunkstore"
+	"github.com/chunkraft/chunkraft/chunkstore/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 	"github.com/chunkraft/chunkraft/datasync"
@@ -44,21 +44,18 @@ type Server struct {
 	trans    *copyset.TransportManager
 	copysets *copyset.Manager
 	metrics  *metrics
-	admit    *admission
-	shared   *sharedlog.Log // nil unless raft.log_store is shared
-	pool     *datastore.FilePool
-	cache    *datastore.BlockCache
-	sources  *cloneSource
-	fences   *fencer     // replicated epoch fences (fence.go)
-	stale    *staleSweep // deletes replicas their copyset no longer has (stale_sweep.go)
-	cluster  *clusterMap // the cluster map service (cluster_map.go)
+	admit    *chunkstore.Admission // the chunk store's, read by the host's status and runtime config
+	shared   *sharedlog.Log        // nil unless raft.log_store is shared
+	objects  objstore.Store        // clone sources and disagg's lock objects
+	stale    *staleSweep           // deletes replicas their copyset no longer has (stale_sweep.go)
+	cluster  *clusterMap           // the cluster map service (cluster_map.go)
 	ready    atomic.Bool
+	chunks   *chunkstore.Store  // ChunkService, the chunk, fence and view machines, Fences
 	scans    *integrity.Service // IntegrityService, ScanService, scan worker, /integrity
 	syncs    *datasync.Service  // DataCollector, SyncTool, SyncInternal, the export collectors
 	disagg   *disagg.Service    // tikvpb.Tikv's lock service and GetDisaggConfig, DisaggInternal, read views
-	// tenants are the services on the copysets beside the chunk store,
-	// driven in this order (tenant.go): scans, syncs, disagg, then any a
-	// test adds.
+	// tenants are the services on the copysets, driven in this order
+	// (tenant.go): chunks, scans, syncs, disagg, then any a test adds.
 	tenants []Tenant
 	peers   *connCache    // connections to the other chunkservers (conncache.go)
 	rt      *runtimeState // ConfigService, ChunkServerStatus (config_runtime.go)
@@ -104,25 +101,16 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	epochs, err := openEpochMap(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
 	// One set of connections to the other chunkservers for every call this
 	// server makes to them outside raft; clone sources read whole chunks.
 	s.peers = newConnCache(s.tls.peerDial(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))
-	s.fences = &fencer{epochs: epochs, local: local, conns: s.peers, log: log.With("component", "fences")}
-	s.scans = integrity.New(integrity.Deps{Local: local, Store: scanStoreOf, Dial: s.peers.get, Logger: log})
-	s.syncs = datasync.New(datasync.Deps{Local: local, Chunks: s.syncChunksOf, Dial: s.peers.get,
+	s.scans = integrity.New(integrity.Deps{Local: local, Dial: s.peers.get, Logger: log})
+	s.syncs = datasync.New(datasync.Deps{Local: local, Dial: s.peers.get,
 		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
 		},
 		ObjectStore: cfg.ObjectStore, CheckPeriod: cfg.Sync.CheckPeriod, SendInterval: cfg.Sync.SendInterval,
 		SnapshotExports: cfg.Sync.SnapshotExports, Logger: log})
-	s.admit = &admission{
-		maxInflight: int64(cfg.MaxInflight), dataDir: cfg.DataDir,
-		minFree: cfg.MinFreeBytes, diskFree: statfsFree,
-	}
 	s.trans = copyset.NewTransportManager(raft.ServerAddress(local.Addr()), copyset.TransportOptions{
 		Logger: log.With("component", "transport"),
 		DialOptions: append([]grpc.DialOption{
@@ -142,15 +130,26 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 			return nil, err
 		}
 	}
-	layout := datastore.Options{Logger: log.With("component", "datastore"), FS: hooks.FS}
-	if err := s.openChunkResources(cfg, &layout); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s.objects, err = objstore.Open(ctx, cfg.ObjectStore)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("object store: %w", err)
+	}
+	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.objects, ObjectStore: cfg.ObjectStore, Logger: log,
+		Dial: s.peers.get, Cluster: func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
+			return s.cluster.ClusterMap(ctx, req)
+		}, StoreID: disagg.StoreIDOf(string(local))})
+	s.chunks, err = chunkstore.Open(chunkstore.Config{Local: local, DataDir: cfg.DataDir,
+		ChunkFilePool: cfg.ChunkFilePool, ReadCacheBytes: cfg.ReadCacheBytes,
+		MaxInflight: cfg.MaxInflight, MinFreeBytes: cfg.MinFreeBytes,
+		Objects: s.objects, CloneSourceServers: cfg.CloneSourceServers, Locks: s.disagg,
+		Dial: s.peers.get, FS: hooks.FS, Logger: log})
+	if err != nil {
 		return nil, err
 	}
-	s.disagg = disagg.New(disagg.Deps{Config: cfg.Disagg, Objects: s.sources.objects, ObjectStore: cfg.ObjectStore, Logger: log,
-		Dial: s.peers.get, CloneOf: cloneOf, Cluster: func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error) {
-			return s.cluster.ClusterMap(ctx, req)
-		}, Views: viewStoreOf, StoreID: disagg.StoreIDOf(string(local))})
-	s.tenants = append([]Tenant{s.scans, s.syncs, s.disagg}, hooks.Tenants...)
+	s.admit = s.chunks.Admission()
+	s.tenants = append([]Tenant{s.chunks, s.scans, s.syncs, s.disagg}, hooks.Tenants...)
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.RaftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.RaftLog, nil))
@@ -160,8 +159,8 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		Dir:           cfg.DataDir,
 		Local:         local,
 		Transports:    s.trans,
-		Machines:      s.machineSpecs(layout, epochs),
-		LeaderPrepare: s.fences.prepare,
+		Machines:      s.machineSpecs(),
+		LeaderPrepare: s.chunks.LeaderPrepare,
 		Raft: copyset.RaftOptions{
 			HeartbeatTimeout:   cfg.Raft.HeartbeatTimeout,
 			ElectionTimeout:    cfg.Raft.ElectionTimeout,
@@ -187,8 +186,7 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.fences.copysets = s.copysets
-	s.metrics = newMetrics(serverStats{copysets: s.countCopysets, crcFailures: s.crcFailures, pool: s.poolStats, admit: s.admit})
+	s.metrics = newMetrics(s.countCopysets)
 	s.metrics.reg.MustRegister(newCopysetCollector(s.copysets), newLogPinCollector(s.copysets, cfg.Raft.MaxPinnedEntries, cfg.Sync.MaxRetainedBytes))
 	for _, t := range s.tenants {
 		t.Attach(s.copysets)
@@ -212,13 +210,8 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		// Needed although grpcbuf sets gRPC's default pool: grpc's default
 		// server options captured the old default at grpc's own init.
 		experimental.BufferPool(grpcbuf.Pool),
-		grpc.ChainUnaryInterceptor(recyclePooled),
+		grpc.ChainUnaryInterceptor(chunkstore.RecyclePooled),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
-	ds := datastore.Options{ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize}
-	chunks := &chunkService{
-		copysets: s.copysets, layout: ds, epochs: epochs, fences: s.fences, admit: s.admit, sources: s.sources, locks: s.disagg, metrics: s.metrics, log: log,
-	}
-	s.sources.copysets, s.sources.local = s.copysets, chunks.localRead
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
 	s.setupRuntime()
@@ -227,8 +220,8 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.registerServices(curveServices{
-		chunks: chunks, copysets: copysets,
-		cli: &cliService2{copysets: s.copysets, ready: &s.ready, conns: s.peers},
+		copysets: copysets,
+		cli:      &cliService2{copysets: s.copysets, ready: &s.ready, conns: s.peers},
 	})
 	return s, nil
 }
@@ -239,7 +232,7 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 // and shrink it after. 0 (no pool) or a pool on a server started without
 // one needs a restart.
 func (s *Server) registerPoolKey() {
-	if s.pool == nil {
+	if s.chunks.Pool() == nil {
 		return
 	}
 	s.rt.registerRuntimeKey("chunk_file_pool", runtimeKey{
@@ -250,44 +243,11 @@ func (s *Server) registerPoolKey() {
 			return nil
 		},
 		apply: func(next *Config) {
-			if err := s.pool.SetTarget(next.ChunkFilePool); err != nil {
+			if err := s.chunks.SetPoolTarget(next.ChunkFilePool); err != nil {
 				s.log.Error("chunk file pool target", "err", err)
 			}
 		},
 	})
-}
-
-// openChunkResources opens what every copyset's chunk store shares: the
-// chunk file pool, the block cache, the object store and the clone source
-// reader, and points layout at the first two.
-func (s *Server) openChunkResources(cfg Config, layout *datastore.Options) error {
-	if cfg.ChunkFilePool > 0 {
-		pool, err := datastore.OpenFilePool(datastore.PoolOptions{
-			Dir: filepath.Join(cfg.DataDir, "chunkfilepool"), Count: cfg.ChunkFilePool,
-			ChunkSize: datastore.DefaultChunkSize, PageSize: datastore.DefaultPageSize, BlockSize: datastore.DefaultBlockSize,
-			Logger: s.log.With("component", "chunkfilepool"),
-		})
-		if err != nil {
-			return err
-		}
-		s.pool, layout.Pool = pool, pool
-	}
-	if cfg.ReadCacheBytes > 0 {
-		cache, err := datastore.NewBlockCache(cfg.ReadCacheBytes)
-		if err != nil {
-			return err
-		}
-		s.cache, layout.Cache = cache, cache
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	objects, err := objstore.Open(ctx, cfg.ObjectStore)
-	if err != nil {
-		return fmt.Errorf("object store: %w", err)
-	}
-	s.sources = &cloneSource{objects: objects, seeds: cfg.CloneSourceServers,
-		conns: s.peers}
-	return nil
 }
 
 func (s *Server) countCopysets() (hosted, leading float64) {
@@ -298,23 +258,6 @@ func (s *Server) countCopysets() (hosted, leading float64) {
 		}
 	}
 	return hosted, leading
-}
-
-func (s *Server) crcFailures() float64 {
-	var n uint64
-	for _, node := range s.copysets.List() {
-		if m, err := chunkMachineOf(node); err == nil {
-			n += m.store.Stats().CRCFailures
-		}
-	}
-	return float64(n)
-}
-
-func (s *Server) poolStats() datastore.PoolStats {
-	if s.pool == nil {
-		return datastore.PoolStats{}
-	}
-	return s.pool.Stats()
 }
 
 // Local returns this server's peer id.
@@ -358,19 +301,6 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	grpcErr := make(chan error, 1)
 	go func() { grpcErr <- s.grpc.Serve(lis) }()
-	// The chunk file pool formats in the background until shutdown.
-	poolCtx, stopPool := context.WithCancel(context.Background())
-	defer stopPool()
-	var poolWG sync.WaitGroup
-	if s.pool != nil {
-		poolWG.Add(1)
-		go func() {
-			defer poolWG.Done()
-			if err := s.pool.Run(poolCtx); err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("chunk file pool", "err", err)
-			}
-		}()
-	}
 	s.log.Info("chunkserver listening", "listen", lis.Addr().String(), "peer", s.local,
 		"metrics", s.cfg.MetricsListen, "data_dir", s.cfg.DataDir)
 
@@ -418,7 +348,6 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	for _, t := range s.tenants {
 		t.Stop()
 	}
-	stopPool()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
@@ -434,11 +363,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		cancel()
 	}
-	poolWG.Wait()
-	err := errors.Join(runErr, closeErr, s.trans.Close(), s.sources.close(), s.peers.close())
-	if s.cache != nil {
-		s.cache.Close()
-	}
+	err := errors.Join(runErr, closeErr, s.trans.Close(), s.objects.Close(), s.peers.close())
 	if s.shared != nil {
 		err = errors.Join(err, s.shared.Close())
 	}
@@ -463,4 +388,15 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// machineSpecs are the state machines of every copyset, in the order they
+// open: each tenant's in the order of s.tenants (the chunk store's first:
+// the others read it through chunkread.In).
+func (s *Server) machineSpecs() []copyset.MachineSpec {
+	var specs []copyset.MachineSpec
+	for _, t := range s.tenants {
+		specs = append(specs, t.Specs()...)
+	}
+	return specs
 }

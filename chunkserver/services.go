@@ -6,25 +6,23 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
-	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
 
-// curveServices are the Curve chunkserver services NewWithSeams builds.
+// curveServices are the Curve chunkserver services of the host that
+// NewWithSeams builds (ChunkService is the chunk store's).
 type curveServices struct {
-	chunks   *chunkService
 	copysets *copysetService
 	cli      *cliService2
 }
 
 // registerServices registers every gRPC service the server answers on
 // s.grpc: the host's here, each tenant's by its Register. The server's
-// parts (s.tenants, s.rt, s.fences, s.trans, s.health) are set up before.
+// parts (s.tenants, s.rt, s.trans, s.health) are set up before.
 func (s *Server) registerServices(curve curveServices) {
 	g := s.grpc
 	// The Curve chunkserver protocol.
-	pb.RegisterChunkServiceServer(g, curve.chunks)
 	pb.RegisterCopysetServiceServer(g, curve.copysets)
 	pb.RegisterCliService2Server(g, curve.cli)
 	pb.RegisterCliServiceServer(g, &cliService{core: curve.cli})
@@ -32,7 +30,8 @@ func (s *Server) registerServices(curve curveServices) {
 	// chunkraft's own: runtime configuration, integrity jobs and range
 	// scans (package integrity).
 	pb.RegisterConfigServiceServer(g, &configService{rt: s.rt})
-	// The tenants: integrity jobs and range scans (IntegrityService,
+	// The tenants: the chunk store (ChunkService; Fences between
+	// servers), integrity jobs and range scans (IntegrityService,
 	// ScanService), the sync service (openmldb.datasync's DataCollector and
 	// SyncTool, SyncInternal between servers), the disagg service
 	// (tikvpb.Tikv's lock service, GetDisaggConfig and read views, its
@@ -40,10 +39,9 @@ func (s *Server) registerServices(curve curveServices) {
 	for _, t := range s.tenants {
 		t.Register(g)
 	}
-	// Between chunkservers: raft traffic of every copyset, epoch fences,
-	// the cluster map (cluster_map.go).
+	// Between chunkservers: raft traffic of every copyset, the cluster
+	// map (cluster_map.go).
 	s.trans.Register(g)
-	raftpb.RegisterFencesServer(g, s.fences)
 	clusterpb.RegisterClusterServer(g, s.cluster)
 	registerUnimplemented(g)
 	healthpb.RegisterHealthServer(g, s.health)

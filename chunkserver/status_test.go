@@ -225,7 +225,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 // pool refuses the key: TestConfigServiceRuntimeKeys.)
 func TestConfigChunkFilePool(t *testing.T) {
 	c := startTestCluster(t, 1, func(cfg *Config) { cfg.ChunkFilePool = 1 })
-	pool := c.Servers[0].pool
+	pool := c.Servers[0].Chunks().Pool()
 	testwait.Until(t, 20*time.Second, func() error {
 		if st := pool.Stats(); st.Ready != 1 {
 			return fmt.Errorf("the pool has not formatted its file: %+v", st)
@@ -290,8 +290,8 @@ func TestConfigSetSurvivesRestart(t *testing.T) {
 		}
 	}
 	srv := c.Servers[f]
-	if srv.admit.maxInflight != 777 || srv.LogLevelVar().Level() != slog.LevelWarn {
-		t.Fatalf("after restart max_inflight %d, level %v", srv.admit.maxInflight, srv.LogLevelVar().Level())
+	if srv.Chunks().Admission().MaxInflight() != 777 || srv.LogLevelVar().Level() != slog.LevelWarn {
+		t.Fatalf("after restart max_inflight %d, level %v", srv.Chunks().Admission().MaxInflight(), srv.LogLevelVar().Level())
 	}
 	want := copyset.RaftReload{SnapshotThreshold: 999, TrailingLogs: 4321, SnapshotInterval: 7 * time.Second}
 	if got := srv.Copysets().Get(c.Group).RaftSettings(); got != want {

@@ -7,16 +7,16 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 )
 
-// Tenant is a service built on the copysets that the server hosts beside
-// the chunk store (integrity, datasync, disagg). The server builds its
-// tenants in NewWithSeams and then drives each the same way, in the order of
-// its list: their machine specs open after the host's own (the chunk
-// store, fences, read views: a tenant's Open may look up the chunk
-// machine among the opened ones), Attach gives them the copyset manager
-// before anything runs, Register adds their gRPC services, Collectors
-// their metrics; Start runs before the copysets load (workers that wait
-// for leadership), Stop after the copysets have closed. Adding a tenant is
-// one entry in that list.
+// Tenant is a service built on the copysets: the chunk store
+// (chunkstore) and the services beside it (integrity, datasync, disagg).
+// The server builds its tenants in NewWithSeams and then drives each the
+// same way, in the order of its list: their machine specs open in that
+// order (the chunk store's first: a later tenant's Open may look up the
+// chunk machine among the opened ones, chunkread.In), Attach gives them
+// the copyset manager before anything runs, Register adds their gRPC
+// services, Collectors their metrics; Start runs before the copysets load
+// (workers that wait for leadership), Stop after the copysets have
+// closed. Adding a tenant is one entry in that list.
 type Tenant interface {
 	// Name names the tenant in logs and errors.
 	Name() string

@@ -28,7 +28,7 @@ import (
 // toyKind is the test tenant's machine kind, far from internal/kinds'.
 const toyKind copyset.Kind = 202
 
-// toyTenant is a sixth tenant for tests: the toy key-value machine on
+// toyTenant is a tenant for tests beside the real four: the toy key-value machine on
 // every copyset and a gRPC service, chunkraft.test.Toy, whose Put
 // ("pool/copyset/key=value") proposes on that copyset's leader and whose
 // Get ("pool/copyset/key") reads the applied value; a metric counts Puts.

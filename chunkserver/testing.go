@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
-	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/chunkstore"
+	"github.com/chunkraft/chunkraft/chunkstore/datastore"
 	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,10 +48,10 @@ func (s *Server) Syncs() *datasync.Service { return s.syncs }
 // calls.
 func (s *Server) Disagg() *disagg.Service { return s.disagg }
 
-// ViewStoreOf is the read views' store of a copyset's chunk machine (false:
-// the copyset has no chunk machine).
-func ViewStoreOf(n *copyset.Node) (disagg.ViewStore, bool) { return viewStoreOf(n) }
-
 // HTTPHandler is the handler the metrics listener serves (/metrics,
 // /integrity, ...), for tests that call it without the listener.
 func (s *Server) HTTPHandler() http.Handler { return s.httpHandler() }
+
+// Chunks is the server's chunk store tenant, for tests that look at its
+// fences and admission.
+func (s *Server) Chunks() *chunkstore.Store { return s.chunks }

@@ -36,5 +36,5 @@
 //     verified leadership with a quorum, after applying everything committed
 //     when the read arrived.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., internal/kinds, integrity/..., datasync/..., dm/..., disagg/...
+// Must not import: chunkserver/..., chunkstore/..., cli/..., cmd/..., test/..., internal/kinds, integrity/..., datasync/..., dm/..., disagg/...
 package copyset

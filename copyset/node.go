@@ -633,7 +633,7 @@ func (o *termOnce) do(term uint64, step func() error) error {
 
 // LeaderPrepare is what a replica must do, once per term in which it leads,
 // before it accepts writes (WaitWritable): the chunkserver learns the epoch
-// fences of the other members and commits them (chunkserver/fence.go). It
+// fences of the other members and commits them (chunkstore/fence.go). It
 // runs on the leader and must end when ctx does.
 type LeaderPrepare func(ctx context.Context, n *Node) error
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	syncpb "github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
@@ -249,7 +250,7 @@ var errSuperseded = errors.New("the SyncTool dropped this sub-task")
 // export runs one Export of rec, sending its packets with SendData.
 func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) error {
 	p := rec.GetProgress()
-	chunks, err := s.deps.Chunks(n)
+	chunks, err := chunkread.Of(n)
 	if err != nil {
 		return err
 	}
@@ -330,13 +331,13 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 // nodeSource is a copyset as the exporter reads it.
 type nodeSource struct {
 	n      *copyset.Node
-	chunks ChunkReader
+	chunks chunkread.Images
 }
 
 func (ns *nodeSource) Pool() uint32         { return ns.n.Group().Pool() }
 func (ns *nodeSource) Copyset() uint32      { return ns.n.Group().Copyset() }
 func (ns *nodeSource) ListChunks() []uint64 { return ns.chunks.ListChunks() }
-func (ns *nodeSource) ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error) {
+func (ns *nodeSource) ChunkImage(id uint64, buf *chunkread.ImageBuffers) (chunkread.Image, error) {
 	return ns.chunks.ChunkImage(id, buf)
 }
 func (ns *nodeSource) AppliedIndex() uint64 { return ns.n.AppliedIndex() }

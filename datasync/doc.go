@@ -191,5 +191,5 @@
 // chunk imaged later may hold ops after that index (a restore --until-index
 // must not go below the largest as_of_index of the snapshot records).
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., integrity/..., dm/..., disagg/...
+// Must not import: chunkserver/..., chunkstore/..., cli/..., cmd/..., test/..., integrity/..., dm/..., disagg/...
 package datasync

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,10 +21,6 @@ import (
 // The exporter: the core of a sub-task's DataCollector. Export produces the
 // packets of one copyset's export in point order and hands each to a
 // sender; see "Why the export is exact" in the package documentation.
-
-// ErrChunkGone is wrapped by Source.ChunkImage for a chunk that no longer
-// exists (deleted since it was listed): the export skips it.
-var ErrChunkGone = errors.New("chunk gone")
 
 // ErrLogGone is wrapped by Export and FirstIndexAtOrAfter when the
 // retained raft log no longer reaches back to where the export must
@@ -50,36 +47,6 @@ const (
 	maxPollInterval = 100 * time.Millisecond
 )
 
-// ChunkImage is one chunk as of one moment, stamped with the log index of
-// the last op applied to it (datastore.Image); a clone chunk's data is
-// materialised: Data is what a client reads.
-type ChunkImage struct {
-	ID uint64
-	// Index and Op are the log index of the last op on the chunk and its
-	// position among the ops of that entry: the image reflects every op on
-	// the chunk up to (Index, Op) and none after.
-	Index           uint64
-	Op              uint32
-	Sn, CorrectedSn uint64
-	BlockSize       uint32
-	// Data is the chunk's data, the chunk size long.
-	Data []byte
-	// SnapSn is the sn of the chunk's COW snapshot, 0 if it has none.
-	SnapSn uint64
-	// SnapCopied says, per block, whether the block was copied into the
-	// snapshot: its snapshot content is SnapData's block; the snapshot
-	// reads the other blocks from Data.
-	SnapCopied []bool
-	SnapData   []byte
-}
-
-// ImageBuffers is room for one ChunkImage, which the exporter hands from
-// packet to packet so that reading a chunk does not allocate (and fault
-// in) a chunk's size each time. What it holds is the source's business.
-type ImageBuffers struct {
-	Data, Snap []byte
-}
-
 // LogPin is a hold on a copyset's raft log from an index on
 // (*copyset.LogPin).
 type LogPin interface {
@@ -100,10 +67,10 @@ type Source interface {
 	// ListChunks returns the chunk ids, ascending.
 	ListChunks() []uint64
 	// ChunkImage returns chunk id as of one moment; an error wrapping
-	// ErrChunkGone if the chunk no longer exists. The image's data lies in
+	// chunkread.ErrChunkGone if the chunk no longer exists. The image's data lies in
 	// buf (which the source fills in, allocating what it lacks) until the
 	// next ChunkImage with buf.
-	ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error)
+	ChunkImage(id uint64, buf *chunkread.ImageBuffers) (chunkread.Image, error)
 	// AppliedIndex is the highest log index the state machines applied.
 	AppliedIndex() uint64
 	// CommitIndex is the highest log index known committed: LogEntry reads
@@ -233,7 +200,7 @@ func (o ExportOptions) withDefaults(src Source) ExportOptions {
 // (else an error wrapping ErrLogGone). From a kBINLOG point it exports the
 // binlog phase only (kIncrementalByTimestamp: from FirstIndexAtOrAfter's
 // index; it tails the log like kFullAndContinuous). Every record of a
-// chunk comes from one ChunkImage, so a chunk never spans packets and
+// chunk comes from one chunkread.Image, so a chunk never spans packets and
 // snapshot points always have offset 0. The log pin is advanced as
 // packets are sent and released on return.
 func Export(ctx context.Context, src Source, from *dspb.SyncPoint, binlogStart uint64, opts ExportOptions,
@@ -280,7 +247,7 @@ type exporter struct {
 	sendErr error // the error send returned, which stopped the export
 	// images holds the buffers of the images in the packet being built,
 	// spare those free for the next images.
-	images, spare []*ImageBuffers
+	images, spare []*chunkread.ImageBuffers
 	// scratch is the buffer the last packet was encoded in, which the next
 	// one reuses (send returned: it is done with it). After a failed send
 	// it is dropped: the transport may still hold it.
@@ -472,7 +439,7 @@ func (e *exporter) snapshot(ctx context.Context, at exportfmt.Point) error {
 			return err
 		}
 		img, err := e.src.ChunkImage(id, e.imageBuffers())
-		if errors.Is(err, ErrChunkGone) {
+		if errors.Is(err, chunkread.ErrChunkGone) {
 			e.spare = append(e.spare, e.images[len(e.images)-1])
 			e.images = e.images[:len(e.images)-1]
 			continue // the binlog deletes it (or creates it again)
@@ -501,12 +468,12 @@ func (e *exporter) snapshot(ctx context.Context, at exportfmt.Point) error {
 
 // imageBuffers returns buffers for the next image of the packet being
 // built: spare ones when there are.
-func (e *exporter) imageBuffers() *ImageBuffers {
-	var b *ImageBuffers
+func (e *exporter) imageBuffers() *chunkread.ImageBuffers {
+	var b *chunkread.ImageBuffers
 	if n := len(e.spare); n > 0 {
 		b, e.spare = e.spare[n-1], e.spare[:n-1]
 	} else {
-		b = &ImageBuffers{}
+		b = &chunkread.ImageBuffers{}
 	}
 	e.images = append(e.images, b)
 	return b
@@ -525,7 +492,7 @@ func (e *exporter) sent() {
 // zero, so that it exists), then COW snapshot records for the runs of
 // blocks copied into its snapshot (one with no data for a snapshot with
 // none copied). The records alias the image's buffers.
-func imageRecords(id uint64, img ChunkImage) ([]*syncpb.Record, error) {
+func imageRecords(id uint64, img chunkread.Image) ([]*syncpb.Record, error) {
 	bs := int(img.BlockSize)
 	switch {
 	case img.ID != id:

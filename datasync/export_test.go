@@ -14,6 +14,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/chunkop"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
@@ -33,7 +34,7 @@ const fakeBlock = 512
 // retained prefix cut off below first, and the pins taken on it.
 type fakeSource struct {
 	mu              sync.Mutex
-	chunks          map[uint64]ChunkImage
+	chunks          map[uint64]chunkread.Image
 	gone            map[uint64]bool // listed, but gone when imaged
 	entries         map[uint64]copyset.LogEntry
 	first           uint64
@@ -44,7 +45,7 @@ type fakeSource struct {
 }
 
 func newFakeSource() *fakeSource {
-	return &fakeSource{chunks: map[uint64]ChunkImage{}, gone: map[uint64]bool{},
+	return &fakeSource{chunks: map[uint64]chunkread.Image{}, gone: map[uint64]bool{},
 		entries: map[uint64]copyset.LogEntry{}, first: 1, pins: map[*fakePin]bool{}}
 }
 
@@ -65,12 +66,12 @@ func (s *fakeSource) ListChunks() []uint64 {
 	return ids
 }
 
-func (s *fakeSource) ChunkImage(id uint64, _ *ImageBuffers) (ChunkImage, error) {
+func (s *fakeSource) ChunkImage(id uint64, _ *chunkread.ImageBuffers) (chunkread.Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img, ok := s.chunks[id]
 	if !ok {
-		return ChunkImage{}, fmt.Errorf("chunk %d: %w", id, ErrChunkGone)
+		return chunkread.Image{}, fmt.Errorf("chunk %d: %w", id, chunkread.ErrChunkGone)
 	}
 	return img, nil
 }
@@ -217,12 +218,12 @@ func blocks(b ...byte) []byte {
 // COW snapshot), entries 1-5 applied.
 func fixture(t *testing.T) *fakeSource {
 	s := newFakeSource()
-	s.chunks[1] = ChunkImage{ID: 1, Index: 3, Sn: 2, CorrectedSn: 1, BlockSize: fakeBlock, Data: blocks('a', 0, 'b', 'b')}
-	s.chunks[2] = ChunkImage{ID: 2, Index: 4, Sn: 1, BlockSize: fakeBlock, Data: blocks(0, 0, 0, 0)}
+	s.chunks[1] = chunkread.Image{ID: 1, Index: 3, Sn: 2, CorrectedSn: 1, BlockSize: fakeBlock, Data: blocks('a', 0, 'b', 'b')}
+	s.chunks[2] = chunkread.Image{ID: 2, Index: 4, Sn: 1, BlockSize: fakeBlock, Data: blocks(0, 0, 0, 0)}
 	s.gone[3] = true
-	s.chunks[4] = ChunkImage{ID: 4, Index: 5, Sn: 3, BlockSize: fakeBlock, Data: blocks('c', 'c', 'c', 'c'),
+	s.chunks[4] = chunkread.Image{ID: 4, Index: 5, Sn: 3, BlockSize: fakeBlock, Data: blocks('c', 'c', 'c', 'c'),
 		SnapSn: 2, SnapCopied: []bool{false, true, true, false}, SnapData: blocks(0, 'd', 'e', 0)}
-	s.chunks[5] = ChunkImage{ID: 5, Index: 1, Sn: 1, BlockSize: fakeBlock, Data: blocks(0, 0, 0, 'f')}
+	s.chunks[5] = chunkread.Image{ID: 5, Index: 1, Sn: 1, BlockSize: fakeBlock, Data: blocks(0, 0, 0, 'f')}
 	for i := range 5 {
 		s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 1, 1, 0, blocks(byte(i))))
 	}
@@ -696,7 +697,7 @@ func BenchmarkExportSnapshot(b *testing.B) {
 	}
 	s := newFakeSource()
 	for id := uint64(1); id <= chunks; id++ {
-		s.chunks[id] = ChunkImage{ID: id, Index: 1, Sn: 2, BlockSize: bs, Data: data, SnapSn: 1, SnapCopied: copied, SnapData: snap}
+		s.chunks[id] = chunkread.Image{ID: id, Index: 1, Sn: 2, BlockSize: bs, Data: data, SnapSn: 1, SnapCopied: copied, SnapData: snap}
 	}
 	s.add()
 	b.SetBytes(chunks * chunkSize)

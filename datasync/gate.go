@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 )
 
 // DefaultSnapshotExports is Deps.SnapshotExports when unset.
@@ -38,7 +40,7 @@ type SnapshotGate struct {
 // snapshotBuffers are a snapshot phase's reusable buffers (exporter's
 // images, spare and scratch).
 type snapshotBuffers struct {
-	spare   []*ImageBuffers
+	spare   []*chunkread.ImageBuffers
 	scratch []byte
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
@@ -21,7 +22,7 @@ type bufSource struct {
 	fresh int
 }
 
-func (s *bufSource) ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error) {
+func (s *bufSource) ChunkImage(id uint64, buf *chunkread.ImageBuffers) (chunkread.Image, error) {
 	img, err := s.fakeSource.ChunkImage(id, buf)
 	if err != nil {
 		return img, err

@@ -32,8 +32,6 @@ const DefaultSendInterval = 5 * time.Second
 type Deps struct {
 	// Local is this server's peer id.
 	Local copyset.PeerID
-	// Chunks returns the chunk store of a copyset as the export reads it.
-	Chunks func(n *copyset.Node) (ChunkReader, error)
 	// Cluster returns the cluster map (every server and copyset).
 	Cluster func(ctx context.Context) (*clusterpb.ClusterMapResponse, error)
 	// Dial returns a connection to the chunkserver at addr (the caller's:
@@ -57,14 +55,6 @@ type Deps struct {
 	SnapshotExports int
 	// Logger is the server's logger.
 	Logger *slog.Logger
-}
-
-// ChunkReader is a copyset's chunk store as the export reads it: the
-// lead's adapter over the chunk machine (clone chunks materialised).
-type ChunkReader interface {
-	ListChunks() []uint64
-	ChunkImage(id uint64, buf *ImageBuffers) (ChunkImage, error) // Source.ChunkImage
-	Materialize(ctx context.Context, location string, size uint32) ([]byte, error)
 }
 
 // Service is the sync service of one server: the sync machine's spec, the

@@ -93,10 +93,10 @@
 // error_region naming the regions; another epoch too; any other invalid
 // request error_other, gRPC OK as upstream), registers one view per
 // copyset through raft (kind kinds.View, viewpb.Register, applied to the
-// copyset's chunk store: chunkserver/view_fsm.go). The view's point I is
+// copyset's chunk store: chunkstore/view_fsm.go). The view's point I is
 // the register op's place in the log; from I on every replica keeps the
 // pre-image of each block of the view's chunks that is overwritten or
-// deleted (chunkserver/datastore/view.go: why that is consistent under
+// deleted (chunkstore/datastore/view.go: why that is consistent under
 // replay after kill -9 and snapshot install, the reason it lives in the
 // chunk store and not in a machine of this package). The task meta
 // identifies the task (taskKey): a retried Establish answers the same
@@ -140,5 +140,5 @@
 // were fetched is the leader's memory too: after a leader change a
 // segment whose view was not dropped yet can be fetched again.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., datasync/..., integrity/..., dm/...
+// Must not import: chunkserver/..., chunkstore/..., cli/..., cmd/..., test/..., datasync/..., integrity/..., dm/...
 package disagg

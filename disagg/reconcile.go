@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/disaggpb"
 )
 
@@ -27,24 +28,22 @@ import (
 // (default 10m) is far longer than a proposal takes.
 
 // Start starts the settler of the owner's decisions (settle.go), the read
-// views' lease worker when the server gives views (view_tasks.go), and the
-// reconciler (not with clone locks disabled or no CloneOf).
+// views' lease worker (view_tasks.go), and the reconciler (not with clone
+// locks disabled).
 func (s *Service) Start() error {
 	sw, err := s.copysets.StartLeaderWorker(s.settleWork, copyset.LeaderWorkerOptions{Name: "disagg-settler", RetryDelay: time.Second})
 	if err != nil {
 		return fmt.Errorf("disagg: %w", err)
 	}
-	if s.deps.Views != nil {
-		if err := s.startViews(); err != nil {
-			sw.Stop()
-			return err
-		}
+	if err := s.startViews(); err != nil {
+		sw.Stop()
+		return err
 	}
 	s.mu.Lock()
 	s.settling = sw
 	s.mu.Unlock()
 	c := s.deps.Config.Clones
-	if c.Disabled || s.deps.CloneOf == nil {
+	if c.Disabled {
 		return nil
 	}
 	w, err := s.copysets.StartLeaderWorker(s.reconcile, copyset.LeaderWorkerOptions{Name: "disagg-clone-locks", RetryDelay: c.Interval})
@@ -147,7 +146,7 @@ func (s *Service) reconcileOnce(ctx context.Context, n *copyset.Node, now time.T
 			if l.GetPool() != g.Pool() || l.GetCopyset() != g.Copyset() || (l.GetTimeMs() >= cutoff && !stale) {
 				continue
 			}
-			obj, err := s.deps.CloneOf(n, l.GetChunk())
+			obj, err := s.cloneOf(n, l.GetChunk())
 			if err != nil {
 				return released, fmt.Errorf("chunk %d: %w", l.GetChunk(), err)
 			}
@@ -176,4 +175,16 @@ func (s *Service) reconcileOnce(ctx context.Context, n *copyset.Node, now time.T
 		}
 	}
 	return released, nil
+}
+
+// cloneOf is Deps.CloneOf, or the copyset's chunk store's answer.
+func (s *Service) cloneOf(n *copyset.Node, chunk uint64) (string, error) {
+	if s.deps.CloneOf != nil {
+		return s.deps.CloneOf(n, chunk)
+	}
+	st, err := chunkread.Of(n)
+	if err != nil {
+		return "", err
+	}
+	return st.CloneObject(chunk)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -133,7 +134,8 @@ func (c *testCluster) taskViews(t *testing.T, i int, g copyset.GroupID, task int
 	if n == nil {
 		return 0
 	}
-	st, ok := chunkserver.ViewStoreOf(n)
+	st, err := chunkread.Of(n)
+	ok := err == nil
 	if !ok {
 		t.Fatalf("server %d: copyset %d/%d keeps no views", i, g.Pool(), g.Copyset())
 	}

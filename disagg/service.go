@@ -81,11 +81,9 @@ type Deps struct {
 	Cluster func(ctx context.Context, req *clusterpb.ClusterMapRequest) (*clusterpb.ClusterMapResponse, error)
 	// CloneOf returns the object an @s3 clone chunk of n reads from, ""
 	// for a normal chunk, another clone or no chunk (the reconciler;
-	// called after a read barrier on n's leader).
+	// called after a read barrier on n's leader). nil: the copyset's
+	// chunk store says (chunkread.Clones); tests give their own.
 	CloneOf func(n *copyset.Node, chunk uint64) (string, error)
-	// Views gives a copyset's chunk store as the read views use it
-	// (nil: no read views).
-	Views func(n *copyset.Node) (ViewStore, bool)
 	// StoreID is the server's id in EstablishDisaggTask answers.
 	StoreID uint64
 }

@@ -7,5 +7,5 @@ func (s *Service) Name() string { return "disagg" }
 
 // Specs are the service's state machines: the disagg machine. The read
 // views' op (kinds.View) is applied by the chunk store's host, which owns
-// the pre-images (chunkserver/view_fsm.go).
+// the pre-images (chunkstore/view_fsm.go).
 func (s *Service) Specs() []copyset.MachineSpec { return []copyset.MachineSpec{Spec()} }

@@ -1,7 +1,6 @@
 package disagg
 
 import (
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -73,44 +72,6 @@ func (c ViewConfig) Validate() error {
 // DEFAULT_DISAGG_TASK_REFRESH_SEC); also the grace a new leader gives a
 // view it finds (any extension its predecessor granted ends before it).
 const RefreshLease = 300 * time.Second
-
-// ViewStore is a copyset's chunk store as the read views use it; the
-// chunkserver gives one per copyset (Deps.Views).
-type ViewStore interface {
-	// Views lists the live views.
-	Views() []ViewRecord
-	// Pages lists view seq's chunks and their blocks with data at I.
-	Pages(seq uint64) ([]ChunkPages, error)
-	// ReadPages reads the len(buf)/BlockSize consecutive blocks of chunk
-	// from block first on, as of view seq, into buf (a non-zero multiple
-	// of BlockSize). Errors wrap ErrViewGone, ErrViewOverBudget or
-	// ErrPageNotInView when they are those.
-	ReadPages(seq, chunk uint64, first uint32, buf []byte) error
-	// BlockSize is the size of a page.
-	BlockSize() uint32
-}
-
-// ViewRecord is a live view of a copyset.
-type ViewRecord struct {
-	Seq           uint64 // the register op's sequence number I
-	Info          *vpb.ViewInfo
-	Chunks        int
-	Saved, Budget uint64
-	Over          bool
-}
-
-// ChunkPages is a chunk of a view and its blocks with data at I.
-type ChunkPages struct {
-	Chunk  uint64
-	Blocks []uint32
-}
-
-// Errors of a ViewStore.
-var (
-	ErrViewGone       = errors.New("read view does not exist (dropped, expired or never registered)")
-	ErrViewOverBudget = errors.New("read view passed its pre-image budget and was dropped")
-	ErrPageNotInView  = errors.New("page is not in the read view")
-)
 
 // ViewApplied is the apply result of a view op: the register op's
 // sequence number (the view's identity), or the refusal Err (invalid op;

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 	coprocessor "github.com/chunkraft/chunkraft/proto/kvproto/coprocessor"
 	dpb "github.com/chunkraft/chunkraft/proto/kvproto/disaggregated"
@@ -462,7 +463,7 @@ const maxRunPages = 64
 
 // streamPages sends pages cut at disagg.views.packet_bytes, reading runs
 // of consecutive pages of a chunk at once.
-func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64, send func(*dpb.PagesPacket) error) error {
+func (s *Service) streamPages(st chunkread.Views, seq uint64, key string, ids []uint64, send func(*dpb.PagesPacket) error) error {
 	bs := st.BlockSize()
 	limit := s.deps.Config.Views.PacketBytes
 	pkt := &dpb.PagesPacket{}
@@ -502,14 +503,14 @@ func (s *Service) streamPages(st ViewStore, seq uint64, key string, ids []uint64
 	return nil
 }
 
-// viewFetchErr is the error packet of a ViewStore error.
+// viewFetchErr is the error packet of a chunkread.Views error.
 func (s *Service) viewFetchErr(key string, err error) error {
 	switch {
-	case errors.Is(err, ErrViewOverBudget):
+	case errors.Is(err, chunkread.ErrViewOverBudget):
 		return fetchErr(CodeGone, "snapshot %s: dropped: over its pre-image budget (disagg.views.max_preimage_bytes): %v", key, err)
-	case errors.Is(err, ErrViewGone):
+	case errors.Is(err, chunkread.ErrViewGone):
 		return fetchErr(CodeGone, "snapshot %s: %v", key, err)
-	case errors.Is(err, ErrPageNotInView):
+	case errors.Is(err, chunkread.ErrPageNotInView):
 		return fetchErr(CodeInvalid, "snapshot %s: %v", key, err)
 	}
 	return fetchErr(CodeInternal, "snapshot %s: %v", key, err)

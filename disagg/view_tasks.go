@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 )
 
@@ -184,12 +185,11 @@ func (vt *viewTasks) leaseFor(r viewRef, info *vpb.ViewInfo, now time.Time) time
 	return l
 }
 
-// viewStore returns n's ViewStore.
-func (s *Service) viewStore(n *copyset.Node) (ViewStore, bool) {
-	if s.deps.Views == nil {
-		return nil, false
-	}
-	return s.deps.Views(n)
+// viewStore returns the read views of n's chunk store; false when n has
+// no chunk store open.
+func (s *Service) viewStore(n *copyset.Node) (chunkread.Views, bool) {
+	st, err := chunkread.Of(n)
+	return st, err == nil
 }
 
 // proposeView replicates a view op on n and returns its result.

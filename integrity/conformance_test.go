@@ -13,6 +13,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	"github.com/klauspost/crc32"
 )
@@ -28,7 +29,7 @@ const (
 	toyChunkDir  = "chunks"
 )
 
-// toyChunks is chunk data by id: a ChunkStore.
+// toyChunks is chunk data by id: a chunkread.Chunks.
 type toyChunks map[uint64][]byte
 
 func (c toyChunks) ListChunks() []uint64 {
@@ -53,9 +54,9 @@ func (c toyChunks) GetChunkHash(id uint64, off, length uint32) (string, error) {
 	return strconv.FormatUint(uint64(crc32.Checksum(d[off:off+length], scanCRCTable)), 10), nil
 }
 
-func (c toyChunks) ChunkMeta(id uint64) (ChunkMeta, bool, error) {
+func (c toyChunks) ChunkMeta(id uint64) (chunkread.Meta, bool, error) {
 	_, ok := c[id]
-	return ChunkMeta{Sn: 1}, ok, nil
+	return chunkread.Meta{Sn: 1}, ok, nil
 }
 
 // write sets one block of a chunk.
@@ -71,7 +72,7 @@ func toyWriteOp(id uint64, block int, data []byte) []byte {
 	return copysettest.ToyOp(kinds.Chunk, fmt.Sprintf("chunk%d.%d", id, block), hex.EncodeToString(data))
 }
 
-// toyStore is the ChunkStore the integrity machine scans: the chunks the
+// toyStore is the chunkread.Chunks the integrity machine scans: the chunks the
 // toy machine's replicated state holds, read from it at every call.
 type toyStore struct{ kv *copysettest.ToyKV }
 
@@ -108,16 +109,16 @@ func (s toyStore) GetChunkHash(id uint64, off, length uint32) (string, error) {
 	return c.GetChunkHash(id, off, length)
 }
 
-func (s toyStore) ChunkMeta(id uint64) (ChunkMeta, bool, error) {
+func (s toyStore) ChunkMeta(id uint64) (chunkread.Meta, bool, error) {
 	c, err := s.chunks()
 	if err != nil {
-		return ChunkMeta{}, false, err
+		return chunkread.Meta{}, false, err
 	}
 	return c.ChunkMeta(id)
 }
 
 // toyStoreOf is the Deps.Store of the test: the toy machine opened first.
-func toyStoreOf(opened copyset.Machines) (ChunkStore, error) {
+func toyStoreOf(opened copyset.Machines) (chunkread.Chunks, error) {
 	kv, ok := copyset.MachineAs[*copysettest.ToyKV](opened, kinds.Chunk)
 	if !ok {
 		return nil, fmt.Errorf("the toy chunk store must open before the integrity machine")

@@ -9,7 +9,7 @@
 //     state already reflects (the snapshot contract of
 //     copyset.StateMachine);
 //   - its MachineSpec (Service.Spec), opened after the chunk machine,
-//     whose store it reads through the ChunkStore interface;
+//     whose store it reads through chunkread.Chunks;
 //   - a leader-side worker and a follower-side sender (scan.go) started
 //     and stopped with the server (Service.Start, Service.Stop);
 //   - its gRPC services and HTTP endpoint (service.go), registered by the
@@ -19,5 +19,5 @@
 // store of a copyset, connections to peers, the logger) and the copyset
 // Manager (Service.Attach); chunkserver wires it.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., datasync/..., dm/..., disagg/...
+// Must not import: chunkserver/..., chunkstore/..., cli/..., cmd/..., test/..., datasync/..., dm/..., disagg/...
 package integrity

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,9 +22,9 @@ type Deps struct {
 	// Local is this server's peer id.
 	Local copyset.PeerID
 	// Store returns the chunk store a copyset's integrity machine scans,
-	// found among the machines opened before it on that copyset (the chunk
-	// machine's).
-	Store func(opened copyset.Machines) (ChunkStore, error)
+	// found among the machines opened before it on that copyset; nil:
+	// chunkread.In, the chunk machine's (a test's toy store otherwise).
+	Store func(opened copyset.Machines) (chunkread.Chunks, error)
 	// Dial returns a client connection to the chunkserver at addr
 	// (host:port), for the scan maps a follower sends its leader. The
 	// connections are the caller's: it closes them after Stop.
@@ -108,7 +109,11 @@ func New(deps Deps) *Service {
 func (in *Service) Spec() copyset.MachineSpec {
 	return copyset.MachineSpec{Kind: kinds.Integrity, Name: "integrity",
 		Open: func(env copyset.MachineEnv, opened copyset.Machines) (copyset.StateMachine, error) {
-			store, err := in.deps.Store(opened)
+			lookup := in.deps.Store
+			if lookup == nil {
+				lookup = func(opened copyset.Machines) (chunkread.Chunks, error) { return chunkread.In(opened) }
+			}
+			store, err := lookup(opened)
 			if err != nil {
 				return nil, err
 			}

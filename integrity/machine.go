@@ -43,6 +43,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/statemachine"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"google.golang.org/protobuf/proto"
@@ -272,15 +273,15 @@ type scanReporter interface {
 type Machine struct {
 	*statemachine.Machine[*jobsState, *jobOp, jobResult]
 	group    copyset.GroupID
-	store    ChunkStore   // the copyset's chunk store, read by scan ops
-	reporter scanReporter // nil: nothing is reported
+	store    chunkread.Chunks // the copyset's chunk store, read by scan ops
+	reporter scanReporter     // nil: nothing is reported
 	log      *slog.Logger
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
 
 // openMachine loads the state file in dir, if any.
-func openMachine(g copyset.GroupID, dir string, store ChunkStore, reporter scanReporter, log *slog.Logger) (*Machine, error) {
+func openMachine(g copyset.GroupID, dir string, store chunkread.Chunks, reporter scanReporter, log *slog.Logger) (*Machine, error) {
 	m := &Machine{group: g, store: store, reporter: reporter, log: log}
 	sm, err := statemachine.Open(statemachine.Config[*jobsState, *jobOp, jobResult]{
 		Name: "integrity", Path: filepath.Join(dir, FileName), File: FileName, Log: log,

@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc/metadata"
@@ -178,34 +179,11 @@ func (m *Machine) applyScan(index uint64, payload []byte) any {
 	return scanResult{crc: crc, err: err}
 }
 
-// ChunkStore is what integrity reads of a copyset's chunk store (the chunk
-// machine's datastore, adapted by the server).
-type ChunkStore interface {
-	// ListChunks returns the ids of every chunk, ascending.
-	ListChunks() []uint64
-	// ChunkSize is the data bytes of every chunk.
-	ChunkSize() uint32
-	// GetChunkHash returns crc32c of [off, off+length) of a chunk's data in
-	// decimal, verifying every block's checksum; "0" for a missing chunk.
-	GetChunkHash(id uint64, off, length uint32) (string, error)
-	// ChunkMeta returns a chunk's meta; false when the chunk does not exist.
-	ChunkMeta(id uint64) (ChunkMeta, bool, error)
-}
-
-// ChunkMeta is the meta of a chunk that the crc of its first range covers.
-type ChunkMeta struct {
-	Sn, CorrectedSn, SnapSn uint64
-	// CloneUnwritten is the blocks of a clone chunk not yet written.
-	CloneUnwritten int
-	// Location is the clone source, "" for a normal chunk.
-	Location string
-}
-
 // RangeCRC is the crc a scan computes of one range on one replica: crc32c
 // of [off, off+size) of the chunk's data; for the first range (off 0) the
 // chunk's meta is folded in. A missing chunk hashes its data as "0" and
 // its meta as absent, alike on every replica.
-func RangeCRC(store ChunkStore, chunk uint64, off, size uint32) (uint32, error) {
+func RangeCRC(store chunkread.Chunks, chunk uint64, off, size uint32) (uint32, error) {
 	h, err := store.GetChunkHash(chunk, off, size)
 	if err != nil {
 		return 0, err

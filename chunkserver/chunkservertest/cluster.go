@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/chunkraft/chunkraft/chunkserver"
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
 	"github.com/chunkraft/chunkraft/chunkserver/servertest"
+	"github.com/chunkraft/chunkraft/chunkstore/datastore"
 )
 
 // Cluster is n in-process chunkservers on loopback with copyset 1 of pool 1.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chunkraft/chunkraft/chunkserver/datastore"
+	"github.com/chunkraft/chunkraft/chunkstore/datastore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	"google.golang.org/grpc"

@@ -35,7 +35,7 @@
 // stays the same for every machine, including the chunk machine that
 // stamps (index, position).
 //
-// The fence machine (chunkserver/fence.go) is not a tenant: its table
+// The fence machine (chunkstore/fence.go) is not a tenant: its table
 // only rises, it keeps no index stamp, its load merges every line (the
 // greatest epoch of each file) rather than take the newest, and every
 // apply, a replay included, raises the server's epoch map again. A

@@ -12,7 +12,7 @@ import (
 )
 
 // PreImage is the pre-image a write op carries for the read views of its
-// chunk (chunkserver/datastore.PreImage): blocks from block Lo on, as the
+// chunk (chunkstore/datastore.PreImage): blocks from block Lo on, as the
 // leader read them, and the newest view of the chunk then.
 type PreImage struct {
 	ViewSeq uint64

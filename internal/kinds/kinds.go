@@ -3,12 +3,12 @@ package kinds
 // The kinds. Reserved numbers belong to services that have not landed:
 // nothing registers them yet, and nothing else may take them.
 const (
-	// Chunk is the chunk store of a copyset (chunkserver/chunk_fsm.go).
+	// Chunk is the chunk store of a copyset (chunkstore/chunk_fsm.go).
 	Chunk = 1
 	// Integrity is a copyset's integrity scan jobs and CHUNK_OP_SCAN ops
 	// (integrity/machine.go).
 	Integrity = 2
-	// Fence is a copyset's epoch fences (chunkserver/fence.go).
+	// Fence is a copyset's epoch fences (chunkstore/fence.go).
 	Fence = 3
 	// Sync is the sync service's sub-tasks (datasync/).
 	Sync = 4
@@ -18,7 +18,7 @@ const (
 	// DM is reserved for DM subtasks (dm/).
 	DM = 6
 	// View is the disagg service's read views (disagg/view*.go), applied
-	// to the copyset's chunk store (chunkserver/view_fsm.go).
+	// to the copyset's chunk store (chunkstore/view_fsm.go).
 	View = 7
 )
 

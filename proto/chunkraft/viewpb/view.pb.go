@@ -29,7 +29,7 @@ const (
 )
 
 // Op is the replicated op of kind view (internal/kinds.View): applied by
-// the chunk store of its copyset (chunkserver/view_fsm.go).
+// the chunk store of its copyset (chunkstore/view_fsm.go).
 type Op struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Op:
