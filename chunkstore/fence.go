@@ -308,41 +308,38 @@ func (f *fencer) propagate(ctx context.Context, t fenceTable) error {
 }
 
 // commitTo commits t in n's log: proposed here when this replica leads,
-// else sent to the leader (ProposeFences), retried as leadership moves
-// until ctx ends.
+// else sent to the leader (ProposeFences) through copyset.Router, retried
+// every 50 ms as leadership moves until ctx ends.
 func (f *fencer) commitTo(ctx context.Context, n *copyset.Node, t fenceTable) error {
 	req := &raftpb.ProposeFencesRequest{Group: uint64(n.Group()), Fences: fencesPB(t)}
-	var last error
-	for {
+	r := copyset.Router[raftpb.FencesClient]{
+		Self: f.local,
+		Replica: func(copyset.GroupID) (copyset.PeerID, bool, bool) {
+			return n.Leader(), n.IsLeader() && n.Broken() == nil, true
+		},
+		Dial: func(p copyset.PeerID) (raftpb.FencesClient, error) {
+			cc, err := f.dial(p.Addr())
+			if err != nil {
+				return nil, err
+			}
+			return raftpb.NewFencesClient(cc), nil
+		},
+		Backoff: copyset.Backoff{First: 50 * time.Millisecond, Max: 50 * time.Millisecond},
+	}
+	rep := r.Route(ctx, n.Group(), "", func(ctx context.Context, c raftpb.FencesClient, to copyset.Target) copyset.Reply {
 		var err error
-		switch leader := n.Leader(); {
-		case n.IsLeader():
+		if to.Local {
 			err = proposeFences(ctx, n, t)
-		case leader == "":
-			err = errors.New("no leader known")
-		default:
-			err = f.forward(ctx, leader, req)
+		} else if _, err = c.ProposeFences(ctx, req); err != nil {
+			err = fmt.Errorf("forward to leader %s: %w", to.Peer, err)
 		}
-		if err == nil {
-			return nil
+		if err != nil {
+			return copyset.Redirect("", err)
 		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(50 * time.Millisecond):
-		}
+		return copyset.Answered()
+	})
+	if rep.Done() {
+		return nil
 	}
-}
-
-// forward sends req to the leader of its copyset.
-func (f *fencer) forward(ctx context.Context, leader copyset.PeerID, req *raftpb.ProposeFencesRequest) error {
-	cc, err := f.dial(leader.Addr())
-	if err != nil {
-		return err
-	}
-	if _, err := raftpb.NewFencesClient(cc).ProposeFences(ctx, req); err != nil {
-		return fmt.Errorf("forward to leader %s: %w", leader, err)
-	}
-	return nil
+	return rep.Err()
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -244,6 +246,51 @@ func (s *Service) sendInterval() time.Duration {
 	return min(s.deps.SendInterval, s.deps.CheckPeriod/2)
 }
 
+// packetSender is the SyncTool a collector sends its packets to.
+type packetSender struct {
+	via  string // sendViaLocal or sendViaGRPC
+	tool interface {
+		SendData(ctx context.Context, req *dspb.SendDataRequest, opts ...grpc.CallOption) (*dspb.SendDataResponse, error)
+	}
+	sends *prometheus.CounterVec
+}
+
+// How a collector reaches its SyncTool (the via label of
+// chunkraft_sync_senddata_calls_total).
+const (
+	sendViaLocal = "in_process"
+	sendViaGRPC  = "grpc"
+)
+
+// localTool is this server's SyncTool as a SendData client: a packet to
+// the SyncTool in the same process takes no gRPC hop (no encoding, no
+// copy); the call returns only once the packet is written, so the
+// export's buffer is not read after it.
+type localTool struct{ t *toolService }
+
+func (l localTool) SendData(ctx context.Context, req *dspb.SendDataRequest, _ ...grpc.CallOption) (*dspb.SendDataResponse, error) {
+	return l.t.SendData(ctx, req)
+}
+
+// syncTool returns the sender to the SyncTool at endpoint (a peer id or
+// address): this server's own, called in process, or another's over gRPC.
+func (s *Service) syncTool(endpoint string) (packetSender, error) {
+	if copyset.PeerID(endpoint).Addr() == s.deps.Local.Addr() {
+		return packetSender{via: sendViaLocal, tool: localTool{t: &toolService{s: s}}, sends: s.metrics.sends}, nil
+	}
+	cc, err := s.deps.Dial(leaderAddr(endpoint))
+	if err != nil {
+		return packetSender{}, fmt.Errorf("dial SyncTool %s: %w", endpoint, err)
+	}
+	return packetSender{via: sendViaGRPC, tool: dspb.NewSyncToolClient(cc), sends: s.metrics.sends}, nil
+}
+
+// send calls SendData, counting the call by how it went.
+func (p packetSender) send(ctx context.Context, req *dspb.SendDataRequest) (*dspb.SendDataResponse, error) {
+	p.sends.WithLabelValues(p.via).Inc()
+	return p.tool.SendData(ctx, req)
+}
+
 // errSuperseded: SendData told the collector to drop the sub-task.
 var errSuperseded = errors.New("the SyncTool dropped this sub-task")
 
@@ -254,11 +301,10 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	if err != nil {
 		return err
 	}
-	cc, err := s.deps.Dial(leaderAddr(p.GetDesEndpoint()))
+	tool, err := s.syncTool(p.GetDesEndpoint())
 	if err != nil {
-		return fmt.Errorf("dial SyncTool %s: %w", p.GetDesEndpoint(), err)
+		return err
 	}
-	tool := dspb.NewSyncToolClient(cc)
 	ref := &pb.Ref{Tid: p.GetTid(), Pid: p.GetPid(), Token: p.GetToken()}
 	src := &nodeSource{n: n, chunks: chunks}
 	from := p.GetSyncPoint()
@@ -291,7 +337,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 			StartPoint: pk.Start, NextPoint: pk.Next, Count: proto.Uint64(pk.Count), Finished: proto.Bool(pk.Finished), Data: pk.Data,
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*s.deps.CheckPeriod)
-		resp, err := tool.SendData(cctx, req)
+		resp, err := tool.send(cctx, req)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("SendData to %s: %w", p.GetDesEndpoint(), err)

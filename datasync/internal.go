@@ -172,35 +172,11 @@ func (s *Service) removeEach(ctx context.Context, css []*clusterpb.Copyset, op *
 const proposeParallel = 16
 
 // propose replicates op on copyset (pool, cs) through its leader: this
-// server if it leads, else the leader the cluster map or a not_leader
-// answer names (up to three hops).
+// server if it leads (or leader, the leader the caller knows, is "" or
+// this server), else the leader named, then the one a not_leader answer
+// names (up to three hops, without waiting).
 func (s *Service) propose(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
-	g := copyset.NewGroupID(pool, cs)
-	var last *pb.ProposeResponse
-	for range 4 {
-		var resp *pb.ProposeResponse
-		if leader == "" || leader == string(s.deps.Local) {
-			resp = s.proposeLocal(ctx, g, op)
-		} else {
-			c, err := s.internalClient(leader)
-			if err == nil {
-				cctx, cancel := context.WithTimeout(ctx, callTimeout)
-				resp, err = c.Propose(cctx, &pb.ProposeRequest{Pool: pool, Copyset: cs, Op: op})
-				cancel()
-			}
-			if err != nil {
-				// The leader named did not answer: as far as this server
-				// knows, the copyset has none (a caller may wait for one).
-				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", csName(g), leader, err), NotLeader: true}
-			}
-		}
-		last = resp
-		if !resp.GetNotLeader() || resp.GetLeader() == "" || resp.GetLeader() == leader {
-			return resp
-		}
-		leader = resp.GetLeader()
-	}
-	return last
+	return s.routePropose(ctx, s.router(pool, false), ctx, pool, cs, leader, op)
 }
 
 // leaderWait bounds how long a task-wide proposal (CreateSyncTask's puts,
@@ -212,23 +188,92 @@ const (
 	leaderRetry = 100 * time.Millisecond
 )
 
-// proposeWaiting is propose for task-wide calls: while the answer is
-// not_leader (nobody leads, or the leader named does not answer as one), it
-// finds the copyset's leader again in the cluster map and retries
-// (waitForLeaders), and then returns the last answer. A retried op is the
-// same op: a removal is idempotent, and a put that did commit before its
-// leader stepped down (answering not_leader, or not at all) is refused the
-// second time ("why send a same task?") with the sub-task it made, which
-// has the put's token: that answer is the put's success (committedBefore).
-func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
-	var resp *pb.ProposeResponse
-	s.waitForLeaders(ctx, func(again bool) bool {
-		if again {
-			leader = s.leaderOf(ctx, pool, cs)
+// leaderBackoff paces the retries of a call waiting for a leader.
+var leaderBackoff = copyset.Backoff{First: leaderRetry, Max: time.Second}
+
+// router routes SyncInternal calls on the copysets of pool. A waiting
+// router (task-wide calls) retries while the answer is not_leader, finding
+// the leader again in the cluster map (or this server, when the map names
+// none or fails) and counting in LeaderWaits; a router that does not wait
+// answers after the first round with no leader named to follow.
+func (s *Service) router(pool uint32, wait bool) *copyset.Router[pb.SyncInternalClient] {
+	r := &copyset.Router[pb.SyncInternalClient]{
+		Self:    s.deps.Local,
+		Replica: copyset.ReplicaOf(s.copysets),
+		Dial:    func(p copyset.PeerID) (pb.SyncInternalClient, error) { return s.internalClient(string(p)) },
+	}
+	if wait {
+		r.Map = func(ctx context.Context, groups []copyset.GroupID) (map[copyset.GroupID]copyset.PeerID, error) {
+			out := map[copyset.GroupID]copyset.PeerID{}
+			for _, g := range groups {
+				out[g] = s.deps.Local
+			}
+			css, _, err := s.poolCopysets(ctx, pool)
+			if err != nil {
+				return out, nil // this server answers what it knows
+			}
+			for _, c := range css {
+				if c.GetLeader() != "" {
+					out[copyset.NewGroupID(pool, c.GetCopyset())] = copyset.PeerID(c.GetLeader())
+				}
+			}
+			return out, nil
 		}
-		resp = s.propose(ctx, pool, cs, leader, op)
-		return !resp.GetNotLeader()
+		r.Backoff = leaderBackoff
+		r.Waited = func() { s.leaderWaits.Add(1) }
+	}
+	return r
+}
+
+// routePropose proposes op on copyset (pool, cs) through r until ctx ends,
+// each attempt under calls, and returns the last answer. A Propose call
+// to another server that fails is a not_leader answer without a leader:
+// as far as this server knows, the copyset has none (a waiting router
+// waits for one).
+func (s *Service) routePropose(ctx context.Context, r *copyset.Router[pb.SyncInternalClient], calls context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
+	g := copyset.NewGroupID(pool, cs)
+	hint := copyset.PeerID(leader)
+	if hint == "" {
+		hint = s.deps.Local
+	}
+	var resp *pb.ProposeResponse
+	rep := r.Route(ctx, g, hint, func(_ context.Context, c pb.SyncInternalClient, to copyset.Target) copyset.Reply {
+		if to.Local {
+			resp = s.proposeLocal(calls, g, op)
+		} else {
+			cctx, cancel := context.WithTimeout(calls, callTimeout)
+			var err error
+			resp, err = c.Propose(cctx, &pb.ProposeRequest{Pool: pool, Copyset: cs, Op: op})
+			cancel()
+			if err != nil {
+				resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: leader %s: %v", csName(g), to.Peer, err), NotLeader: true}
+			}
+		}
+		if resp.GetNotLeader() {
+			return copyset.Redirect(copyset.PeerID(resp.GetLeader()), errors.New(resp.GetMsg()))
+		}
+		return copyset.Answered()
 	})
+	if rep.Unreached() {
+		resp = &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %s: %v", csName(g), rep.Err()), NotLeader: true}
+	}
+	return resp
+}
+
+// proposeWaiting is propose for task-wide calls: while the answer is
+// not_leader (nobody leads, or the leader named does not answer as one),
+// it finds the copyset's leader again and retries, for at most leaderWait
+// or until ctx ends (a waiting router), and then returns the last answer.
+// A retried op is the same op: a removal is idempotent, and a put that
+// did commit before its leader stepped down (answering not_leader, or not
+// at all) is refused the second time ("why send a same task?") with the
+// sub-task it made, which has the put's token: that answer is the put's
+// success (committedBefore).
+func (s *Service) proposeWaiting(ctx context.Context, pool, cs uint32, leader string, op *pb.Op) *pb.ProposeResponse {
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	// The wait ends new attempts, not one under way: each runs under ctx.
+	resp := s.routePropose(wctx, s.router(pool, true), ctx, pool, cs, leader, op)
 	if committedBefore(op, resp) {
 		s.log.Info("sync put committed before its leader could answer; its retry found it", "pool", pool, "copyset", cs)
 		return &pb.ProposeResponse{Record: resp.GetRecord()}
@@ -253,29 +298,21 @@ func committedBefore(op *pb.Op, resp *pb.ProposeResponse) bool {
 }
 
 // waitForLeaders calls try (again: not the first call) until it reports
-// done, waiting leaderRetry between calls at first and at most a second
-// later on, for at most leaderWait or until ctx ends; it reports whether
-// try did. A call whose first try fails counts in LeaderWaits.
+// done, pausing per leaderBackoff between calls, for at most leaderWait
+// or until ctx ends; it reports whether try did. A call whose first try
+// fails counts in LeaderWaits.
 func (s *Service) waitForLeaders(ctx context.Context, try func(again bool) bool) bool {
-	deadline := time.Now().Add(leaderWait)
-	for wait, again := leaderRetry, false; ; wait, again = min(2*wait, time.Second), true {
-		if try(again) {
-			return true
-		}
-		if !again {
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	again := false
+	return leaderBackoff.Retry(wctx, func() bool {
+		done := try(again)
+		if !done && !again {
 			s.leaderWaits.Add(1)
 		}
-		if time.Now().Add(wait).After(deadline) {
-			return false
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-	}
+		again = true
+		return done
+	})
 }
 
 // LeaderWaits returns how many times this server's task-wide calls
@@ -283,21 +320,6 @@ func (s *Service) waitForLeaders(ctx context.Context, try func(again bool) bool)
 // answering for a copyset and went on to wait for one. Tests wait on it
 // to know that such a call is waiting.
 func (s *Service) LeaderWaits() int64 { return s.leaderWaits.Load() }
-
-// leaderOf is the leader of copyset (pool, cs) in a new cluster map ("" if
-// it has none or the map fails: propose then asks this server).
-func (s *Service) leaderOf(ctx context.Context, pool, cs uint32) string {
-	css, _, err := s.poolCopysets(ctx, pool)
-	if err != nil {
-		return ""
-	}
-	for _, c := range css {
-		if c.GetCopyset() == cs {
-			return c.GetLeader()
-		}
-	}
-	return ""
-}
 
 // csName names copyset g in messages as pool/copyset ("1/3"), like the
 // rest of the service's messages; g's String is the raw group id.

@@ -686,3 +686,37 @@ func TestSyncCreateWaitsForALeader(t *testing.T) {
 		t.Fatalf("sub-tasks after the delete: %v", tasks)
 	}
 }
+
+// TestSyncSendDataInProcess: a collector whose SyncTool is its own server
+// (the des_endpoint a leader gives itself) calls it in process, making no
+// gRPC SendData call; one whose SyncTool is another server reaches it over
+// gRPC, and the export goes on there.
+func TestSyncSendDataInProcess(t *testing.T) {
+	c := startContinuousTask(t)
+	ctx := context.Background()
+	old := c.waitPoint(t, "RUNNING", 0).GetProgress()
+	leader := c.Leader(t)
+	sends := func(via string) float64 {
+		return servertest.Scrape(t, c.Servers[leader].Gatherer())["chunkraft_sync_senddata_calls_total"]["via="+via]
+	}
+	if local, remote := sends("in_process"), sends("grpc"); local == 0 || remote != 0 {
+		t.Fatalf("SendData calls in process %v, over gRPC %v: want only in-process calls to the leader's own SyncTool", local, remote)
+	}
+
+	other := (leader + 1) % 3
+	req := proto.CloneOf(old)
+	req.Token = proto.String("remote-token")
+	req.DesEndpoint = proto.String(c.Servers[other].Local().Addr())
+	if r, err := dspb.NewDataCollectorClient(c.Conns[leader]).AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
+		t.Fatalf("add with another server's SyncTool: %v %v", r, err)
+	}
+	last := c.Servers[leader].Copysets().Get(c.Group).CommitIndex()
+	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{6}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
+	task := c.waitPoint(t, "RUNNING", last+1)
+	if task.GetProgress().GetToken() != "remote-token" {
+		t.Fatalf("the export went on as %v, want the new token", task)
+	}
+	if remote := sends("grpc"); remote == 0 {
+		t.Fatal("no SendData call reached the other server's SyncTool over gRPC")
+	}
+}

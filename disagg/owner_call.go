@@ -62,82 +62,83 @@ func final(err error) bool {
 // onOwner runs call on the lock owner until it answers (not not_owner, no
 // retryable error) or ctx ends.
 func (s *Service) onOwner(ctx context.Context, call ownerCall) error {
-	var last error
-	hint := ""
-	wait := 20 * time.Millisecond
-	for {
-		c, addr, err := s.ownerClient(ctx, hint)
-		hint = ""
-		if err == nil {
-			var notOwner bool
-			notOwner, hint, err = call(ctx, c)
-			s.rememberOwner(addr, err == nil && !notOwner)
-			switch {
-			case err == nil && !notOwner:
-				return nil
-			case err == nil:
-				err = fmt.Errorf("%s answered not_owner", addr)
-			case final(err):
-				return err
+	rep := s.ownerRouter().Route(ctx, s.group, "", func(ctx context.Context, c pb.DisaggInternalClient, to copyset.Target) copyset.Reply {
+		notOwner, hint, err := call(ctx, c)
+		addr := "local"
+		if !to.Local {
+			addr = to.Peer.Addr()
+		}
+		s.rememberOwner(addr, err == nil && !notOwner)
+		switch {
+		case err == nil && !notOwner:
+			return copyset.Answered()
+		case err == nil:
+			return copyset.Redirect(copyset.PeerID(hint), fmt.Errorf("%s answered not_owner", addr))
+		case final(err):
+			return copyset.Final(err)
+		}
+		return copyset.Redirect(copyset.PeerID(hint), err)
+	})
+	switch {
+	case rep.Done():
+		return nil
+	case rep.Final():
+		return rep.Err()
+	}
+	return fmt.Errorf("the disagg lock owner (the leader of copyset %d/%d, disagg.lock_copyset) did not answer: %w",
+		s.group.Pool(), s.group.Copyset(), rep.Err())
+}
+
+// ownerBackoff paces the calls to an owner that did not answer.
+var ownerBackoff = copyset.Backoff{First: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+
+// ownerRouter routes calls to the owner as this server sees it: itself
+// when it leads the lock copyset, else the hinted peer, the leader its
+// replica knows, the owner that last answered, or the leader of the
+// cluster map.
+func (s *Service) ownerRouter() *copyset.Router[pb.DisaggInternalClient] {
+	return &copyset.Router[pb.DisaggInternalClient]{
+		Self: s.copysets.Local(),
+		Replica: func(copyset.GroupID) (copyset.PeerID, bool, bool) {
+			_, _, leader, ok := s.owner()
+			return leader, ok, true
+		},
+		Local: localInternal{is: s.internal},
+		Dial: func(p copyset.PeerID) (pb.DisaggInternalClient, error) {
+			if s.deps.Dial == nil {
+				return nil, errors.New("no connections to other servers")
 			}
-		}
-		last = err
-		if hint != "" && copyset.PeerID(hint).Addr() != addr {
-			continue // follow the hint at once
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("the disagg lock owner (the leader of copyset %d/%d, disagg.lock_copyset) did not answer: %w (last: %v)",
-				s.group.Pool(), s.group.Copyset(), ctx.Err(), last)
-		case <-t.C:
-		}
-		wait = min(2*wait, 500*time.Millisecond)
+			conn, err := s.deps.Dial(p.Addr())
+			if err != nil {
+				return nil, err
+			}
+			return pb.NewDisaggInternalClient(conn), nil
+		},
+		Map:     s.ownerOfMap,
+		Backoff: ownerBackoff,
 	}
 }
 
-// ownerClient returns a DisaggInternal client of the owner as this server
-// sees it: itself when it leads the lock copyset, else the hinted peer,
-// the leader its replica knows, or the leader of the cluster map.
-func (s *Service) ownerClient(ctx context.Context, hint string) (pb.DisaggInternalClient, string, error) {
-	if _, _, _, ok := s.owner(); ok {
-		return localInternal{is: s.internal}, "local", nil
+// ownerOfMap is the owner that last answered, else the lock copyset's
+// leader in the cluster map.
+func (s *Service) ownerOfMap(ctx context.Context, _ []copyset.GroupID) (map[copyset.GroupID]copyset.PeerID, error) {
+	s.mu.Lock()
+	last := s.lastOwner
+	s.mu.Unlock()
+	if last != "" || s.deps.Cluster == nil {
+		return map[copyset.GroupID]copyset.PeerID{s.group: last}, nil
 	}
-	leader := copyset.PeerID(hint)
-	if n := s.copysets.Get(s.group); leader == "" && n != nil {
-		leader = n.Leader()
-	}
-	if leader == "" {
-		s.mu.Lock()
-		leader = s.lastOwner
-		s.mu.Unlock()
-	}
-	if leader == "" && s.deps.Cluster != nil {
-		cm, err := s.deps.Cluster(ctx, &clusterpb.ClusterMapRequest{})
-		if err != nil {
-			return nil, "", fmt.Errorf("cluster map: %w", err)
-		}
-		for _, c := range cm.GetCopysets() {
-			if c.GetPool() == s.group.Pool() && c.GetCopyset() == s.group.Copyset() {
-				leader = copyset.PeerID(c.GetLeader())
-			}
-		}
-	}
-	if leader == "" {
-		return nil, "", fmt.Errorf("copyset %d/%d has no leader this server knows of", s.group.Pool(), s.group.Copyset())
-	}
-	if leader == s.copysets.Local() {
-		return localInternal{is: s.internal}, "local", nil // leads by now
-	}
-	if s.deps.Dial == nil {
-		return nil, "", errors.New("no connections to other servers")
-	}
-	conn, err := s.deps.Dial(leader.Addr())
+	cm, err := s.deps.Cluster(ctx, &clusterpb.ClusterMapRequest{})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return pb.NewDisaggInternalClient(conn), leader.Addr(), nil
+	out := map[copyset.GroupID]copyset.PeerID{}
+	for _, c := range cm.GetCopysets() {
+		if c.GetPool() == s.group.Pool() && c.GetCopyset() == s.group.Copyset() {
+			out[s.group] = copyset.PeerID(c.GetLeader())
+		}
+	}
+	return out, nil
 }
 
 // rememberOwner keeps the remote owner that answered (ok) for the next

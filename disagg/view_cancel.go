@@ -5,10 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -49,189 +46,127 @@ func (s *Service) Cancel(parent context.Context, meta *dpb.DisaggTaskMeta) error
 	key := taskKey(meta)
 	ctx, cancel := context.WithTimeout(parent, s.deps.Config.Views.CancelTimeout)
 	defer cancel()
-	r := &cancelRun{s: s, key: key, pending: map[copyset.GroupID]copyset.PeerID{}, failed: map[copyset.GroupID]error{},
-		done: map[copyset.GroupID]bool{}, mapped: s.deps.Cluster == nil}
+	hosted := map[copyset.GroupID]copyset.PeerID{}
 	for _, n := range s.copysets.List() {
-		r.pending[n.Group()] = ""
+		hosted[n.Group()] = ""
 	}
-	err := r.run(ctx)
+	res := s.viewsRouter().RouteEach(ctx, copyset.Each{Hints: hosted, AllOfMap: true},
+		func(ctx context.Context, drop dropper, to copyset.Target, groups []copyset.GroupID) []copyset.Reply {
+			results, err := drop(ctx, key, groups)
+			return dropReplies(to, groups, results, err)
+		})
 	s.forgetTask(key, "cancelled")
-	return err
-}
-
-// cancelRun is one Cancel's fan-out.
-type cancelRun struct {
-	s       *Service
-	key     string
-	pending map[copyset.GroupID]copyset.PeerID // not done yet: the leader to ask ("" not known)
-	failed  map[copyset.GroupID]error          // why a pending copyset is not done
-	done    map[copyset.GroupID]bool
-	mapped  bool  // the copysets of a whole cluster map are known
-	mapErr  error // why not
-}
-
-// run asks rounds until every copyset is done or ctx ends.
-func (r *cancelRun) run(ctx context.Context) error {
-	wait := 20 * time.Millisecond
-	for {
-		r.resolve(ctx)
-		r.round(ctx)
-		if len(r.pending) == 0 && r.mapped {
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return r.err(ctx.Err())
-		case <-t.C:
-		}
-		wait = min(2*wait, 500*time.Millisecond)
+	if res.Err == nil {
+		return nil
 	}
-}
-
-// resolve finds the leaders to ask: a hosted copyset's as its replica
-// knows it, the others' from the cluster map (which also adds the
-// copysets this server does not host, until one whole map was read).
-func (r *cancelRun) resolve(ctx context.Context) {
-	s := r.s
-	unknown := !r.mapped
-	for g, l := range r.pending {
-		if l != "" {
-			continue
-		}
-		if n := s.copysets.Get(g); n != nil {
-			r.pending[g] = n.Leader()
-			continue
-		}
-		unknown = true
-	}
-	if !unknown || s.deps.Cluster == nil {
-		return
-	}
-	cm, err := s.deps.Cluster(ctx, &clusterpb.ClusterMapRequest{})
-	switch {
-	case err != nil:
-		r.mapErr = fmt.Errorf("cluster map: %w (the copysets this server does not host were not asked)", err)
-		return
-	case ctx.Err() != nil:
-		r.mapErr = errors.New("cluster map: the crawl was cut short (the copysets of the servers it did not ask were not asked)")
-	case cm.GetTruncated():
-		r.mapErr = errors.New("cluster map truncated: the copysets of the servers it left out were not asked")
-	default:
-		r.mapErr = nil
-		r.mapped = true
-	}
-	for _, c := range cm.GetCopysets() {
-		g := copyset.NewGroupID(c.GetPool(), c.GetCopyset())
-		if l, ok := r.pending[g]; (ok && l == "") || (!ok && !r.done[g]) {
-			r.pending[g] = copyset.PeerID(c.GetLeader())
-		}
-	}
-}
-
-// dropCall is one DropTask of a round.
-type dropCall struct {
-	leader  copyset.PeerID
-	groups  []copyset.GroupID
-	results []*vpb.DropTaskResult
-	err     error
-}
-
-// round asks every known leader of the pending copysets at once.
-func (r *cancelRun) round(ctx context.Context) {
-	by := map[copyset.PeerID]*dropCall{}
-	for g, l := range r.pending {
-		if l == "" {
-			r.failed[g] = errors.New("no leader known")
-			continue
-		}
-		if by[l] == nil {
-			by[l] = &dropCall{leader: l}
-		}
-		by[l].groups = append(by[l].groups, g)
-	}
-	var wg sync.WaitGroup
-	for _, c := range by {
-		wg.Go(func() { c.results, c.err = r.s.dropOn(ctx, c.leader, r.key, c.groups) })
-	}
-	wg.Wait()
-	for _, c := range by {
-		r.answered(c)
-	}
-}
-
-// answered records what c's leader answered.
-func (r *cancelRun) answered(c *dropCall) {
-	at := c.leader.Addr()
-	if c.err != nil {
-		for _, g := range c.groups {
-			r.failed[g] = fmt.Errorf("leader %s: %w", at, c.err)
-			r.pending[g] = "" // ask who leads now
-		}
-		return
-	}
-	byGroup := map[copyset.GroupID]*vpb.DropTaskResult{}
-	for _, res := range c.results {
-		byGroup[copyset.GroupID(res.GetGroup())] = res
-	}
-	for _, g := range c.groups {
-		res := byGroup[g]
-		switch {
-		case res == nil:
-			r.failed[g] = fmt.Errorf("leader %s did not answer for it", at)
-		case res.GetNotLed():
-			r.failed[g] = fmt.Errorf("%s does not lead it", at)
-			r.pending[g] = copyset.PeerID(res.GetLeader())
-			if r.pending[g] == c.leader {
-				r.pending[g] = ""
-			}
-		case res.GetError() != "":
-			r.failed[g] = fmt.Errorf("leader %s: %s", at, res.GetError())
-		default:
-			delete(r.pending, g)
-			delete(r.failed, g)
-			r.done[g] = true
-		}
-	}
-}
-
-// err is the error of a run that ended (why) with copysets pending or the
-// cluster map not read: one line naming each.
-func (r *cancelRun) err(why error) error {
 	var left []string
-	for _, g := range slices.Sorted(maps.Keys(r.pending)) {
-		left = append(left, fmt.Sprintf("copyset %d/%d: %v", g.Pool(), g.Copyset(), cmp.Or(r.failed[g], why)))
+	for _, g := range res.Pending() {
+		left = append(left, fmt.Sprintf("copyset %d/%d: %v", g.Pool(), g.Copyset(), cmp.Or(res.Replies[g].Err(), res.Err)))
 	}
-	if r.mapErr != nil {
-		left = append(left, r.mapErr.Error())
+	if res.MapErr != nil {
+		left = append(left, res.MapErr.Error())
 	}
 	return fmt.Errorf("cancel task %s: %w: read views may be left (their leases drop them; a retry is idempotent): %s",
-		r.key, why, strings.Join(left, "; "))
+		key, res.Err, strings.Join(left, "; "))
 }
 
-// dropOn has leader drop the views of task key on groups: this server
-// itself, else over DisaggViews.DropTask.
-func (s *Service) dropOn(ctx context.Context, leader copyset.PeerID, key string, groups []copyset.GroupID) ([]*vpb.DropTaskResult, error) {
-	if leader == s.copysets.Local() {
-		return s.dropLed(ctx, key, groups), nil
+// dropper has a server drop the views of task key on groups: this server
+// itself (dropLed), else over DisaggViews.DropTask.
+type dropper func(ctx context.Context, key string, groups []copyset.GroupID) ([]*vpb.DropTaskResult, error)
+
+// cancelBackoff paces the rounds of a Cancel.
+var cancelBackoff = copyset.Backoff{First: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+
+// viewsRouter routes the drops of a Cancel: a copyset this server leads
+// to itself, a hosted one to the leader its replica knows, the others to
+// the leader in the cluster map, each asked again (the leader its answer
+// names, or the one known by then) until it answers.
+func (s *Service) viewsRouter() *copyset.Router[dropper] {
+	return &copyset.Router[dropper]{
+		Self:    s.copysets.Local(),
+		Replica: copyset.ReplicaOf(s.copysets),
+		Local: func(ctx context.Context, key string, groups []copyset.GroupID) ([]*vpb.DropTaskResult, error) {
+			return s.dropLed(ctx, key, groups), nil
+		},
+		Dial: func(p copyset.PeerID) (dropper, error) {
+			if s.deps.Dial == nil {
+				return nil, errors.New("no connections to other servers")
+			}
+			conn, err := s.deps.Dial(p.Addr())
+			if err != nil {
+				return nil, err
+			}
+			views := vpb.NewDisaggViewsClient(conn)
+			return func(ctx context.Context, key string, groups []copyset.GroupID) ([]*vpb.DropTaskResult, error) {
+				req := &vpb.DropTaskRequest{TaskKey: key}
+				for _, g := range groups {
+					req.Groups = append(req.Groups, uint64(g))
+				}
+				resp, err := views.DropTask(ctx, req)
+				if err != nil {
+					return nil, fmt.Errorf("drop task: %w", err)
+				}
+				return resp.GetResults(), nil
+			}, nil
+		},
+		Map:     s.mapLeaders,
+		Backoff: cancelBackoff,
 	}
-	if s.deps.Dial == nil {
-		return nil, errors.New("no connections to other servers")
+}
+
+// mapLeaders is every copyset's leader in the cluster map (nil without
+// one); what it read comes with an error when the map is not whole.
+func (s *Service) mapLeaders(ctx context.Context, _ []copyset.GroupID) (map[copyset.GroupID]copyset.PeerID, error) {
+	if s.deps.Cluster == nil {
+		return nil, nil
 	}
-	conn, err := s.deps.Dial(leader.Addr())
+	cm, err := s.deps.Cluster(ctx, &clusterpb.ClusterMapRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("dial: %w", err)
+		return nil, fmt.Errorf("%w (the copysets this server does not host were not asked)", err)
 	}
-	req := &vpb.DropTaskRequest{TaskKey: key}
-	for _, g := range groups {
-		req.Groups = append(req.Groups, uint64(g))
+	out := map[copyset.GroupID]copyset.PeerID{}
+	for _, c := range cm.GetCopysets() {
+		out[copyset.NewGroupID(c.GetPool(), c.GetCopyset())] = copyset.PeerID(c.GetLeader())
 	}
-	resp, err := vpb.NewDisaggViewsClient(conn).DropTask(ctx, req)
+	switch {
+	case ctx.Err() != nil:
+		return out, errors.New("the crawl was cut short (the copysets of the servers it did not ask were not asked)")
+	case cm.GetTruncated():
+		return out, errors.New("truncated: the copysets of the servers it left out were not asked")
+	}
+	return out, nil
+}
+
+// dropReplies are the replies of a drop on groups that to answered with
+// results or err: a copyset to does not lead is asked again where its
+// answer points, one it failed is asked again of the leader known by
+// then.
+func dropReplies(to copyset.Target, groups []copyset.GroupID, results []*vpb.DropTaskResult, err error) []copyset.Reply {
+	at := to.Peer.Addr()
+	out := make([]copyset.Reply, len(groups))
 	if err != nil {
-		return nil, fmt.Errorf("drop task: %w", err)
+		for i := range out {
+			out[i] = copyset.Redirect("", fmt.Errorf("leader %s: %w", at, err))
+		}
+		return out
 	}
-	return resp.GetResults(), nil
+	byGroup := map[copyset.GroupID]*vpb.DropTaskResult{}
+	for _, res := range results {
+		byGroup[copyset.GroupID(res.GetGroup())] = res
+	}
+	for i, g := range groups {
+		switch res := byGroup[g]; {
+		case res == nil:
+			out[i] = copyset.Redirect("", fmt.Errorf("leader %s did not answer for it", at))
+		case res.GetNotLed():
+			out[i] = copyset.Redirect(copyset.PeerID(res.GetLeader()), fmt.Errorf("%s does not lead it", at))
+		case res.GetError() != "":
+			out[i] = copyset.Redirect("", fmt.Errorf("leader %s: %s", at, res.GetError()))
+		default:
+			out[i] = copyset.Answered()
+		}
+	}
+	return out
 }
 
 // dropLed drops the views of task key on those of groups this server
