@@ -41,7 +41,7 @@ func TestMetricsFromStartup(t *testing.T) {
 		}
 	}
 	zero := func(v float64) bool { return v == 0 }
-	for _, op := range []string{"write", "delete", "delete_snapshot", "create_clone", "create_s3_clone", "recover", "read", "read_snapshot", "info"} {
+	for _, op := range []string{"write", "delete", "delete_snapshot", "create_clone", "create_s3_clone", "recover", "read", "read_snapshot", "info", "group"} {
 		for _, st := range []string{"CHUNK_OP_STATUS_SUCCESS", "CHUNK_OP_STATUS_OVERLOAD", "CHUNK_OP_STATUS_NOSPACE"} {
 			want("chunkraft_chunk_requests_total", "op="+op+",status="+st, zero)
 		}

@@ -33,7 +33,14 @@ func LoopbackConfig(listen, dataDir string) Config {
 // NewQuiet is NewWithSeams with every log line discarded and the chunk
 // stores on fs.
 func NewQuiet(cfg Config, fs datastore.FS) (*Server, error) {
-	return NewWithSeams(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Seams{RaftLog: io.Discard, FS: fs})
+	return NewQuietSeams(cfg, Seams{FS: fs})
+}
+
+// NewQuietSeams is NewWithSeams with every log line discarded (raft's
+// too).
+func NewQuietSeams(cfg Config, seams Seams) (*Server, error) {
+	seams.RaftLog = io.Discard
+	return NewWithSeams(cfg, slog.New(slog.DiscardHandler), seams)
 }
 
 // Gatherer is the server's metrics registry, for tests that read metrics

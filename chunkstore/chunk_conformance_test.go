@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -124,6 +125,43 @@ func TestChunkMachineConforms(t *testing.T) {
 	w := &chunkWorkload{t: t, del: true, cow: true}
 	copysettest.RunStateMachineConformance(t, conformanceSpecs(t, kinds.Chunk),
 		copysettest.Workload{Op: w.op, State: chunkState})
+}
+
+// TestChunkGroupsWithCheckpointConform: entries that are groups of one to
+// four chunk ops (writes with sn bumps, snapshot and chunk deletes) and a
+// checkpoint op of a toy machine stamping its state with the index alone
+// keep both exactly once: replayed from every op boundary (inside a group
+// too) and every earlier entry, from a fuzzy copy, by a snapshot install
+// and after restarts, the chunks and the checkpoint converge.
+func TestChunkGroupsWithCheckpointConform(t *testing.T) {
+	const checkpointKind copyset.Kind = 203
+	ckpt := copysettest.ToySpec(checkpointKind, "checkpoint")
+	ckpt.Group = true
+	w := &chunkWorkload{t: t, del: true, cow: true}
+	op := 0
+	copysettest.RunStateMachineConformance(t, append(conformanceSpecs(t, kinds.Chunk), ckpt), copysettest.Workload{
+		Group: func(rng *rand.Rand, i int) [][]byte {
+			ops := make([][]byte, 1+rng.IntN(4), 5)
+			for j := range ops {
+				op++
+				ops[j] = w.op(rng, op)
+			}
+			return append(ops, copysettest.ToyOp(checkpointKind, "entry", fmt.Sprint(i)))
+		},
+		State: func(ms copyset.Machines) (string, error) {
+			chunks, err := chunkState(ms)
+			if err != nil {
+				return "", err
+			}
+			m, ok := copyset.MachineAs[*copysettest.ToyKV](ms, checkpointKind)
+			if !ok {
+				return "", errors.New("no checkpoint machine")
+			}
+			return chunks + "checkpoint " + m.Dump(), nil
+		},
+		Ops:  32,                                                  // entries: the suite's replays from every op boundary are quadratic in ops
+		Raft: func(o *copyset.RaftOptions) { o.TrailingLogs = 2 }, // a short log: the stopped follower needs an install
+	})
 }
 
 // TestChunkOpsOfOneEntryReplay: two ops on one chunk in one log entry (a

@@ -180,11 +180,7 @@ func (s *chunkService) preImage(n *copyset.Node, req *pb.ChunkRequest, data []by
 
 // mutate runs the checks every mutating request passes, in order, and
 // proposes it: the in-flight limit (OVERLOAD), validation
-// (INVALID_REQUEST), the copyset (COPYSET_NOTEXIST), a broken replica
-// (DISK_FAIL), a leader that knows its copyset's fences (REDIRECTED on a
-// follower, OVERLOAD while a new leader cannot yet: fence.go), the epoch
-// fence (EPOCH_TOO_OLD), free space (NOSPACE).
-// Nothing is proposed when one fails. prepare, if set, runs on the leader
+// (INVALID_REQUEST), then writable's. Nothing is proposed when one fails. prepare, if set, runs on the leader
 // after the checks and may replace the data to propose (RecoverChunk).
 func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkRequest, data []byte, valid func() error,
 	prepare func(n *copyset.Node) ([]byte, *pb.ChunkResponse)) *pb.ChunkResponse {
@@ -199,20 +195,8 @@ func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkReque
 		}
 	}
 	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
-	if n == nil {
-		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST), 0)
-	}
-	if n.Broken() != nil {
-		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL), 0)
-	}
-	if err := n.WaitWritable(ctx); err != nil {
-		return s.finish(op, start, s.notWritable(req, err), 0)
-	}
-	if req.FileId != nil && req.Epoch != nil && !s.epochs.allowed(req.GetFileId(), req.GetEpoch()) {
-		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD), 0)
-	}
-	if s.admit.ReadOnly() {
-		return s.finish(op, start, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE), 0)
+	if resp := s.writable(ctx, n, req); resp != nil {
+		return s.finish(op, start, resp, 0)
 	}
 	if prepare != nil {
 		var resp *pb.ChunkResponse
@@ -221,6 +205,34 @@ func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkReque
 		}
 	}
 	return s.finish(op, start, s.propose(ctx, n, req, data), len(data))
+}
+
+// writable runs the checks a mutation passes on n, its copyset's replica
+// here (nil: not hosted), once validated, in order: the copyset
+// (COPYSET_NOTEXIST), a broken replica (DISK_FAIL), a leader that knows
+// its copyset's fences (REDIRECTED on a follower, OVERLOAD while a new
+// leader cannot yet: fence.go), the epoch fence of every request
+// (EPOCH_TOO_OLD), free space (NOSPACE). It returns nil when all pass,
+// else the refusal.
+func (s *chunkService) writable(ctx context.Context, n *copyset.Node, reqs ...*pb.ChunkRequest) *pb.ChunkResponse {
+	if n == nil {
+		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST)
+	}
+	if n.Broken() != nil {
+		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
+	}
+	if err := n.WaitWritable(ctx); err != nil {
+		return s.notWritable(reqs[0], err)
+	}
+	for _, req := range reqs {
+		if req.FileId != nil && req.Epoch != nil && !s.epochs.allowed(req.GetFileId(), req.GetEpoch()) {
+			return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
+		}
+	}
+	if s.admit.ReadOnly() {
+		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE)
+	}
+	return nil
 }
 
 // read runs the checks of a read and a read barrier on the leader, then

@@ -16,9 +16,10 @@ type metrics struct {
 	bytes    *prometheus.CounterVec   // chunkraft_chunk_bytes_total{op}
 }
 
-// chunkOps are the op labels chunk_service.go passes to mutate and read;
+// chunkOps are the op labels chunk_service.go passes to mutate and read,
+// and a tenant's groups' (group.go);
 // their series exist from start-up.
-var chunkOps = []string{"write", "delete", "delete_snapshot", "create_clone", "create_s3_clone", "recover", "read", "read_snapshot", "info"}
+var chunkOps = []string{"write", "delete", "delete_snapshot", "create_clone", "create_s3_clone", "recover", "read", "read_snapshot", "info", groupOp}
 
 // payloadOps are the ops that count payload bytes.
 var payloadOps = []string{"write", "read", "read_snapshot"}

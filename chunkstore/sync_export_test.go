@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,13 +106,25 @@ func (w exportWriter) op(rng *rand.Rand) []byte {
 	return op
 }
 
-// run proposes ops until stop is set. Every proposal is waited for (not
+// run proposes ops until stop is set, one in three as a group: one to
+// three chunk ops and a checkpoint op of the toy machine
+// (exportCheckpointKind) in one entry. Every proposal is waited for (not
 // cancelled), so that none is committed after run returns.
 func (w exportWriter) run(stop *atomic.Bool, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	for !stop.Load() {
+	for i := 0; !stop.Load(); i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _, err := w.n.Propose(ctx, w.op(rng))
+		var err error
+		if i%3 == 2 {
+			ops := make([][]byte, 1+rng.IntN(3), 4)
+			for j := range ops {
+				ops[j] = w.op(rng)
+			}
+			ops = append(ops, copysettest.ToyOp(exportCheckpointKind, fmt.Sprint(seed), fmt.Sprint(i)))
+			_, _, err = w.n.ProposeGroup(ctx, ops)
+		} else {
+			_, _, err = w.n.Propose(ctx, w.op(rng))
+		}
 		cancel()
 		if err != nil {
 			return err
@@ -120,11 +133,17 @@ func (w exportWriter) run(stop *atomic.Bool, seed uint64) error {
 	return nil
 }
 
+// exportCheckpointKind is the toy machine beside the chunk machine in the
+// export tests, a checkpoint that rides in groups of chunk ops.
+const exportCheckpointKind copyset.Kind = 203
+
 // exportCopyset starts one server with copyset 1/1 of the chunk machine
 // and returns it as a datasync.Source, with a writer of it.
 func exportCopyset(t *testing.T, opts copyset.RaftOptions) (*copysettest.Cluster, copyset.GroupID, exportSource, exportWriter) {
 	t.Helper()
-	c := copysettest.NewCluster(t, 1, conformanceSpecs(t, kinds.Chunk), opts)
+	ckpt := copysettest.ToySpec(exportCheckpointKind, "checkpoint")
+	ckpt.Group = true
+	c := copysettest.NewCluster(t, 1, append(conformanceSpecs(t, kinds.Chunk), ckpt), opts)
 	g := copyset.GroupID(1<<32 | 1)
 	c.Create(g)
 	n := c.Node(c.Leader(g), g)
@@ -139,8 +158,8 @@ func exportCopyset(t *testing.T, opts copyset.RaftOptions) (*copysettest.Cluster
 
 // TestExportExact exports a copyset in kFullAndContinuous mode while two
 // writers change its chunks (COW snapshots, snapshot and chunk deletes,
-// ops sharing log entries) and the receiver lets entries apply between
-// chunk images. Its collector is restarted once inside the snapshot phase
+// ops sharing log entries, groups of chunk ops with a checkpoint op) and
+// the receiver lets entries apply between chunk images. Its collector is restarted once inside the snapshot phase
 // (resumed from the stored point and binlog start). Once the writers
 // stopped and the export reached the commit index, the records replayed
 // into an empty store (snapshot records as of their images, then binlog
@@ -263,6 +282,9 @@ func TestExportExact(t *testing.T) {
 		if err != nil {
 			t.Fatalf("writer: %v", err)
 		}
+	}
+	if ckpt, ok := copyset.MachineOf[*copysettest.ToyKV](n, exportCheckpointKind); !ok || strings.Count(ckpt.Dump(), "=") != 2 {
+		t.Fatalf("the writers' groups left no checkpoint of each writer: %v", ckpt)
 	}
 	commit := n.Status().CommittedIndex
 	target.Store(commit)

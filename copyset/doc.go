@@ -8,7 +8,9 @@
 // machine must keep, snapshots included), the typed propose tenants call
 // and proposal batching (propose.go: ProposeAs returns an op's apply result
 // as the machine's result type; concurrent ops of kinds whose spec says
-// Batch, the chunk store's, share one raft entry), the leader's read lease (lease.go), the
+// Batch, the chunk store's, share one raft entry), grouped proposals
+// (group.go: ProposeGroup proposes several ops, of several kinds, as one
+// entry applied at one index), the leader's read lease (lease.go), the
 // raft log store (logstore.go, fronted by a cache of recent entries bounded
 // in count and bytes, logcache.go), reading committed entries by index
 // (logread.go) and log retention pins that hold back truncation for a

@@ -93,7 +93,9 @@ type StateMachine interface {
 	// on the network: the apply goroutine is shared by every machine of the
 	// copyset and every proposer waits on it; work that needs a peer goes to
 	// a goroutine the machine owns. Ops of a Batch machine may share an
-	// index with other ops.
+	// index with other ops, and so may the one op of a Group machine in a
+	// grouped proposal (MachineSpec.Group); the index of any other
+	// machine's op is that op's alone.
 	Apply(index uint64, payload []byte) any
 	// Sync makes everything applied so far durable (data and the directory
 	// entries of new files). It is called between applies before a raft

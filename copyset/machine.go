@@ -25,6 +25,18 @@ type MachineSpec struct {
 	// (the statefile machines) must not: a replay would skip every op of
 	// the entry after the first.
 	Batch bool
+	// Group says one op of the machine may ride in a grouped proposal
+	// (group.go), sharing its entry's log index with the group's other
+	// ops. Set it when the machine recognises replays by an index stamped
+	// in its own state alone (a copyset/statemachine tenant): a group
+	// holds at most one op of such a kind, so the index still names that
+	// op. Leave it unset for a machine whose Apply assumes its index is
+	// its op's alone elsewhere: one that stamps another machine's state
+	// with the index (the view machine numbers its ops in the chunk
+	// store's sequence as position 0 of their entry, which a chunk op of
+	// the same group may hold). A Batch machine may appear in a group any
+	// number of times whatever Group says.
+	Group bool
 	// Dir is the machine's own subdirectory of the copyset data dir,
 	// created before Open; its Files must lie under it. Every new machine
 	// sets one. Empty: the data dir itself, for the machines whose files
@@ -94,6 +106,10 @@ type registry struct {
 	// batch[k] says ops of kind k may share a raft entry: one array load
 	// per op on the write path.
 	batch [256]bool
+	// group[k] says one op of kind k may ride in a group (group.go).
+	group [256]bool
+	// names[k] names machine k ("" for no machine).
+	names [256]string
 	// dirs[k] is the subdirectory of machine k ("" for none).
 	dirs [256]string
 }
@@ -132,6 +148,8 @@ func newRegistry(specs []MachineSpec) (*registry, error) {
 		}
 		seen[s.Kind] = true
 		r.batch[s.Kind] = s.Batch
+		r.group[s.Kind] = s.Group
+		r.names[s.Kind] = name
 		r.dirs[s.Kind] = s.Dir
 	}
 	return r, nil

@@ -82,23 +82,30 @@ func resultAs[R any](g GroupID, index uint64, res any) (R, error) {
 // looks at the index; the integrity machine recognises replayed jobs by it,
 // so its ops go alone). An envelope is applied op by op, in order, exactly as
 // the same ops in consecutive entries would be, so replay stays idempotent.
+// A grouped proposal (group.go) is an envelope too, built by its proposer
+// and proposed as it is: it may also hold one op of a kind whose spec says
+// Group.
 
 // opBatchVersion is the first byte of a batch envelope. It shares the
 // position of an op's header version and must differ from opVersion.
 const opBatchVersion = 2
 
-// Limits of one envelope. A single op larger than maxBatchBytes is proposed
-// alone.
+// Limits of one envelope the batcher builds. A single op larger than
+// maxBatchBytes is proposed alone. The batcher leaves one of an entry's
+// MaxOpsPerEntry places free, so that the ops of any entry it built and
+// one op more (a checkpoint) fit in one group (group.go).
 const (
-	maxBatchOps   = MaxOpsPerEntry
+	maxBatchOps   = MaxOpsPerEntry - 1
 	maxBatchBytes = 1 << 20
 )
 
 // MaxOpsPerEntry is the most ops one raft log entry carries (proposal
-// batching): a machine may number an entry's ops in 8 bits.
+// batching, grouped proposals): a machine may number an entry's ops in 8
+// bits.
 const MaxOpsPerEntry = 256
 
-// encodeBatch packs ops (at least two) into one envelope.
+// encodeBatch packs ops into one envelope: at least two from the
+// batcher, one or more for a group (group.go).
 func encodeBatch(ops [][]byte) []byte {
 	size := 1 + binary.MaxVarintLen64
 	for _, op := range ops {

@@ -177,19 +177,28 @@ func (m *gateMachine) Sync() error              { return nil }
 func (m *gateMachine) Files() ([]string, error) { return nil, nil }
 func (m *gateMachine) Close() error             { return nil }
 
-// With MaxInflightEntries 1, proposals made while an entry is unapplied
-// wait for it and then travel together in one entry.
-func TestInflightWindowPacksWaitingProposals(t *testing.T) {
+// heldLeader starts a leader of a gateMachine (kindBatch) with an
+// in-flight window of one entry, proposes "hold" and returns once its
+// apply waits on the gate: proposals made meanwhile queue behind it. held
+// receives the outcome of "hold".
+func heldLeader(ctx context.Context, t *testing.T) (*Node, *gateMachine, <-chan error) {
+	t.Helper()
 	m := &gateMachine{gate: make(chan struct{}), holding: make(chan struct{}), index: map[string]uint64{}}
 	opts := fastRaft()
 	opts.MaxInflightEntries = 1
 	n := soloLeader(t, opts, fixedMachine(kindBatch, true, m))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
 	held := make(chan error, 1)
 	go func() { _, _, err := n.Propose(ctx, chunkOp("hold")); held <- err }()
 	<-m.holding
+	return n, m, held
+}
+
+// With MaxInflightEntries 1, proposals made while an entry is unapplied
+// wait for it and then travel together in one entry.
+func TestInflightWindowPacksWaitingProposals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, m, held := heldLeader(ctx, t)
 	// submit returns once the proposal is queued, so all five wait behind
 	// the held entry. They are spaced out: without the window the batcher
 	// would hand each to raft on its own meanwhile.

@@ -26,3 +26,15 @@ func Start(t *testing.T, n int, opts ...func(*chunkserver.Config)) *Cluster {
 	t.Helper()
 	return servertest.Start(t, n, Binding, opts...)
 }
+
+// StartWithTenants is Start with the tenants tenants returns hosted after
+// the server's own (called at every start of a server: each gets its
+// own).
+func StartWithTenants(t *testing.T, n int, tenants func() []chunkserver.Tenant, opts ...func(*chunkserver.Config)) *Cluster {
+	t.Helper()
+	b := Binding
+	b.New = func(cfg chunkserver.Config, fs *datastore.FaultFS) (*chunkserver.Server, error) {
+		return chunkserver.NewQuietSeams(cfg, chunkserver.Seams{FS: fs, Tenants: tenants()})
+	}
+	return servertest.Start(t, n, b, opts...)
+}

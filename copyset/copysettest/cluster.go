@@ -206,6 +206,22 @@ func (c *Cluster) Propose(g copyset.GroupID, op []byte) any {
 
 func (c *Cluster) propose(g copyset.GroupID, op []byte) (uint64, any) {
 	c.t.Helper()
+	return c.commit(g, func(ctx context.Context, n *copyset.Node) (uint64, any, error) { return n.Propose(ctx, op) })
+}
+
+// ProposeGroup commits ops as one entry (copyset.Node.ProposeGroup) on g
+// through its leader, retrying across leader changes for up to 10 s, and
+// returns the entry's index and the leader's apply results.
+func (c *Cluster) ProposeGroup(g copyset.GroupID, ops [][]byte) (uint64, []any) {
+	c.t.Helper()
+	idx, res := c.commit(g, func(ctx context.Context, n *copyset.Node) (uint64, any, error) { return n.ProposeGroup(ctx, ops) })
+	results, _ := res.([]any)
+	return idx, results
+}
+
+// commit runs propose on g's leader until it succeeds, for up to 10 s.
+func (c *Cluster) commit(g copyset.GroupID, propose func(context.Context, *copyset.Node) (uint64, any, error)) (uint64, any) {
+	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
@@ -214,12 +230,15 @@ func (c *Cluster) propose(g copyset.GroupID, op []byte) (uint64, any) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		idx, res, err := n.Propose(ctx, op)
+		idx, res, err := propose(ctx, n)
 		cancel()
 		if err == nil {
 			return idx, res
 		}
 		last = err
+		if errors.Is(err, copyset.ErrInvalidGroup) {
+			break // refused before proposing: a retry cannot help
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.t.Fatalf("copysettest: propose on %s: %v", g, last)

@@ -24,16 +24,34 @@ func (s *suite) checkCluster() {
 	c := NewCluster(s.t, 3, rec.wrap(s.specs), opts)
 	g := suiteGroup
 	c.Create(g)
-	var ops [][]byte
+	// What is proposed: each op alone (the copyset batches them as it
+	// will), or each group as one entry.
+	var ops [][][]byte
 	for _, e := range s.log {
-		ops = append(ops, e.ops...)
+		if s.w.Group != nil {
+			ops = append(ops, e.ops)
+			continue
+		}
+		for _, op := range e.ops {
+			ops = append(ops, [][]byte{op})
+		}
 	}
 	var proposed []uint64 // log indexes of the workload's ops
-	propose := func(ops [][]byte) {
-		for _, op := range ops {
-			idx, res := c.propose(g, op)
-			if fe, ok := res.(*copyset.FatalError); ok {
-				s.t.Fatalf("conformance: cluster: apply: %v", fe)
+	propose := func(ops [][][]byte) {
+		for _, group := range ops {
+			var idx uint64
+			var results []any
+			if s.w.Group != nil {
+				idx, results = c.ProposeGroup(g, group)
+			} else {
+				var res any
+				idx, res = c.propose(g, group[0])
+				results = []any{res}
+			}
+			for _, res := range results {
+				if fe, ok := res.(*copyset.FatalError); ok {
+					s.t.Fatalf("conformance: cluster: apply: %v", fe)
+				}
 			}
 			proposed = append(proposed, idx)
 		}

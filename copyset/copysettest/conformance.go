@@ -31,7 +31,19 @@ type Workload struct {
 	// State returns the state of a replica's machines; two replicas have
 	// converged when their states are equal.
 	State func(ms copyset.Machines) (string, error)
-	// Ops is the log length (default 120).
+	// Group, when set, draws the i-th entry of the log (1-based) whole:
+	// ops of several kinds proposed together (copyset.Node.ProposeGroup),
+	// each applied at its position in the entry. Op is then unused. Replay
+	// is then checked from every op boundary, a crash inside a group
+	// included, restarted, and replayed from every earlier entry.
+	Group func(rng *rand.Rand, i int) [][]byte
+	// Expect, when set, returns the state (as State renders it) of a
+	// replica that applied the ops of entries, in order, each once: the
+	// state the suite reaches by one apply of its log must equal it, so
+	// that a state equal to itself by skipping too much is caught.
+	Expect func(entries [][][]byte) string
+	// Ops is the log length, in ops, or in entries with Group (default
+	// 120).
 	Ops int
 	// Seed seeds the op generator and the suite's choices (default 1).
 	Seed uint64
@@ -58,8 +70,8 @@ type entry struct {
 // truncated past what its machines synced. Failures are reported on t.
 func RunStateMachineConformance(t testing.TB, specs []copyset.MachineSpec, w Workload) {
 	t.Helper()
-	if w.Op == nil || w.State == nil {
-		t.Fatal("conformance: the workload needs Op and State")
+	if (w.Op == nil && w.Group == nil) || w.State == nil {
+		t.Fatal("conformance: the workload needs Op or Group, and State")
 	}
 	if w.Ops == 0 {
 		w.Ops = 120
@@ -69,7 +81,11 @@ func RunStateMachineConformance(t testing.TB, specs []copyset.MachineSpec, w Wor
 	}
 	s := &suite{t: t, specs: specs, w: w, rng: rand.New(rand.NewPCG(w.Seed, 14)), root: t.TempDir()}
 	s.log = s.makeLog()
+	s.checkExpected()
 	s.checkReplay()
+	if w.Group != nil {
+		s.checkReplayEveryIndex()
+	}
 	s.checkSyncDurable()
 	s.checkFuzzyCopy()
 	s.checkCluster()
@@ -87,9 +103,17 @@ type suite struct {
 
 var suiteGroup = copyset.NewGroupID(1, 1)
 
-// makeLog generates the log; ops of machines whose spec says Batch share
-// an index with up to three more such ops, as proposal batching does.
+// makeLog generates the log: the workload's groups, or its ops, where
+// ops of machines whose spec says Batch share an index with up to three
+// more such ops, as proposal batching does.
 func (s *suite) makeLog() []entry {
+	if s.w.Group != nil {
+		log := make([]entry, s.w.Ops)
+		for i := range log {
+			log[i] = entry{index: uint64(i + 1), ops: s.w.Group(s.rng, i+1)}
+		}
+		return log
+	}
 	batch := map[copyset.Kind]bool{}
 	for _, sp := range s.specs {
 		batch[sp.Kind] = sp.Batch
@@ -216,6 +240,63 @@ func (s *suite) checkReplay() {
 		s.apply(ms, s.log[k:])
 		s.same(fmt.Sprintf("restart: reopened, then replayed %d..%d", k+1, len(s.log)), s.state(ms), want)
 		s.close(ms)
+	}
+}
+
+// checkExpected: one apply of the whole log gives the workload's
+// expected state.
+func (s *suite) checkExpected() {
+	s.t.Helper()
+	if s.w.Expect == nil {
+		return
+	}
+	entries := make([][][]byte, len(s.log))
+	for i, e := range s.log {
+		entries[i] = e.ops
+	}
+	s.same("one apply of the whole log vs the workload's expectation", s.stateAt(len(s.log)), s.w.Expect(entries))
+}
+
+// checkReplayEveryIndex: a replica stopped after any op (inside an entry
+// too: a crash between two ops of a group), its files synced, restarted
+// and replayed from any earlier entry to the end, has the state of one
+// apply: each op of a group lands once, whatever of the group its files
+// held.
+func (s *suite) checkReplayEveryIndex() {
+	s.t.Helper()
+	want := s.stateAt(len(s.log))
+	src := s.newDir()
+	ms := s.open(src)
+	defer s.close(ms)
+	for e, ent := range s.log {
+		for pos, op := range ent.ops {
+			applyOp(s.t, ms, ent.index, pos, op)
+			if err := syncAll(ms, s.specs); err != nil {
+				s.t.Fatalf("conformance: sync: %v", err)
+			}
+			names, err := listFiles(ms, s.specs)
+			if err != nil {
+				s.t.Fatalf("conformance: %v", err)
+			}
+			for k := 0; k <= e; k++ {
+				dst := s.newDir()
+				for _, n := range names {
+					if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
+						s.t.Fatalf("conformance: copy %s: %v", n, err)
+					}
+				}
+				cp := s.open(dst)
+				s.apply(cp, s.log[k:])
+				ok := s.same(fmt.Sprintf("replay: stopped after op %d of entry %d, restarted, replayed %d..%d", pos, ent.index, s.log[k].index, len(s.log)), s.state(cp), want)
+				s.close(cp)
+				if err := os.RemoveAll(dst); err != nil {
+					s.t.Errorf("conformance: %v", err)
+				}
+				if !ok {
+					return
+				}
+			}
+		}
 	}
 }
 

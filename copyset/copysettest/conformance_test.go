@@ -32,7 +32,7 @@ func TestFifthMachineConforms(t *testing.T) {
 			if _, ok := copyset.MachineAs[*ToyKV](opened, testKind); !ok {
 				return nil, fmt.Errorf("fifth: the first machine must open before it")
 			}
-			return openCounter(env.Dir, "fifth/"+counterFile, false)
+			return openCounter(env.Dir, "fifth/"+counterFile, false, false)
 		}},
 	}
 	toy1, toy2 := ToyWorkload(testKind), ToyWorkload(testKind+1)
@@ -72,7 +72,7 @@ func TestConformanceCatchesBrokenMachines(t *testing.T) {
 		open func(dir, rel string) (copyset.StateMachine, error)
 		want string // a substring of a reported failure
 	}{
-		{"apply not idempotent", func(dir, rel string) (copyset.StateMachine, error) { return openCounter(dir, rel, true) }, "replay"},
+		{"apply not idempotent", func(dir, rel string) (copyset.StateMachine, error) { return openCounter(dir, rel, false, true) }, "replay"},
 		{"file replaced, not appended", func(dir, rel string) (copyset.StateMachine, error) { return openSortedKV(dir, rel, false) }, "fuzzy copy"},
 		{"sync does not write", func(dir, rel string) (copyset.StateMachine, error) { return openSortedKV(dir, rel, true) }, "sync"},
 	} {
@@ -173,13 +173,18 @@ func (r *recordingTB) report() string {
 const counterFile = "state"
 
 // counter is a test machine: op "c<n>" adds one to counter n, one
-// appended "index n" line per op. broken: Apply does not skip indexes
+// appended "index position n" line per op. Its state is stamped with the
+// place of its last op: (index, position) when byPos (an OpApplier, fit
+// for a Batch spec), else the index alone (position 0: fit for a spec
+// that says Group, once per group). broken: Apply does not skip ops
 // already in the state (not idempotent).
 type counter struct {
 	f       *os.File
 	rel     string
 	n       map[int]int
 	applied uint64
+	pos     int
+	byPos   bool
 	broken  bool
 }
 
@@ -189,8 +194,8 @@ func counterOp(kind copyset.Kind, n int) []byte {
 	return append(op, fmt.Sprintf("c%d", n)...)
 }
 
-func openCounter(dir, rel string, broken bool) (*counter, error) {
-	m := &counter{rel: rel, n: map[int]int{}, broken: broken}
+func openCounter(dir, rel string, byPos, broken bool) (*counter, error) {
+	m := &counter{rel: rel, n: map[int]int{}, byPos: byPos, broken: broken}
 	path := filepath.Join(dir, counterFile)
 	b, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -199,10 +204,10 @@ func openCounter(dir, rel string, broken bool) (*counter, error) {
 	whole := strings.LastIndexByte(string(b), '\n') + 1
 	for _, line := range strings.Split(string(b[:whole]), "\n") {
 		var idx uint64
-		var n int
-		if _, err := fmt.Sscanf(line, "%d %d", &idx, &n); err == nil && idx > m.applied {
+		var pos, n int
+		if _, err := fmt.Sscanf(line, "%d %d %d", &idx, &pos, &n); err == nil && m.after(idx, pos) {
 			m.n[n]++
-			m.applied = idx
+			m.applied, m.pos = idx, pos
 		}
 	}
 	if m.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
@@ -217,19 +222,31 @@ func openCounter(dir, rel string, broken bool) (*counter, error) {
 	return m, nil
 }
 
-func (m *counter) Apply(index uint64, payload []byte) any {
-	if index <= m.applied && !m.broken {
+// after reports whether the op at (index, pos) comes after the stamp.
+func (m *counter) after(index uint64, pos int) bool {
+	return index > m.applied || index == m.applied && pos > m.pos
+}
+
+func (m *counter) Apply(index uint64, payload []byte) any { return m.ApplyOp(index, 0, payload) }
+
+func (m *counter) ApplyOp(index uint64, pos int, payload []byte) any {
+	if !m.byPos {
+		pos = 0
+	}
+	if !m.after(index, pos) && !m.broken {
 		return nil
 	}
 	var n int
 	if _, err := fmt.Sscanf(string(payload), "c%d", &n); err != nil {
 		return fmt.Errorf("counter: bad op %q", payload)
 	}
-	if _, err := fmt.Fprintf(m.f, "%d %d\n", index, n); err != nil {
+	if _, err := fmt.Fprintf(m.f, "%d %d %d\n", index, pos, n); err != nil {
 		return &copyset.FatalError{Err: err}
 	}
 	m.n[n]++
-	m.applied = max(m.applied, index)
+	if m.after(index, pos) {
+		m.applied, m.pos = index, pos
+	}
 	return nil
 }
 func (m *counter) Sync() error              { return m.f.Sync() }

@@ -10,6 +10,10 @@
 // The suite checks the StateMachine contract of copyset/fsm.go:
 //   - replay: a prefix applied, then the log replayed from an earlier index
 //     (also after Sync, Close and reopen), gives the state of one apply;
+//     for a workload of groups (Workload.Group: whole entries of several
+//     kinds, proposed with copyset.Node.ProposeGroup), from every op
+//     boundary, inside a group too, restarted, and from every earlier
+//     entry; with Workload.Expect, one apply gives the expected state;
 //   - Sync: the machines' Files copied right after Sync, opened with no
 //     replay, hold the state at that index;
 //   - fuzzy copy: the Files streamed as a snapshot install streams them
