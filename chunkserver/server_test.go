@@ -22,7 +22,7 @@ var testBinding = servertest.Binding[Config, *Server]{
 	New:    func(cfg Config, fs *datastore.FaultFS) (*Server, error) { return NewQuiet(cfg, fs) },
 }
 
-func startTestCluster(t *testing.T, n int, opts ...clusterOpts) *testCluster {
+func startTestCluster(t testing.TB, n int, opts ...clusterOpts) *testCluster {
 	t.Helper()
 	return &testCluster{servertest.Start(t, n, testBinding, opts...)}
 }

@@ -11,7 +11,7 @@ import (
 
 // startTestCluster starts n in-process chunkservers (chunkservertest) with
 // copyset 1 of pool 1 and waits for its leader.
-func startTestCluster(t *testing.T, n int, opts ...func(*chunkserver.Config)) *chunkservertest.Cluster {
+func startTestCluster(t testing.TB, n int, opts ...func(*chunkserver.Config)) *chunkservertest.Cluster {
 	t.Helper()
 	return chunkservertest.Start(t, n, opts...)
 }

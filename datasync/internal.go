@@ -31,8 +31,8 @@ func (is *internalService) Propose(ctx context.Context, req *pb.ProposeRequest) 
 	return is.s.proposeLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetOp()), nil
 }
 
-func (is *internalService) List(_ context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
-	return is.s.listLocal(req.GetPool(), req.GetCopyset()), nil
+func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
+	return is.s.listLocal(ctx, req.GetPool(), req.GetCopyset()), nil
 }
 
 // proposeLocal replicates op on copyset g if this server leads it.
@@ -84,8 +84,12 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 }
 
 // listLocal lists the sub-tasks and retained logs of the copysets this
-// server leads (of pool, or all when 0; of copyset cs when not 0).
-func (s *Service) listLocal(pool, cs uint32) *pb.ListResponse {
+// server leads (of pool, or all when 0; of copyset cs when not 0). A
+// copyset is listed only past a read barrier (copyset.Node.ReadBarrier):
+// a leader just elected may not have applied what its predecessor
+// committed (a sub-task deleted there would be listed again); one whose
+// barrier fails within ctx is left out, as unanswered.
+func (s *Service) listLocal(ctx context.Context, pool, cs uint32) *pb.ListResponse {
 	out := &pb.ListResponse{}
 	for _, n := range s.copysets.List() {
 		g := n.Group()
@@ -94,6 +98,9 @@ func (s *Service) listLocal(pool, cs uint32) *pb.ListResponse {
 		}
 		m, ok := MachineOf(n)
 		if !ok {
+			continue
+		}
+		if _, err := n.ReadBarrier(ctx); err != nil {
 			continue
 		}
 		led := &pb.LedCopyset{Pool: g.Pool(), Copyset: g.Copyset()}

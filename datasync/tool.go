@@ -78,7 +78,9 @@ func (s *Service) listAll(ctx context.Context, pool uint32, cm *clusterpb.Cluste
 			var resp *pb.ListResponse
 			var err error
 			if srv.GetAddress() == s.localAddr() {
-				resp = s.listLocal(pool, 0)
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
+				resp = s.listLocal(cctx, pool, 0)
+				cancel()
 			} else {
 				var c pb.SyncInternalClient
 				if c, err = s.internalClient(srv.GetAddress()); err == nil {
@@ -365,12 +367,15 @@ func (t *toolService) SendData(ctx context.Context, req *dspb.SendDataRequest) (
 	return resp, nil
 }
 
-// record returns sub-task (tid, pid) as its copyset's leader has it.
+// record returns sub-task (tid, pid) as its copyset's leader has it
+// (past a read barrier when this server leads it).
 func (s *Service) record(ctx context.Context, tid, pid uint32) (*pb.SubTask, string, error) {
 	g := copyset.NewGroupID(tid, pid)
 	if n := s.copysets.Get(g); n != nil && n.IsLeader() {
 		if m, ok := MachineOf(n); ok {
-			return m.Get(tid, pid), string(s.deps.Local), nil
+			if _, err := n.ReadBarrier(ctx); err == nil {
+				return m.Get(tid, pid), string(s.deps.Local), nil
+			}
 		}
 	}
 	css, _, err := s.poolCopysets(ctx, tid)

@@ -14,7 +14,7 @@
 # checks a run's own writes, which is why the read-back is the quiet tail of
 # the same run rather than a separate one.
 #
-# Then, if the chunkserver package has a linearizability test (go test -list
+# Then, if the chunkstore package has a linearizability test (go test -list
 # Linearizab), it is run with CHUNKRAFT_LIN_DURATION set to half the soak.
 #
 # Then the membership-churn test (go test ./test/ -run TestMembershipChurn:
@@ -198,25 +198,25 @@ lin="skipped (no such test)"
 lin_rc=0
 lin_secs=$((total / 2))
 set +e
-list="$(cd "$ROOT" && go test -list 'Linearizab' ./chunkserver/ 2>&1)"
+list="$(cd "$ROOT" && go test -list 'Linearizab' ./chunkstore/ 2>&1)"
 list_rc=$?
 set -e
 if ((list_rc != 0)); then
-    echo "soak.sh: go test -list ./chunkserver/ failed (exit $list_rc):" >&2
+    echo "soak.sh: go test -list ./chunkstore/ failed (exit $list_rc):" >&2
     tail -n 10 <<<"$list" >&2
-    lin="FAILED (the chunkserver tests do not build)"
+    lin="FAILED (the chunkstore tests do not build)"
     lin_rc=$list_rc
 elif grep -q '^Test' <<<"$list"; then
-    log "linearizability: go test ./chunkserver/ -run Linearizab with CHUNKRAFT_LIN_DURATION=${lin_secs}s"
+    log "linearizability: go test ./chunkstore/ -run Linearizab with CHUNKRAFT_LIN_DURATION=${lin_secs}s"
     set +e
-    (cd "$ROOT" && CHUNKRAFT_LIN_DURATION="${lin_secs}s" go test ./chunkserver/ -run Linearizab -count=1 \
+    (cd "$ROOT" && CHUNKRAFT_LIN_DURATION="${lin_secs}s" go test ./chunkstore/ -run Linearizab -count=1 \
         -timeout "$((lin_secs * 3 + 600))s" -v) >"$CLUSTER_DIR/soak.lin.txt" 2>&1
     lin_rc=$?
     set -e
     tail -n 15 "$CLUSTER_DIR/soak.lin.txt"
     if ((lin_rc == 0)); then lin="passed"; else lin="FAILED (exit $lin_rc; log $CLUSTER_DIR/soak.lin.txt)"; fi
 else
-    log "no linearizability test in ./chunkserver/ (go test -list Linearizab found none): skipped"
+    log "no linearizability test in ./chunkstore/ (go test -list Linearizab found none): skipped"
 fi
 
 churn_secs="${CHURN_SECONDS:-$total}"

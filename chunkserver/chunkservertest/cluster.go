@@ -22,7 +22,7 @@ var Binding = servertest.Binding[chunkserver.Config, *chunkserver.Server]{
 
 // Start starts n chunkservers configured by opts and waits for the
 // copyset's leader.
-func Start(t *testing.T, n int, opts ...func(*chunkserver.Config)) *Cluster {
+func Start(t testing.TB, n int, opts ...func(*chunkserver.Config)) *Cluster {
 	t.Helper()
 	return servertest.Start(t, n, Binding, opts...)
 }
@@ -30,7 +30,7 @@ func Start(t *testing.T, n int, opts ...func(*chunkserver.Config)) *Cluster {
 // StartWithTenants is Start with the tenants tenants returns hosted after
 // the server's own (called at every start of a server: each gets its
 // own).
-func StartWithTenants(t *testing.T, n int, tenants func() []chunkserver.Tenant, opts ...func(*chunkserver.Config)) *Cluster {
+func StartWithTenants(t testing.TB, n int, tenants func() []chunkserver.Tenant, opts ...func(*chunkserver.Config)) *Cluster {
 	t.Helper()
 	b := Binding
 	b.New = func(cfg chunkserver.Config, fs *datastore.FaultFS) (*chunkserver.Server, error) {

@@ -47,7 +47,7 @@ func CloneReq(chunk uint64, location string) *pb.ChunkRequest {
 
 // MustStatus fails t unless the call returned resp with status want, and
 // returns resp.
-func MustStatus(t *testing.T, resp *pb.ChunkResponse, err error, want pb.CHUNK_OP_STATUS) *pb.ChunkResponse {
+func MustStatus(t testing.TB, resp *pb.ChunkResponse, err error, want pb.CHUNK_OP_STATUS) *pb.ChunkResponse {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func (c *Cluster[C, S]) Node(i int) *copyset.Node { return c.Servers[i].Copysets
 
 // Write writes data at off of chunk with sn through the leader and checks
 // the status.
-func (c *Cluster[C, S]) Write(t *testing.T, chunk uint64, sn uint64, off uint32, data []byte, want pb.CHUNK_OP_STATUS) {
+func (c *Cluster[C, S]) Write(t testing.TB, chunk uint64, sn uint64, off uint32, data []byte, want pb.CHUNK_OP_STATUS) {
 	t.Helper()
 	req := WriteReq(chunk, off, data)
 	req.Sn = proto.Uint64(sn)
@@ -78,7 +78,7 @@ func (c *Cluster[C, S]) Write(t *testing.T, chunk uint64, sn uint64, off uint32,
 }
 
 // Read reads size bytes at off of chunk through the leader.
-func (c *Cluster[C, S]) Read(t *testing.T, chunk uint64, off, size uint32) []byte {
+func (c *Cluster[C, S]) Read(t testing.TB, chunk uint64, off, size uint32) []byte {
 	t.Helper()
 	return c.Do(t, pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS, func(cl pb.ChunkServiceClient) (*pb.ChunkResponse, error) {
 		return cl.ReadChunk(context.Background(), ReadReq(chunk, off, size))
@@ -87,7 +87,7 @@ func (c *Cluster[C, S]) Read(t *testing.T, chunk uint64, off, size uint32) []byt
 
 // Do sends a request to the current leader (retrying while leadership
 // moves) and checks its final status.
-func (c *Cluster[C, S]) Do(t *testing.T, want pb.CHUNK_OP_STATUS, call func(pb.ChunkServiceClient) (*pb.ChunkResponse, error)) *pb.ChunkResponse {
+func (c *Cluster[C, S]) Do(t testing.TB, want pb.CHUNK_OP_STATUS, call func(pb.ChunkServiceClient) (*pb.ChunkResponse, error)) *pb.ChunkResponse {
 	t.Helper()
 	var resp *pb.ChunkResponse
 	var err error
@@ -102,7 +102,7 @@ func (c *Cluster[C, S]) Do(t *testing.T, want pb.CHUNK_OP_STATUS, call func(pb.C
 }
 
 // Info is the chunk's sn list (GetChunkInfo through the leader).
-func (c *Cluster[C, S]) Info(t *testing.T, chunk uint64) []uint64 {
+func (c *Cluster[C, S]) Info(t testing.TB, chunk uint64) []uint64 {
 	t.Helper()
 	resp, err := pb.NewChunkServiceClient(c.Conns[c.Leader(t)]).GetChunkInfo(context.Background(), &pb.GetChunkInfoRequest{
 		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(chunk)})
@@ -113,7 +113,7 @@ func (c *Cluster[C, S]) Info(t *testing.T, chunk uint64) []uint64 {
 }
 
 // Hash returns server i's GetChunkHash over the whole chunk.
-func (c *Cluster[C, S]) Hash(t *testing.T, i int, chunk uint64) string {
+func (c *Cluster[C, S]) Hash(t testing.TB, i int, chunk uint64) string {
 	t.Helper()
 	resp, err := c.Chunk(i).GetChunkHash(context.Background(), &pb.GetChunkHashRequest{
 		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(chunk),
@@ -126,7 +126,7 @@ func (c *Cluster[C, S]) Hash(t *testing.T, i int, chunk uint64) string {
 
 // WaitSame waits until every running replica has applied the leader's
 // commit index and hashes every chunk alike.
-func (c *Cluster[C, S]) WaitSame(t *testing.T, chunks []uint64) {
+func (c *Cluster[C, S]) WaitSame(t testing.TB, chunks []uint64) {
 	t.Helper()
 	testwait.Until(t, 20*time.Second, func() error {
 		leader := c.Servers[c.Leader(t)].Copysets().Get(c.Group).Status()
@@ -163,7 +163,7 @@ func (c *Cluster[C, S]) ChunkPath(i int, chunk uint64) string {
 
 // WaitInstalled fails t unless server i installs a snapshot from its
 // leader within 10 s.
-func (c *Cluster[C, S]) WaitInstalled(t *testing.T, i int) {
+func (c *Cluster[C, S]) WaitInstalled(t testing.TB, i int) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, func() error {
 		if c.Servers[i].Copysets().Get(c.Group).Status().SnapshotsInstalled == 0 {

@@ -41,7 +41,7 @@ type Binding[C any, S Server] struct {
 // can be stopped and started again on its address and data dir. The slices
 // are indexed by server and owned by the test goroutine.
 type Cluster[C any, S Server] struct {
-	T       *testing.T
+	T       testing.TB
 	Cfgs    []C
 	FS      []*datastore.FaultFS
 	Servers []S
@@ -59,7 +59,7 @@ type Cluster[C any, S Server] struct {
 // Start starts n servers, each with the configuration of b.Config adjusted
 // by opts, creates copyset 1 of pool 1 on all of them and waits for its
 // leader.
-func Start[C any, S Server](t *testing.T, n int, b Binding[C, S], opts ...func(*C)) *Cluster[C, S] {
+func Start[C any, S Server](t testing.TB, n int, b Binding[C, S], opts ...func(*C)) *Cluster[C, S] {
 	t.Helper()
 	c := &Cluster[C, S]{T: t, Group: copyset.NewGroupID(1, 1), bind: b, opts: opts}
 	var peers []copyset.PeerID
@@ -85,7 +85,7 @@ func Start[C any, S Server](t *testing.T, n int, b Binding[C, S], opts ...func(*
 
 // AddServer starts one more server, configured as the others but with its
 // own address and data dir and no copysets, and returns its index.
-func (c *Cluster[C, S]) AddServer(t *testing.T) int {
+func (c *Cluster[C, S]) AddServer(t testing.TB) int {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,7 +177,7 @@ func (c *Cluster[C, S]) Up() []int {
 
 // Leader returns the index of the copyset's leader among the running
 // servers, waiting up to 10 seconds for one.
-func (c *Cluster[C, S]) Leader(t *testing.T) int {
+func (c *Cluster[C, S]) Leader(t testing.TB) int {
 	t.Helper()
 	leader := -1
 	testwait.Until(t, 10*time.Second, func() error {

@@ -11,7 +11,7 @@ import (
 
 // Scrape gathers g: metric name -> label string ("k=v,k=v", sorted) ->
 // value (a histogram's value is its sample count).
-func Scrape(t *testing.T, g prometheus.Gatherer) map[string]map[string]float64 {
+func Scrape(t testing.TB, g prometheus.Gatherer) map[string]map[string]float64 {
 	t.Helper()
 	fams, err := g.Gather()
 	if err != nil {

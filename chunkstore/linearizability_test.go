@@ -1,4 +1,4 @@
-package chunkserver
+package chunkstore_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/chunkraft/chunkraft/chunkserver"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -50,9 +51,9 @@ const (
 type linCluster struct {
 	t       *testing.T
 	nw      *faultnet.Network
-	cfgs    []Config
+	cfgs    []chunkserver.Config
 	mu      sync.Mutex
-	servers []*Server
+	servers []*chunkserver.Server
 	cancels []context.CancelFunc
 	dones   []chan struct{}
 	conns   []*grpc.ClientConn
@@ -70,7 +71,7 @@ func startLinCluster(t *testing.T, nw *faultnet.Network) *linCluster {
 			t.Fatal(err)
 		}
 		liss = append(liss, lis)
-		cfg := DefaultConfig()
+		cfg := chunkserver.DefaultConfig()
 		cfg.Listen, cfg.MetricsListen = lis.Addr().String(), ""
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")
 		cfg.ChunkFilePool = 0
@@ -118,8 +119,8 @@ func (c *linCluster) start(i int, lis net.Listener) {
 			return
 		}
 	}
-	srv, err := NewWithSeams(c.cfgs[i], slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Seams{RaftLog: io.Discard, RaftDial: c.nw.DialOptions(i)})
+	srv, err := chunkserver.NewWithSeams(c.cfgs[i], slog.New(slog.NewTextHandler(io.Discard, nil)),
+		chunkserver.Seams{RaftLog: io.Discard, RaftDial: c.nw.DialOptions(i)})
 	if err != nil {
 		lis.Close()
 		c.t.Error(err)
