@@ -3,6 +3,7 @@ module github.com/chunkraft/chunkraft
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dgraph-io/ristretto/v2 v2.4.2

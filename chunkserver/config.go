@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
+	"github.com/chunkraft/chunkraft/dm"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"go.yaml.in/yaml/v3"
 )
@@ -104,6 +105,8 @@ type Config struct {
 	Sync SyncConfig `yaml:"sync"`
 	// Disagg configures the disagg service (package disagg).
 	Disagg disagg.Config `yaml:"disagg"`
+	// DM configures the dm service (package dm).
+	DM dm.Config `yaml:"dm"`
 }
 
 // SyncConfig configures the sync service.
@@ -215,6 +218,7 @@ func DefaultConfig() Config {
 		Sync: SyncConfig{CheckPeriod: 10 * time.Second, SendInterval: 5 * time.Second, MaxRetainedBytes: copyset.DefaultMaxPinnedBytes,
 			SnapshotExports: datasync.DefaultSnapshotExports},
 		Disagg: disagg.DefaultConfig(),
+		DM:     dm.DefaultConfig(),
 	}
 }
 
@@ -480,6 +484,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: sync.snapshot_exports %d must be at least 1", c.Sync.SnapshotExports)
 	}
 	if err := c.Disagg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.DM.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	if c.StaleReplicaCheck < 0 {

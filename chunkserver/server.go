@@ -20,6 +20,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
+	"github.com/chunkraft/chunkraft/dm"
 	"github.com/chunkraft/chunkraft/integrity"
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
@@ -149,7 +150,11 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		return nil, err
 	}
 	s.admit = s.chunks.Admission()
-	s.tenants = append([]Tenant{s.chunks, s.scans, s.syncs, s.disagg}, hooks.Tenants...)
+	dms := dm.New(dm.Deps{Config: cfg.DM, Local: local, Dial: s.peers.get, Logger: log,
+		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
+			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
+		}})
+	s.tenants = append([]Tenant{s.chunks, s.scans, s.syncs, s.disagg, dms}, hooks.Tenants...)
 	var raftLog *slog.Logger // nil: the manager's, which is log
 	if hooks.RaftLog != nil {
 		raftLog = slog.New(slog.NewJSONHandler(hooks.RaftLog, nil))

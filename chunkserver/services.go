@@ -1,13 +1,11 @@
 package chunkserver
 
 import (
-	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
-	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
 
 // curveServices are the Curve chunkserver services of the host that
@@ -35,7 +33,8 @@ func (s *Server) registerServices(curve curveServices) {
 	// ScanService), the sync service (openmldb.datasync's DataCollector and
 	// SyncTool, SyncInternal between servers), the disagg service
 	// (tikvpb.Tikv's lock service, GetDisaggConfig and read views, its
-	// other methods Unimplemented; DisaggInternal, DisaggViews).
+	// other methods Unimplemented; DisaggInternal, DisaggViews), the dm
+	// service (pb.Worker; DMInternal between servers).
 	for _, t := range s.tenants {
 		t.Register(g)
 	}
@@ -43,13 +42,6 @@ func (s *Server) registerServices(curve curveServices) {
 	// map (cluster_map.go).
 	s.trans.Register(g)
 	clusterpb.RegisterClusterServer(g, s.cluster)
-	registerUnimplemented(g)
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)
-}
-
-// registerUnimplemented registers the seed services whose issues have not
-// landed yet. Every call answers gRPC Unimplemented: honest, not faked.
-func registerUnimplemented(g *grpc.Server) {
-	dmpb.RegisterWorkerServer(g, dmpb.UnimplementedWorkerServer{})
 }

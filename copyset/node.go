@@ -135,6 +135,25 @@ func (e *OutcomeUnknownError) Error() string {
 	return withLeader("leadership lost after the op was appended, outcome unknown", e.Leader)
 }
 
+// LeaderLost reports whether a proposal's err says this replica does not
+// lead (NotLeaderError) or lost the lead after appending it
+// (OutcomeUnknownError), and the leader either names: a caller that
+// retries on the leader does both alike (its op must then be safe to
+// apply twice, or recognise its own commit).
+func LeaderLost(err error) (PeerID, bool) {
+	var (
+		nl *NotLeaderError
+		ou *OutcomeUnknownError
+	)
+	switch {
+	case errors.As(err, &nl):
+		return nl.Leader, true
+	case errors.As(err, &ou):
+		return ou.Leader, true
+	}
+	return "", false
+}
+
 // Status is a point-in-time view of one replica (GetCopysetStatus).
 type Status struct {
 	State          raft.RaftState

@@ -64,15 +64,8 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 		// proposeWaiting retry it on the new leader: a removal is
 		// idempotent and a put's retry recognises its own commit
 		// (committedBefore).
-		var (
-			nl *copyset.NotLeaderError
-			ou *copyset.OutcomeUnknownError
-		)
-		switch {
-		case errors.As(err, &nl):
-			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(nl.Leader)}
-		case errors.As(err, &ou):
-			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(ou.Leader)}
+		if leader, lost := copyset.LeaderLost(err); lost {
+			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(leader)}
 		}
 		return fail("copyset %s: %v", csName(g), err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/chunkraft/chunkraft/copyset/statemachine"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 const (
@@ -59,9 +58,10 @@ var _ copyset.StateMachine = (*Machine)(nil)
 // sub-task as it is.
 func openMachine(dir string, log *slog.Logger, hold *copyset.LogHold) (*Machine, error) {
 	m := &Machine{log: log, hold: hold, changed: make(chan struct{})}
+	lines := statemachine.ProtoJSON[*pb.State]{New: func() *pb.State { return &pb.State{} }}
 	sm, err := statemachine.Open(statemachine.Config[*pb.State, *pb.Op, Result]{
 		Name: "sync", Path: filepath.Join(dir, FileName), File: filepath.Join(Dir, FileName), Log: log,
-		New:    func() *pb.State { return &pb.State{} },
+		New:    lines.New,
 		Decode: statemachine.DecodeProto(func() *pb.Op { return &pb.Op{} }, func(op *pb.Op) bool { return op.GetOp() != nil }),
 		Apply:  applyOp,
 		Replayed: func(st *pb.State, _ uint64, op *pb.Op) Result {
@@ -70,11 +70,8 @@ func openMachine(dir string, log *slog.Logger, hold *copyset.LogHold) (*Machine,
 		Changed:     m.applied,
 		Applied:     (*pb.State).GetApplied,
 		SetApplied:  func(st *pb.State, i uint64) { st.Applied = i },
-		EncodeState: func(st *pb.State) ([]byte, error) { return protojson.Marshal(st) },
-		DecodeState: func(line []byte) (*pb.State, error) {
-			st := &pb.State{}
-			return st, protojson.Unmarshal(line, st)
-		},
+		EncodeState: lines.Encode,
+		DecodeState: lines.Decode,
 	})
 	if err != nil {
 		return nil, err

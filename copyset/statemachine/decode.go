@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -34,4 +35,20 @@ func DecodeProto[O proto.Message](fresh func() O, known func(O) bool) func(paylo
 func DecodeJSON[T any](b []byte) (*T, error) {
 	v := new(T)
 	return v, json.Unmarshal(b, v)
+}
+
+// ProtoJSON is the whole-state line of a machine whose state is a
+// protobuf message: its protojson form (Config.EncodeState, DecodeState).
+type ProtoJSON[S proto.Message] struct {
+	// New returns an empty state to decode into.
+	New func() S
+}
+
+// Encode is a Config.EncodeState.
+func (ProtoJSON[S]) Encode(st S) ([]byte, error) { return protojson.Marshal(st) }
+
+// Decode is a Config.DecodeState.
+func (p ProtoJSON[S]) Decode(line []byte) (S, error) {
+	st := p.New()
+	return st, protojson.Unmarshal(line, st)
 }

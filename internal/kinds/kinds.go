@@ -15,7 +15,7 @@ const (
 	// Disagg is the disagg service's decisions in flight, clone locks and
 	// gc marks (disagg/).
 	Disagg = 5
-	// DM is reserved for DM subtasks (dm/).
+	// DM is the dm service's subtask shares (dm/).
 	DM = 6
 	// View is the disagg service's read views (disagg/view*.go), applied
 	// to the copyset's chunk store (chunkstore/view_fsm.go).
@@ -36,6 +36,6 @@ var Table = []Entry{
 	{Fence, "fence", false},
 	{Sync, "sync", false},
 	{Disagg, "disagg", false},
-	{DM, "dm", true},
+	{DM, "dm", false},
 	{View, "view", false},
 }

@@ -1,0 +1,244 @@
+package dm
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/datasync"
+
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+)
+
+// applyOp applies op at index to st and returns its result and whether st
+// changed. Every check comes before the first change, so a refused op
+// changes nothing. Nothing here reads a clock or anything outside st and
+// op: every replica computes the same. The caller stamps st.Applied.
+func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
+	if err := ValidateOp(op); err != nil {
+		return Result{Err: fmt.Errorf("%w: %v", ErrInvalidOp, err)}, false
+	}
+	switch o := op.GetOp().(type) {
+	case *pb.Op_Start:
+		return applyStart(st, index, o.Start)
+	case *pb.Op_SetStage:
+		return withShare(st, o.SetStage.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applySetStage(s, index, o.SetStage)
+		})
+	case *pb.Op_Advance:
+		return withShare(st, o.Advance.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applyAdvance(s, index, o.Advance)
+		})
+	case *pb.Op_Fail:
+		return withShare(st, o.Fail.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applyFail(s, index, o.Fail)
+		})
+	case *pb.Op_Update:
+		return withShare(st, o.Update.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applyUpdate(s, index, o.Update)
+		})
+	default: // *pb.Op_Delete: ValidateOp knows no other
+		name := o.(*pb.Op_Delete).Delete.GetName()
+		i, ok := find(st, name)
+		if !ok {
+			return Result{Err: fmt.Errorf("%w: %s", ErrNotFound, name)}, false
+		}
+		st.Subtasks = slices.Delete(st.Subtasks, i, i+1)
+		return Result{}, true
+	}
+}
+
+// find returns the position of task name's share in st and whether it is
+// there.
+func find(st *pb.State, name string) (int, bool) {
+	return slices.BinarySearchFunc(st.Subtasks, name, func(s *pb.SubTask, n string) int {
+		return cmp.Compare(s.GetConfig().GetName(), n)
+	})
+}
+
+// get returns task name's share in st, or nil.
+func get(st *pb.State, name string) *pb.SubTask {
+	if i, ok := find(st, name); ok {
+		return st.Subtasks[i]
+	}
+	return nil
+}
+
+// withShare applies f to task name's share, or refuses the op when there
+// is none.
+func withShare(st *pb.State, name string, f func(s *pb.SubTask) (Result, bool)) (Result, bool) {
+	s := get(st, name)
+	if s == nil {
+		return Result{Err: fmt.Errorf("%w: %s", ErrNotFound, name)}, false
+	}
+	return f(s)
+}
+
+// refuse is the result of a refused op on share s.
+func refuse(s *pb.SubTask, err error) (Result, bool) {
+	return Result{SubTask: proto.CloneOf(s), Err: err}, false
+}
+
+// changed is the result of an op that changed share s at index.
+func changed(s *pb.SubTask, index uint64, nowMs int64) (Result, bool) {
+	s.UpdatedIndex, s.UpdatedMs = index, nowMs
+	return Result{SubTask: proto.CloneOf(s)}, true
+}
+
+// same is the result of an op that found share s as it asked.
+func same(s *pb.SubTask) (Result, bool) { return Result{SubTask: proto.CloneOf(s)}, false }
+
+// applyStart creates the share; the same start again finds it as it is.
+func applyStart(st *pb.State, index uint64, op *pb.Start) (Result, bool) {
+	name := op.GetConfig().GetName()
+	i, ok := find(st, name)
+	if ok {
+		s := st.Subtasks[i]
+		if proto.Equal(s.GetConfig(), op.GetConfig()) && s.GetCopyset() == op.GetCopyset() && s.GetSourceCopyset() == op.GetSourceCopyset() {
+			return same(s)
+		}
+		return refuse(s, fmt.Errorf("%w: %s", ErrTaskExists, name))
+	}
+	if len(st.Subtasks) >= MaxTasks {
+		return refuse(nil, fmt.Errorf("%w: %d", ErrTooManyTasks, len(st.Subtasks)))
+	}
+	s := &pb.SubTask{
+		Config: proto.CloneOf(op.GetConfig()), Copyset: op.GetCopyset(), SourceCopyset: op.GetSourceCopyset(),
+		Stage: op.GetStage(), Unit: op.GetUnit(), Result: &dmpb.ProcessResult{IsCanceled: op.GetStage() == dmpb.Stage_Paused},
+		Checkpoint: &pb.Checkpoint{}, Counters: &pb.Counters{}, CreatedIndex: index, CreatedMs: op.GetNowMs(),
+	}
+	st.Subtasks = slices.Insert(st.Subtasks, i, s)
+	return changed(s, index, op.GetNowMs())
+}
+
+// applySetStage is upstream's stage machine for an operator's request:
+// Resume (Running) from Paused or Stopped clears the errors; Pause from
+// Running, or of a share an error paused (then it only marks it
+// canceled, which stops auto-resume); Stop from Running or Paused.
+// Finished is final; asking for the stage a share is in changes nothing.
+func applySetStage(s *pb.SubTask, index uint64, op *pb.SetStage) (Result, bool) {
+	from, to := s.GetStage(), op.GetStage()
+	if from == dmpb.Stage_Finished {
+		return refuse(s, fmt.Errorf("%w: %s is Finished", ErrStage, s.GetConfig().GetName()))
+	}
+	switch to {
+	case dmpb.Stage_Running:
+		if from == dmpb.Stage_Running {
+			return same(s)
+		}
+		s.Result, s.Resumable = &dmpb.ProcessResult{}, false
+	case dmpb.Stage_Paused:
+		switch {
+		case from == dmpb.Stage_Stopped:
+			return refuse(s, fmt.Errorf("%w: %s is Stopped", ErrStage, s.GetConfig().GetName()))
+		case from == dmpb.Stage_Paused && (!op.GetByUser() || s.GetResult().GetIsCanceled()):
+			return same(s)
+		}
+		if s.Result == nil {
+			s.Result = &dmpb.ProcessResult{}
+		}
+		s.Result.IsCanceled = s.Result.IsCanceled || op.GetByUser()
+	default: // Stopped
+		if from == dmpb.Stage_Stopped {
+			return same(s)
+		}
+		if s.Result == nil {
+			s.Result = &dmpb.ProcessResult{}
+		}
+		s.Result.IsCanceled = s.Result.IsCanceled || op.GetByUser()
+	}
+	s.Stage = to
+	return changed(s, index, op.GetNowMs())
+}
+
+// applyAdvance moves a running share's checkpoint, adds to its counters,
+// sets its unit and, when finished, makes it Finished.
+func applyAdvance(s *pb.SubTask, index uint64, op *pb.Advance) (Result, bool) {
+	switch {
+	case s.GetStage() != dmpb.Stage_Running:
+		return refuse(s, fmt.Errorf("%w: %s is %v, not Running", ErrStage, s.GetConfig().GetName(), s.GetStage()))
+	case !proto.Equal(s.GetCheckpoint(), op.GetFrom()):
+		return refuse(s, fmt.Errorf("%w: %s stands at %s, the advance starts at %s", ErrCheckpoint,
+			s.GetConfig().GetName(), CheckpointString(s.GetCheckpoint()), CheckpointString(op.GetFrom())))
+	}
+	s.Checkpoint = proto.CloneOf(op.GetTo())
+	addCounters(s, op.GetAdd())
+	s.Unit = op.GetUnit()
+	if op.GetFinished() {
+		s.Stage = dmpb.Stage_Finished
+	}
+	return changed(s, index, op.GetNowMs())
+}
+
+func addCounters(s *pb.SubTask, a *pb.Counters) {
+	if s.Counters == nil {
+		s.Counters = &pb.Counters{}
+	}
+	sumCounters(s.Counters, a)
+}
+
+// sumCounters adds a to c.
+func sumCounters(c, a *pb.Counters) {
+	c.Packets += a.GetPackets()
+	c.Records += a.GetRecords()
+	c.Chunks += a.GetChunks()
+	c.Ops += a.GetOps()
+	c.Bytes += a.GetBytes()
+	c.Refused += a.GetRefused()
+}
+
+// applyFail pauses a running share with the error.
+func applyFail(s *pb.SubTask, index uint64, op *pb.Fail) (Result, bool) {
+	if s.GetStage() != dmpb.Stage_Running {
+		return refuse(s, fmt.Errorf("%w: %s is %v, not Running", ErrStage, s.GetConfig().GetName(), s.GetStage()))
+	}
+	s.Stage = dmpb.Stage_Paused
+	s.Result = &dmpb.ProcessResult{Errors: []*dmpb.ProcessError{proto.CloneOf(op.GetError())}}
+	s.Resumable = op.GetResumable()
+	return changed(s, index, op.GetNowMs())
+}
+
+// applyUpdate replaces a paused share's config by one that differs only
+// where CanUpdate allows.
+func applyUpdate(s *pb.SubTask, index uint64, op *pb.Update) (Result, bool) {
+	if s.GetStage() != dmpb.Stage_Paused {
+		return refuse(s, fmt.Errorf("%w: %s is %v; a config is updated only while Paused", ErrStage, s.GetConfig().GetName(), s.GetStage()))
+	}
+	if why := CanUpdate(s.GetConfig(), op.GetConfig()); len(why) > 0 {
+		return refuse(s, fmt.Errorf("%w: %s", ErrUpdate, why[0]))
+	}
+	if proto.Equal(s.GetConfig(), op.GetConfig()) {
+		return same(s)
+	}
+	s.Config = proto.CloneOf(op.GetConfig())
+	return changed(s, index, op.GetNowMs())
+}
+
+// CanUpdate returns why cur may not become next (nothing when it may): a
+// task's name, mode, source, target pool, copysets and incremental start
+// are fixed; its sync settings (throttle, apply concurrency, the source's
+// send interval) may change.
+func CanUpdate(cur, next *pb.TaskConfig) []string {
+	var why []string
+	fixed := func(key string, equal bool) {
+		if !equal {
+			why = append(why, fmt.Sprintf("%s may not change", key))
+		}
+	}
+	fixed("name", cur.GetName() == next.GetName())
+	fixed("task-mode", cur.GetMode() == next.GetMode())
+	fixed("source", proto.Equal(cur.GetSource(), next.GetSource()))
+	fixed("target-pool", cur.GetTargetPool() == next.GetTargetPool())
+	fixed("copysets", slices.Equal(cur.GetCopysets(), next.GetCopysets()))
+	fixed("incremental-from", cur.GetIncrementalFrom() == next.GetIncrementalFrom())
+	return why
+}
+
+// CheckpointString writes a checkpoint: the packet's start point, then
+// the record and the step in it.
+func CheckpointString(c *pb.Checkpoint) string {
+	return fmt.Sprintf("%s, record %d step %d", datasync.PointString(c.GetPoint()), c.GetRecord(), c.GetStep())
+}

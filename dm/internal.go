@@ -1,0 +1,194 @@
+package dm
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+)
+
+// callTimeout bounds one DMInternal call to another server.
+const callTimeout = 10 * time.Second
+
+type internalService struct {
+	pb.UnimplementedDMInternalServer
+	s *Service
+}
+
+func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
+	return is.s.listLocal(ctx, req.GetPool(), req.GetName()), nil
+}
+
+func (is *internalService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
+	return is.s.proposeLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetOp()), nil
+}
+
+// ledKey is a copyset in ListResponse.led.
+func ledKey(g copyset.GroupID) uint64 { return uint64(g.Pool())<<32 | uint64(g.Copyset()) }
+
+// listLocal lists the shares (of pool, or all when 0; of task name, or
+// all when empty) of the copysets this server leads, each past a read
+// barrier (a leader just elected may not have applied what its
+// predecessor committed); a copyset whose barrier fails within ctx is
+// left out, as unanswered.
+func (s *Service) listLocal(ctx context.Context, pool uint32, name string) *pb.ListResponse {
+	out := &pb.ListResponse{}
+	if s.copysets == nil {
+		return out
+	}
+	for _, n := range s.copysets.List() {
+		g := n.Group()
+		if (pool != 0 && g.Pool() != pool) || !n.IsLeader() || n.Broken() != nil {
+			continue
+		}
+		m, ok := MachineOf(n)
+		if !ok {
+			continue
+		}
+		if _, err := n.ReadBarrier(ctx); err != nil {
+			continue
+		}
+		out.Led = append(out.Led, ledKey(g))
+		for _, st := range m.List() {
+			if name == "" || st.GetConfig().GetName() == name {
+				out.Subtasks = append(out.Subtasks, &pb.Located{Pool: g.Pool(), Copyset: g.Copyset(), Leader: string(s.deps.Local), Subtask: st})
+			}
+		}
+	}
+	return out
+}
+
+// proposeLocal replicates op on copyset g if this server leads it.
+func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op) *pb.ProposeResponse {
+	fail := func(format string, args ...any) *pb.ProposeResponse {
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf(format, args...)}
+	}
+	if s.copysets == nil {
+		return fail("%v", errNoCopysets)
+	}
+	n := s.copysets.Get(g)
+	switch {
+	case n == nil:
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is not hosted on %s", g.Pool(), g.Copyset(), s.deps.Local), NotLeader: true}
+	case n.Broken() != nil:
+		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), n.Broken())
+	case !n.IsLeader():
+		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is led by %q, not %s", g.Pool(), g.Copyset(), n.Leader(), s.deps.Local),
+			NotLeader: true, Leader: string(n.Leader())}
+	}
+	if _, ok := MachineOf(n); !ok {
+		return fail("copyset %d/%d has no dm state machine", g.Pool(), g.Copyset())
+	}
+	b, err := EncodeOp(op)
+	if err != nil {
+		return fail("%v", err)
+	}
+	_, r, err := copyset.ProposeAs[Result](ctx, n, b)
+	if err != nil {
+		// Retried on the leader: a Start, SetStage or Delete finds its own
+		// commit; an Advance from the old checkpoint is refused.
+		if leader, lost := copyset.LeaderLost(err); lost {
+			return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(leader)}
+		}
+		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), err)
+	}
+	out := &pb.ProposeResponse{Subtask: r.SubTask}
+	if r.Err != nil {
+		out.Code, out.Msg = -1, r.Err.Error()
+	}
+	return out
+}
+
+// listing is the shares of a pool (or all pools) as the leaders of its
+// copysets answered, and the copysets whose leader did not answer.
+type listing struct {
+	shares []*pb.Located
+	// unanswered names the copysets of the cluster map (of the pool) that
+	// no leader answered for, and why.
+	unanswered []string
+}
+
+// listAll asks every reachable server of the cluster map for the shares of
+// the copysets it leads (this server in process) and merges the answers:
+// a copyset two servers answered for during an election keeps the newer
+// share of each task.
+func (s *Service) listAll(ctx context.Context, pool uint32, name string) (*listing, error) {
+	cm, err := s.deps.Cluster(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster map: %w", err)
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		all  []*pb.Located
+		led  = map[uint64]bool{}
+		errs = map[string]error{}
+	)
+	for _, srv := range cm.GetServers() {
+		if !srv.GetReachable() {
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			defer cancel()
+			var resp *pb.ListResponse
+			var err error
+			if srv.GetAddress() == s.deps.Local.Addr() {
+				resp = s.listLocal(cctx, pool, name)
+			} else {
+				resp, err = s.listRemote(cctx, srv.GetAddress(), pool, name)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[srv.GetAddress()] = err
+				return
+			}
+			all = append(all, resp.GetSubtasks()...)
+			for _, k := range resp.GetLed() {
+				led[k] = true
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(all, func(a, b *pb.Located) int {
+		return cmp.Or(cmp.Compare(a.GetPool(), b.GetPool()), cmp.Compare(a.GetCopyset(), b.GetCopyset()),
+			cmp.Compare(a.GetSubtask().GetConfig().GetName(), b.GetSubtask().GetConfig().GetName()),
+			cmp.Compare(b.GetSubtask().GetUpdatedIndex(), a.GetSubtask().GetUpdatedIndex()))
+	})
+	all = slices.CompactFunc(all, func(a, b *pb.Located) bool {
+		return a.GetPool() == b.GetPool() && a.GetCopyset() == b.GetCopyset() &&
+			a.GetSubtask().GetConfig().GetName() == b.GetSubtask().GetConfig().GetName()
+	})
+	l := &listing{shares: all}
+	for _, c := range cm.GetCopysets() {
+		g := copyset.NewGroupID(c.GetPool(), c.GetCopyset())
+		if (pool != 0 && g.Pool() != pool) || led[ledKey(g)] {
+			continue
+		}
+		why := "no leader"
+		if c.GetLeader() != "" {
+			why = "leader " + c.GetLeader() + " did not answer"
+			if err := errs[copyset.PeerID(c.GetLeader()).Addr()]; err != nil {
+				why += ": " + err.Error()
+			}
+		}
+		l.unanswered = append(l.unanswered, fmt.Sprintf("copyset %d/%d (%s)", g.Pool(), g.Copyset(), why))
+	}
+	return l, nil
+}
+
+// listRemote asks the server at addr for the shares of the copysets it
+// leads.
+func (s *Service) listRemote(ctx context.Context, addr string, pool uint32, name string) (*pb.ListResponse, error) {
+	conn, err := s.deps.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewDMInternalClient(conn).List(ctx, &pb.ListRequest{Pool: pool, Name: name})
+}

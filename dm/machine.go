@@ -1,0 +1,140 @@
+package dm
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/statemachine"
+	"github.com/chunkraft/chunkraft/internal/kinds"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+)
+
+const (
+	// Dir is the machine's directory in a copyset data dir.
+	Dir = "dm"
+	// FileName is the state file in Dir.
+	FileName = "state.jsonl"
+)
+
+// Spec is the dm machine's spec: kind kinds.DM, its files in Dir. Its ops
+// carry their log index in the state, so they may not share an entry with
+// each other (not Batch), but one may ride in a grouped proposal with the
+// chunk ops it covers (Group): an Advance and the source ops it applies.
+func Spec() copyset.MachineSpec {
+	return copyset.MachineSpec{Kind: kinds.DM, Name: "dm", Dir: Dir, Group: true,
+		Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
+			return OpenMachine(env.Dir, env.Logger.With("component", "dm"))
+		}}
+}
+
+// Machine is the kinds.DM state machine of one copyset: a
+// statemachine.Machine on Dir/FileName (the whole state, one line per
+// change).
+type Machine struct {
+	*statemachine.Machine[*pb.State, *pb.Op, Result]
+	log *slog.Logger
+}
+
+var _ copyset.StateMachine = (*Machine)(nil)
+
+// OpenMachine loads dir/FileName. Its Apply answers a Result, or a
+// *copyset.FatalError when the op cannot be decoded or the state file
+// cannot be written; an op at or below the state's applied index is
+// already in the state and is answered with the share as it is.
+func OpenMachine(dir string, log *slog.Logger) (*Machine, error) {
+	m := &Machine{log: log}
+	lines := statemachine.ProtoJSON[*pb.State]{New: func() *pb.State { return &pb.State{} }}
+	sm, err := statemachine.Open(statemachine.Config[*pb.State, *pb.Op, Result]{
+		Name: "dm", Path: filepath.Join(dir, FileName), File: filepath.Join(Dir, FileName), Log: log,
+		New:    lines.New,
+		Decode: statemachine.DecodeProto(func() *pb.Op { return &pb.Op{} }, func(op *pb.Op) bool { return op.GetOp() != nil }),
+		Apply:  applyOp,
+		Replayed: func(st *pb.State, _ uint64, op *pb.Op) Result {
+			if s := get(st, opName(op)); s != nil {
+				return Result{SubTask: proto.CloneOf(s)}
+			}
+			return Result{}
+		},
+		Changed:     m.logChange,
+		Applied:     (*pb.State).GetApplied,
+		SetApplied:  func(st *pb.State, i uint64) { st.Applied = i },
+		EncodeState: lines.Encode,
+		DecodeState: lines.Decode,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Machine = sm
+	return m, nil
+}
+
+// MachineOf returns n's dm machine.
+func MachineOf(n *copyset.Node) (*Machine, bool) {
+	m, ok := n.Machines().Get(kinds.DM).(*Machine)
+	return m, ok
+}
+
+// opName is the task op names.
+func opName(op *pb.Op) string {
+	switch o := op.GetOp().(type) {
+	case *pb.Op_Start:
+		return o.Start.GetConfig().GetName()
+	case *pb.Op_SetStage:
+		return o.SetStage.GetName()
+	case *pb.Op_Advance:
+		return o.Advance.GetName()
+	case *pb.Op_Fail:
+		return o.Fail.GetName()
+	case *pb.Op_Delete:
+		return o.Delete.GetName()
+	case *pb.Op_Update:
+		return o.Update.GetName()
+	}
+	return ""
+}
+
+// logChange logs what an operator cares about: not checkpoints, but
+// creation, stage changes, errors, updates and deletes.
+func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
+	s := res.SubTask
+	switch o := op.GetOp().(type) {
+	case *pb.Op_Advance:
+		if o.Advance.GetFinished() {
+			m.log.Info("dm sub task finished", "index", index, "task", opName(op), "checkpoint", CheckpointString(s.GetCheckpoint()))
+		}
+	case *pb.Op_Delete:
+		m.log.Info("dm sub task deleted", "index", index, "task", opName(op))
+	case *pb.Op_Fail:
+		m.log.Warn("dm sub task paused by an error", "index", index, "task", opName(op), "resumable", s.GetResumable(),
+			"error", o.Fail.GetError().GetMessage())
+	default:
+		m.log.Info("dm sub task changed", "index", index, "task", opName(op), "stage", s.GetStage().String(),
+			"unit", s.GetUnit().String())
+	}
+}
+
+// Get returns a copy of task name's share, or nil.
+func (m *Machine) Get(name string) *pb.SubTask {
+	var s *pb.SubTask
+	m.View(func(st *pb.State) {
+		if r := get(st, name); r != nil {
+			s = proto.CloneOf(r)
+		}
+	})
+	return s
+}
+
+// List returns a copy of every share, ascending by task name.
+func (m *Machine) List() []*pb.SubTask {
+	var out []*pb.SubTask
+	m.View(func(st *pb.State) {
+		out = make([]*pb.SubTask, len(st.Subtasks))
+		for i, s := range st.Subtasks {
+			out[i] = proto.CloneOf(s)
+		}
+	})
+	return out
+}

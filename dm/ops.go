@@ -1,0 +1,115 @@
+package dm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/kinds"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+)
+
+// MaxTasks bounds the tasks with a share on one copyset.
+const MaxTasks = 16
+
+// Why an op was refused when it applied (Result.Err wraps one of them),
+// the same on every replica.
+var (
+	// ErrNotFound: no share of the op's task on this copyset.
+	ErrNotFound = errors.New("no sub task with that name")
+	// ErrTaskExists: a Start under a name whose share has another config.
+	ErrTaskExists = errors.New("a sub task with that name exists with another config")
+	// ErrTooManyTasks: the copyset holds shares of MaxTasks tasks.
+	ErrTooManyTasks = errors.New("too many dm tasks on this copyset")
+	// ErrStage: the share's stage does not allow the op.
+	ErrStage = errors.New("the sub task's stage does not allow this")
+	// ErrCheckpoint: an Advance that does not start at the share's
+	// checkpoint.
+	ErrCheckpoint = errors.New("the advance does not start at the sub task's checkpoint")
+	// ErrUpdate: an Update changing what may not change.
+	ErrUpdate = errors.New("the config change is not allowed")
+	// ErrInvalidOp: an op in the log that admission would have refused.
+	ErrInvalidOp = errors.New("invalid dm op")
+)
+
+// Result is the apply result of every dm op.
+type Result struct {
+	// SubTask is a copy of the op's share after the op; nil when there is
+	// none (and after Delete).
+	SubTask *pb.SubTask
+	// Err says why the op was refused (nothing changed); nil when applied.
+	Err error
+}
+
+// EncodeOp checks op (its admission check) and returns the replicated op:
+// the op header (kinds.DM) and op.
+func EncodeOp(op *pb.Op) ([]byte, error) {
+	if err := ValidateOp(op); err != nil {
+		return nil, err
+	}
+	return copyset.EncodeOp(kinds.DM, op)
+}
+
+// ValidateOp is the admission check of op: what does not depend on the
+// state.
+func ValidateOp(op *pb.Op) error {
+	named := func(what, name string) error {
+		if name == "" {
+			return fmt.Errorf("dm %s: no task name", what)
+		}
+		return nil
+	}
+	switch o := op.GetOp().(type) {
+	case *pb.Op_Start:
+		s := o.Start
+		if _, err := FileOf(s.GetConfig()).Config(); err != nil {
+			return fmt.Errorf("dm start: %w", err)
+		}
+		switch {
+		case s.GetCopyset() == 0 || s.GetSourceCopyset() == 0:
+			return errors.New("dm start: copyset and source copyset are required")
+		case s.GetStage() != dmpb.Stage_Running && s.GetStage() != dmpb.Stage_Paused:
+			return fmt.Errorf("dm start: stage %v: want Running or Paused", s.GetStage())
+		case !unitOK(s.GetUnit()):
+			return fmt.Errorf("dm start: unit %v: want Dump, Load or Sync", s.GetUnit())
+		}
+		return nil
+	case *pb.Op_SetStage:
+		switch o.SetStage.GetStage() {
+		case dmpb.Stage_Running, dmpb.Stage_Paused, dmpb.Stage_Stopped:
+		default:
+			return fmt.Errorf("dm set stage: %v: want Running, Paused or Stopped", o.SetStage.GetStage())
+		}
+		return named("set stage", o.SetStage.GetName())
+	case *pb.Op_Advance:
+		a := o.Advance
+		if !unitOK(a.GetUnit()) {
+			return fmt.Errorf("dm advance: unit %v: want Dump, Load or Sync", a.GetUnit())
+		}
+		if a.GetTo() == nil {
+			return errors.New("dm advance: no checkpoint to advance to")
+		}
+		return named("advance", a.GetName())
+	case *pb.Op_Fail:
+		if o.Fail.GetError() == nil {
+			return errors.New("dm fail: no error")
+		}
+		return named("fail", o.Fail.GetName())
+	case *pb.Op_Delete:
+		return named("delete", o.Delete.GetName())
+	case *pb.Op_Update:
+		if _, err := FileOf(o.Update.GetConfig()).Config(); err != nil {
+			return fmt.Errorf("dm update: %w", err)
+		}
+		if o.Update.GetConfig().GetName() != o.Update.GetName() {
+			return fmt.Errorf("dm update: config of task %q for task %q", o.Update.GetConfig().GetName(), o.Update.GetName())
+		}
+		return nil
+	}
+	return errors.New("dm op: none of the known ops")
+}
+
+func unitOK(u dmpb.UnitType) bool {
+	return u == dmpb.UnitType_Dump || u == dmpb.UnitType_Load || u == dmpb.UnitType_Sync
+}
