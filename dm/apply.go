@@ -166,6 +166,24 @@ func applyAdvance(s *pb.SubTask, index uint64, op *pb.Advance) (Result, bool) {
 	}
 	s.Checkpoint = proto.CloneOf(op.GetTo())
 	addCounters(s, op.GetAdd())
+	if op.GetClearAsOf() {
+		s.AsOf = nil
+	}
+	for id, p := range op.GetAsOf() {
+		if s.AsOf == nil {
+			s.AsOf = map[uint64]*pb.Place{}
+		}
+		s.AsOf[id] = proto.CloneOf(p)
+	}
+	for id, c := range op.GetClones() {
+		if s.Clones == nil {
+			s.Clones = map[uint64]*pb.Clone{}
+		}
+		s.Clones[id] = proto.CloneOf(c)
+	}
+	for _, id := range op.GetClonesDone() {
+		delete(s.Clones, id)
+	}
 	s.Unit = op.GetUnit()
 	if op.GetFinished() {
 		s.Stage = dmpb.Stage_Finished

@@ -46,6 +46,18 @@ func (w *dmWorkload) op(rng *rand.Rand, i int) []byte {
 	now := int64(1_000_000 + 10*i)
 	s := get(w.shadow, name)
 	x := rng.IntN(100)
+	// What comes next is mostly what an operator or applier would do next:
+	// a finished share is deleted, a paused one updated, a paused or stopped
+	// one resumed.
+	switch {
+	case s == nil:
+	case s.GetStage() == dmpb.Stage_Finished && rng.IntN(2) == 0:
+		x = 99
+	case s.GetStage() == dmpb.Stage_Paused && rng.IntN(3) == 0:
+		x = 90
+	case s.GetStage() != dmpb.Stage_Running && rng.IntN(2) == 0:
+		x = 70
+	}
 	var op *pb.Op
 	switch {
 	case s == nil || x < 5:
@@ -73,13 +85,25 @@ func (w *dmWorkload) op(rng *rand.Rand, i int) []byte {
 		} else {
 			to.Record++
 		}
-		op = &pb.Op{Op: &pb.Op_Advance{Advance: &pb.Advance{Name: name, From: from, To: to, Unit: unit,
-			Add: &pb.Counters{Records: 1, Ops: 2, Bytes: 4096}, Finished: rng.IntN(40) == 0, NowMs: now}}}
+		a := &pb.Advance{Name: name, From: from, To: to, Unit: unit,
+			Add: &pb.Counters{Records: 1, Ops: 2, Bytes: 4096}, Finished: rng.IntN(12) == 0, NowMs: now}
+		switch rng.IntN(4) {
+		case 0:
+			a.AsOf = map[uint64]*pb.Place{uint64(rng.IntN(8)): {Index: uint64(i), Op: uint32(rng.IntN(3))}}
+		case 1:
+			a.Clones = map[uint64]*pb.Clone{uint64(rng.IntN(8)): {Sn: 2, CorrectedSn: 1, Written: []byte{byte(rng.IntN(256))}}}
+		case 2:
+			a.ClonesDone, a.ClearAsOf = []uint64{uint64(rng.IntN(8))}, rng.IntN(3) == 0
+		}
+		op = &pb.Op{Op: &pb.Op_Advance{Advance: a}}
 	case x < 65:
 		op = &pb.Op{Op: &pb.Op_Fail{Fail: &pb.Fail{Name: name, Resumable: rng.IntN(2) == 0, NowMs: now,
 			Error: &dmpb.ProcessError{ErrCode: 1, ErrClass: "dm", Message: "boom"}}}}
 	case x < 88:
 		stage := []dmpb.Stage{dmpb.Stage_Running, dmpb.Stage_Paused, dmpb.Stage_Stopped}[rng.IntN(3)]
+		if x == 70 {
+			stage = dmpb.Stage_Running
+		}
 		op = &pb.Op{Op: &pb.Op_SetStage{SetStage: &pb.SetStage{Name: name, Stage: stage, ByUser: rng.IntN(2) == 0, NowMs: now}}}
 	case x < 95:
 		c := proto.CloneOf(s.GetConfig())
@@ -132,9 +156,12 @@ func dmState(ms copyset.Machines) (string, error) {
 // The dm machine keeps the StateMachine contract under a log of every op,
 // accepted and refused.
 func TestDMMachineConforms(t *testing.T) {
+	old := compactMinBytes
+	compactMinBytes = 4096 // bases and compactions happen within the run
+	t.Cleanup(func() { compactMinBytes = old })
 	w := &dmWorkload{shadow: &pb.State{}, refused: map[error]int{}, reached: map[string]int{}}
 	copysettest.RunStateMachineConformance(t, []copyset.MachineSpec{Spec()},
-		copysettest.Workload{Op: w.op, State: dmState, Ops: 200})
+		copysettest.Workload{Op: w.op, State: dmState, Ops: 300})
 	t.Logf("accepted %v; refused %v", w.reached, w.refused)
 	for _, k := range []string{"*dmpb.Op_Start", "*dmpb.Op_Advance", "*dmpb.Op_Fail", "*dmpb.Op_SetStage", "*dmpb.Op_Update",
 		"*dmpb.Op_Delete", "Running", "Paused", "Stopped", "Finished"} {

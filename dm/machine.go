@@ -1,9 +1,11 @@
 package dm
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -31,8 +33,8 @@ func Spec() copyset.MachineSpec {
 }
 
 // Machine is the kinds.DM state machine of one copyset: a
-// statemachine.Machine on Dir/FileName (the whole state, one line per
-// change).
+// statemachine.Machine on Dir/FileName (a journal: an op line per change,
+// the whole state as a base line from time to time).
 type Machine struct {
 	*statemachine.Machine[*pb.State, *pb.Op, Result]
 	log *slog.Logger
@@ -40,16 +42,24 @@ type Machine struct {
 
 var _ copyset.StateMachine = (*Machine)(nil)
 
-// OpenMachine loads dir/FileName. Its Apply answers a Result, or a
-// *copyset.FatalError when the op cannot be decoded or the state file
-// cannot be written; an op at or below the state's applied index is
-// already in the state and is answered with the share as it is.
+// Journal compaction: the state file is rewritten as one base line when
+// it is larger than compactMinBytes and compactFactor times the last base
+// (a variable: tests lower it).
+var compactMinBytes int64 = 1 << 20
+
+const compactFactor = 4
+
+// OpenMachine loads dir/FileName, a journal: the last base line (the whole
+// state) and the op lines after it above its stamp. Its Apply answers a
+// Result, or a *copyset.FatalError when the op cannot be decoded or the
+// state file cannot be written; an op at or below the state's applied
+// index is already in the state and is answered with the share as it is.
 func OpenMachine(dir string, log *slog.Logger) (*Machine, error) {
 	m := &Machine{log: log}
-	lines := statemachine.ProtoJSON[*pb.State]{New: func() *pb.State { return &pb.State{} }}
+	read := protojson.UnmarshalOptions{DiscardUnknown: true}
 	sm, err := statemachine.Open(statemachine.Config[*pb.State, *pb.Op, Result]{
 		Name: "dm", Path: filepath.Join(dir, FileName), File: filepath.Join(Dir, FileName), Log: log,
-		New:    lines.New,
+		New:    func() *pb.State { return &pb.State{} },
 		Decode: statemachine.DecodeProto(func() *pb.Op { return &pb.Op{} }, func(op *pb.Op) bool { return op.GetOp() != nil }),
 		Apply:  applyOp,
 		Replayed: func(st *pb.State, _ uint64, op *pb.Op) Result {
@@ -61,8 +71,30 @@ func OpenMachine(dir string, log *slog.Logger) (*Machine, error) {
 		Changed:     m.logChange,
 		Applied:     (*pb.State).GetApplied,
 		SetApplied:  func(st *pb.State, i uint64) { st.Applied = i },
-		EncodeState: lines.Encode,
-		DecodeState: lines.Decode,
+		EncodeState: func(st *pb.State) ([]byte, error) { return protojson.Marshal(&pb.Line{Base: st}) },
+		Journal: &statemachine.Journal[*pb.State, *pb.Op]{
+			EncodeEntry: func(index uint64, op *pb.Op) ([]byte, error) {
+				return protojson.Marshal(&pb.Line{Index: index, Op: op})
+			},
+			DecodeLine: func(line []byte) (statemachine.Line[*pb.State, *pb.Op], bool, error) {
+				l := &pb.Line{}
+				if read.Unmarshal(line, l) != nil {
+					return statemachine.Line[*pb.State, *pb.Op]{}, false, nil
+				}
+				switch {
+				case l.GetBase() != nil:
+					return statemachine.Line[*pb.State, *pb.Op]{Base: l.GetBase(), IsBase: true}, true, nil
+				case l.GetOp().GetOp() != nil:
+					return statemachine.Line[*pb.State, *pb.Op]{Index: l.GetIndex(), Op: l.GetOp()}, true, nil
+				}
+				return statemachine.Line[*pb.State, *pb.Op]{}, true, fmt.Errorf("dm state line at index %d holds no op this build knows (written by a newer build?)", l.GetIndex())
+			},
+			Replay: func(st *pb.State, index uint64, op *pb.Op) error {
+				res, _ := applyOp(st, index, op)
+				return res.Err
+			},
+			CompactMin: compactMinBytes, CompactFactor: compactFactor,
+		},
 	})
 	if err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package restore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -230,101 +229,27 @@ type rebuilder struct {
 // ones (docs/performance.md, "Restore write size").
 const DefaultMaxWrite = 1 << 20
 
-// Rebuild makes chunk c on an empty target exactly im (see
-// docs/sync-format.md, Restore), through ChunkService ops only. With base
-// the sn of the data written first (the snapshot's sn with a snapshot, else
-// the chunk's) and V the data at base (the snapshot's view, else Live):
-//
-//  1. corrected sn cs > base: write V at base; DeleteChunkSnapshotOrCorrectSn(cs)
-//     (cs is above the chunk's sn: it becomes the corrected sn);
-//     2 <= cs <= base: write V's block 0 at cs-1; DeleteChunkSnapshotOrCorrectSn(cs);
-//     write V at base, and if base > cs that write took a snapshot at
-//     cs-1: DeleteChunkSnapshotOrCorrectSn(base) removes it (base is not above
-//     the chunk's sn, so the corrected sn stays);
-//     otherwise (no corrected sn; 1, which is never above a chunk's sn and so
-//     cannot be set, and changes nothing a client can see): write V at base.
-//  2. with a snapshot: write Live's copied blocks at Sn (or, when none is
-//     copied, block 0): the first write takes the snapshot at base and each
-//     written block is copied into it (its V content) before it is
-//     overwritten. A snapshot copy of block 0 equal to the live block reads
-//     the same and behaves the same under later writes as an uncopied one.
-//
-// "Write V" writes its non-zero blocks in runs of at most maxWrite bytes
-// (unwritten blocks read as zeros), or block 0 if V is all zero, so that
-// the chunk exists with that sn. The runs of one "write" go up to depth at
-// once (see spread); the steps go one after the other. Every op must
-// succeed.
+// rebuild makes chunk c on an empty target exactly im: it sends the
+// ops of PlanRebuild, a step after the other, the writes of a step up to
+// depth at once (they commute, see PlanRebuild). Every op must succeed.
 func (r *rebuilder) rebuild(ctx context.Context, c Chunk, im *Image) error {
-	base, v := im.Sn, im.data()
-	if im.SnapSn != 0 {
-		base, v = im.SnapSn, []Piece{{0, im.View}}
-	}
-	bs := r.g.BlockSize
-	switch cs := im.CorrectedSn; {
-	case cs > base:
-		if err := r.writeImage(ctx, c, v, base); err != nil {
-			return err
-		}
-		if err := r.correct(ctx, c, cs); err != nil {
-			return err
-		}
-	case cs >= 2:
-		if err := r.write(ctx, c, 0, block0(v, bs), cs-1); err != nil {
-			return err
-		}
-		if err := r.correct(ctx, c, cs); err != nil {
-			return err
-		}
-		if err := r.writeImage(ctx, c, v, base); err != nil {
-			return err
-		}
-		if base > cs {
-			if err := r.correct(ctx, c, base); err != nil {
-				return err
-			}
-		}
-	default:
-		if err := r.writeImage(ctx, c, v, base); err != nil {
-			return err
-		}
-	}
-	if im.SnapSn == 0 {
-		return nil
-	}
-	wrote, err := r.spread(ctx, im.Copied, func(ctx context.Context, a, b uint32) error {
-		return r.write(ctx, c, a*bs, im.Live[a*bs:b*bs], im.Sn)
-	})
-	if err != nil || wrote {
-		return err
-	}
-	return r.write(ctx, c, 0, im.Live[:bs], im.Sn)
-}
-
-// writeImage writes the non-zero blocks of a chunk's data v (pieces in
-// order; the rest reads as zeros) at sn, or block 0 when there are none.
-// Runs never span pieces: each piece's runs go as spread sends them, one
-// piece after the other.
-func (r *rebuilder) writeImage(ctx context.Context, c Chunk, v []Piece, sn uint64) error {
-	bs := r.g.BlockSize
-	zero := make([]byte, bs)
-	some := false
-	for _, p := range v {
-		nonzero := make([]bool, uint32(len(p.Data))/bs)
-		for i := range nonzero {
-			nonzero[i] = !bytes.Equal(p.Data[uint32(i)*bs:uint32(i+1)*bs], zero)
-		}
-		wrote, err := r.spread(ctx, nonzero, func(ctx context.Context, a, b uint32) error {
-			return r.write(ctx, c, p.Offset+a*bs, p.Data[a*bs:b*bs], sn)
+	for _, step := range PlanRebuild(im, r.g, r.maxWrite) {
+		err := forEach(ctx, len(step), max(r.depth, 1), func(ctx context.Context, i int) error {
+			return r.send(ctx, c, step[i])
 		})
 		if err != nil {
 			return err
 		}
-		some = some || wrote
-	}
-	if !some {
-		return r.write(ctx, c, 0, zero, sn)
 	}
 	return nil
+}
+
+// send sends op to chunk c; it must be applied.
+func (r *rebuilder) send(ctx context.Context, c Chunk, op Op) error {
+	if op.Kind == OpCorrect {
+		return r.correct(ctx, c, op.Sn)
+	}
+	return r.write(ctx, c, op.Offset, op.Data, op.Sn)
 }
 
 // block0 is block 0 of the chunk data v (pieces in order).
@@ -333,48 +258,6 @@ func block0(v []Piece, bs uint32) []byte {
 		return v[0].Data[:bs]
 	}
 	return make([]byte, bs)
-}
-
-// spread calls fn for each run of marked blocks (see runs), at most
-// r.depth at once, and reports whether there was a run. The runs are
-// writes at one sn to disjoint blocks of one chunk, and such writes
-// commute: whichever applies first finds the chunk as the ones before left
-// it and makes the same change of sn (creating the chunk, or taking its
-// COW snapshot with the sn it had), the others find the chunk at that sn
-// and change nothing but their own blocks, each copying only the blocks it
-// overwrites into the snapshot. In any order the chunk ends with the same
-// sn, data, snapshot and copied blocks, and every write is applied.
-func (r *rebuilder) spread(ctx context.Context, marked []bool, fn func(ctx context.Context, a, b uint32) error) (bool, error) {
-	var rs [][2]uint32
-	_ = r.runs(marked, func(a, b uint32) error { rs = append(rs, [2]uint32{a, b}); return nil })
-	if len(rs) == 0 {
-		return false, nil
-	}
-	return true, forEach(ctx, len(rs), max(r.depth, 1), func(ctx context.Context, i int) error {
-		return fn(ctx, rs[i][0], rs[i][1])
-	})
-}
-
-// runs calls fn for each run [a, b) of marked blocks, split so that no run
-// is longer than maxWrite bytes.
-func (r *rebuilder) runs(marked []bool, fn func(a, b uint32) error) error {
-	per := max(r.maxWrite/r.g.BlockSize, 1)
-	n := uint32(len(marked))
-	for a := uint32(0); a < n; {
-		if !marked[a] {
-			a++
-			continue
-		}
-		b := a
-		for b < n && marked[b] && b-a < per {
-			b++
-		}
-		if err := fn(a, b); err != nil {
-			return err
-		}
-		a = b
-	}
-	return nil
 }
 
 func (r *rebuilder) write(ctx context.Context, c Chunk, off uint32, data []byte, sn uint64) error {

@@ -11,7 +11,6 @@ import (
 	"github.com/chunkraft/chunkraft/datasync/dest"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
-	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
 // Options configures a restore.
@@ -264,7 +263,7 @@ type replayer struct {
 	pr   *progress
 	free *scratchList
 	sum  CopysetSummary
-	asOf map[uint64]logPlace // chunk -> t_c of its snapshot-phase image
+	asOf map[uint64]Place // chunk -> t_c of its snapshot-phase image
 }
 
 // lane replays the ops of some of a copyset's chunks, in order: every op
@@ -274,47 +273,20 @@ type lane struct {
 	r   *replayer
 	rb  *rebuilder
 	tot Totals
-	// clones are the chunks the lane created from a CREATE_CLONE that are
-	// still clone chunks in the source.
-	clones map[uint64]*cloneState
+	// rp is the lane's replay state: the copyset's AsOf, the lane's
+	// chunks' Clones.
+	rp *Replay
 }
 
 func (r *replayer) newLane() *lane {
-	return &lane{r: r, rb: &rebuilder{t: r.o.Target, g: r.o.Geometry, maxWrite: r.o.MaxWrite, depth: r.o.WriteDepth}, clones: map[uint64]*cloneState{}}
+	return &lane{r: r, rb: &rebuilder{t: r.o.Target, g: r.o.Geometry, maxWrite: r.o.MaxWrite, depth: r.o.WriteDepth},
+		rp: &Replay{G: r.o.Geometry, AsOf: r.asOf, Clones: map[uint64]*Clone{}}}
 }
 
 // done adds the lane's counts to the copyset's.
 func (l *lane) done(sum *CopysetSummary) {
 	l.tot.WrittenBytes, l.tot.TargetOps = l.rb.bytes.Load(), l.rb.ops.Load()
 	sum.add(l.tot)
-}
-
-// cloneState follows a chunk the replay created from a CREATE_CLONE
-// record. In the source it stays a clone chunk until every block has been
-// written (by writes or pastes), and a clone chunk refuses a write that
-// would need a COW snapshot (sn above its effective sn) and every
-// DELETE_SNAP; the restored chunk is a normal chunk, which would accept
-// them, so the replay does not send them while the chunk is a clone.
-type cloneState struct {
-	sn, cs  uint64
-	written []bool
-	left    int
-}
-
-func newCloneState(sn, cs uint64, blocks uint32) *cloneState {
-	return &cloneState{sn: sn, cs: cs, written: make([]bool, blocks), left: int(blocks)}
-}
-
-// mark records that [off, off+n) was written; it reports whether every
-// block is (the source's chunk is a normal chunk from then on).
-func (c *cloneState) mark(off, n, bs uint32) bool {
-	for i := off / bs; i < (off+n)/bs && int(i) < len(c.written); i++ {
-		if !c.written[i] {
-			c.written[i] = true
-			c.left--
-		}
-	}
-	return c.left == 0
 }
 
 func (r *replayer) chunk(id uint64) Chunk {
@@ -334,7 +306,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	if ms, _, ok := p.earliestTime(); ok {
 		r.sum.EarliestTimeMs = ms
 	}
-	r.asOf = map[uint64]logPlace{}
+	r.asOf = map[uint64]Place{}
 	chain := exportfmt.NewChain(p.pool, p.copyset)
 	sc := r.free.get()
 	defer r.free.put(sc)
@@ -426,7 +398,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 					err = fmt.Errorf("packet %s: %w", name, err)
 					break
 				}
-				r.asOf[im.ID] = logPlace{im.AsOf, im.AsOfOp}
+				r.asOf[im.ID] = Place{im.AsOf, im.AsOfOp}
 				snap.tot.Chunks++
 			}
 			if err != nil {
@@ -450,75 +422,40 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	return r.sum, err
 }
 
-// logPlace is an op's place in a copyset's log: its entry's index and its
-// position among the entry's ops.
-type logPlace struct {
-	index uint64
-	op    uint32
-}
-
-// before reports whether p comes before q. A chunk image is the state right
-// after the op at its place: the binlog records before it are in the image
-// and skipped; the one at it is applied again, which changes nothing (a
-// chunk op applied twice in a row leaves the state it left once), and
-// those after it are applied. Several ops can share an entry, so the index
-// alone would not do: the image may lie between two ops of one entry.
-func (p logPlace) before(q logPlace) bool {
-	return p.index < q.index || p.index == q.index && p.op < q.op
-}
-
-// binlog replays one binlog record.
+// binlog replays one binlog record (Replay.Next says what it takes).
 func (l *lane) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
-	r := l.r
-	op := bl.Op
-	c := r.chunk(op.GetChunkId())
-	if tc, ok := r.asOf[c.ID]; ok && (logPlace{bl.Index, bl.OpPosition}).before(tc) {
+	c := l.r.chunk(bl.Op.GetChunkId())
+	step, err := l.rp.Next(bl)
+	if err != nil {
+		return err
+	}
+	switch step.Action {
+	case Skip:
 		l.tot.Skipped++
 		return nil
+	case RefusedByClone:
+		l.tot.Records++
+		l.tot.Refused++
+		return nil
+	case CreateClone:
+		return l.clone(ctx, c, step)
 	}
 	var o Outcome
-	var err error
-	bs := r.o.Geometry.BlockSize
-	cl := l.clones[c.ID]
-	switch op.GetOpType() {
-	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
-		if cl != nil && op.GetSn() > max(cl.sn, cl.cs) {
-			return l.refusedByClone()
-		}
-		o, err = r.o.Target.WriteChunk(ctx, c, op.GetOffset(), bl.Data, op.GetSn())
+	switch op := step.Op; op.Kind {
+	case OpWrite:
+		o, err = l.r.o.Target.WriteChunk(ctx, c, op.Offset, op.Data, op.Sn)
 		if err == nil && o == Applied {
-			l.rb.bytes.Add(uint64(len(bl.Data)))
-			if cl != nil {
-				cl.sn = max(cl.sn, op.GetSn())
-				if cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
-					delete(l.clones, c.ID)
-				}
-			}
+			l.rb.bytes.Add(uint64(len(op.Data)))
 		}
-	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE:
-		o, err = r.o.Target.DeleteChunk(ctx, c, op.GetSn())
-		if err == nil && o == Applied {
-			delete(l.clones, c.ID)
-		}
-	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP:
-		if cl != nil {
-			return l.refusedByClone()
-		}
-		o, err = r.o.Target.DeleteChunkSnapshotOrCorrectSn(ctx, c, op.GetCorrectedSn())
-	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE:
-		return l.clone(ctx, c, bl)
-	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_PASTE:
-		if cl != nil && cl.mark(op.GetOffset(), uint32(len(bl.Data)), bs) {
-			delete(l.clones, c.ID)
-		}
-		l.tot.Skipped++
-		return nil
+	case OpDelete:
+		o, err = l.r.o.Target.DeleteChunk(ctx, c, op.Sn)
 	default:
-		return fmt.Errorf("op %v is not a replicated chunk op", op.GetOpType())
+		o, err = l.r.o.Target.DeleteChunkSnapshotOrCorrectSn(ctx, c, op.Sn)
 	}
 	if err != nil {
-		return fmt.Errorf("%v of %s: %w", op.GetOpType(), c, err)
+		return fmt.Errorf("%v of %s: %w", bl.Op.GetOpType(), c, err)
 	}
+	l.rp.Done(bl, o)
 	l.rb.ops.Add(1)
 	l.tot.Records++
 	if o != Applied {
@@ -527,20 +464,11 @@ func (l *lane) binlog(ctx context.Context, bl *syncpb.BinlogRecord) error {
 	return nil
 }
 
-// refusedByClone counts an op the source refused because its chunk was a
-// clone chunk, not sent.
-func (l *lane) refusedByClone() error {
-	l.tot.Records++
-	l.tot.Refused++
-	return nil
-}
-
 // clone replays a CREATE_CLONE: on an existing chunk the source's create
 // changed nothing (the same clone again, or CHUNK_EXIST); otherwise the
 // chunk is rebuilt as the op's sn and corrected sn with the materialised
 // data.
-func (l *lane) clone(ctx context.Context, c Chunk, bl *syncpb.BinlogRecord) error {
-	g := l.r.o.Geometry
+func (l *lane) clone(ctx context.Context, c Chunk, step Step) error {
 	l.tot.Records++
 	exists, err := l.r.o.Target.ChunkExists(ctx, c)
 	if err != nil {
@@ -550,13 +478,10 @@ func (l *lane) clone(ctx context.Context, c Chunk, bl *syncpb.BinlogRecord) erro
 		l.tot.Refused++
 		return nil
 	}
-	live := make([]byte, g.ChunkSize)
-	copy(live, bl.Data)
-	im := &Image{ID: c.ID, Sn: bl.Op.GetSn(), CorrectedSn: bl.Op.GetCorrectedSn(), AsOf: bl.Index, Live: live}
-	if err := l.rb.rebuild(ctx, c, im); err != nil {
+	if err := l.rb.rebuild(ctx, c, step.Image); err != nil {
 		return fmt.Errorf("clone: %w", err)
 	}
-	l.clones[c.ID] = newCloneState(im.Sn, im.CorrectedSn, g.blocks())
+	l.rp.Cloned(step)
 	l.tot.Chunks++
 	return nil
 }

@@ -529,7 +529,14 @@ type SubTask struct {
 	CreatedMs    int64             `protobuf:"varint,11,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`          // the proposer's clock, unix milliseconds
 	UpdatedMs    int64             `protobuf:"varint,12,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
 	// resumable: its errors are all resumable (auto-resume may resume it).
-	Resumable     bool `protobuf:"varint,13,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	Resumable bool `protobuf:"varint,13,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	// as_of: the place of each chunk image the share rebuilt from the
+	// snapshot phase (binlog records before it are in the image); cleared
+	// once the share has applied past the last of them.
+	AsOf map[uint64]*Place `protobuf:"bytes,14,rep,name=as_of,json=asOf,proto3" json:"as_of,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// clones: the chunks the share created from a CREATE_CLONE that are
+	// still clone chunks in the source.
+	Clones        map[uint64]*Clone `protobuf:"bytes,15,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,6 +662,136 @@ func (x *SubTask) GetResumable() bool {
 	return false
 }
 
+func (x *SubTask) GetAsOf() map[uint64]*Place {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+func (x *SubTask) GetClones() map[uint64]*Clone {
+	if x != nil {
+		return x.Clones
+	}
+	return nil
+}
+
+// Place is an op's place in the source copyset's log.
+type Place struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Op            uint32                 `protobuf:"varint,2,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Place) Reset() {
+	*x = Place{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Place) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Place) ProtoMessage() {}
+
+func (x *Place) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Place.ProtoReflect.Descriptor instead.
+func (*Place) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Place) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Place) GetOp() uint32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+// Clone is a chunk created from a CREATE_CLONE record that is still a
+// clone chunk in the source: its sn, corrected sn and the blocks written
+// since (a bitmap, block i in bit i % 8 of byte i / 8).
+type Clone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sn            uint64                 `protobuf:"varint,1,opt,name=sn,proto3" json:"sn,omitempty"`
+	CorrectedSn   uint64                 `protobuf:"varint,2,opt,name=corrected_sn,json=correctedSn,proto3" json:"corrected_sn,omitempty"`
+	Written       []byte                 `protobuf:"bytes,3,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Clone) Reset() {
+	*x = Clone{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Clone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Clone) ProtoMessage() {}
+
+func (x *Clone) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Clone.ProtoReflect.Descriptor instead.
+func (*Clone) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Clone) GetSn() uint64 {
+	if x != nil {
+		return x.Sn
+	}
+	return 0
+}
+
+func (x *Clone) GetCorrectedSn() uint64 {
+	if x != nil {
+		return x.CorrectedSn
+	}
+	return 0
+}
+
+func (x *Clone) GetWritten() []byte {
+	if x != nil {
+		return x.Written
+	}
+	return nil
+}
+
 // State is a copyset's dm state: the shares, ascending by task name, and
 // the log index of the last op that changed it.
 type State struct {
@@ -667,7 +804,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +816,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +829,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *State) GetApplied() uint64 {
@@ -705,6 +842,68 @@ func (x *State) GetApplied() uint64 {
 func (x *State) GetSubtasks() []*SubTask {
 	if x != nil {
 		return x.Subtasks
+	}
+	return nil
+}
+
+// Line is one line of the state file (a journal): the whole state (base),
+// or an op that changed it at index.
+type Line struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Base          *State                 `protobuf:"bytes,1,opt,name=base,proto3" json:"base,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Op            *Op                    `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Line) Reset() {
+	*x = Line{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Line) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Line) ProtoMessage() {}
+
+func (x *Line) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Line.ProtoReflect.Descriptor instead.
+func (*Line) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Line) GetBase() *State {
+	if x != nil {
+		return x.Base
+	}
+	return nil
+}
+
+func (x *Line) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Line) GetOp() *Op {
+	if x != nil {
+		return x.Op
 	}
 	return nil
 }
@@ -727,7 +926,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +938,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +951,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -874,7 +1073,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1085,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1098,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Start) GetConfig() *TaskConfig {
@@ -958,7 +1157,7 @@ type SetStage struct {
 
 func (x *SetStage) Reset() {
 	*x = SetStage{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1169,7 @@ func (x *SetStage) String() string {
 func (*SetStage) ProtoMessage() {}
 
 func (x *SetStage) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1182,7 @@ func (x *SetStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStage.ProtoReflect.Descriptor instead.
 func (*SetStage) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetStage) GetName() string {
@@ -1019,21 +1218,29 @@ func (x *SetStage) GetNowMs() int64 {
 // its unit; finished makes it Finished. It rides in one group with the
 // chunk ops it covers.
 type Advance struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	From          *Checkpoint            `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
-	To            *Checkpoint            `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
-	Unit          pb.UnitType            `protobuf:"varint,4,opt,name=unit,proto3,enum=pb.UnitType" json:"unit,omitempty"`
-	Add           *Counters              `protobuf:"bytes,5,opt,name=add,proto3" json:"add,omitempty"`
-	Finished      bool                   `protobuf:"varint,6,opt,name=finished,proto3" json:"finished,omitempty"`
-	NowMs         int64                  `protobuf:"varint,7,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	From     *Checkpoint            `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To       *Checkpoint            `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Unit     pb.UnitType            `protobuf:"varint,4,opt,name=unit,proto3,enum=pb.UnitType" json:"unit,omitempty"`
+	Add      *Counters              `protobuf:"bytes,5,opt,name=add,proto3" json:"add,omitempty"`
+	Finished bool                   `protobuf:"varint,6,opt,name=finished,proto3" json:"finished,omitempty"`
+	NowMs    int64                  `protobuf:"varint,7,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// as_of: chunk images rebuilt by the ops this advance covers;
+	// clear_as_of drops every place (the share is past them all).
+	AsOf      map[uint64]*Place `protobuf:"bytes,8,rep,name=as_of,json=asOf,proto3" json:"as_of,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ClearAsOf bool              `protobuf:"varint,9,opt,name=clear_as_of,json=clearAsOf,proto3" json:"clear_as_of,omitempty"`
+	// clones: clone chunks created or changed; clones_done: chunks that
+	// are clone chunks no more.
+	Clones        map[uint64]*Clone `protobuf:"bytes,10,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ClonesDone    []uint64          `protobuf:"varint,11,rep,packed,name=clones_done,json=clonesDone,proto3" json:"clones_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1252,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1265,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Advance) GetName() string {
@@ -1110,6 +1317,34 @@ func (x *Advance) GetNowMs() int64 {
 	return 0
 }
 
+func (x *Advance) GetAsOf() map[uint64]*Place {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+func (x *Advance) GetClearAsOf() bool {
+	if x != nil {
+		return x.ClearAsOf
+	}
+	return false
+}
+
+func (x *Advance) GetClones() map[uint64]*Clone {
+	if x != nil {
+		return x.Clones
+	}
+	return nil
+}
+
+func (x *Advance) GetClonesDone() []uint64 {
+	if x != nil {
+		return x.ClonesDone
+	}
+	return nil
+}
+
 // Fail pauses a running share with error; resumable says auto-resume may
 // resume it.
 type Fail struct {
@@ -1124,7 +1359,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1371,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1384,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Fail) GetName() string {
@@ -1190,7 +1425,7 @@ type Delete struct {
 
 func (x *Delete) Reset() {
 	*x = Delete{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1437,7 @@ func (x *Delete) String() string {
 func (*Delete) ProtoMessage() {}
 
 func (x *Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1450,7 @@ func (x *Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delete.ProtoReflect.Descriptor instead.
 func (*Delete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Delete) GetName() string {
@@ -1238,7 +1473,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1485,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1498,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Update) GetName() string {
@@ -1299,7 +1534,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1546,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1559,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetPool() uint32 {
@@ -1354,7 +1589,7 @@ type Located struct {
 
 func (x *Located) Reset() {
 	*x = Located{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1601,7 @@ func (x *Located) String() string {
 func (*Located) ProtoMessage() {}
 
 func (x *Located) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1614,7 @@ func (x *Located) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Located.ProtoReflect.Descriptor instead.
 func (*Located) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Located) GetPool() uint32 {
@@ -1422,7 +1657,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1669,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1682,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResponse) GetSubtasks() []*Located {
@@ -1477,7 +1712,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1724,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1737,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProposeRequest) GetPool() uint32 {
@@ -1541,7 +1776,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1788,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1801,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProposeResponse) GetCode() int32 {
@@ -1642,7 +1877,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x10\n" +
 	"\x03ops\x18\x04 \x01(\x04R\x03ops\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x18\n" +
-	"\arefused\x18\x06 \x01(\x04R\arefused\"\xfe\x03\n" +
+	"\arefused\x18\x06 \x01(\x04R\arefused\"\x8d\x06\n" +
 	"\aSubTask\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
@@ -1661,10 +1896,29 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"created_ms\x18\v \x01(\x03R\tcreatedMs\x12\x1d\n" +
 	"\n" +
 	"updated_ms\x18\f \x01(\x03R\tupdatedMs\x12\x1c\n" +
-	"\tresumable\x18\r \x01(\bR\tresumable\"T\n" +
+	"\tresumable\x18\r \x01(\bR\tresumable\x124\n" +
+	"\x05as_of\x18\x0e \x03(\v2\x1f.chunkraft.dm.SubTask.AsOfEntryR\x04asOf\x129\n" +
+	"\x06clones\x18\x0f \x03(\v2!.chunkraft.dm.SubTask.ClonesEntryR\x06clones\x1aL\n" +
+	"\tAsOfEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
+	"\vClonesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"-\n" +
+	"\x05Place\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x0e\n" +
+	"\x02op\x18\x02 \x01(\rR\x02op\"T\n" +
+	"\x05Clone\x12\x0e\n" +
+	"\x02sn\x18\x01 \x01(\x04R\x02sn\x12!\n" +
+	"\fcorrected_sn\x18\x02 \x01(\x04R\vcorrectedSn\x12\x18\n" +
+	"\awritten\x18\x03 \x01(\fR\awritten\"T\n" +
 	"\x05State\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x121\n" +
-	"\bsubtasks\x18\x02 \x03(\v2\x15.chunkraft.dm.SubTaskR\bsubtasks\"\xab\x02\n" +
+	"\bsubtasks\x18\x02 \x03(\v2\x15.chunkraft.dm.SubTaskR\bsubtasks\"g\n" +
+	"\x04Line\x12'\n" +
+	"\x04base\x18\x01 \x01(\v2\x13.chunkraft.dm.StateR\x04base\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12 \n" +
+	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xab\x02\n" +
 	"\x02Op\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.chunkraft.dm.StartH\x00R\x05start\x125\n" +
 	"\tset_stage\x18\x02 \x01(\v2\x16.chunkraft.dm.SetStageH\x00R\bsetStage\x121\n" +
@@ -1684,7 +1938,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\t.pb.StageR\x05stage\x12\x17\n" +
 	"\aby_user\x18\x03 \x01(\bR\x06byUser\x12\x15\n" +
-	"\x06now_ms\x18\x04 \x01(\x03R\x05nowMs\"\xf4\x01\n" +
+	"\x06now_ms\x18\x04 \x01(\x03R\x05nowMs\"\xc4\x04\n" +
 	"\aAdvance\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x04from\x18\x02 \x01(\v2\x18.chunkraft.dm.CheckpointR\x04from\x12(\n" +
@@ -1692,7 +1946,19 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04unit\x18\x04 \x01(\x0e2\f.pb.UnitTypeR\x04unit\x12(\n" +
 	"\x03add\x18\x05 \x01(\v2\x16.chunkraft.dm.CountersR\x03add\x12\x1a\n" +
 	"\bfinished\x18\x06 \x01(\bR\bfinished\x12\x15\n" +
-	"\x06now_ms\x18\a \x01(\x03R\x05nowMs\"w\n" +
+	"\x06now_ms\x18\a \x01(\x03R\x05nowMs\x124\n" +
+	"\x05as_of\x18\b \x03(\v2\x1f.chunkraft.dm.Advance.AsOfEntryR\x04asOf\x12\x1e\n" +
+	"\vclear_as_of\x18\t \x01(\bR\tclearAsOf\x129\n" +
+	"\x06clones\x18\n" +
+	" \x03(\v2!.chunkraft.dm.Advance.ClonesEntryR\x06clones\x12\x1f\n" +
+	"\vclones_done\x18\v \x03(\x04R\n" +
+	"clonesDone\x1aL\n" +
+	"\tAsOfEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
+	"\vClonesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"w\n" +
 	"\x04Fail\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05error\x18\x02 \x01(\v2\x10.pb.ProcessErrorR\x05error\x12\x1c\n" +
@@ -1749,7 +2015,7 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(Mode)(0),                  // 0: chunkraft.dm.Mode
 	(*TaskConfig)(nil),         // 1: chunkraft.dm.TaskConfig
@@ -1758,66 +2024,83 @@ var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(*Checkpoint)(nil),         // 4: chunkraft.dm.Checkpoint
 	(*Counters)(nil),           // 5: chunkraft.dm.Counters
 	(*SubTask)(nil),            // 6: chunkraft.dm.SubTask
-	(*State)(nil),              // 7: chunkraft.dm.State
-	(*Op)(nil),                 // 8: chunkraft.dm.Op
-	(*Start)(nil),              // 9: chunkraft.dm.Start
-	(*SetStage)(nil),           // 10: chunkraft.dm.SetStage
-	(*Advance)(nil),            // 11: chunkraft.dm.Advance
-	(*Fail)(nil),               // 12: chunkraft.dm.Fail
-	(*Delete)(nil),             // 13: chunkraft.dm.Delete
-	(*Update)(nil),             // 14: chunkraft.dm.Update
-	(*ListRequest)(nil),        // 15: chunkraft.dm.ListRequest
-	(*Located)(nil),            // 16: chunkraft.dm.Located
-	(*ListResponse)(nil),       // 17: chunkraft.dm.ListResponse
-	(*ProposeRequest)(nil),     // 18: chunkraft.dm.ProposeRequest
-	(*ProposeResponse)(nil),    // 19: chunkraft.dm.ProposeResponse
-	(*datasync.SyncPoint)(nil), // 20: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),              // 21: pb.Stage
-	(pb.UnitType)(0),           // 22: pb.UnitType
-	(*pb.ProcessResult)(nil),   // 23: pb.ProcessResult
-	(*pb.ProcessError)(nil),    // 24: pb.ProcessError
+	(*Place)(nil),              // 7: chunkraft.dm.Place
+	(*Clone)(nil),              // 8: chunkraft.dm.Clone
+	(*State)(nil),              // 9: chunkraft.dm.State
+	(*Line)(nil),               // 10: chunkraft.dm.Line
+	(*Op)(nil),                 // 11: chunkraft.dm.Op
+	(*Start)(nil),              // 12: chunkraft.dm.Start
+	(*SetStage)(nil),           // 13: chunkraft.dm.SetStage
+	(*Advance)(nil),            // 14: chunkraft.dm.Advance
+	(*Fail)(nil),               // 15: chunkraft.dm.Fail
+	(*Delete)(nil),             // 16: chunkraft.dm.Delete
+	(*Update)(nil),             // 17: chunkraft.dm.Update
+	(*ListRequest)(nil),        // 18: chunkraft.dm.ListRequest
+	(*Located)(nil),            // 19: chunkraft.dm.Located
+	(*ListResponse)(nil),       // 20: chunkraft.dm.ListResponse
+	(*ProposeRequest)(nil),     // 21: chunkraft.dm.ProposeRequest
+	(*ProposeResponse)(nil),    // 22: chunkraft.dm.ProposeResponse
+	nil,                        // 23: chunkraft.dm.SubTask.AsOfEntry
+	nil,                        // 24: chunkraft.dm.SubTask.ClonesEntry
+	nil,                        // 25: chunkraft.dm.Advance.AsOfEntry
+	nil,                        // 26: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil), // 27: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),              // 28: pb.Stage
+	(pb.UnitType)(0),           // 29: pb.UnitType
+	(*pb.ProcessResult)(nil),   // 30: pb.ProcessResult
+	(*pb.ProcessError)(nil),    // 31: pb.ProcessError
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
 	2,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
 	3,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	20, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	27, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
 	1,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	21, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	22, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	23, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	28, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	29, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	30, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
 	4,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
 	5,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
-	6,  // 10: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
-	9,  // 11: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
-	10, // 12: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
-	11, // 13: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
-	12, // 14: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
-	13, // 15: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
-	14, // 16: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
-	1,  // 17: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	21, // 18: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	22, // 19: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	21, // 20: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
-	4,  // 21: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
-	4,  // 22: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	22, // 23: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
-	5,  // 24: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	24, // 25: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
-	1,  // 26: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	6,  // 27: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	16, // 28: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	8,  // 29: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	6,  // 30: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	15, // 31: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	18, // 32: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	17, // 33: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	19, // 34: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	33, // [33:35] is the sub-list for method output_type
-	31, // [31:33] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	23, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
+	24, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
+	6,  // 12: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
+	9,  // 13: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
+	11, // 14: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
+	12, // 15: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
+	13, // 16: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
+	14, // 17: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
+	15, // 18: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
+	16, // 19: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
+	17, // 20: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
+	1,  // 21: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
+	28, // 22: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	29, // 23: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	28, // 24: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	4,  // 25: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
+	4,  // 26: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
+	29, // 27: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	5,  // 28: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
+	25, // 29: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	26, // 30: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	31, // 31: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	1,  // 32: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
+	6,  // 33: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	19, // 34: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	11, // 35: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	6,  // 36: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	7,  // 37: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	8,  // 38: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	7,  // 39: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	8,  // 40: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	18, // 41: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	21, // 42: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	20, // 43: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	22, // 44: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	43, // [43:45] is the sub-list for method output_type
+	41, // [41:43] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -1825,7 +2108,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 	if File_chunkraft_dmpb_dm_proto != nil {
 		return
 	}
-	file_chunkraft_dmpb_dm_proto_msgTypes[7].OneofWrappers = []any{
+	file_chunkraft_dmpb_dm_proto_msgTypes[10].OneofWrappers = []any{
 		(*Op_Start)(nil),
 		(*Op_SetStage)(nil),
 		(*Op_Advance)(nil),
@@ -1839,7 +2122,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
