@@ -150,7 +150,7 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		return nil, err
 	}
 	s.admit = s.chunks.Admission()
-	dms := dm.New(dm.Deps{Config: cfg.DM, Local: local, Dial: s.peers.get, Logger: log,
+	dms := dm.New(dm.Deps{Config: cfg.DM, Local: local, Dial: s.peers.get, Logger: log, Chunks: s.chunks, ObjectStore: cfg.ObjectStore,
 		Cluster: func(ctx context.Context) (*clusterpb.ClusterMapResponse, error) {
 			return s.cluster.ClusterMap(ctx, &clusterpb.ClusterMapRequest{})
 		}})

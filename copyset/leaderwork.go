@@ -260,3 +260,33 @@ func (w *LeaderWorker) reconcile(ctx context.Context, rs *leaderRuns) time.Durat
 func (n *Node) leadsIn(term uint64) bool {
 	return n.IsLeader() && n.raft.CurrentTerm() == term && n.Broken() == nil
 }
+
+// WorkerSlot holds a service's leader worker from its Start to its Stop
+// (the tenants' Start and Stop). The zero value is empty.
+type WorkerSlot struct {
+	mu sync.Mutex
+	w  *LeaderWorker
+}
+
+// Start starts fn as m's leader worker (StartLeaderWorker) and keeps it.
+func (s *WorkerSlot) Start(m *Manager, fn LeaderWork, opts LeaderWorkerOptions) error {
+	w, err := m.StartLeaderWorker(fn, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", opts.Name, err)
+	}
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+	return nil
+}
+
+// Stop stops the worker it holds, if any, and waits for its runs.
+func (s *WorkerSlot) Stop() {
+	s.mu.Lock()
+	w := s.w
+	s.w = nil
+	s.mu.Unlock()
+	if w != nil {
+		w.Stop()
+	}
+}

@@ -581,6 +581,22 @@ func (n *Node) ReadBarrier(ctx context.Context) (uint64, error) {
 	return n.fsm.applied.Load(), nil
 }
 
+// Barrier waits until every entry this leader has appended so far, in
+// this term or before, is committed and applied here (raft's Barrier: it
+// appends an entry and waits for it). A proposer that lost track of an
+// entry it appended (its wait ended before the entry's outcome was known)
+// calls it before it reads the state that entry may have changed: after
+// Barrier the entry has applied or never will.
+func (n *Node) Barrier(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if err := n.await(ctx, n.raft.Barrier(n.applyTimeout(ctx))); err != nil {
+		return fmt.Errorf("copyset %s: barrier: %w", n.group, err)
+	}
+	return nil
+}
+
 // ShareCommit makes the followers learn this leader's commit index now
 // instead of at the next AppendEntries, which on an idle copyset is up to
 // twice CommitTimeout away: it appends a barrier entry, which goes out at

@@ -2,9 +2,7 @@ package datasync
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,8 +66,7 @@ type Service struct {
 	metrics  *metrics
 	gate     *SnapshotGate
 
-	mu     sync.Mutex
-	worker *copyset.LeaderWorker
+	worker copyset.WorkerSlot
 
 	collecting  atomic.Int64 // Collecting
 	leaderWaits atomic.Int64 // LeaderWaits
@@ -105,25 +102,12 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 
 // Start starts the collectors' leader worker.
 func (s *Service) Start() error {
-	w, err := s.copysets.StartLeaderWorker(s.lead, copyset.LeaderWorkerOptions{Name: "sync", RetryDelay: time.Second})
-	if err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	s.mu.Lock()
-	s.worker = w
-	s.mu.Unlock()
-	return nil
+	return s.worker.Start(s.copysets, s.lead, copyset.LeaderWorkerOptions{Name: "sync", RetryDelay: time.Second})
 }
 
 // Stop stops the collectors and closes the destinations.
 func (s *Service) Stop() {
-	s.mu.Lock()
-	w := s.worker
-	s.worker = nil
-	s.mu.Unlock()
-	if w != nil {
-		w.Stop()
-	}
+	s.worker.Stop()
 	s.dests.close()
 }
 

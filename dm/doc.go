@@ -23,6 +23,19 @@
 // answer is named in the message. With no task at all, the guarded RPCs
 // answer upstream's ErrWorkerNoStart.
 //
+// # Applying a share (lead.go, applier.go)
+//
+// The leader of a target copyset runs an applier per Running share: it
+// reads the source copyset's export from the share's checkpoint, plans
+// each unit as the sync restore does (restore.PlanRebuild for a chunk
+// image, restore.Replay for a binlog record) and proposes the chunk ops
+// with the share's Advance as one grouped proposal through the chunk
+// store (its admission and checks). What stops a share is a ProcessError:
+// a gap in the export, a packet that does not decode, an answer of the
+// target that is not the source's (a divergence) are not resumable; the
+// target's OVERLOAD or NOSPACE and a source that cannot be read are, and
+// auto-resume resumes them after a backoff.
+//
 // # Stages (applySetStage, applyFail, applyAdvance)
 //
 // Upstream's machine per share: Running to Paused (by an error, Fail; or
@@ -41,10 +54,14 @@
 //   - An Advance applies only from the share's checkpoint and only while
 //     it runs: one that does not match is refused, so two proposers can
 //     never both move a checkpoint past the same records.
+//   - Each source op is applied once: one proposer per share (the
+//     leader's applier, a group only after the one before has applied),
+//     a run starts from the checkpoint read after a full barrier, and an
+//     Advance refused for its checkpoint stops the share (applier.go).
 //   - The machine may ride in a grouped proposal (MachineSpec.Group): an
 //     Advance in one raft entry with the chunk ops it covers, so that the
 //     ops and the checkpoint survive crashes, leader changes and snapshot
 //     installs together.
 //
-// Must not import: chunkserver/..., cli/..., cmd/..., test/..., integrity/..., disagg/...
+// Must not import: chunkserver/..., cli/..., cmd/..., test/..., integrity/...
 package dm

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -38,6 +39,9 @@ func Spec() copyset.MachineSpec {
 type Machine struct {
 	*statemachine.Machine[*pb.State, *pb.Op, Result]
 	log *slog.Logger
+
+	changedMu sync.Mutex
+	changed   chan struct{} // closed (and replaced) when a share comes, goes or changes stage
 }
 
 var _ copyset.StateMachine = (*Machine)(nil)
@@ -55,7 +59,7 @@ const compactFactor = 4
 // state file cannot be written; an op at or below the state's applied
 // index is already in the state and is answered with the share as it is.
 func OpenMachine(dir string, log *slog.Logger) (*Machine, error) {
-	m := &Machine{log: log}
+	m := &Machine{log: log, changed: make(chan struct{})}
 	read := protojson.UnmarshalOptions{DiscardUnknown: true}
 	sm, err := statemachine.Open(statemachine.Config[*pb.State, *pb.Op, Result]{
 		Name: "dm", Path: filepath.Join(dir, FileName), File: filepath.Join(Dir, FileName), Log: log,
@@ -68,7 +72,7 @@ func OpenMachine(dir string, log *slog.Logger) (*Machine, error) {
 			}
 			return Result{}
 		},
-		Changed:     m.logChange,
+		Changed:     m.applied,
 		Applied:     (*pb.State).GetApplied,
 		SetApplied:  func(st *pb.State, i uint64) { st.Applied = i },
 		EncodeState: func(st *pb.State) ([]byte, error) { return protojson.Marshal(&pb.Line{Base: st}) },
@@ -104,10 +108,7 @@ func OpenMachine(dir string, log *slog.Logger) (*Machine, error) {
 }
 
 // MachineOf returns n's dm machine.
-func MachineOf(n *copyset.Node) (*Machine, bool) {
-	m, ok := n.Machines().Get(kinds.DM).(*Machine)
-	return m, ok
-}
+func MachineOf(n *copyset.Node) (*Machine, bool) { return copyset.MachineOf[*Machine](n, kinds.DM) }
 
 // opName is the task op names.
 func opName(op *pb.Op) string {
@@ -126,6 +127,26 @@ func opName(op *pb.Op) string {
 		return o.Update.GetName()
 	}
 	return ""
+}
+
+// applied follows a persisted change: it is logged, and the leader worker
+// told of shares that came, went or changed stage.
+func (m *Machine) applied(index uint64, op *pb.Op, res Result) {
+	m.logChange(index, op, res)
+	if op.GetAdvance() == nil || op.GetAdvance().GetFinished() {
+		m.changedMu.Lock()
+		close(m.changed)
+		m.changed = make(chan struct{})
+		m.changedMu.Unlock()
+	}
+}
+
+// Changed returns a channel closed at the next start, stage change, error,
+// update or delete of a share (not at checkpoints).
+func (m *Machine) Changed() <-chan struct{} {
+	m.changedMu.Lock()
+	defer m.changedMu.Unlock()
+	return m.changed
 }
 
 // logChange logs what an operator cares about: not checkpoints, but

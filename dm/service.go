@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/chunkraft/chunkraft/chunkstore"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
@@ -63,6 +66,12 @@ type Deps struct {
 	Cluster func(ctx context.Context) (*clusterpb.ClusterMapResponse, error)
 	// Logger is the server's logger.
 	Logger *slog.Logger
+	// Chunks is the server's chunk store: the appliers write the target
+	// copysets' chunks through it (its admission and checks).
+	Chunks *chunkstore.Store
+	// ObjectStore is the server's object store configuration: the
+	// endpoint and credentials of an s3:// source.
+	ObjectStore objstore.Config
 }
 
 // Service is the dm tenant: the dm machine on every copyset, the
@@ -72,6 +81,8 @@ type Service struct {
 	log      *slog.Logger
 	copysets *copyset.Manager
 	metrics  *metrics
+	applying atomic.Int64 // appliers running on this server
+	worker   copyset.WorkerSlot
 }
 
 // New returns the dm service; Attach gives it the copysets.
@@ -97,12 +108,17 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 // Collectors implements the host's Tenant.
 func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors(s) }
 
-// Start implements the host's Tenant; the service has no workers of its
-// own yet.
-func (s *Service) Start() error { return nil }
+// Start implements the host's Tenant: the appliers' leader worker.
+func (s *Service) Start() error {
+	return s.worker.Start(s.copysets, s.lead, copyset.LeaderWorkerOptions{Name: "dm", RetryDelay: time.Second})
+}
 
-// Stop implements the host's Tenant.
-func (s *Service) Stop() {}
+// Stop implements the host's Tenant: it stops the appliers and waits.
+func (s *Service) Stop() { s.worker.Stop() }
+
+// Applying returns how many appliers this server runs now: one per
+// Running share of each copyset it leads.
+func (s *Service) Applying() int { return int(s.applying.Load()) }
 
 // errNoCopysets: the service is not attached (a server still starting).
 var errNoCopysets = errors.New("dm: the server's copysets are not loaded yet")

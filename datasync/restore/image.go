@@ -67,26 +67,27 @@ func (im *Image) data() []Piece {
 	return []Piece{{0, im.Live}}
 }
 
-// imageBuilder collects the snapshot-phase records of one chunk into an
+// ImageBuilder collects the snapshot-phase records of one chunk into an
 // Image. Its buffers are reused from chunk to chunk.
-type imageBuilder struct {
+type ImageBuilder struct {
 	g          Geometry
 	live, view []byte
 	copied     []bool
 }
 
-func newImageBuilder(g Geometry) *imageBuilder {
-	return &imageBuilder{g: g, live: make([]byte, g.ChunkSize), copied: make([]bool, g.blocks())}
+// NewImageBuilder returns an ImageBuilder of chunks of geometry g.
+func NewImageBuilder(g Geometry) *ImageBuilder {
+	return &ImageBuilder{g: g, live: make([]byte, g.ChunkSize), copied: make([]bool, g.blocks())}
 }
 
-// build makes the image of chunk id from its records (in packet order):
+// Build makes the image of chunk id from its records (in packet order):
 // the checks of header, then the data. Ranges no record covers read as
 // zeros. The image aliases b's buffers until the next build, and the
 // records' data: a chunk without a snapshot whose records' ranges come in
 // order without overlapping (as the exporter writes them) is given as
 // Pieces of the records, with nothing copied; any other is assembled in
 // b's buffers (a later record overwriting an earlier one).
-func (b *imageBuilder) build(id uint64, recs []*syncpb.Record) (*Image, error) {
+func (b *ImageBuilder) Build(id uint64, recs []*syncpb.Record) (*Image, error) {
 	im, err := b.header(id, recs)
 	if err != nil {
 		return nil, err
@@ -151,7 +152,7 @@ func pieces(recs []*syncpb.Record) ([]Piece, bool) {
 // on snapshot_sn and as_of_index, ranges must be whole blocks inside the
 // chunk, and the image must be one the chunk store can hold. The check
 // pass calls it alone: it touches none of b's buffers.
-func (b *imageBuilder) header(id uint64, recs []*syncpb.Record) (*Image, error) {
+func (b *ImageBuilder) header(id uint64, recs []*syncpb.Record) (*Image, error) {
 	im := &Image{ID: id}
 	seenSnap, seenCow := false, false
 	var cows []*syncpb.CowSnapshotRecord
@@ -204,7 +205,7 @@ func (b *imageBuilder) header(id uint64, recs []*syncpb.Record) (*Image, error) 
 	return im, nil
 }
 
-func (b *imageBuilder) checkRange(id uint64, what string, off uint32, n uint64) error {
+func (b *ImageBuilder) checkRange(id uint64, what string, off uint32, n uint64) error {
 	bs := uint64(b.g.BlockSize)
 	if uint64(off)%bs != 0 || n%bs != 0 || uint64(off)+n > uint64(b.g.ChunkSize) {
 		return fmt.Errorf("chunk %d: %s record range [%d, %d) is not whole %d-byte blocks inside the %d-byte chunk",

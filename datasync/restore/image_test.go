@@ -18,8 +18,8 @@ func snapRec(off uint32, data []byte) *syncpb.Record {
 func TestBuildPiecesOrWholeImage(t *testing.T) {
 	bs := testGeometry.BlockSize
 	a, b := block(1), append(block(2), block(3)...)
-	ib := newImageBuilder(testGeometry)
-	im, err := ib.build(1, []*syncpb.Record{snapRec(bs, a), snapRec(4*bs, b)})
+	ib := NewImageBuilder(testGeometry)
+	im, err := ib.Build(1, []*syncpb.Record{snapRec(bs, a), snapRec(4*bs, b)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestBuildPiecesOrWholeImage(t *testing.T) {
 	}
 
 	// Block 4 is given twice: the later record's wins.
-	im, err = ib.build(1, []*syncpb.Record{snapRec(4*bs, b), snapRec(4*bs, block(9)), snapRec(0, a)})
+	im, err = ib.Build(1, []*syncpb.Record{snapRec(4*bs, b), snapRec(4*bs, block(9)), snapRec(0, a)})
 	if err != nil {
 		t.Fatal(err)
 	}

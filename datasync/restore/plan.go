@@ -179,7 +179,7 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 		if pkt.Start.Phase == exportfmt.PhaseBinlog {
 			for _, r := range pkt.Records {
 				bl := r.GetBinlog()
-				if err := checkBinlog(g, bl); err != nil {
+				if err := CheckBinlog(g, bl); err != nil {
 					return nil, &exportfmt.BadPacketError{Name: name, Err: fmt.Errorf("binlog record at index %d: %w", bl.Index, err)}
 				}
 				if u.hasTime && bl.AppendedAtMs <= u.timeMs {
@@ -191,8 +191,8 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 				}
 			}
 		} else {
-			for _, grp := range groupByChunk(pkt.Records) {
-				im, err := ib.header(grp.id, grp.recs) // the replay builds the data
+			for _, grp := range GroupByChunk(pkt.Records) {
+				im, err := ib.header(grp.ID, grp.Recs) // the replay builds the data
 				if err != nil {
 					return nil, &exportfmt.BadPacketError{Name: name, Err: err}
 				}
@@ -259,8 +259,8 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 	return p, nil
 }
 
-// checkBinlog checks what the replay of a binlog record relies on.
-func checkBinlog(g Geometry, bl *syncpb.BinlogRecord) error {
+// CheckBinlog checks what the replay of a binlog record relies on.
+func CheckBinlog(g Geometry, bl *syncpb.BinlogRecord) error {
 	op := bl.Op
 	switch op.GetOpType() {
 	case chunkserverpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
@@ -288,16 +288,16 @@ func checkBinlog(g Geometry, bl *syncpb.BinlogRecord) error {
 	return nil
 }
 
-// chunkRecords are the snapshot-phase records of one chunk.
-type chunkRecords struct {
-	id   uint64
-	recs []*syncpb.Record
+// ChunkRecords are the snapshot-phase records of one chunk.
+type ChunkRecords struct {
+	ID   uint64
+	Recs []*syncpb.Record
 }
 
-// groupByChunk groups snapshot-phase records by chunk, chunks in order of
+// GroupByChunk groups snapshot-phase records by chunk, chunks in order of
 // first appearance.
-func groupByChunk(recs []*syncpb.Record) []chunkRecords {
-	var out []chunkRecords
+func GroupByChunk(recs []*syncpb.Record) []ChunkRecords {
+	var out []ChunkRecords
 	at := map[uint64]int{}
 	for _, r := range recs {
 		id := r.GetSnapshot().GetChunkId()
@@ -308,9 +308,9 @@ func groupByChunk(recs []*syncpb.Record) []chunkRecords {
 		if !ok {
 			i = len(out)
 			at[id] = i
-			out = append(out, chunkRecords{id: id})
+			out = append(out, ChunkRecords{ID: id})
 		}
-		out[i].recs = append(out[i].recs, r)
+		out[i].Recs = append(out[i].Recs, r)
 	}
 	return out
 }

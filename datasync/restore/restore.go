@@ -388,9 +388,9 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 				}
 			}
 		} else {
-			for _, grp := range groupByChunk(pkt.Records) {
+			for _, grp := range GroupByChunk(pkt.Records) {
 				var im *Image
-				if im, err = ib.build(grp.id, grp.recs); err != nil {
+				if im, err = ib.Build(grp.ID, grp.Recs); err != nil {
 					err = &exportfmt.BadPacketError{Name: name, Err: err}
 					break
 				}

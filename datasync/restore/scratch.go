@@ -5,7 +5,7 @@ import "sync"
 // scratch is the memory one copyset's check or replay works in: the
 // image builder's buffers and a packet buffer (readPacket).
 type scratch struct {
-	ib  *imageBuilder
+	ib  *ImageBuilder
 	pkt []byte
 }
 
@@ -26,7 +26,7 @@ func (l *scratchList) get() *scratch {
 		l.free = l.free[:n-1]
 		return sc
 	}
-	return &scratch{ib: newImageBuilder(l.g)}
+	return &scratch{ib: NewImageBuilder(l.g)}
 }
 
 func (l *scratchList) put(sc *scratch) {

@@ -1,0 +1,585 @@
+package dm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/chunkstore"
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync/dest"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/datasync/restore"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
+	"github.com/chunkraft/chunkraft/internal/objstore"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
+	cspb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+)
+
+// The applier: on the leader of a target copyset, one per Running share.
+// It reads the source copyset's export packet by packet from the share's
+// checkpoint and applies each packet's units (a snapshot-phase packet's
+// chunk images, a binlog-phase packet's records) as the sync restore does
+// (restore.PlanRebuild, restore.Replay), but through the target's chunk
+// store as grouped proposals: the chunk ops of one or more units with the
+// share's Advance in one raft entry (chunkstore.Store.ProposeGroup), so
+// that the ops and the checkpoint they lead to are applied together or
+// not at all, across crashes, leader changes and snapshot installs.
+//
+// Exactly once rests on three rules:
+//   - one proposer per share: the applier runs on the leader only, and
+//     proposes a group only once the group before it has applied;
+//   - a run starts from the checkpoint read after a full barrier
+//     (copyset.Node.Barrier), so every group an earlier run appended has
+//     applied or never will;
+//   - an Advance applies only from the share's checkpoint: a group
+//     proposed twice would find its Advance refused, which the applier
+//     reports as a divergence (the share pauses, not resumable) rather
+//     than go on.
+//
+// The checkpoint names the next unit of a packet and the next op of that
+// unit (Checkpoint.Record, Step): a unit's ops may span groups. Its plan
+// is computed from the replay state the share held before the unit, which
+// its last group's Advance updates, so a run that starts inside a unit
+// computes the same plan and goes on at the op it reached. The outcome of
+// an op a plan depends on (a write or delete of a chunk that is still a
+// clone chunk in the source) is predicted from the clone's sn as the chunk
+// store decides it, and checked when the group has applied.
+
+// Units of a group: at most this many chunk ops (one more op, the Advance,
+// rides along) and this many bytes of chunk data.
+const (
+	maxGroupOps   = copyset.MaxOpsPerEntry - 1
+	maxGroupBytes = copyset.MaxGroupBytes - 64<<10
+)
+
+// pollMin and pollMax bound the wait for a packet the export does not have
+// yet.
+const (
+	pollMin = 100 * time.Millisecond
+	pollMax = time.Second
+)
+
+// applyError is why a share stops: a ProcessError, and whether auto-resume
+// may resume it.
+type applyError struct {
+	pe        *dmpb.ProcessError
+	resumable bool
+}
+
+func (e *applyError) Error() string { return e.pe.GetMessage() }
+
+// Error codes of the shares' errors (ProcessError.ErrCode), in a range of
+// their own.
+const (
+	codeExportGap  = 46001
+	codeBadPacket  = 46002
+	codeDivergence = 46003
+	codeSource     = 46004
+	codeTarget     = 46005
+)
+
+func stopped(code int32, resumable bool, scope, msg, workaround string, cause error) *applyError {
+	pe := &dmpb.ProcessError{ErrCode: code, ErrClass: "dm-worker", ErrScope: scope, ErrLevel: "high",
+		Message: msg, Workaround: workaround}
+	if cause != nil {
+		pe.RawCause = cause.Error()
+	}
+	if resumable {
+		pe.ErrLevel = "medium"
+	}
+	return &applyError{pe: pe, resumable: resumable}
+}
+
+// errRestart: the run lost track of a group it proposed (its outcome is
+// unknown); the next run starts after a barrier.
+var errRestart = errors.New("dm: a group's outcome is unknown")
+
+// applier applies one share.
+type applier struct {
+	s     *Service
+	n     *copyset.Node
+	m     *Machine
+	name  string
+	share *pb.SubTask // as of the last group applied
+	src   dest.Dest
+	geo   restore.Geometry
+	rp    *restore.Replay
+	ib    *restore.ImageBuilder
+	store chunkread.Store
+
+	srcPool, srcCs uint32
+
+	// The group being built: its ops, what each must answer, and what its
+	// Advance carries.
+	reqs    []*cspb.ChunkRequest
+	expect  []expect
+	bytes   int
+	add     *pb.Counters
+	asOf    map[uint64]*pb.Place
+	touched map[uint64]bool // clone chunks whose state changed
+	lagging uint64          // refused ops of applied groups not counted yet
+}
+
+// expect is what a chunk op of a group must answer.
+type expect int
+
+const (
+	mustApply  expect = iota // a rebuild's op
+	anyOutcome               // a binlog op: applied, or refused as the source refused it
+	mustRefuse               // a clone chunk's op predicted BACKWARD
+)
+
+func (s *Service) newApplier(ctx context.Context, n *copyset.Node, m *Machine, share *pb.SubTask) (*applier, error) {
+	c := share.GetConfig()
+	loc := c.GetSource().GetExport()
+	if loc == "" {
+		loc = c.GetSource().GetRelay()
+	}
+	u, err := dest.Parse(loc)
+	if err != nil {
+		return nil, stopped(codeSource, false, "upstream", fmt.Sprintf("source %s: %v", loc, err), "stop the task and start it with a valid source", err)
+	}
+	src, err := dest.Open(ctx, u, s.deps.ObjectStore)
+	if err != nil {
+		return nil, stopped(codeSource, true, "upstream", fmt.Sprintf("open the source %s: %v", loc, err), "make the source reachable; the task resumes by itself", err)
+	}
+	store, err := chunkread.Of(n)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	a := &applier{s: s, n: n, m: m, name: c.GetName(), share: share, src: src, geo: restore.DefaultGeometry,
+		ib: restore.NewImageBuilder(restore.DefaultGeometry), store: store,
+		srcPool: c.GetSource().GetPool(), srcCs: share.GetSourceCopyset()}
+	a.rp = replayOf(share, a.geo)
+	a.reset()
+	return a, nil
+}
+
+// replayOf is the replay state share holds.
+func replayOf(share *pb.SubTask, g restore.Geometry) *restore.Replay {
+	rp := &restore.Replay{G: g, AsOf: map[uint64]restore.Place{}, Clones: map[uint64]*restore.Clone{}}
+	for id, p := range share.GetAsOf() {
+		rp.AsOf[id] = restore.Place{Index: p.GetIndex(), Op: p.GetOp()}
+	}
+	blocks := g.ChunkSize / g.BlockSize
+	for id, c := range share.GetClones() {
+		cl := restore.NewClone(c.GetSn(), c.GetCorrectedSn(), blocks)
+		for i := range cl.Written {
+			if i/8 < len(c.GetWritten()) && c.GetWritten()[i/8]&(1<<(i%8)) != 0 {
+				cl.Written[i] = true
+				cl.Left--
+			}
+		}
+		rp.Clones[id] = cl
+	}
+	return rp
+}
+
+// cloneProto is cl as a share holds it.
+func cloneProto(cl *restore.Clone) *pb.Clone {
+	w := make([]byte, (len(cl.Written)+7)/8)
+	for i, b := range cl.Written {
+		if b {
+			w[i/8] |= 1 << (i % 8)
+		}
+	}
+	return &pb.Clone{Sn: cl.Sn, CorrectedSn: cl.CorrectedSn, Written: w}
+}
+
+func (a *applier) close() { a.src.Close() }
+
+// reset empties the group being built.
+func (a *applier) reset() {
+	a.reqs, a.expect, a.bytes = nil, nil, 0
+	a.add = &pb.Counters{}
+	a.asOf, a.touched = map[uint64]*pb.Place{}, map[uint64]bool{}
+}
+
+// run applies packets until ctx ends or an error stops the share.
+func (a *applier) run(ctx context.Context) error {
+	for {
+		pkt, err := a.next(ctx)
+		if err != nil {
+			return err
+		}
+		if err := a.packet(ctx, pkt); err != nil {
+			return err
+		}
+		if a.share.GetStage() == dmpb.Stage_Finished {
+			return nil
+		}
+	}
+}
+
+// next reads the packet at the share's checkpoint, waiting while the
+// export does not have it yet. A later packet without it is a gap.
+func (a *applier) next(ctx context.Context) (*exportfmt.Packet, error) {
+	at, err := exportfmt.ParsePoint(a.share.GetCheckpoint().GetPoint())
+	if a.share.GetCheckpoint().GetPoint() == nil {
+		at, err = exportfmt.StartPoint(), nil
+	}
+	if err != nil {
+		return nil, stopped(codeDivergence, false, "internal", fmt.Sprintf("checkpoint %s: %v", CheckpointString(a.share.GetCheckpoint()), err), "", err)
+	}
+	name := exportfmt.PacketName(a.srcPool, a.srcCs, at)
+	wait := pollMin
+	for {
+		b, err := a.src.Get(ctx, name)
+		switch {
+		case err == nil:
+			pkt, err := exportfmt.Decode(b)
+			if err != nil {
+				return nil, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s: %v", name, a.src, err),
+					"repair the export (write the packet again), then resume-task", err)
+			}
+			if pkt.Header.GetLogicPoolId() != a.srcPool || pkt.Header.GetCopysetId() != a.srcCs || pkt.Start.Compare(at) != 0 {
+				return nil, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s is of copyset %d/%d from %s, not %d/%d from %s",
+					name, a.src, pkt.Header.GetLogicPoolId(), pkt.Header.GetCopysetId(), pkt.Start, a.srcPool, a.srcCs, at),
+					"repair the export, then resume-task", nil)
+			}
+			return pkt, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !errors.Is(err, objstore.ErrNotExist):
+			return nil, stopped(codeSource, true, "upstream", fmt.Sprintf("read packet %s of %s: %v", name, a.src, err),
+				"make the source readable; the task resumes by itself", err)
+		}
+		if later, err := a.laterPacket(ctx, name); err != nil {
+			return nil, stopped(codeSource, true, "upstream", fmt.Sprintf("list %s: %v", a.src, err), "make the source readable; the task resumes by itself", err)
+		} else if later != "" {
+			return nil, stopped(codeExportGap, false, "upstream", fmt.Sprintf("the export %s has no packet %s (the next after %s) but has %s: a gap in the chain",
+				a.src, name, CheckpointString(a.share.GetCheckpoint()), later), "repair the export (write the missing packet), then resume-task", nil)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, pollMax)
+	}
+}
+
+// laterPacket returns the first packet of the source copyset named after
+// name, "" when there is none.
+func (a *applier) laterPacket(ctx context.Context, name string) (string, error) {
+	infos, err := a.src.List(ctx, exportfmt.CopysetPrefix(a.srcPool, a.srcCs))
+	if err != nil {
+		return "", err
+	}
+	for _, info := range infos {
+		if info.Name > name && len(info.Name) > len(exportfmt.PacketSuffix) && info.Name[len(info.Name)-len(exportfmt.PacketSuffix):] == exportfmt.PacketSuffix {
+			return info.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// unit is the ops of one unit of a packet and what applying them does to
+// the replay state.
+type unit struct {
+	ops    []restore.Op
+	chunk  uint64
+	expect []expect
+	// done changes the replay state and counters once the unit's last op
+	// is in a group.
+	done func()
+}
+
+// packet applies pkt from the checkpoint's unit and step on.
+func (a *applier) packet(ctx context.Context, pkt *exportfmt.Packet) error {
+	binlog := pkt.Start.Phase == exportfmt.PhaseBinlog
+	cp := a.share.GetCheckpoint()
+	var groups []restore.ChunkRecords
+	n := len(pkt.Records)
+	if !binlog {
+		groups = restore.GroupByChunk(pkt.Records)
+		n = len(groups)
+	}
+	unitType := dmpb.UnitType_Load
+	if binlog {
+		unitType = dmpb.UnitType_Sync
+	}
+	last := &pb.Place{}
+	for i := int(cp.GetRecord()); i < n; i++ {
+		var u unit
+		var err error
+		step := 0
+		if i == int(cp.GetRecord()) {
+			step = int(cp.GetStep())
+		}
+		if binlog {
+			bl := pkt.Records[i].GetBinlog()
+			u, err = a.binlogUnit(bl, step)
+			last = &pb.Place{Index: bl.GetIndex(), Op: bl.GetOpPosition()}
+		} else {
+			u, err = a.imageUnit(groups[i])
+		}
+		if err != nil {
+			return stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of copyset %d/%d, unit %d: %v", pkt.Start, a.srcPool, a.srcCs, i, err),
+				"repair the export, then resume-task", err)
+		}
+		for j := step; j < len(u.ops); j++ {
+			if len(a.reqs) >= maxGroupOps || (len(a.reqs) > 0 && a.bytes+len(u.ops[j].Data) > maxGroupBytes) {
+				if err := a.flush(ctx, pkt, i, j, unitType, last, false); err != nil {
+					return err
+				}
+			}
+			a.reqs = append(a.reqs, a.request(u.chunk, u.ops[j]))
+			a.expect = append(a.expect, u.expect[j])
+			a.bytes += len(u.ops[j].Data)
+		}
+		u.done()
+	}
+	// The packet is done: the next one starts at its next point.
+	return a.flush(ctx, pkt, n, 0, unitType, last, true)
+}
+
+// imageUnit is the rebuild of a snapshot-phase chunk image.
+func (a *applier) imageUnit(g restore.ChunkRecords) (unit, error) {
+	im, err := a.ib.Build(g.ID, g.Recs)
+	if err != nil {
+		return unit{}, err
+	}
+	ops := restore.PlanRebuild(im, a.geo, restore.DefaultMaxWrite).Ops()
+	if im.Pieces == nil {
+		// The image is in the builder's buffers, which the next image
+		// reuses: the group keeps copies.
+		for i := range ops {
+			ops[i].Data = append([]byte(nil), ops[i].Data...)
+		}
+	}
+	place := &pb.Place{Index: im.AsOf, Op: im.AsOfOp}
+	return unit{ops: ops, chunk: g.ID, expect: make([]expect, len(ops)), done: func() {
+		a.rp.AsOf[g.ID] = restore.Place{Index: im.AsOf, Op: im.AsOfOp}
+		a.asOf[g.ID] = place
+		a.add.Chunks++
+		a.add.Records += uint64(len(g.Recs))
+		a.add.Ops += uint64(len(ops))
+		for _, op := range ops {
+			a.add.Bytes += uint64(len(op.Data))
+		}
+	}}, nil
+}
+
+// binlogUnit is the replay of one binlog record (restore.Replay.Next); a
+// run that starts at step > 0 of a CREATE_CLONE knows the chunk did not
+// exist (it was being rebuilt).
+func (a *applier) binlogUnit(bl *syncpb.BinlogRecord, step int) (unit, error) {
+	if err := restore.CheckBinlog(a.geo, bl); err != nil {
+		return unit{}, err
+	}
+	id := bl.GetOp().GetChunkId()
+	counted := func() { a.add.Records++ }
+	st, err := a.rp.Next(bl)
+	if err != nil {
+		return unit{}, err
+	}
+	switch st.Action {
+	case restore.Skip:
+		a.touched[id] = true // a PASTE may have marked its blocks
+		return unit{done: counted}, nil
+	case restore.RefusedByClone:
+		return unit{done: func() { counted(); a.add.Refused++ }}, nil
+	case restore.CreateClone:
+		exists := false
+		if step == 0 {
+			_, ok, err := a.store.ChunkMeta(id)
+			if err != nil {
+				return unit{}, fmt.Errorf("target chunk %d: %w", id, err)
+			}
+			exists = ok
+		}
+		if exists {
+			return unit{done: func() { counted(); a.add.Refused++ }}, nil
+		}
+		ops := restore.PlanRebuild(st.Image, a.geo, restore.DefaultMaxWrite).Ops()
+		return unit{ops: ops, chunk: id, expect: make([]expect, len(ops)), done: func() {
+			counted()
+			a.rp.Cloned(st)
+			a.touched[id] = true
+			a.add.Chunks++
+			a.add.Ops += uint64(len(ops))
+			for _, op := range ops {
+				a.add.Bytes += uint64(len(op.Data))
+			}
+		}}, nil
+	}
+	e := anyOutcome
+	if cl := a.rp.Clones[id]; cl != nil {
+		// The chunk store's rule for a chunk with the clone's sn and
+		// corrected sn: a write below either, or a delete below its sn, is
+		// BACKWARD (a write above both was refused by Next).
+		backward := false
+		switch st.Op.Kind {
+		case restore.OpWrite:
+			backward = st.Op.Sn < cl.Sn || st.Op.Sn < cl.CorrectedSn
+		case restore.OpDelete:
+			backward = st.Op.Sn != 0 && st.Op.Sn < cl.Sn
+		}
+		e = mustApply
+		if backward {
+			e = mustRefuse
+		}
+	}
+	op := st.Op
+	return unit{ops: []restore.Op{op}, chunk: id, expect: []expect{e}, done: func() {
+		counted()
+		a.add.Ops++
+		a.add.Bytes += uint64(len(op.Data))
+		if e == mustApply {
+			a.rp.Done(bl, restore.Applied)
+			a.touched[id] = true
+		}
+	}}, nil
+}
+
+// request is op on chunk id of the target copyset.
+func (a *applier) request(id uint64, op restore.Op) *cspb.ChunkRequest {
+	g := a.n.Group()
+	r := &cspb.ChunkRequest{LogicPoolId: proto.Uint32(g.Pool()), CopysetId: proto.Uint32(g.Copyset()), ChunkId: proto.Uint64(id)}
+	switch op.Kind {
+	case restore.OpWrite:
+		r.OpType = cspb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum()
+		r.Offset, r.Size, r.Sn, r.Data = proto.Uint32(op.Offset), proto.Uint32(uint32(len(op.Data))), proto.Uint64(op.Sn), op.Data
+	case restore.OpDelete:
+		r.OpType, r.Sn = cspb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), proto.Uint64(op.Sn)
+	default:
+		r.OpType, r.CorrectedSn = cspb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP.Enum(), proto.Uint64(op.Sn)
+	}
+	return r
+}
+
+// flush proposes the group built so far with the Advance to unit `next`,
+// op `step` of pkt (the packet's end when packetDone: its next point) and
+// checks what it applied.
+func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step int, unitType dmpb.UnitType, last *pb.Place, packetDone bool) error {
+	from := a.share.GetCheckpoint()
+	to := proto.CloneOf(from)
+	to.Record, to.Step = uint32(next), uint32(step)
+	if from.GetPoint() == nil {
+		to.Point = pkt.Start.Proto()
+	}
+	if packetDone {
+		to.Point, to.Record, to.Step = pkt.Next.Proto(), 0, 0
+		a.add.Packets++
+		if pkt.Next.Phase == exportfmt.PhaseBinlog {
+			unitType = dmpb.UnitType_Sync // what comes next is the binlog
+		}
+	}
+	if last.GetIndex() != 0 {
+		to.SourceIndex, to.SourceOp = last.GetIndex(), last.GetOp()
+	}
+	to.WrittenAtMs = max(to.GetWrittenAtMs(), pkt.Header.GetLastAppendedAtMs())
+	adv := &pb.Advance{Name: a.name, From: from, To: to, Unit: unitType, Add: proto.CloneOf(a.add), AsOf: a.asOf, NowMs: time.Now().UnixMilli()}
+	adv.Add.Refused += a.lagging
+	for id := range a.touched {
+		if cl := a.rp.Clones[id]; cl != nil {
+			if adv.Clones == nil {
+				adv.Clones = map[uint64]*pb.Clone{}
+			}
+			adv.Clones[id] = cloneProto(cl)
+		} else if _, had := a.share.GetClones()[id]; had {
+			adv.ClonesDone = append(adv.ClonesDone, id)
+		}
+	}
+	// Past every image's place, the places are of no more use; a full
+	// task is finished there.
+	if packetDone && pkt.Next.Phase == exportfmt.PhaseBinlog && a.pastImages(pkt.Next.Index) {
+		adv.ClearAsOf, adv.AsOf = true, nil
+		adv.Finished = a.share.GetConfig().GetMode() == pb.Mode_FULL
+	}
+	b, err := EncodeOp(&pb.Op{Op: &pb.Op_Advance{Advance: adv}})
+	if err != nil {
+		return err
+	}
+	var res Result
+	var statuses []cspb.CHUNK_OP_STATUS
+	if len(a.reqs) == 0 {
+		_, res, err = copyset.ProposeAs[Result](ctx, a.n, b)
+	} else {
+		var gr chunkstore.GroupResult
+		gr, err = a.s.deps.Chunks.ProposeGroup(ctx, a.n.Group(), a.reqs, [][]byte{b})
+		if err == nil {
+			statuses = gr.Chunk
+			r, ok := gr.Tail[0].(Result)
+			if !ok {
+				err = fmt.Errorf("dm advance: apply result %T", gr.Tail[0])
+			}
+			res = r
+		}
+	}
+	if err != nil {
+		return a.proposeError(err)
+	}
+	if res.Err != nil {
+		return stopped(codeDivergence, false, "internal", fmt.Sprintf("copyset %d/%d: the advance to %s was refused: %v", a.n.Group().Pool(), a.n.Group().Copyset(), CheckpointString(to), res.Err),
+			"stop the task; the target copyset may hold ops applied twice", res.Err)
+	}
+	a.lagging = 0
+	for i, st := range statuses {
+		ok := true
+		switch a.expect[i] {
+		case mustApply:
+			ok = st == cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
+		case mustRefuse:
+			ok = st == cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD
+		default:
+			switch st {
+			case cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS:
+			case cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_BACKWARD, cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN:
+				a.lagging++ // refused as the source refused it
+			default:
+				ok = false
+			}
+		}
+		if !ok {
+			a.share = res.SubTask
+			return stopped(codeDivergence, false, "downstream", fmt.Sprintf("copyset %d/%d: %v of chunk %d in entry %d answered %v where the source's answer was expected: the target diverged",
+				a.n.Group().Pool(), a.n.Group().Copyset(), a.reqs[i].GetOpType(), a.reqs[i].GetChunkId(), res.SubTask.GetUpdatedIndex(), st),
+				"stop the task and migrate into an empty pool again", nil)
+		}
+	}
+	a.share = res.SubTask
+	a.reset()
+	return nil
+}
+
+// pastImages reports whether the binlog from index on comes after the
+// place of every chunk image the share rebuilt.
+func (a *applier) pastImages(index uint64) bool {
+	for _, p := range a.rp.AsOf {
+		if p.Index >= index {
+			return false
+		}
+	}
+	return true
+}
+
+// proposeError classifies a failed proposal: not the leader or the
+// outcome unknown end the run (the next one starts after a barrier); the
+// target's refusals stop the share, resumable.
+func (a *applier) proposeError(err error) error {
+	if _, lost := copyset.LeaderLost(err); lost {
+		return errRestart
+	}
+	var se *chunkstore.StatusError
+	if errors.As(err, &se) {
+		switch se.Status {
+		case cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_REDIRECTED, cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN:
+			return errRestart
+		case cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD, cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE:
+			return stopped(codeTarget, true, "downstream", fmt.Sprintf("copyset %d/%d: %v", a.n.Group().Pool(), a.n.Group().Copyset(), err),
+				"the task resumes by itself once the target has room", err)
+		}
+		return stopped(codeTarget, false, "downstream", fmt.Sprintf("copyset %d/%d: %v", a.n.Group().Pool(), a.n.Group().Copyset(), err),
+			"see the target copyset's status", err)
+	}
+	return errRestart
+}
