@@ -48,7 +48,7 @@ var methodRoles = map[string]role{
 	"/grpc.health.v1.Health/":                                 roleAny,
 	"/grpc.reflection.v1.ServerReflection/":                   roleAny,
 	"/grpc.reflection.v1alpha.ServerReflection/":              roleAny,
-	// Seed services not implemented yet: they answer Unimplemented.
+	// The seed protocols' services, as upstream serves them (no roles).
 	"/openmldb.datasync.DataCollector/": roleAny,
 	"/openmldb.datasync.SyncTool/":      roleAny,
 	"/pb.Worker/":                       roleAny,

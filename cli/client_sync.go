@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -21,9 +22,16 @@ func (e *SyncError) Error() string { return e.Msg }
 // onAnyServer runs call against the servers in turn (rotating) until one
 // answers, retrying transient failures on each.
 func (c *Client) onAnyServer(ctx context.Context, call rpcCall) error {
+	return c.onAnyServerWithin(ctx, c.attemptTimeout, call)
+}
+
+// onAnyServerWithin is onAnyServer with each attempt bounded by attempt:
+// for calls that do a server's work across the cluster (dm's control
+// calls), the operation's timeout.
+func (c *Client) onAnyServerWithin(ctx context.Context, attempt time.Duration, call rpcCall) error {
 	var errs []error
 	for _, addr := range c.serverOrder() {
-		err := c.callOnce(ctx, addr, call)
+		err := c.callWithin(ctx, addr, attempt, call)
 		if err == nil {
 			return nil
 		}

@@ -70,7 +70,7 @@ Offsets and sizes accept suffixes: 4096, 4k, 4KiB, 1m, 1MiB (binary units).`,
 	root.AddCommand(newCopysetCommand(a), newLeaderCommand(a), newChunkCommand(a), newEpochCommand(a),
 		newPeerCommand(a), newSnapshotCommand(a), newConfigCommand(a), newScanCommand(a),
 		newServerCommand(a), newClusterCommand(a), newSyncCommand(a),
-		newDisaggCommand(a))
+		newDisaggCommand(a), newDMCommand(a))
 	StrictSubcommands(root)
 	return root
 }

@@ -24,6 +24,10 @@ func (is *internalService) List(ctx context.Context, req *pb.ListRequest) (*pb.L
 	return is.s.listLocal(ctx, req.GetPool(), req.GetName()), nil
 }
 
+func (is *internalService) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return is.s.checkLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetStart()), nil
+}
+
 func (is *internalService) Propose(ctx context.Context, req *pb.ProposeRequest) (*pb.ProposeResponse, error) {
 	return is.s.proposeLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetOp()), nil
 }

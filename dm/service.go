@@ -99,9 +99,11 @@ func (s *Service) Specs() []copyset.MachineSpec { return []copyset.MachineSpec{S
 // Attach implements the host's Tenant.
 func (s *Service) Attach(m *copyset.Manager) { s.copysets = m }
 
-// Register implements the host's Tenant: pb.Worker and DMInternal.
+// Register implements the host's Tenant: pb.Worker, DMControl and
+// DMInternal.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	dmpb.RegisterWorkerServer(g, &workerService{s: s})
+	pb.RegisterDMControlServer(g, &controlService{s: s})
 	pb.RegisterDMInternalServer(g, &internalService{s: s})
 }
 

@@ -14,10 +14,10 @@ import (
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
-// exportCopysets lists the packets of every copyset of pool in src: copyset
+// ExportCopysets lists the packets of every copyset of pool in src: copyset
 // id -> packet names in name order. Objects that are not packets of a
 // copyset of pool (the manifests, anything else) are left out.
-func exportCopysets(ctx context.Context, src dest.Dest, pool uint32) (map[uint32][]string, error) {
+func ExportCopysets(ctx context.Context, src dest.Dest, pool uint32) (map[uint32][]string, error) {
 	infos, err := src.List(ctx, exportfmt.PoolPrefix(pool))
 	if err != nil {
 		return nil, fmt.Errorf("list the export: %w", err)

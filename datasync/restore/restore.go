@@ -178,7 +178,7 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	if o.WriteDepth <= 0 {
 		o.WriteDepth = DefaultWriteDepth
 	}
-	all, err := exportCopysets(ctx, o.Source, o.Pool)
+	all, err := ExportCopysets(ctx, o.Source, o.Pool)
 	if err != nil {
 		return nil, err
 	}

@@ -1522,6 +1522,393 @@ func (x *Update) GetNowMs() int64 {
 	return 0
 }
 
+// CheckRequest: may start be proposed on copyset (pool, copyset), which
+// the server must lead? Nothing is proposed.
+type CheckRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Start         *Start                 `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CheckRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *CheckRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *CheckRequest) GetStart() *Start {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+// CheckResponse: code 0 when it may (subtask: the share the task has
+// there already, if any), -1 with msg saying why not; not_leader and
+// leader as ProposeResponse's. chunks: the copyset's chunks.
+type CheckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Msg           string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	NotLeader     bool                   `protobuf:"varint,3,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Leader        string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	Chunks        uint64                 `protobuf:"varint,5,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	Subtask       *SubTask               `protobuf:"bytes,6,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CheckResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *CheckResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetSubtask() *SubTask {
+	if x != nil {
+		return x.Subtask
+	}
+	return nil
+}
+
+// StartTaskRequest: task is a task file (YAML). check_only: say what
+// would be done and what is wrong, and start nothing (check-task).
+type StartTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          string                 `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	CheckOnly     bool                   `protobuf:"varint,2,opt,name=check_only,json=checkOnly,proto3" json:"check_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartTaskRequest) Reset() {
+	*x = StartTaskRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartTaskRequest) ProtoMessage() {}
+
+func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartTaskRequest.ProtoReflect.Descriptor instead.
+func (*StartTaskRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StartTaskRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *StartTaskRequest) GetCheckOnly() bool {
+	if x != nil {
+		return x.CheckOnly
+	}
+	return false
+}
+
+// OperateTaskRequest: op is Pause, Resume or Stop (stop-task removes the
+// task's shares, as upstream's stop-task deletes its subtasks).
+type OperateTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Op            pb.TaskOp              `protobuf:"varint,2,opt,name=op,proto3,enum=pb.TaskOp" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperateTaskRequest) Reset() {
+	*x = OperateTaskRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperateTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperateTaskRequest) ProtoMessage() {}
+
+func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperateTaskRequest.ProtoReflect.Descriptor instead.
+func (*OperateTaskRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *OperateTaskRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OperateTaskRequest) GetOp() pb.TaskOp {
+	if x != nil {
+		return x.Op
+	}
+	return pb.TaskOp(0)
+}
+
+// ControlResponse: result and msg as upstream's; copysets: what was done
+// (or, for check-task, would be) on each target copyset.
+type ControlResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        bool                   `protobuf:"varint,1,opt,name=result,proto3" json:"result,omitempty"`
+	Msg           string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	Copysets      []*CopysetResult       `protobuf:"bytes,3,rep,name=copysets,proto3" json:"copysets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlResponse) Reset() {
+	*x = ControlResponse{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlResponse) ProtoMessage() {}
+
+func (x *ControlResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
+func (*ControlResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ControlResponse) GetResult() bool {
+	if x != nil {
+		return x.Result
+	}
+	return false
+}
+
+func (x *ControlResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *ControlResponse) GetCopysets() []*CopysetResult {
+	if x != nil {
+		return x.Copysets
+	}
+	return nil
+}
+
+type CopysetResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Result        bool                   `protobuf:"varint,3,opt,name=result,proto3" json:"result,omitempty"`
+	Msg           string                 `protobuf:"bytes,4,opt,name=msg,proto3" json:"msg,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopysetResult) Reset() {
+	*x = CopysetResult{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopysetResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopysetResult) ProtoMessage() {}
+
+func (x *CopysetResult) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopysetResult.ProtoReflect.Descriptor instead.
+func (*CopysetResult) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CopysetResult) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *CopysetResult) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *CopysetResult) GetResult() bool {
+	if x != nil {
+		return x.Result
+	}
+	return false
+}
+
+func (x *CopysetResult) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
 // ListRequest: the shares of the copysets of pool (0: all) the answering
 // server leads, of task name (empty: all).
 type ListRequest struct {
@@ -1534,7 +1921,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1933,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1946,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequest) GetPool() uint32 {
@@ -1589,7 +1976,7 @@ type Located struct {
 
 func (x *Located) Reset() {
 	*x = Located{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1988,7 @@ func (x *Located) String() string {
 func (*Located) ProtoMessage() {}
 
 func (x *Located) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +2001,7 @@ func (x *Located) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Located.ProtoReflect.Descriptor instead.
 func (*Located) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Located) GetPool() uint32 {
@@ -1657,7 +2044,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +2056,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +2069,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResponse) GetSubtasks() []*Located {
@@ -1712,7 +2099,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +2111,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +2124,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProposeRequest) GetPool() uint32 {
@@ -1776,7 +2163,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +2175,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2188,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProposeResponse) GetCode() int32 {
@@ -1969,7 +2356,36 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06Update\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x15\n" +
-	"\x06now_ms\x18\x03 \x01(\x03R\x05nowMs\"5\n" +
+	"\x06now_ms\x18\x03 \x01(\x03R\x05nowMs\"g\n" +
+	"\fCheckRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12)\n" +
+	"\x05start\x18\x03 \x01(\v2\x13.chunkraft.dm.StartR\x05start\"\xb5\x01\n" +
+	"\rCheckResponse\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x03 \x01(\bR\tnotLeader\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x16\n" +
+	"\x06chunks\x18\x05 \x01(\x04R\x06chunks\x12/\n" +
+	"\asubtask\x18\x06 \x01(\v2\x15.chunkraft.dm.SubTaskR\asubtask\"E\n" +
+	"\x10StartTaskRequest\x12\x12\n" +
+	"\x04task\x18\x01 \x01(\tR\x04task\x12\x1d\n" +
+	"\n" +
+	"check_only\x18\x02 \x01(\bR\tcheckOnly\"D\n" +
+	"\x12OperateTaskRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\x02op\x18\x02 \x01(\x0e2\n" +
+	".pb.TaskOpR\x02op\"t\n" +
+	"\x0fControlResponse\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\bR\x06result\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x127\n" +
+	"\bcopysets\x18\x03 \x03(\v2\x1b.chunkraft.dm.CopysetResultR\bcopysets\"g\n" +
+	"\rCopysetResult\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\bR\x06result\x12\x10\n" +
+	"\x03msg\x18\x04 \x01(\tR\x03msg\"5\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x80\x01\n" +
@@ -1996,11 +2412,15 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03ALL\x10\x01\x12\b\n" +
 	"\x04FULL\x10\x02\x12\x0f\n" +
-	"\vINCREMENTAL\x10\x032\x93\x01\n" +
+	"\vINCREMENTAL\x10\x032\xd5\x01\n" +
 	"\n" +
 	"DMInternal\x12=\n" +
 	"\x04List\x12\x19.chunkraft.dm.ListRequest\x1a\x1a.chunkraft.dm.ListResponse\x12F\n" +
-	"\aPropose\x12\x1c.chunkraft.dm.ProposeRequest\x1a\x1d.chunkraft.dm.ProposeResponseB:Z8github.com/chunkraft/chunkraft/proto/chunkraft/dmpb;dmpbb\x06proto3"
+	"\aPropose\x12\x1c.chunkraft.dm.ProposeRequest\x1a\x1d.chunkraft.dm.ProposeResponse\x12@\n" +
+	"\x05Check\x12\x1a.chunkraft.dm.CheckRequest\x1a\x1b.chunkraft.dm.CheckResponse2\xa7\x01\n" +
+	"\tDMControl\x12J\n" +
+	"\tStartTask\x12\x1e.chunkraft.dm.StartTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12N\n" +
+	"\vOperateTask\x12 .chunkraft.dm.OperateTaskRequest\x1a\x1d.chunkraft.dm.ControlResponseB:Z8github.com/chunkraft/chunkraft/proto/chunkraft/dmpb;dmpbb\x06proto3"
 
 var (
 	file_chunkraft_dmpb_dm_proto_rawDescOnce sync.Once
@@ -2015,7 +2435,7 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(Mode)(0),                  // 0: chunkraft.dm.Mode
 	(*TaskConfig)(nil),         // 1: chunkraft.dm.TaskConfig
@@ -2035,34 +2455,41 @@ var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(*Fail)(nil),               // 15: chunkraft.dm.Fail
 	(*Delete)(nil),             // 16: chunkraft.dm.Delete
 	(*Update)(nil),             // 17: chunkraft.dm.Update
-	(*ListRequest)(nil),        // 18: chunkraft.dm.ListRequest
-	(*Located)(nil),            // 19: chunkraft.dm.Located
-	(*ListResponse)(nil),       // 20: chunkraft.dm.ListResponse
-	(*ProposeRequest)(nil),     // 21: chunkraft.dm.ProposeRequest
-	(*ProposeResponse)(nil),    // 22: chunkraft.dm.ProposeResponse
-	nil,                        // 23: chunkraft.dm.SubTask.AsOfEntry
-	nil,                        // 24: chunkraft.dm.SubTask.ClonesEntry
-	nil,                        // 25: chunkraft.dm.Advance.AsOfEntry
-	nil,                        // 26: chunkraft.dm.Advance.ClonesEntry
-	(*datasync.SyncPoint)(nil), // 27: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),              // 28: pb.Stage
-	(pb.UnitType)(0),           // 29: pb.UnitType
-	(*pb.ProcessResult)(nil),   // 30: pb.ProcessResult
-	(*pb.ProcessError)(nil),    // 31: pb.ProcessError
+	(*CheckRequest)(nil),       // 18: chunkraft.dm.CheckRequest
+	(*CheckResponse)(nil),      // 19: chunkraft.dm.CheckResponse
+	(*StartTaskRequest)(nil),   // 20: chunkraft.dm.StartTaskRequest
+	(*OperateTaskRequest)(nil), // 21: chunkraft.dm.OperateTaskRequest
+	(*ControlResponse)(nil),    // 22: chunkraft.dm.ControlResponse
+	(*CopysetResult)(nil),      // 23: chunkraft.dm.CopysetResult
+	(*ListRequest)(nil),        // 24: chunkraft.dm.ListRequest
+	(*Located)(nil),            // 25: chunkraft.dm.Located
+	(*ListResponse)(nil),       // 26: chunkraft.dm.ListResponse
+	(*ProposeRequest)(nil),     // 27: chunkraft.dm.ProposeRequest
+	(*ProposeResponse)(nil),    // 28: chunkraft.dm.ProposeResponse
+	nil,                        // 29: chunkraft.dm.SubTask.AsOfEntry
+	nil,                        // 30: chunkraft.dm.SubTask.ClonesEntry
+	nil,                        // 31: chunkraft.dm.Advance.AsOfEntry
+	nil,                        // 32: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil), // 33: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),              // 34: pb.Stage
+	(pb.UnitType)(0),           // 35: pb.UnitType
+	(*pb.ProcessResult)(nil),   // 36: pb.ProcessResult
+	(*pb.ProcessError)(nil),    // 37: pb.ProcessError
+	(pb.TaskOp)(0),             // 38: pb.TaskOp
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
 	2,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
 	3,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	27, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	33, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
 	1,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	28, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	29, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	30, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	34, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	35, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	36, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
 	4,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
 	5,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
-	23, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
-	24, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
+	29, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
+	30, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
 	6,  // 12: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
 	9,  // 13: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
 	11, // 14: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
@@ -2073,34 +2500,44 @@ var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	16, // 19: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
 	17, // 20: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
 	1,  // 21: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	28, // 22: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	29, // 23: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	28, // 24: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	34, // 22: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	35, // 23: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	34, // 24: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
 	4,  // 25: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
 	4,  // 26: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	29, // 27: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	35, // 27: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
 	5,  // 28: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	25, // 29: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
-	26, // 30: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
-	31, // 31: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	31, // 29: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	32, // 30: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	37, // 31: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
 	1,  // 32: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	6,  // 33: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	19, // 34: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	11, // 35: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	6,  // 36: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	7,  // 37: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	8,  // 38: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	7,  // 39: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	8,  // 40: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	18, // 41: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	21, // 42: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	20, // 43: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	22, // 44: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	43, // [43:45] is the sub-list for method output_type
-	41, // [41:43] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	12, // 33: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
+	6,  // 34: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
+	38, // 35: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
+	23, // 36: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	6,  // 37: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	25, // 38: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	11, // 39: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	6,  // 40: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	7,  // 41: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	8,  // 42: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	7,  // 43: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	8,  // 44: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	24, // 45: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	27, // 46: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	18, // 47: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
+	20, // 48: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
+	21, // 49: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
+	26, // 50: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	28, // 51: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	19, // 52: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	22, // 53: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	22, // 54: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	50, // [50:55] is the sub-list for method output_type
+	45, // [45:50] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -2122,9 +2559,9 @@ func file_chunkraft_dmpb_dm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_chunkraft_dmpb_dm_proto_goTypes,
 		DependencyIndexes: file_chunkraft_dmpb_dm_proto_depIdxs,

@@ -31,6 +31,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	DMInternal_List_FullMethodName    = "/chunkraft.dm.DMInternal/List"
 	DMInternal_Propose_FullMethodName = "/chunkraft.dm.DMInternal/Propose"
+	DMInternal_Check_FullMethodName   = "/chunkraft.dm.DMInternal/Check"
 )
 
 // DMInternalClient is the client API for DMInternal service.
@@ -42,6 +43,7 @@ const (
 type DMInternalClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 }
 
 type dMInternalClient struct {
@@ -72,6 +74,16 @@ func (c *dMInternalClient) Propose(ctx context.Context, in *ProposeRequest, opts
 	return out, nil
 }
 
+func (c *dMInternalClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, DMInternal_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DMInternalServer is the server API for DMInternal service.
 // All implementations must embed UnimplementedDMInternalServer
 // for forward compatibility.
@@ -81,6 +93,7 @@ func (c *dMInternalClient) Propose(ctx context.Context, in *ProposeRequest, opts
 type DMInternalServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	mustEmbedUnimplementedDMInternalServer()
 }
 
@@ -96,6 +109,9 @@ func (UnimplementedDMInternalServer) List(context.Context, *ListRequest) (*ListR
 }
 func (UnimplementedDMInternalServer) Propose(context.Context, *ProposeRequest) (*ProposeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Propose not implemented")
+}
+func (UnimplementedDMInternalServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedDMInternalServer) mustEmbedUnimplementedDMInternalServer() {}
 func (UnimplementedDMInternalServer) testEmbeddedByValue()                    {}
@@ -154,6 +170,24 @@ func _DMInternal_Propose_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DMInternal_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMInternalServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMInternal_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMInternalServer).Check(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DMInternal_ServiceDesc is the grpc.ServiceDesc for DMInternal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +202,160 @@ var DMInternal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Propose",
 			Handler:    _DMInternal_Propose_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _DMInternal_Check_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "chunkraft/dmpb/dm.proto",
+}
+
+const (
+	DMControl_StartTask_FullMethodName   = "/chunkraft.dm.DMControl/StartTask"
+	DMControl_OperateTask_FullMethodName = "/chunkraft.dm.DMControl/OperateTask"
+)
+
+// DMControlClient is the client API for DMControl service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// DMControl is the operator's: dm-master's role (start, pause, resume,
+// stop a task), answered by any server, which drives the leaders of the
+// task's target copysets. Upstream's style: a refusal is result false
+// with msg, not a gRPC error.
+type DMControlClient interface {
+	StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
+	OperateTask(ctx context.Context, in *OperateTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
+}
+
+type dMControlClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewDMControlClient(cc grpc.ClientConnInterface) DMControlClient {
+	return &dMControlClient{cc}
+}
+
+func (c *dMControlClient) StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlResponse)
+	err := c.cc.Invoke(ctx, DMControl_StartTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dMControlClient) OperateTask(ctx context.Context, in *OperateTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlResponse)
+	err := c.cc.Invoke(ctx, DMControl_OperateTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DMControlServer is the server API for DMControl service.
+// All implementations must embed UnimplementedDMControlServer
+// for forward compatibility.
+//
+// DMControl is the operator's: dm-master's role (start, pause, resume,
+// stop a task), answered by any server, which drives the leaders of the
+// task's target copysets. Upstream's style: a refusal is result false
+// with msg, not a gRPC error.
+type DMControlServer interface {
+	StartTask(context.Context, *StartTaskRequest) (*ControlResponse, error)
+	OperateTask(context.Context, *OperateTaskRequest) (*ControlResponse, error)
+	mustEmbedUnimplementedDMControlServer()
+}
+
+// UnimplementedDMControlServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedDMControlServer struct{}
+
+func (UnimplementedDMControlServer) StartTask(context.Context, *StartTaskRequest) (*ControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartTask not implemented")
+}
+func (UnimplementedDMControlServer) OperateTask(context.Context, *OperateTaskRequest) (*ControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OperateTask not implemented")
+}
+func (UnimplementedDMControlServer) mustEmbedUnimplementedDMControlServer() {}
+func (UnimplementedDMControlServer) testEmbeddedByValue()                   {}
+
+// UnsafeDMControlServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to DMControlServer will
+// result in compilation errors.
+type UnsafeDMControlServer interface {
+	mustEmbedUnimplementedDMControlServer()
+}
+
+func RegisterDMControlServer(s grpc.ServiceRegistrar, srv DMControlServer) {
+	// If the following call panics, it indicates UnimplementedDMControlServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&DMControl_ServiceDesc, srv)
+}
+
+func _DMControl_StartTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMControlServer).StartTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMControl_StartTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMControlServer).StartTask(ctx, req.(*StartTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DMControl_OperateTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OperateTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMControlServer).OperateTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMControl_OperateTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMControlServer).OperateTask(ctx, req.(*OperateTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// DMControl_ServiceDesc is the grpc.ServiceDesc for DMControl service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var DMControl_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "chunkraft.dm.DMControl",
+	HandlerType: (*DMControlServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "StartTask",
+			Handler:    _DMControl_StartTask_Handler,
+		},
+		{
+			MethodName: "OperateTask",
+			Handler:    _DMControl_OperateTask_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

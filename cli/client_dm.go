@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmworkerpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+)
+
+// The dm service answers its control calls (DMControl) and the worker
+// protocol (pb.Worker) on every server: a call goes to the first of
+// --servers that answers.
+
+// DMError is a dm answer with result false (upstream's style): its
+// message says why.
+type DMError struct{ Msg string }
+
+func (e *DMError) Error() string { return e.Msg }
+
+// DMStartTask starts the task of task file task (YAML), or with checkOnly
+// only checks it (check-task). A refusal is a *DMError with the answer.
+func (c *Client) DMStartTask(ctx context.Context, task []byte, checkOnly bool) (*dmpb.ControlResponse, error) {
+	var resp *dmpb.ControlResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmpb.NewDMControlClient(cc).StartTask(ctx, &dmpb.StartTaskRequest{Task: string(task), CheckOnly: checkOnly})
+		return err
+	})
+	return dmAnswer(resp, err)
+}
+
+// DMOperateTask pauses, resumes or stops task name.
+func (c *Client) DMOperateTask(ctx context.Context, name string, op dmworkerpb.TaskOp) (*dmpb.ControlResponse, error) {
+	var resp *dmpb.ControlResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmpb.NewDMControlClient(cc).OperateTask(ctx, &dmpb.OperateTaskRequest{Name: name, Op: op})
+		return err
+	})
+	return dmAnswer(resp, err)
+}
+
+func dmAnswer(resp *dmpb.ControlResponse, err error) (*dmpb.ControlResponse, error) {
+	if err != nil {
+		return nil, err
+	}
+	if !resp.GetResult() {
+		return resp, &DMError{Msg: resp.GetMsg()}
+	}
+	return resp, nil
+}
+
+// DMQueryStatus is pb.Worker's QueryStatus of task name (all when empty).
+func (c *Client) DMQueryStatus(ctx context.Context, name string) (*dmworkerpb.QueryStatusResponse, error) {
+	var resp *dmworkerpb.QueryStatusResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmworkerpb.NewWorkerClient(cc).QueryStatus(ctx, &dmworkerpb.QueryStatusRequest{Name: name})
+		return err
+	})
+	return resp, err
+}
+
+// DMWorkerConfig is pb.Worker's GetWorkerCfg of the first server that
+// answers: its dm configuration as TOML.
+func (c *Client) DMWorkerConfig(ctx context.Context) (string, error) {
+	var resp *dmworkerpb.GetWorkerCfgResponse
+	err := c.onAnyServer(ctx, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmworkerpb.NewWorkerClient(cc).GetWorkerCfg(ctx, &dmworkerpb.GetWorkerCfgRequest{})
+		return err
+	})
+	return resp.GetCfg(), err
+}

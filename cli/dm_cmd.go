@@ -1,0 +1,243 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmworkerpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+)
+
+// chunkctl dm: the dm service (TiFlow DM's worker protocol): online
+// migration of a pool into this cluster. The commands mirror dmctl's.
+
+func newDMCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dm",
+		Short: "The dm service: migrate a pool into this cluster from an export, exactly once",
+		Long: `The dm service migrates a pool into this cluster online: a task applies the
+export of a source pool (docs/sync-format.md, written by chunkctl sync create on
+the source cluster) to a target pool of this cluster, copyset C into copyset
+C, each source op exactly once, and follows the export as it grows. Tasks are
+described by a task file (YAML; docs/dm.md lists its keys) and replicated in
+the target copysets: any server answers for any task. The commands mirror
+dmctl's: start-task, check-task, pause-task, resume-task, stop-task,
+query-status, get-config worker.`,
+	}
+	cmd.AddCommand(newDMStartCommand(a, false), newDMStartCommand(a, true),
+		newDMOperateCommand(a, "pause-task", dmworkerpb.TaskOp_Pause, "Pause a task: its appliers stop where they are; resume-task goes on from there (no auto-resume while paused by a user)"),
+		newDMOperateCommand(a, "resume-task", dmworkerpb.TaskOp_Resume, "Resume a paused or stopped-by-an-error task from its checkpoints (clears its errors)"),
+		newDMOperateCommand(a, "stop-task", dmworkerpb.TaskOp_Stop, "Stop a task and remove it (the data it applied stays; starting it again needs empty target copysets)"),
+		newDMQueryStatusCommand(a), newDMGetConfigCommand(a))
+	return cmd
+}
+
+// readTaskFile reads a task file, "-" for stdin.
+func readTaskFile(cmd *cobra.Command, path string) ([]byte, error) {
+	var b []byte
+	var err error
+	if path == "-" {
+		b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20+1))
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task file: %w", err)
+	}
+	return b, nil
+}
+
+func newDMStartCommand(a *app, check bool) *cobra.Command {
+	use, short := "start-task TASK.yaml", "Start a task: check it on every target copyset, then start it on each (nothing starts unless every check passes)"
+	if check {
+		use, short = "check-task TASK.yaml", "Check a task without starting it: what start-task would do on each target copyset, and what is wrong"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + `.
+TASK.yaml ("-": stdin) is a task file: name, task-mode (all or full), source
+(export: a file:// or s3:// export of source.pool), target-pool, copysets
+(optional: the target copysets; default all of the pool's), sync
+(apply-concurrency, throttle-bytes-per-sec). Unknown keys are an error.
+Each target copyset must exist, have a leader and hold no chunk; the export
+must have the copyset of the same id. Exit status 1 when a check fails.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			task, err := readTaskFile(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				resp, err := c.DMStartTask(ctx, task, check)
+				return a.printControl(cmd, resp, err)
+			})
+		},
+	}
+}
+
+func newDMOperateCommand(a *app, use string, op dmworkerpb.TaskOp, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use + " NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				resp, err := c.DMOperateTask(ctx, args[0], op)
+				return a.printControl(cmd, resp, err)
+			})
+		},
+	}
+}
+
+// printControl prints a control answer: a row per copyset (JSON: the
+// answer), then its message; a refusal is the error (exit 1).
+func (a *app) printControl(cmd *cobra.Command, resp *dmpb.ControlResponse, err error) error {
+	if resp == nil {
+		return err
+	}
+	p := a.printer(cmd)
+	if p.isJSON() {
+		if perr := printProto(p.w, resp); perr != nil {
+			return perr
+		}
+		return err
+	}
+	var rows [][]string
+	for _, r := range resp.GetCopysets() {
+		ok := "ok"
+		if !r.GetResult() {
+			ok = "FAILED"
+		}
+		rows = append(rows, []string{fmt.Sprintf("%d/%d", r.GetPool(), r.GetCopyset()), ok, r.GetMsg()})
+	}
+	if len(rows) > 0 {
+		if perr := writeTable(p.w, []string{"COPYSET", "RESULT", "MESSAGE"}, rows); perr != nil {
+			return perr
+		}
+	}
+	if err == nil && resp.GetMsg() != "" {
+		fmt.Fprintln(p.w, resp.GetMsg())
+	}
+	return err
+}
+
+// printProto writes m as indented protobuf JSON (field names as in the
+// .proto).
+func printProto(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: false}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func newDMQueryStatusCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "query-status [NAME]",
+		Short: "The status of every task (or one): stage, unit, progress, errors, as pb.Worker's QueryStatus reports it",
+		Long: `The status of every task, or of task NAME: its stage (a transitional one,
+Pausing/Resuming/Stopping, while some copysets have taken a change and some
+not), its unit (Load: the export's chunk images; Sync: its log), progress,
+the source positions applied (pool/copyset:index.op) and the errors that
+paused it. -o json prints pb.Worker's QueryStatusResponse. Exit status 1 when
+there is no such task (or none at all).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				resp, err := c.DMQueryStatus(ctx, name)
+				if err != nil {
+					return err
+				}
+				p := a.printer(cmd)
+				if p.isJSON() {
+					if err := printProto(p.w, resp); err != nil {
+						return err
+					}
+				} else {
+					var rows [][]string
+					for _, st := range resp.GetSubTaskStatus() {
+						rows = append(rows, []string{st.GetName(), st.GetStage().String(), st.GetUnit().String(), progressOf(st), errorsOf(st)})
+					}
+					if len(rows) > 0 {
+						if err := writeTable(p.w, []string{"NAME", "STAGE", "UNIT", "PROGRESS", "ERRORS"}, rows); err != nil {
+							return err
+						}
+					}
+					if resp.GetMsg() != "" {
+						fmt.Fprintln(p.w, resp.GetMsg())
+					}
+				}
+				if !resp.GetResult() {
+					return &DMError{Msg: resp.GetMsg()}
+				}
+				for _, st := range resp.GetSubTaskStatus() {
+					if st.GetMsg() != "" {
+						return &DMError{Msg: st.GetMsg()}
+					}
+				}
+				return nil
+			})
+		},
+	}
+}
+
+// progressOf is a subtask status's progress in a line.
+func progressOf(st *dmworkerpb.SubTaskStatus) string {
+	switch {
+	case st.GetLoad() != nil:
+		return fmt.Sprintf("%s; %d bytes", st.GetLoad().GetProgress(), st.GetLoad().GetFinishedBytes())
+	case st.GetSync() != nil:
+		return fmt.Sprintf("%d ops, %d records; applied %s", st.GetSync().GetTotalEvents(), st.GetSync().GetTotalRows(), st.GetSync().GetSyncerBinlog())
+	case st.GetDump() != nil:
+		return st.GetDump().GetProgress()
+	}
+	return st.GetMsg()
+}
+
+// errorsOf is a subtask status's errors in a line.
+func errorsOf(st *dmworkerpb.SubTaskStatus) string {
+	var out []string
+	for _, e := range st.GetResult().GetErrors() {
+		out = append(out, fmt.Sprintf("[code=%d:class=%s:scope=%s:level=%s] %s", e.GetErrCode(), e.GetErrClass(), e.GetErrScope(), e.GetErrLevel(), e.GetMessage()))
+	}
+	if st.GetResult().GetIsCanceled() {
+		out = append(out, "paused by a user")
+	}
+	return strings.Join(out, "; ")
+}
+
+func newDMGetConfigCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:       "get-config worker",
+		Short:     "A server's dm configuration (the dm: section) as TOML, as pb.Worker's GetWorkerCfg answers",
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: []string{"worker"},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				cfg, err := c.DMWorkerConfig(ctx)
+				if err != nil {
+					return err
+				}
+				p := a.printer(cmd)
+				if p.isJSON() {
+					return writeJSON(p.w, map[string]string{"cfg": cfg})
+				}
+				_, err = fmt.Fprint(p.w, cfg)
+				return err
+			})
+		},
+	}
+}

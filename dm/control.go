@@ -1,0 +1,374 @@
+package dm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync/dest"
+	"github.com/chunkraft/chunkraft/datasync/restore"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+)
+
+// The control path (DMControl): dm-master's role, answered by any server.
+// A task is started only when every check passes on every target copyset
+// (the source has the copyset, the target copyset exists, has a leader,
+// holds no chunk and no other task's share of that name): a start that
+// fails a check proposes nothing.
+
+// leaderWait bounds how long a control call waits for a copyset's leader.
+const leaderWait = 10 * time.Second
+
+type controlService struct {
+	pb.UnimplementedDMControlServer
+	s *Service
+}
+
+func refused(format string, args ...any) *pb.ControlResponse {
+	return &pb.ControlResponse{Result: false, Msg: fmt.Sprintf(format, args...)}
+}
+
+// StartTask checks a task file and, unless check_only, starts the task's
+// share on every target copyset.
+func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest) (*pb.ControlResponse, error) {
+	s := c.s
+	cfg, err := ParseTaskYAML([]byte(req.GetTask()))
+	if err != nil {
+		return refused("%v", err), nil
+	}
+	switch {
+	case len(cfg.GetSource().GetCluster()) > 0:
+		return refused("task %q: source.cluster: a cluster source is not built yet; give source.export, an export of the pool (chunkctl sync create)", cfg.GetName()), nil
+	case cfg.GetMode() == pb.Mode_INCREMENTAL:
+		return refused("task %q: task-mode incremental is not built yet; use all or full", cfg.GetName()), nil
+	}
+	targets, err := s.targets(ctx, cfg)
+	if err != nil {
+		return refused("task %q: %v", cfg.GetName(), err), nil
+	}
+	packets, err := s.sourceCopysets(ctx, cfg)
+	if err != nil {
+		return refused("task %q: %v", cfg.GetName(), err), nil
+	}
+	now := time.Now().UnixMilli()
+	starts := make([]*pb.Op, len(targets))
+	resp := &pb.ControlResponse{Result: true}
+	var problems []string
+	for i, g := range targets {
+		r := &pb.CopysetResult{Pool: g.Pool(), Copyset: g.Copyset(), Result: true}
+		resp.Copysets = append(resp.Copysets, r)
+		n := len(packets[g.Copyset()])
+		if n == 0 {
+			r.Result, r.Msg = false, fmt.Sprintf("the source has no packets of copyset %d/%d", cfg.GetSource().GetPool(), g.Copyset())
+			problems = append(problems, fmt.Sprintf("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.Msg))
+			continue
+		}
+		starts[i] = &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: cfg, Copyset: g.Copyset(), SourceCopyset: g.Copyset(),
+			Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Load, NowMs: now}}}
+		chk := s.routeCheck(ctx, g, starts[i].GetStart())
+		switch {
+		case chk.GetCode() != 0:
+			r.Result, r.Msg = false, chk.GetMsg()
+		case chk.GetSubtask() != nil:
+			r.Msg = fmt.Sprintf("already started: %v, %s", chk.GetSubtask().GetStage(), CheckpointString(chk.GetSubtask().GetCheckpoint()))
+			starts[i] = nil // nothing to do there
+		case chk.GetChunks() > 0:
+			r.Result, r.Msg = false, fmt.Sprintf("holds %d chunks: task-mode %s migrates into empty copysets", chk.GetChunks(), ModeName(cfg.GetMode()))
+		default:
+			r.Msg = fmt.Sprintf("would apply copyset %d/%d of %s (%d packets so far)", cfg.GetSource().GetPool(), g.Copyset(), sourceOf(cfg), n)
+		}
+		if !r.Result {
+			problems = append(problems, fmt.Sprintf("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.Msg))
+		}
+	}
+	if len(problems) > 0 {
+		resp.Result, resp.Msg = false, fmt.Sprintf("task %q: %s; nothing was started", cfg.GetName(), strings.Join(problems, "; "))
+		return resp, nil
+	}
+	if req.GetCheckOnly() {
+		resp.Msg = fmt.Sprintf("task %q: the check passed on %d copysets; nothing was started", cfg.GetName(), len(targets))
+		return resp, nil
+	}
+	for i, g := range targets {
+		r := resp.Copysets[i]
+		if starts[i] == nil {
+			continue
+		}
+		p := s.routePropose(ctx, g, starts[i])
+		if p.GetCode() != 0 {
+			r.Result, r.Msg = false, p.GetMsg()
+			resp.Result = false
+			continue
+		}
+		r.Msg = fmt.Sprintf("started: %v", p.GetSubtask().GetStage())
+	}
+	if !resp.Result {
+		resp.Msg = fmt.Sprintf("task %q: started on some copysets only; start-task again finishes it (a started copyset keeps its share)", cfg.GetName())
+	}
+	s.log.Info("dm task started", "task", cfg.GetName(), "copysets", len(targets), "result", resp.Result)
+	return resp, nil
+}
+
+// sourceOf names a task's source.
+func sourceOf(cfg *pb.TaskConfig) string {
+	if e := cfg.GetSource().GetExport(); e != "" {
+		return e
+	}
+	return cfg.GetSource().GetRelay()
+}
+
+// targets returns the task's target copysets: those it lists, each of
+// which must be in the cluster map, or every copyset of the target pool.
+func (s *Service) targets(ctx context.Context, cfg *pb.TaskConfig) ([]copyset.GroupID, error) {
+	cm, err := s.deps.Cluster(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster map: %w", err)
+	}
+	have := map[uint32]bool{}
+	for _, c := range cm.GetCopysets() {
+		if c.GetPool() == cfg.GetTargetPool() {
+			have[c.GetCopyset()] = true
+		}
+	}
+	ids := cfg.GetCopysets()
+	if len(ids) == 0 {
+		for id := range have {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("target pool %d has no copysets", cfg.GetTargetPool())
+	}
+	var out []copyset.GroupID
+	for _, id := range ids {
+		if !have[id] {
+			return nil, fmt.Errorf("copyset %d/%d does not exist", cfg.GetTargetPool(), id)
+		}
+		out = append(out, copyset.NewGroupID(cfg.GetTargetPool(), id))
+	}
+	return out, nil
+}
+
+// sourceCopysets lists the packets of each copyset of the task's source.
+func (s *Service) sourceCopysets(ctx context.Context, cfg *pb.TaskConfig) (map[uint32][]string, error) {
+	u, err := dest.Parse(sourceOf(cfg))
+	if err != nil {
+		return nil, err
+	}
+	src, err := dest.Open(ctx, u, s.deps.ObjectStore)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	defer src.Close()
+	m, err := restore.ExportCopysets(ctx, src, cfg.GetSource().GetPool())
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", src, err)
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("source %s has no packets of pool %d", src, cfg.GetSource().GetPool())
+	}
+	return m, nil
+}
+
+// checkLocal answers Check on copyset g, which this server must lead.
+func (s *Service) checkLocal(ctx context.Context, g copyset.GroupID, start *pb.Start) *pb.CheckResponse {
+	fail := func(format string, args ...any) *pb.CheckResponse {
+		return &pb.CheckResponse{Code: -1, Msg: fmt.Sprintf(format, args...)}
+	}
+	if s.copysets == nil {
+		return fail("%v", errNoCopysets)
+	}
+	n := s.copysets.Get(g)
+	switch {
+	case n == nil:
+		return &pb.CheckResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is not hosted on %s", g.Pool(), g.Copyset(), s.deps.Local), NotLeader: true}
+	case !n.IsLeader():
+		return &pb.CheckResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is led by %q, not %s", g.Pool(), g.Copyset(), n.Leader(), s.deps.Local),
+			NotLeader: true, Leader: string(n.Leader())}
+	case n.Broken() != nil:
+		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), n.Broken())
+	}
+	if err := ValidateOp(&pb.Op{Op: &pb.Op_Start{Start: start}}); err != nil {
+		return fail("%v", err)
+	}
+	if _, err := n.ReadBarrier(ctx); err != nil {
+		if leader, lost := copyset.LeaderLost(err); lost {
+			return &pb.CheckResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(leader)}
+		}
+		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), err)
+	}
+	m, ok := MachineOf(n)
+	if !ok {
+		return fail("copyset %d/%d has no dm state machine", g.Pool(), g.Copyset())
+	}
+	st, err := chunkread.Of(n)
+	if err != nil {
+		return fail("%v", err)
+	}
+	out := &pb.CheckResponse{Chunks: uint64(len(st.ListChunks()))}
+	name := start.GetConfig().GetName()
+	if sh := m.Get(name); sh != nil {
+		r, _ := applyStart(&pb.State{Subtasks: []*pb.SubTask{sh}}, 0, start)
+		if r.Err != nil {
+			return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), r.Err)
+		}
+		out.Subtask = sh
+	} else if len(m.List()) >= MaxTasks {
+		return fail("copyset %d/%d: %v: %d", g.Pool(), g.Copyset(), ErrTooManyTasks, MaxTasks)
+	}
+	return out
+}
+
+// router routes DMInternal calls to the leaders of copysets, waiting for
+// one while an election goes on (up to leaderWait), finding it in this
+// server's replica, the last answer's hint or the cluster map.
+func (s *Service) router() *copyset.Router[pb.DMInternalClient] {
+	return &copyset.Router[pb.DMInternalClient]{
+		Self:    s.deps.Local,
+		Replica: copyset.ReplicaOf(s.copysets),
+		Dial: func(p copyset.PeerID) (pb.DMInternalClient, error) {
+			conn, err := s.deps.Dial(p.Addr())
+			if err != nil {
+				return nil, err
+			}
+			return pb.NewDMInternalClient(conn), nil
+		},
+		Map: func(ctx context.Context, groups []copyset.GroupID) (map[copyset.GroupID]copyset.PeerID, error) {
+			out := map[copyset.GroupID]copyset.PeerID{}
+			cm, err := s.deps.Cluster(ctx)
+			if err != nil {
+				return out, nil
+			}
+			for _, c := range cm.GetCopysets() {
+				if c.GetLeader() != "" {
+					out[copyset.NewGroupID(c.GetPool(), c.GetCopyset())] = copyset.PeerID(c.GetLeader())
+				}
+			}
+			return out, nil
+		},
+		Backoff: copyset.Backoff{First: 100 * time.Millisecond, Max: time.Second},
+	}
+}
+
+// onLeader runs call on copyset g's leader (in process when it is this
+// server) until it answers as the leader or leaderWait passes; call says
+// whether the answer was not the leader's and which leader it names.
+func (s *Service) onLeader(ctx context.Context, g copyset.GroupID, call func(ctx context.Context, c pb.DMInternalClient, local bool) (notLeader bool, leader, msg string)) error {
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	rep := s.router().Route(wctx, g, s.deps.Local, func(_ context.Context, c pb.DMInternalClient, to copyset.Target) copyset.Reply {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		if nl, leader, msg := call(cctx, c, to.Local); nl {
+			return copyset.Redirect(copyset.PeerID(leader), errors.New(msg))
+		}
+		return copyset.Answered()
+	})
+	if !rep.Done() {
+		return fmt.Errorf("copyset %d/%d: no leader answered: %v", g.Pool(), g.Copyset(), rep.Err())
+	}
+	return nil
+}
+
+// routeCheck asks copyset g's leader whether start may be proposed.
+func (s *Service) routeCheck(ctx context.Context, g copyset.GroupID, start *pb.Start) *pb.CheckResponse {
+	var resp *pb.CheckResponse
+	err := s.onLeader(ctx, g, func(ctx context.Context, c pb.DMInternalClient, local bool) (bool, string, string) {
+		if local {
+			resp = s.checkLocal(ctx, g, start)
+		} else {
+			var err error
+			if resp, err = c.Check(ctx, &pb.CheckRequest{Pool: g.Pool(), Copyset: g.Copyset(), Start: start}); err != nil {
+				resp = &pb.CheckResponse{Code: -1, Msg: err.Error(), NotLeader: true}
+			}
+		}
+		return resp.GetNotLeader(), resp.GetLeader(), resp.GetMsg()
+	})
+	if err != nil {
+		return &pb.CheckResponse{Code: -1, Msg: err.Error()}
+	}
+	return resp
+}
+
+// routePropose proposes op on copyset g's leader. A retry after an answer
+// that was lost proposes the same op: a Start, SetStage or Delete applied
+// twice finds its own result.
+func (s *Service) routePropose(ctx context.Context, g copyset.GroupID, op *pb.Op) *pb.ProposeResponse {
+	var resp *pb.ProposeResponse
+	err := s.onLeader(ctx, g, func(ctx context.Context, c pb.DMInternalClient, local bool) (bool, string, string) {
+		if local {
+			resp = s.proposeLocal(ctx, g, op)
+		} else {
+			var err error
+			if resp, err = c.Propose(ctx, &pb.ProposeRequest{Pool: g.Pool(), Copyset: g.Copyset(), Op: op}); err != nil {
+				resp = &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true}
+			}
+		}
+		return resp.GetNotLeader(), resp.GetLeader(), resp.GetMsg()
+	})
+	if err != nil {
+		return &pb.ProposeResponse{Code: -1, Msg: err.Error()}
+	}
+	return resp
+}
+
+// OperateTask pauses, resumes or stops a task on every copyset that has a
+// share of it.
+func (c *controlService) OperateTask(ctx context.Context, req *pb.OperateTaskRequest) (*pb.ControlResponse, error) {
+	s := c.s
+	name := req.GetName()
+	if name == "" {
+		return refused("operate task: no task name"), nil
+	}
+	now := time.Now().UnixMilli()
+	var op *pb.Op
+	switch req.GetOp() {
+	case dmpb.TaskOp_Pause:
+		op = &pb.Op{Op: &pb.Op_SetStage{SetStage: &pb.SetStage{Name: name, Stage: dmpb.Stage_Paused, ByUser: true, NowMs: now}}}
+	case dmpb.TaskOp_Resume:
+		op = &pb.Op{Op: &pb.Op_SetStage{SetStage: &pb.SetStage{Name: name, Stage: dmpb.Stage_Running, ByUser: true, NowMs: now}}}
+	case dmpb.TaskOp_Stop, dmpb.TaskOp_Delete:
+		op = &pb.Op{Op: &pb.Op_Delete{Delete: &pb.Delete{Name: name}}}
+	default:
+		return refused("operate task %q: op %v: want Pause, Resume or Stop", name, req.GetOp()), nil
+	}
+	l, err := s.listAll(ctx, 0, name)
+	if err != nil {
+		return refused("operate task %q: %v", name, err), nil
+	}
+	if len(l.shares) == 0 {
+		msg := msgNoSubTask(name)
+		if len(l.unanswered) > 0 {
+			msg += "; no leader answered for " + strings.Join(l.unanswered, ", ")
+		}
+		return refused("%s", msg), nil
+	}
+	resp := &pb.ControlResponse{Result: true}
+	for _, sh := range l.shares {
+		g := copyset.NewGroupID(sh.GetPool(), sh.GetCopyset())
+		r := &pb.CopysetResult{Pool: g.Pool(), Copyset: g.Copyset(), Result: true}
+		p := s.routePropose(ctx, g, op)
+		switch {
+		case p.GetCode() != 0:
+			r.Result, r.Msg, resp.Result = false, p.GetMsg(), false
+		case op.GetDelete() != nil:
+			r.Msg = "stopped"
+		default:
+			r.Msg = p.GetSubtask().GetStage().String()
+		}
+		resp.Copysets = append(resp.Copysets, r)
+	}
+	if len(l.unanswered) > 0 {
+		resp.Result = false
+		resp.Msg = "no leader answered for " + strings.Join(l.unanswered, ", ") + ": their shares, if any, were not reached"
+	}
+	s.log.Info("dm task operated", "task", name, "op", req.GetOp().String(), "copysets", len(resp.Copysets), "result", resp.Result)
+	return resp, nil
+}

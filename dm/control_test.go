@@ -1,0 +1,112 @@
+package dm_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/chunkserver/chunkservertest"
+	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/testwait"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
+)
+
+func taskYAML(name, export string, targetPool uint32, extra string) string {
+	return fmt.Sprintf("name: %s\ntask-mode: all\nsource:\n  pool: 1\n  export: %s\ntarget-pool: %d\n%s", name, export, targetPool, extra)
+}
+
+// The control path, as chunkctl dm drives it: start-task refuses what is
+// wrong and starts nothing; check-task says what start-task would do;
+// start-task, query-status, pause-task, resume-task and stop-task on a
+// task migrating an export of pool 1 into pool 2.
+func TestControlPath(t *testing.T) {
+	c := chunkservertest.Start(t, 3)
+	ctx := context.Background()
+	src, dst := c.Group, copyset.NewGroupID(2, 1)
+	createCopyset(t, c, dst)
+	busy := copyset.NewGroupID(3, 1)
+	createCopyset(t, c, busy)
+	write(t, c, busy, 1, 1, 0, 1) // a target that holds a chunk
+	write(t, c, src, 1, 1, 0, 7)
+	exportDir := filepath.Join(t.TempDir(), "export")
+	cr, err := dspb.NewSyncToolClient(c.Conns[0]).CreateSyncTask(ctx, &dspb.CreateSyncTaskRequest{Db: proto.String("1"), Name: proto.String("relay"),
+		Mode: dspb.SyncMode_kFullAndContinuous.Enum(), Dest: proto.String("file://" + exportDir)})
+	if err != nil || cr.GetCode() != 0 {
+		t.Fatalf("create the export: %v %v", cr, err)
+	}
+	testwait.Until(t, 30*time.Second, func() error {
+		if len(packetFiles(t, exportDir)) == 0 {
+			return fmt.Errorf("no packet in %s yet", exportDir)
+		}
+		return nil
+	})
+	export := "file://" + exportDir
+	ctl := pb.NewDMControlClient(c.Conns[1])
+	w := dmpb.NewWorkerClient(c.Conns[2])
+	noTask := func() {
+		t.Helper()
+		qs, err := w.QueryStatus(ctx, &dmpb.QueryStatusRequest{})
+		if err != nil || qs.GetResult() || !strings.Contains(qs.GetMsg(), "code=40070") {
+			t.Fatalf("a task was started: %v %v", qs, err)
+		}
+	}
+	for _, tc := range []struct{ name, task, want string }{
+		{"bad yaml", taskYAML("t", export, 2, "meta-schema: x\n"), "field meta-schema not found"},
+		{"no target pool", taskYAML("t", export, 4, ""), "target pool 4 has no copysets"},
+		{"no such copyset", taskYAML("t", export, 2, "copysets: [5]\n"), "copyset 2/5 does not exist"},
+		{"no such source pool", strings.Replace(taskYAML("t", export, 2, ""), "pool: 1", "pool: 7", 1), "has no packets of pool 7"},
+		{"target not empty", taskYAML("t", export, 3, ""), "copyset 3/1: holds 1 chunks"},
+		{"cluster source", "name: t\ntask-mode: all\nsource: {pool: 1, cluster: ['127.0.0.1:1'], relay: file:///r}\ntarget-pool: 2\n", "a cluster source is not built yet"},
+	} {
+		r, err := ctl.StartTask(ctx, &pb.StartTaskRequest{Task: tc.task})
+		if err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), tc.want) {
+			t.Fatalf("%s: %v %v, want a refusal saying %q", tc.name, r, err, tc.want)
+		}
+		noTask()
+	}
+
+	task := taskYAML("mig", export, 2, "")
+	r, err := ctl.StartTask(ctx, &pb.StartTaskRequest{Task: task, CheckOnly: true})
+	if err != nil || !r.GetResult() || len(r.GetCopysets()) != 1 || !strings.Contains(r.GetCopysets()[0].GetMsg(), "would apply copyset 1/1") {
+		t.Fatalf("check-task: %v %v", r, err)
+	}
+	noTask()
+	if r, err = ctl.StartTask(ctx, &pb.StartTaskRequest{Task: task}); err != nil || !r.GetResult() {
+		t.Fatalf("start-task: %v %v", r, err)
+	}
+	if r, err = ctl.StartTask(ctx, &pb.StartTaskRequest{Task: task}); err != nil || !r.GetResult() || !strings.Contains(r.GetCopysets()[0].GetMsg(), "already started") {
+		t.Fatalf("start-task again: %v %v", r, err)
+	}
+	waitSame(t, c, src, dst)
+	qs, err := w.QueryStatus(ctx, &dmpb.QueryStatusRequest{Name: "mig"})
+	if err != nil || !qs.GetResult() || qs.GetSubTaskStatus()[0].GetStage() != dmpb.Stage_Running {
+		t.Fatalf("query-status: %v %v", qs, err)
+	}
+
+	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Pause}); err != nil || !r.GetResult() {
+		t.Fatalf("pause-task: %v %v", r, err)
+	}
+	qs, _ = w.QueryStatus(ctx, &dmpb.QueryStatusRequest{Name: "mig"})
+	if st := qs.GetSubTaskStatus()[0]; st.GetStage() != dmpb.Stage_Paused || !st.GetResult().GetIsCanceled() {
+		t.Fatalf("after pause-task: %v", st)
+	}
+	write(t, c, src, 2, 1, 3, 8)
+	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Resume}); err != nil || !r.GetResult() {
+		t.Fatalf("resume-task: %v %v", r, err)
+	}
+	waitSame(t, c, src, dst)
+	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "nope", Op: dmpb.TaskOp_Pause}); err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "no sub task with name nope has started") {
+		t.Fatalf("pause-task of an unknown task: %v %v", r, err)
+	}
+	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Stop}); err != nil || !r.GetResult() {
+		t.Fatalf("stop-task: %v %v", r, err)
+	}
+	noTask()
+}
