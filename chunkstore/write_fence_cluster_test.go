@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/chunkserver"
@@ -21,6 +23,7 @@ import (
 	"github.com/chunkraft/chunkraft/internal/chunkop"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	commonpb "github.com/chunkraft/chunkraft/proto/curve/common"
 )
 
 const (
@@ -90,9 +93,29 @@ func mustRefuseMutations(t *testing.T, c *chunkservertest.Cluster, i int) {
 	}
 }
 
+// copysetFence is server i's GetCopysetStatus write fence trailers ("" when
+// it reports none).
+func copysetFence(t *testing.T, c *chunkservertest.Cluster, i int) (owner, since string) {
+	t.Helper()
+	var trailer metadata.MD
+	_, err := pb.NewCopysetServiceClient(c.Conns[i]).GetCopysetStatus(context.Background(), &pb.CopysetStatusRequest{
+		LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), QueryHash: proto.Bool(false),
+		Peer: &commonpb.Peer{Address: proto.String(string(c.Servers[i].Local()))}}, grpc.Trailer(&trailer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func(k string) string {
+		if v := trailer.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	return first(chunkserver.WriteFenceTrailerKey), first(chunkserver.WriteFenceSinceTrailerKey)
+}
+
 // waitFenceEverywhere waits until every running replica applied the write
 // fence want (nil: none), then checks what the operator sees of it: the
-// metric of every server.
+// metric and the copyset status trailers of every server.
 func waitFenceEverywhere(t *testing.T, c *chunkservertest.Cluster, want *chunkstore.WriteFence) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, func() error {
@@ -105,12 +128,15 @@ func waitFenceEverywhere(t *testing.T, c *chunkservertest.Cluster, want *chunkst
 		return nil
 	})
 	for _, i := range c.Up() {
-		gauge := 0.0
+		gauge, owner, since := 0.0, "", ""
 		if want != nil {
-			gauge = 1
+			gauge, owner, since = 1, want.Owner, fmt.Sprint(want.Since)
 		}
 		if v := servertest.Scrape(t, c.Servers[i].Gatherer())[fencedMetric][fencedSeries]; v != gauge {
 			t.Fatalf("server %d: %s %v, want %v", i, fencedMetric, v, gauge)
+		}
+		if o, s := copysetFence(t, c, i); o != owner || s != since {
+			t.Fatalf("server %d copyset status: write fence %q since %q, want %q since %q", i, o, s, owner, since)
 		}
 	}
 }
