@@ -385,6 +385,12 @@ const (
 	// CommittedIndexTrailerKey (GetCopysetStatus, with
 	// CommittedPeersTrailerKey) is the log index of that configuration.
 	CommittedIndexTrailerKey = "chunkraft-committed-index"
+	// WriteFenceTrailerKey (GetCopysetStatus) is the owner of the write
+	// fence in force on the copyset as this replica applied it (absent: no
+	// fence; chunkstore.LocalWriteFence); WriteFenceSinceTrailerKey is the
+	// log index it was set at.
+	WriteFenceTrailerKey      = "chunkraft-write-fence"
+	WriteFenceSinceTrailerKey = "chunkraft-write-fence-since"
 )
 
 // joinPeers renders peer ids as a trailer value.
@@ -433,7 +439,9 @@ func splitPeers(v []string) []copyset.PeerID {
 //
 // Every answer carries the replica's configuration (PeersTrailerKey, and
 // CommittedPeersTrailerKey once it knows a committed one): the leader's is
-// the copyset's membership.
+// the copyset's membership; and, while one is in force, the copyset's
+// write fence as the replica applied it (WriteFenceTrailerKey,
+// WriteFenceSinceTrailerKey).
 func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetStatusRequest) (*pb.CopysetStatusResponse, error) {
 	n := s.copysets.Get(copyset.NewGroupID(req.GetLogicPoolId(), req.GetCopysetId()))
 	if n == nil {
@@ -467,6 +475,9 @@ func (s *copysetService) GetCopysetStatus(ctx context.Context, req *pb.CopysetSt
 	}
 	if idx, ok := n.CommittedIndex(); ok {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(CommittedIndexTrailerKey, strconv.FormatUint(idx, 10)))
+	}
+	if f, ok := chunkstore.LocalWriteFence(n); ok {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(WriteFenceTrailerKey, f.Owner, WriteFenceSinceTrailerKey, strconv.FormatUint(f.Since, 10)))
 	}
 	st := n.Status()
 	var pendingIndex, pendingSize, applying int64

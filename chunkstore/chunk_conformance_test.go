@@ -56,6 +56,16 @@ type chunkWorkload struct {
 }
 
 func (w *chunkWorkload) op(rng *rand.Rand, i int) []byte {
+	req, data := w.request(rng, i)
+	op, err := chunkop.Encode(req, data, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return op
+}
+
+// request draws the i-th chunk op's request and data.
+func (w *chunkWorkload) request(rng *rand.Rand, i int) (*pb.ChunkRequest, []byte) {
 	if w.sn == 0 {
 		w.sn = 1
 	}
@@ -83,13 +93,9 @@ func (w *chunkWorkload) op(rng *rand.Rand, i int) []byte {
 		req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE_SNAP.Enum()
 		req.CorrectedSn = new(w.sn)
 	default:
-		return w.op(rng, i)
+		return w.request(rng, i)
 	}
-	op, err := chunkop.Encode(req, data, nil)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return op
+	return req, data
 }
 
 // chunkState lists every chunk of the store: its info, a hash of its

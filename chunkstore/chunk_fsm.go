@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/chunkraft/chunkraft/chunkstore/datastore"
@@ -20,6 +21,9 @@ type chunkMachine struct {
 	store   *datastore.Store
 	sources *cloneSource // what clone chunks read from (ChunkStore)
 	log     *slog.Logger
+	// gate is the copyset's write fence, published by its write fence
+	// machine (write_fence.go); nil: none.
+	gate atomic.Pointer[fenceGate]
 }
 
 var (
@@ -59,7 +63,8 @@ type chunkResult struct {
 }
 
 // Apply implements copyset.StateMachine. Outcomes that are the same on
-// every replica (BACKWARD, CHUNK_EXIST, a missing chunk, ...) are results;
+// every replica (BACKWARD, CHUNK_EXIST, a missing chunk, an op the write
+// fence in force at its index refuses: EPOCH_TOO_OLD, ...) are results;
 // a local failure (I/O error, full disk, a corrupt block under a
 // copy-on-write) is a copyset.FatalError: this replica stops instead of
 // silently diverging from the others.
@@ -68,10 +73,16 @@ func (m *chunkMachine) Apply(index uint64, payload []byte) any { return m.ApplyO
 // ApplyOp implements copyset.OpApplier: Apply for the op at position pos
 // of its entry.
 func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
-	req, data, pre, err := chunkop.Decode(payload)
+	req, data, pre, owner, err := chunkop.DecodeOwned(payload)
 	if err != nil {
 		m.log.Error("undecodable chunk op", "index", index, "err", err)
 		return &copyset.FatalError{Err: err}
+	}
+	if g := m.gate.Load(); g != nil {
+		if holder, refused := g.refuses(index, owner); refused {
+			return chunkResult{status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD,
+				err: fmt.Errorf("chunk op at index %d: the write fence of %q refuses it", index, holder)}
+		}
 	}
 	id := req.GetChunkId()
 	seq, err := opSeq(index, pos)

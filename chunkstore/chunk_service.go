@@ -138,9 +138,10 @@ func applyErrStatus(err error) pb.CHUNK_OP_STATUS {
 	return pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL
 }
 
-// propose replicates a chunk op and turns the outcome into a response.
-func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.ChunkRequest, data []byte) *pb.ChunkResponse {
-	op, err := chunkop.Encode(req, data, s.preImage(n, req, data))
+// propose replicates a chunk op on n, whose chunk machine is m (nil:
+// none found), and turns the outcome into a response.
+func (s *chunkService) propose(ctx context.Context, n *copyset.Node, m *chunkMachine, req *pb.ChunkRequest, data []byte) *pb.ChunkResponse {
+	op, err := chunkop.Encode(req, data, preImage(m, req, data))
 	if err != nil {
 		s.log.Error("encode chunk op", "err", err)
 		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_FAILURE_UNKNOWN)
@@ -161,17 +162,13 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, req *pb.Chu
 // preImage is the pre-image a write carries for the read views of its
 // chunk (datastore.PreImage): the blocks a live view has not saved, read
 // from this replica's store now, so that no replica has to sync its
-// capture before it overwrites them. Nil for other ops and when there is
-// nothing to carry.
-func (s *chunkService) preImage(n *copyset.Node, req *pb.ChunkRequest, data []byte) *chunkop.PreImage {
-	if req.GetOpType() != pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE {
+// capture before it overwrites them, from m, the copyset's chunk machine.
+// Nil for other ops, without m, and when there is nothing to carry.
+func preImage(m *chunkMachine, req *pb.ChunkRequest, data []byte) *chunkop.PreImage {
+	if m == nil || req.GetOpType() != pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE {
 		return nil
 	}
-	st, err := chunkStoreOf(n)
-	if err != nil {
-		return nil
-	}
-	p := st.PreImageFor(req.GetChunkId(), req.GetOffset(), len(data))
+	p := m.store.PreImageFor(req.GetChunkId(), req.GetOffset(), len(data))
 	if p == nil {
 		return nil
 	}
@@ -195,44 +192,50 @@ func (s *chunkService) mutate(ctx context.Context, op string, req *pb.ChunkReque
 		}
 	}
 	n := s.node(req.GetLogicPoolId(), req.GetCopysetId())
-	if resp := s.writable(ctx, n, req); resp != nil {
+	m, resp := s.writable(ctx, n, "", req)
+	if resp != nil {
 		return s.finish(op, start, resp, 0)
 	}
 	if prepare != nil {
-		var resp *pb.ChunkResponse
 		if data, resp = prepare(n); resp != nil {
 			return s.finish(op, start, resp, 0)
 		}
 	}
-	return s.finish(op, start, s.propose(ctx, n, req, data), len(data))
+	return s.finish(op, start, s.propose(ctx, n, m, req, data), len(data))
 }
 
-// writable runs the checks a mutation passes on n, its copyset's replica
+// writable runs the checks a mutation of owner ("": a client; a write
+// fence's owner: Store.ProposeGroupAs) passes on n, its copyset's replica
 // here (nil: not hosted), once validated, in order: the copyset
 // (COPYSET_NOTEXIST), a broken replica (DISK_FAIL), a leader that knows
 // its copyset's fences (REDIRECTED on a follower, OVERLOAD while a new
-// leader cannot yet: fence.go), the epoch fence of every request
-// (EPOCH_TOO_OLD), free space (NOSPACE). It returns nil when all pass,
-// else the refusal.
-func (s *chunkService) writable(ctx context.Context, n *copyset.Node, reqs ...*pb.ChunkRequest) *pb.ChunkResponse {
+// leader cannot yet: fence.go), the epoch fence of every request and the
+// copyset's write fence (EPOCH_TOO_OLD; write_fence.go), free space
+// (NOSPACE). It returns the copyset's chunk machine (nil: none found) and
+// nil when all pass, else the refusal.
+func (s *chunkService) writable(ctx context.Context, n *copyset.Node, owner string, reqs ...*pb.ChunkRequest) (*chunkMachine, *pb.ChunkResponse) {
 	if n == nil {
-		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST)
+		return nil, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_COPYSET_NOTEXIST)
 	}
 	if n.Broken() != nil {
-		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
+		return nil, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_DISK_FAIL)
 	}
 	if err := n.WaitWritable(ctx); err != nil {
-		return s.notWritable(reqs[0], err)
+		return nil, s.notWritable(reqs[0], err)
 	}
 	for _, req := range reqs {
 		if req.FileId != nil && req.Epoch != nil && !s.epochs.allowed(req.GetFileId(), req.GetEpoch()) {
-			return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
+			return nil, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
 		}
 	}
-	if s.admit.ReadOnly() {
-		return chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE)
+	m, _ := chunkMachineOf(n)
+	if m != nil && m.gate.Load().blocks(owner) {
+		return m, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD)
 	}
-	return nil
+	if s.admit.ReadOnly() {
+		return m, chunkResponse(pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_NOSPACE)
+	}
+	return m, nil
 }
 
 // read runs the checks of a read and a read barrier on the leader, then

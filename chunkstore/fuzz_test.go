@@ -14,8 +14,8 @@ import (
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
-// FuzzDecodeChunkOp: decodeChunkOp never panics, and what it accepts
-// re-encodes to the same request and data.
+// FuzzDecodeChunkOp: chunkop.DecodeOwned never panics, and what it
+// accepts re-encodes to the same request, data, pre-image and owner.
 func FuzzDecodeChunkOp(f *testing.F) {
 	for _, req := range []*pb.ChunkRequest{
 		servertest.WriteReq(1, 0, []byte("data")),
@@ -23,11 +23,13 @@ func FuzzDecodeChunkOp(f *testing.F) {
 		{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3), Location: proto.String("1/1/2:0@cs")},
 	} {
 		for _, pre := range []*chunkop.PreImage{nil, {ViewSeq: 7 << 8, Lo: 3, Data: []byte("pre-image")}} {
-			op, err := chunkop.Encode(req, req.GetData(), pre)
-			if err != nil {
-				f.Fatal(err)
+			for _, owner := range []string{"", "dm:task"} {
+				op, err := chunkop.EncodeOwned(req, req.GetData(), pre, owner)
+				if err != nil {
+					f.Fatal(err)
+				}
+				f.Add(op[copyset.OpHeaderLen:])
 			}
-			f.Add(op[copyset.OpHeaderLen:])
 		}
 	}
 	f.Add([]byte{})
@@ -36,21 +38,21 @@ func FuzzDecodeChunkOp(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Add([]byte{0, 0, 0, 2, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		req, data, pre, err := chunkop.Decode(payload)
+		req, data, pre, owner, err := chunkop.DecodeOwned(payload)
 		if err != nil {
 			return
 		}
-		op, err := chunkop.Encode(req, data, pre)
+		op, err := chunkop.EncodeOwned(req, data, pre, owner)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req2, data2, pre2, err := chunkop.Decode(op[copyset.OpHeaderLen:])
+		req2, data2, pre2, owner2, err := chunkop.DecodeOwned(op[copyset.OpHeaderLen:])
 		if err != nil {
 			t.Fatalf("re-encoded op does not decode: %v", err)
 		}
 		req.Data = nil // carried after the header, not in it
-		if !proto.Equal(req, req2) || !bytes.Equal(data, data2) {
-			t.Fatalf("round trip changed the op: %v %x -> %v %x", req, data, req2, data2)
+		if !proto.Equal(req, req2) || !bytes.Equal(data, data2) || owner != owner2 {
+			t.Fatalf("round trip changed the op: %v %x %q -> %v %x %q", req, data, owner, req2, data2, owner2)
 		}
 		if (pre == nil) != (pre2 == nil) || pre != nil && (pre.ViewSeq != pre2.ViewSeq || pre.Lo != pre2.Lo || !bytes.Equal(pre.Data, pre2.Data)) {
 			t.Fatalf("round trip changed the pre-image: %+v -> %+v", pre, pre2)

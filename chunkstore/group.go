@@ -16,10 +16,11 @@ import (
 // one grouped proposal (copyset/group.go) with its own ops after them (its
 // checkpoint): the chunk ops pass the checks and admission of
 // ChunkService's (the in-flight limit, validation, the copyset's leader
-// with its fences, the epoch fences, the free-space floor), carry their
-// read-view pre-images, and land in the log in one entry with the
-// tenant's ops, so that a crash, a leader change or a snapshot install
-// keeps all of them or none.
+// with its fences, the epoch fences, the write fence, the free-space
+// floor), carry their read-view pre-images, and land in the log in one
+// entry with the tenant's ops, so that a crash, a leader change or a
+// snapshot install keeps all of them or none. A tenant that holds a
+// copyset's write fence writes through it as its owner (ProposeGroupAs).
 
 // groupOp is the op label of a group's request metrics.
 const groupOp = "group"
@@ -59,13 +60,29 @@ type GroupResult struct {
 // must lead it. A group refused before it is proposed (nothing appended)
 // or not committed is a *StatusError; so is one whose entry committed but
 // failed to apply here (DISK_FAIL: the replica stopped), with the result.
+// A write fence takes its chunk ops for a client's and refuses them
+// (EPOCH_TOO_OLD).
 func (s *Store) ProposeGroup(ctx context.Context, g copyset.GroupID, reqs []*pb.ChunkRequest, tail [][]byte) (GroupResult, error) {
-	return s.service.proposeGroup(ctx, g, reqs, tail)
+	return s.service.proposeGroup(ctx, g, "", reqs, tail)
 }
 
-func (s *chunkService) proposeGroup(ctx context.Context, g copyset.GroupID, reqs []*pb.ChunkRequest, tail [][]byte) (GroupResult, error) {
+// ProposeGroupAs is ProposeGroup with the chunk ops written as owner: a
+// write fence of owner (write_fence.go) lets them through, a fence of
+// another owner refuses them, as it does a client's. The ops carry the
+// owner into the log, so that every replica decides alike at its apply.
+// A fence of another owner set after the group was admitted refuses its
+// chunk ops at the apply (GroupResult.Chunk says EPOCH_TOO_OLD) while
+// tail still applies: a tenant whose checkpoint must never pass a refused
+// write sets its own fence on the copyset first (no other owner's can be
+// set then). An owner that is not a valid fence owner (SetWriteFence) is
+// INVALID_REQUEST; "" is ProposeGroup.
+func (s *Store) ProposeGroupAs(ctx context.Context, g copyset.GroupID, owner string, reqs []*pb.ChunkRequest, tail [][]byte) (GroupResult, error) {
+	return s.service.proposeGroup(ctx, g, owner, reqs, tail)
+}
+
+func (s *chunkService) proposeGroup(ctx context.Context, g copyset.GroupID, owner string, reqs []*pb.ChunkRequest, tail [][]byte) (GroupResult, error) {
 	start := time.Now()
-	res, bytes, err := s.group(ctx, g, reqs, tail)
+	res, bytes, err := s.group(ctx, g, owner, reqs, tail)
 	st := pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
 	var se *StatusError
 	if errors.As(err, &se) {
@@ -75,8 +92,9 @@ func (s *chunkService) proposeGroup(ctx context.Context, g copyset.GroupID, reqs
 	return res, err
 }
 
-// group checks, encodes and proposes a group; bytes is its chunk data.
-func (s *chunkService) group(ctx context.Context, g copyset.GroupID, reqs []*pb.ChunkRequest, tail [][]byte) (_ GroupResult, bytes int, _ error) {
+// group checks, encodes and proposes a group of owner; bytes is its
+// chunk data.
+func (s *chunkService) group(ctx context.Context, g copyset.GroupID, owner string, reqs []*pb.ChunkRequest, tail [][]byte) (_ GroupResult, bytes int, _ error) {
 	if !s.admit.enter() {
 		return GroupResult{}, 0, &StatusError{Status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_OVERLOAD, Err: errors.New("too many requests in flight")}
 	}
@@ -87,6 +105,11 @@ func (s *chunkService) group(ctx context.Context, g copyset.GroupID, reqs []*pb.
 	if len(reqs) == 0 {
 		return GroupResult{}, 0, invalid(errors.New("a group without chunk ops"))
 	}
+	if owner != "" {
+		if err := validFenceOwner(owner); err != nil {
+			return GroupResult{}, 0, invalid(err)
+		}
+	}
 	for i, req := range reqs {
 		if err := s.validGrouped(g, req); err != nil {
 			return GroupResult{}, 0, invalid(fmt.Errorf("chunk op %d: %w", i, err))
@@ -94,12 +117,19 @@ func (s *chunkService) group(ctx context.Context, g copyset.GroupID, reqs []*pb.
 		bytes += len(req.GetData())
 	}
 	n := s.copysets.Get(g)
-	if resp := s.writable(ctx, n, reqs...); resp != nil {
-		return GroupResult{}, 0, &StatusError{Status: resp.GetStatus(), Leader: resp.GetRedirect(), Err: fmt.Errorf("copyset %d/%d", g.Pool(), g.Copyset())}
+	m, resp := s.writable(ctx, n, owner, reqs...)
+	if resp != nil {
+		why := fmt.Errorf("copyset %d/%d", g.Pool(), g.Copyset())
+		if m != nil {
+			if f := m.gate.Load(); f.blocks(owner) {
+				why = fmt.Errorf("copyset %d/%d: the write fence is held by %q", g.Pool(), g.Copyset(), f.owner)
+			}
+		}
+		return GroupResult{}, 0, &StatusError{Status: resp.GetStatus(), Leader: resp.GetRedirect(), Err: why}
 	}
 	ops := make([][]byte, 0, len(reqs)+len(tail))
 	for i, req := range reqs {
-		op, err := chunkop.Encode(req, req.GetData(), s.preImage(n, req, req.GetData()))
+		op, err := chunkop.EncodeOwned(req, req.GetData(), preImage(m, req, req.GetData()), owner)
 		if err != nil {
 			return GroupResult{}, 0, invalid(fmt.Errorf("chunk op %d: %w", i, err))
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/chunkraft/chunkraft/chunkstore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/copyset/copysettest"
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
 
@@ -73,6 +74,7 @@ func TestGroupedChunkWrites(t *testing.T) {
 	c.Write(t, 3, 1, 0, block(3), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)
 	l := c.Leader(t)
 	f := (l + 1) % 3
+	stoppedAt := c.Node(f).Status().LastIndex
 	c.Stop(f)
 	del := &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE.Enum(), LogicPoolId: proto.Uint32(1),
 		CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3)}
@@ -92,6 +94,14 @@ func TestGroupedChunkWrites(t *testing.T) {
 			}
 		}
 	}
+	// The leader's snapshot timer truncates its log past what f holds, so
+	// that f can catch up only by an install.
+	testwait.Until(t, 10*time.Second, func() error {
+		if first := c.Node(l).Status().FirstIndex; first <= stoppedAt+1 {
+			return fmt.Errorf("the leader's log starts at %d, the stopped follower's ends at %d", first, stoppedAt)
+		}
+		return nil
+	})
 	c.Start(f, nil)
 	c.WaitSame(t, []uint64{1, 2, 3})
 	c.WaitInstalled(t, f)

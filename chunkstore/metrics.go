@@ -1,6 +1,7 @@
 package chunkstore
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,7 +78,8 @@ func (m *metrics) observe(op string, status string, start time.Time, n int) {
 }
 
 // statsCollectors are the figures read at scrape time: block checksum
-// failures of every copyset, the chunk file pool, the admission state.
+// failures of every copyset, the chunk file pool, the admission state,
+// the copysets' write fences.
 func (s *Store) statsCollectors() []prometheus.Collector {
 	pool := func() datastore.PoolStats {
 		if s.pool == nil {
@@ -107,6 +109,38 @@ func (s *Store) statsCollectors() []prometheus.Collector {
 			Help: "Times the pool paused zeroing a file because a chunk was created meanwhile.",
 		}, func() float64 { return float64(pool().Paused) }),
 		newAdmissionCollector(s.admit),
+		&writeFenceCollector{s: s, fenced: prometheus.NewDesc("chunkraft_copyset_write_fenced",
+			"1 if a write fence is in force on this replica's copyset as it applied it (chunk writes of all but the fence's owner get EPOCH_TOO_OLD), else 0.",
+			[]string{"pool", "copyset"}, nil)},
+	}
+}
+
+// writeFenceCollector exports, for every hosted replica, whether its
+// copyset's write fence is in force as the replica applied it
+// (write_fence.go): one atomic load per copyset at scrape time.
+type writeFenceCollector struct {
+	s      *Store
+	fenced *prometheus.Desc
+}
+
+func (c *writeFenceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.fenced }
+
+func (c *writeFenceCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.copysets == nil {
+		return
+	}
+	for _, n := range c.s.copysets.List() {
+		m, err := chunkMachineOf(n)
+		if err != nil {
+			continue
+		}
+		v := 0.0
+		if m.gate.Load().blocks("") {
+			v = 1
+		}
+		g := n.Group()
+		ch <- prometheus.MustNewConstMetric(c.fenced, prometheus.GaugeValue, v,
+			strconv.FormatUint(uint64(g.Pool()), 10), strconv.FormatUint(uint64(g.Copyset()), 10))
 	}
 }
 

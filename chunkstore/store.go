@@ -53,8 +53,8 @@ type Config struct {
 }
 
 // Store is the chunk store of a server as a tenant of its copysets: the
-// chunk machine of every copyset with the fence and read-view machines
-// that apply to it, Curve's ChunkService, the Fences service between
+// chunk machine of every copyset with the write fence, epoch fence and
+// read-view machines that apply to it, Curve's ChunkService, the Fences service between
 // servers, the admission of chunk requests, and what every copyset's
 // chunks share (the chunk file pool, the block cache, the clone source
 // reader).
@@ -117,12 +117,12 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) Name() string { return "chunkstore" }
 
 // Specs are the chunk store's machines, in the order they open: the chunk
-// machine first (the view machine applies to it, other tenants' machines
-// read it through chunkread.In), the fences, whose tables feed the
-// server's epoch map, and the read views. The chunk and fence machines
-// keep their files in the copyset data dir itself (their layout predates
-// machine directories and must not change). Only the chunk machine
-// batches: it stamps (index, position).
+// machine first (the write fence and view machines apply to it, other
+// tenants' machines read it through chunkread.In), the write fence, the
+// epoch fences, whose tables feed the server's epoch map, and the read
+// views. The chunk and fence machines keep their files in the copyset
+// data dir itself (their layout predates machine directories and must not
+// change). Only the chunk machine batches: it stamps (index, position).
 func (s *Store) Specs() []copyset.MachineSpec {
 	return []copyset.MachineSpec{
 		{Kind: kinds.Chunk, Name: "chunk", Batch: true,
@@ -135,6 +135,7 @@ func (s *Store) Specs() []copyset.MachineSpec {
 				}
 				return &chunkMachine{store: store, sources: s.sources, log: env.Logger}, nil
 			}},
+		writeFenceSpec(),
 		{Kind: kinds.Fence, Name: "fence",
 			Open: func(env copyset.MachineEnv, _ copyset.Machines) (copyset.StateMachine, error) {
 				return openFenceMachine(env.DataDir, s.epochs, env.Logger)

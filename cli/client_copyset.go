@@ -205,6 +205,11 @@ type ReplicaStatus struct {
 	HasConfig       bool
 	CommittedConfig []string
 	HasCommitted    bool
+	// WriteFence is the owner of the copyset's write fence as the replica
+	// applied it ("" none: client writes pass), WriteFenceSince the log
+	// index it was set at.
+	WriteFence      string
+	WriteFenceSince int64
 }
 
 // ConfigCommitted reports whether the configuration the replica reported
@@ -358,6 +363,9 @@ func (c *Client) replicaStatus(ctx context.Context, cs CopysetID, addr string, q
 	}
 	if v := trailer.Get(committedPeersTrailerKey); len(v) > 0 {
 		row.CommittedConfig, row.HasCommitted = splitTrailerList(v), true
+	}
+	if row.WriteFence = firstValue(trailer, writeFenceTrailerKey); row.WriteFence != "" {
+		row.WriteFenceSince, _ = trailerInt(trailer, writeFenceSinceKey)
 	}
 	return row
 }

@@ -78,9 +78,11 @@ type ReplicaHash struct {
 // Response trailers of chunkraft servers beyond the Curve messages
 // (chunkserver/copyset_service.go).
 const (
-	appliedTrailerKey        = "chunkraft-hash-applied"    // the applied index a hash was taken at
-	peersTrailerKey          = "chunkraft-peers"           // the replica's newest configuration, peer ids joined by commas
-	committedPeersTrailerKey = "chunkraft-committed-peers" // its newest committed configuration
+	appliedTrailerKey        = "chunkraft-hash-applied"      // the applied index a hash was taken at
+	peersTrailerKey          = "chunkraft-peers"             // the replica's newest configuration, peer ids joined by commas
+	committedPeersTrailerKey = "chunkraft-committed-peers"   // its newest committed configuration
+	writeFenceTrailerKey     = "chunkraft-write-fence"       // the owner of the copyset's write fence, as the replica applied it
+	writeFenceSinceKey       = "chunkraft-write-fence-since" // the log index the fence was set at
 )
 
 // splitTrailerList parses a comma-separated trailer value.

@@ -223,3 +223,33 @@ func TestClassifyRemovalUnderWay(t *testing.T) {
 		t.Errorf("empty replica: %+v", h)
 	}
 }
+
+// copyset status shows the write fence each replica applied in its STATE,
+// and in JSON.
+func TestCopysetStatusShowsWriteFence(t *testing.T) {
+	fc := newFakeCluster(t, 3)
+	srv := fc.addrs()
+	out := mustRun(t, srv, nil, "copyset", "status", "--pool", "1", "--copyset", "3")
+	if strings.Contains(out, "write-fenced") {
+		t.Errorf("copyset status without a fence:\n%s", out)
+	}
+	fc.with(func() { fc.fences[0], fc.fences[1] = "dm:task-1", "dm:task-1" }) // server 2 has not applied it yet
+	out = mustRun(t, srv, nil, "copyset", "status", "--pool", "1", "--copyset", "3")
+	if strings.Count(out, "(write-fenced by dm:task-1 since 7)") != 2 {
+		t.Errorf("copyset status with a fence on two replicas:\n%s", out)
+	}
+	out = mustRun(t, srv, nil, "-o", "json", "copyset", "status", "--pool", "1", "--copyset", "3")
+	var rows []replicaJSON
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 3 {
+		t.Fatalf("copyset status json: %v\n%s", err, out)
+	}
+	for i, r := range rows {
+		want := ""
+		if i < 2 {
+			want = "dm:task-1"
+		}
+		if r.WriteFence != want || (want != "") != (r.WriteFenceSince == 7) {
+			t.Errorf("row %d: write fence %q since %d, want %q", i, r.WriteFence, r.WriteFenceSince, want)
+		}
+	}
+}

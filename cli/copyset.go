@@ -124,12 +124,16 @@ type replicaJSON struct {
 	ReadOnly  bool   `json:"readOnly,omitempty"`
 	// Member: whether the replica is in the configuration the leader has;
 	// absent when no leader reported one.
-	Member      *bool  `json:"member,omitempty"`
-	Hash        string `json:"hash,omitempty"`
-	HashApplied *int64 `json:"hashAppliedIndex,omitempty"` // the applied index the hash covers
-	Mismatch    bool   `json:"mismatch,omitempty"`
-	NotCompared bool   `json:"notCompared,omitempty"` // hashes differ, but never at a common applied index
-	Error       string `json:"error,omitempty"`
+	Member *bool `json:"member,omitempty"`
+	// WriteFence: the owner of the copyset's write fence as the replica
+	// applied it, and the log index it was set at.
+	WriteFence      string `json:"writeFence,omitempty"`
+	WriteFenceSince int64  `json:"writeFenceSince,omitempty"`
+	Hash            string `json:"hash,omitempty"`
+	HashApplied     *int64 `json:"hashAppliedIndex,omitempty"` // the applied index the hash covers
+	Mismatch        bool   `json:"mismatch,omitempty"`
+	NotCompared     bool   `json:"notCompared,omitempty"` // hashes differ, but never at a common applied index
+	Error           string `json:"error,omitempty"`
 }
 
 func newCopysetStatusCommand(a *app) *cobra.Command {
@@ -140,10 +144,14 @@ func newCopysetStatusCommand(a *app) *cobra.Command {
 		Short: "Show every replica of copysets (asks all --servers)",
 		Long: `Asks every server in --servers for its replica of each copyset and prints one
 row per replica. Servers that do not host the copyset are left out; servers that
-cannot be asked get a row with the error. MEMBER says whether the replica is in
-the raft configuration the leader has (no: a stale replica, see copyset
-delete-broken); a member no server in --servers reported gets a row of its own
-in state NotAnswering. Fails if a copyset was found nowhere.
+cannot be asked get a row with the error. STATE adds "(read-only)" for a replica
+that refuses mutations (no free space, or broken), and "(write-fenced by OWNER
+since INDEX)" while the copyset's write fence, as the replica applied it,
+refuses client writes with EPOCH_TOO_OLD (a migration holds it). MEMBER says
+whether the replica is in the raft configuration the leader has (no: a stale
+replica, see copyset delete-broken); a member no server in --servers reported
+gets a row of its own in state NotAnswering. Fails if a copyset was found
+nowhere.
 
 With --hash each replica also reports the hash of its copyset data (HASH) and
 the applied index it covers (HASH-APPLIED). Replicas are compared at the same
@@ -210,6 +218,7 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 			if r.Hosted {
 				hosted++
 				j.Peer, j.Leader, j.Term, j.Epoch, j.ReadOnly = r.Peer, r.Leader, r.Term, r.Epoch, r.ReadOnly
+				j.WriteFence, j.WriteFenceSince = r.WriteFence, r.WriteFenceSince
 				j.State = StateName(r.State)
 				j.Committed, j.Applied, j.First, j.Last = r.Committed, r.Applied, r.First, r.Last
 				j.Hash = r.Hash
@@ -268,6 +277,9 @@ func printCopysetStatus(p *printer, copysets []CopysetID, all [][]ReplicaStatus,
 			state := j.State
 			if j.ReadOnly {
 				state += " (read-only)"
+			}
+			if j.WriteFence != "" {
+				state += fmt.Sprintf(" (write-fenced by %s since %d)", j.WriteFence, j.WriteFenceSince)
 			}
 			row = append(row, state, j.Leader, i64(j.Term), i64(j.Committed), i64(j.Applied), i64(j.First), i64(j.Last), u64(j.Epoch), member)
 			if hash {

@@ -67,6 +67,7 @@ type fakeCluster struct {
 	conf      map[CopysetID][]int   // the configuration every replica of a copyset reports, overriding its replicas
 	behind    map[int]int           // the next hash answers of a server come from one index back, with an older hash
 	noIndex   bool                  // hash answers carry no applied index trailer
+	fences    map[int]string        // the write fence owner server i reports (set at index 7), "" none
 	// clusterMap is what the Cluster service answers (nil: Unimplemented,
 	// a server that predates it); mapSeeds the seeds of the last request.
 	clusterMap *clusterpb.ClusterMapResponse
@@ -135,6 +136,7 @@ func newFakeClusterAt(t *testing.T, addrs []string) *fakeCluster {
 		refuse:    map[string]codes.Code{},
 		conf:      map[CopysetID][]int{},
 		behind:    map[int]int{},
+		fences:    map[int]string{},
 	}
 	for i, addr := range addrs {
 		lis, err := net.Listen("tcp", addr)
@@ -717,6 +719,9 @@ func (f *fakeCopysetService) GetCopysetStatus(ctx context.Context, req *chunkser
 		ids[k] = c.servers[m].id
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(peersTrailerKey, strings.Join(ids, ","), committedPeersTrailerKey, strings.Join(ids, ",")))
+	if owner := c.fences[f.s.i]; owner != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(writeFenceTrailerKey, owner, writeFenceSinceKey, "7"))
+	}
 	return r, nil
 }
 

@@ -283,7 +283,7 @@ var _ copyset.StateMachine = (*Machine)(nil)
 // openMachine loads the state file in dir, if any.
 func openMachine(g copyset.GroupID, dir string, store chunkread.Chunks, reporter scanReporter, log *slog.Logger) (*Machine, error) {
 	m := &Machine{group: g, store: store, reporter: reporter, log: log}
-	sm, err := statemachine.Open(statemachine.Config[*jobsState, *jobOp, jobResult]{
+	sm, err := statemachine.Open(statemachine.JSONState(statemachine.Config[*jobsState, *jobOp, jobResult]{
 		Name: "integrity", Path: filepath.Join(dir, FileName), File: FileName, Log: log,
 		New:    func() *jobsState { return &jobsState{} },
 		Decode: statemachine.DecodeJSON[jobOp],
@@ -297,12 +297,8 @@ func openMachine(g copyset.GroupID, dir string, store chunkread.Chunks, reporter
 		Replayed: func(st *jobsState, index uint64, op *jobOp) jobResult {
 			return jobResult{job: st.replayedJob(index, op)}
 		},
-		Changed:     m.jobChanged,
-		Applied:     func(st *jobsState) uint64 { return st.Applied },
-		SetApplied:  func(st *jobsState, i uint64) { st.Applied = i },
-		EncodeState: func(st *jobsState) ([]byte, error) { return json.Marshal(st) },
-		DecodeState: statemachine.DecodeJSON[jobsState],
-	})
+		Changed: m.jobChanged,
+	}, func(st *jobsState) *uint64 { return &st.Applied }))
 	if err != nil {
 		return nil, err
 	}

@@ -553,9 +553,14 @@ func copyRange(in *os.File, dst string, off, end int64) error {
 	return errors.Join(err, out.Close())
 }
 
-// copyFile copies src to dst.
+// copyFile copies src to dst. A src that does not exist (a machine lists
+// a file it has not written yet) is left out, as a snapshot stream leaves
+// out a file gone when listed.
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

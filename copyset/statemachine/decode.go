@@ -52,3 +52,14 @@ func (p ProtoJSON[S]) Decode(line []byte) (S, error) {
 	st := p.New()
 	return st, protojson.Unmarshal(line, st)
 }
+
+// JSONState returns cfg with the stamp and the whole-state line of a
+// state kept as one encoding/json object per line, its stamp at
+// *stamp(st): Applied, SetApplied, EncodeState and DecodeState.
+func JSONState[T, O, R any](cfg Config[*T, O, R], stamp func(st *T) *uint64) Config[*T, O, R] {
+	cfg.Applied = func(st *T) uint64 { return *stamp(st) }
+	cfg.SetApplied = func(st *T, i uint64) { *stamp(st) = i }
+	cfg.EncodeState = func(st *T) ([]byte, error) { return json.Marshal(st) }
+	cfg.DecodeState = DecodeJSON[T]
+	return cfg
+}

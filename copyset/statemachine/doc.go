@@ -1,8 +1,9 @@
 // Package statemachine is the small replicated state machine that keeps
 // its whole state in one copyset/statefile file, stamped with the log
 // index of the last op that changed it (integrity jobs, sync sub-tasks,
-// disagg's lock table). A tenant supplies its state type, its op decoder,
-// its apply function and its line codec; Machine does the rest: decoding,
+// disagg's lock table, the chunk store's write fences). A tenant supplies
+// its state type, its op decoder, its apply function and its line codec
+// (JSONState for a state kept as JSON); Machine does the rest: decoding,
 // the replay guard, stamping, persistence, the mapping of failures to
 // *copyset.FatalError, Sync, Files, Close, and loading.
 //

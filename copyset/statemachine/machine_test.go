@@ -33,7 +33,7 @@ type toyLine struct {
 // the sum (0 changes nothing); journal selects a journal compacted past
 // compactMin.
 func toyConfig(path string, journal bool, compactMin int64) Config[*toy, int, string] {
-	cfg := Config[*toy, int, string]{
+	cfg := JSONState(Config[*toy, int, string]{
 		Name: "toy", Path: path, File: filepath.Base(path), Log: slog.New(slog.DiscardHandler),
 		New:    func() *toy { return &toy{} },
 		Decode: func(payload []byte) (int, error) { return strconv.Atoi(string(payload)) },
@@ -45,12 +45,8 @@ func toyConfig(path string, journal bool, compactMin int64) Config[*toy, int, st
 			st.Changes++
 			return "sum " + strconv.Itoa(st.Sum), true
 		},
-		Replayed:    func(st *toy, _ uint64, _ int) string { return "replayed at " + strconv.Itoa(st.Sum) },
-		Applied:     func(st *toy) uint64 { return st.Applied },
-		SetApplied:  func(st *toy, i uint64) { st.Applied = i },
-		EncodeState: func(st *toy) ([]byte, error) { return json.Marshal(st) },
-		DecodeState: DecodeJSON[toy],
-	}
+		Replayed: func(st *toy, _ uint64, _ int) string { return "replayed at " + strconv.Itoa(st.Sum) },
+	}, func(st *toy) *uint64 { return &st.Applied })
 	if journal {
 		cfg.EncodeState = func(st *toy) ([]byte, error) { return json.Marshal(toyLine{Base: st}) }
 		cfg.Journal = &Journal[*toy, int]{

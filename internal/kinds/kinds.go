@@ -20,6 +20,10 @@ const (
 	// View is the disagg service's read views (disagg/view*.go), applied
 	// to the copyset's chunk store (chunkstore/view_fsm.go).
 	View = 7
+	// WriteFence is a copyset's write fence: from a replicated point on,
+	// chunk ops of anyone but the fence's owner are refused
+	// (chunkstore/write_fence.go).
+	WriteFence = 8
 )
 
 // Entry is one row of the table.
@@ -38,4 +42,5 @@ var Table = []Entry{
 	{Disagg, "disagg", false},
 	{DM, "dm", false},
 	{View, "view", false},
+	{WriteFence, "writefence", false},
 }

@@ -26,7 +26,7 @@ func TestTableListsEveryKind(t *testing.T) {
 	for _, e := range Table {
 		rows[e.Number] = e.Name
 	}
-	for n, name := range map[uint8]string{Chunk: "chunk", Integrity: "integrity", Fence: "fence", Sync: "sync", Disagg: "disagg", DM: "dm", View: "view"} {
+	for n, name := range map[uint8]string{Chunk: "chunk", Integrity: "integrity", Fence: "fence", Sync: "sync", Disagg: "disagg", DM: "dm", View: "view", WriteFence: "writefence"} {
 		if rows[n] != name {
 			t.Errorf("kind %d: table row %q, want %q", n, rows[n], name)
 		}

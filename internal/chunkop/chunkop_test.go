@@ -1,0 +1,76 @@
+package chunkop
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+)
+
+func writeReq() *pb.ChunkRequest {
+	return &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), LogicPoolId: proto.Uint32(1),
+		CopysetId: proto.Uint32(2), ChunkId: proto.Uint64(3), Sn: proto.Uint64(1), Offset: proto.Uint32(4096),
+		Size: proto.Uint32(8)}
+}
+
+// An owner rides after the data and the pre-image and comes back out of
+// DecodeOwned; Decode leaves it out; an op without one is Encode's, byte
+// for byte.
+func TestOwnerRoundTrip(t *testing.T) {
+	data := []byte("8 bytes!")
+	for _, pre := range []*PreImage{nil, {ViewSeq: 7 << 8, Lo: 3, Data: []byte("pre-image")}} {
+		plain, err := Encode(writeReq(), data, pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same, err := EncodeOwned(writeReq(), data, pre, "")
+		if err != nil || !bytes.Equal(same, plain) {
+			t.Fatalf("pre %v: an op without an owner differs from Encode's (%v)", pre != nil, err)
+		}
+		for _, owner := range []string{"", "dm:task-1", strings.Repeat("o", 300)} {
+			op, err := EncodeOwned(writeReq(), data, pre, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, got, gotPre, gotOwner, err := DecodeOwned(op[copyset.OpHeaderLen:])
+			if err != nil {
+				t.Fatalf("owner %q, pre %v: %v", owner, pre != nil, err)
+			}
+			if !proto.Equal(req, writeReq()) || !bytes.Equal(got, data) || gotOwner != owner {
+				t.Fatalf("owner %q, pre %v: decoded %v %q owner %q", owner, pre != nil, req, got, gotOwner)
+			}
+			if (pre == nil) != (gotPre == nil) || pre != nil && (gotPre.ViewSeq != pre.ViewSeq || gotPre.Lo != pre.Lo || !bytes.Equal(gotPre.Data, pre.Data)) {
+				t.Fatalf("owner %q: pre-image %+v, want %+v", owner, gotPre, pre)
+			}
+			if _, got, _, err := Decode(op[copyset.OpHeaderLen:]); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("owner %q: Decode gave data %q, %v", owner, got, err)
+			}
+		}
+	}
+	if _, err := EncodeOwned(writeReq(), data, nil, strings.Repeat("o", MaxOwner+1)); err == nil {
+		t.Fatal("an owner over MaxOwner was encoded")
+	}
+}
+
+// A cut or damaged owner trailer is an error, never a panic nor an owner
+// made of other bytes.
+func TestOwnerTrailerChecked(t *testing.T) {
+	op, err := EncodeOwned(writeReq(), []byte("8 bytes!"), nil, "dm:a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := op[copyset.OpHeaderLen:]
+	for _, bad := range [][]byte{
+		payload[:len(payload)-1],                                  // the length cut
+		append(bytes.Clone(payload[:len(payload)-2]), 0, 0),       // an empty owner
+		append(bytes.Clone(payload[:len(payload)-2]), 0xff, 0xff), // longer than the op
+	} {
+		if _, _, _, owner, err := DecodeOwned(bad); err == nil {
+			t.Fatalf("a damaged trailer decoded, owner %q: %x", owner, bad)
+		}
+	}
+}
