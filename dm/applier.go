@@ -159,6 +159,19 @@ func (s *Service) newApplier(ctx context.Context, n *copyset.Node, m *Machine, s
 		srcPool: c.GetSource().GetPool(), srcCs: share.GetSourceCopyset()}
 	a.rp = replayOf(share, a.geo)
 	a.reset()
+	// The share's copyset is fenced for its task (fence.go); a share
+	// found without its fence gets it before anything is applied.
+	if f, ok := chunkstore.LocalWriteFence(n); !ok || f.Owner != fenceOwner(a.name) {
+		if _, err := s.deps.Chunks.SetWriteFence(ctx, n.Group(), fenceOwner(a.name), fenceReason(a.name)); err != nil {
+			src.Close()
+			var held *chunkstore.WriteFenceHeldError
+			if errors.As(err, &held) {
+				return nil, stopped(codeTarget, false, "downstream", fmt.Sprintf("copyset %d/%d: %v", n.Group().Pool(), n.Group().Copyset(), err),
+					"stop the task that holds the copyset, or migrate into another pool", err)
+			}
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -505,7 +518,7 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 		_, res, err = copyset.ProposeAs[Result](ctx, a.n, b)
 	} else {
 		var gr chunkstore.GroupResult
-		gr, err = a.s.deps.Chunks.ProposeGroup(ctx, a.n.Group(), a.reqs, [][]byte{b})
+		gr, err = a.s.deps.Chunks.ProposeGroupAs(ctx, a.n.Group(), fenceOwner(a.name), a.reqs, [][]byte{b})
 		if err == nil {
 			statuses = gr.Chunk
 			r, ok := gr.Tail[0].(Result)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chunkraft/chunkraft/chunkstore"
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync/dest"
 	"github.com/chunkraft/chunkraft/datasync/restore"
@@ -208,12 +209,15 @@ func (s *Service) checkLocal(ctx context.Context, g copyset.GroupID, start *pb.S
 	if !ok {
 		return fail("copyset %d/%d has no dm state machine", g.Pool(), g.Copyset())
 	}
+	name := start.GetConfig().GetName()
+	if f, ok := chunkstore.LocalWriteFence(n); ok && f.Owner != fenceOwner(name) {
+		return fail("copyset %d/%d is write-fenced by %s since index %d (%s)", g.Pool(), g.Copyset(), f.Owner, f.Since, f.Reason)
+	}
 	st, err := chunkread.Of(n)
 	if err != nil {
 		return fail("%v", err)
 	}
 	out := &pb.CheckResponse{Chunks: uint64(len(st.ListChunks()))}
-	name := start.GetConfig().GetName()
 	if sh := m.Get(name); sh != nil {
 		r, _ := applyStart(&pb.State{Subtasks: []*pb.SubTask{sh}}, 0, start)
 		if r.Err != nil {

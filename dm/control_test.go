@@ -14,6 +14,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	cspb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
@@ -85,6 +86,10 @@ func TestControlPath(t *testing.T) {
 		t.Fatalf("start-task again: %v %v", r, err)
 	}
 	waitSame(t, c, src, dst)
+	// The target is the task's: client writes there are refused.
+	if st := clientWrite(t, c, dst, 5); st != cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD {
+		t.Fatalf("a client write into the migrating pool answered %v, want EPOCH_TOO_OLD", st)
+	}
 	qs, err := w.QueryStatus(ctx, &dmpb.QueryStatusRequest{Name: "mig"})
 	if err != nil || !qs.GetResult() || qs.GetSubTaskStatus()[0].GetStage() != dmpb.Stage_Running {
 		t.Fatalf("query-status: %v %v", qs, err)
@@ -109,4 +114,22 @@ func TestControlPath(t *testing.T) {
 		t.Fatalf("stop-task: %v %v", r, err)
 	}
 	noTask()
+	// Stopped, the task lets go of the target.
+	if st := clientWrite(t, c, dst, 5); st != cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
+		t.Fatalf("a client write after stop-task answered %v", st)
+	}
+}
+
+// clientWrite writes a block of chunk through copyset g's leader and
+// returns the status.
+func clientWrite(t *testing.T, c *chunkservertest.Cluster, g copyset.GroupID, chunk uint64) cspb.CHUNK_OP_STATUS {
+	t.Helper()
+	req := &cspb.ChunkRequest{OpType: cspb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), LogicPoolId: proto.Uint32(g.Pool()),
+		CopysetId: proto.Uint32(g.Copyset()), ChunkId: proto.Uint64(chunk), Offset: proto.Uint32(0),
+		Size: proto.Uint32(4096), Sn: proto.Uint64(1), Data: make([]byte, 4096)}
+	resp, err := cspb.NewChunkServiceClient(c.Conns[leaderOf(t, c, g)]).WriteChunk(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetStatus()
 }

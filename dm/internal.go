@@ -92,6 +92,19 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 	if err != nil {
 		return fail("%v", err)
 	}
+	if st := op.GetStart(); st != nil {
+		// The target copyset is the task's from before its share exists:
+		// no client write lands after the fence (see fence.go).
+		name := st.GetConfig().GetName()
+		done := s.starting(g, name)
+		defer done()
+		if _, err := s.deps.Chunks.SetWriteFence(ctx, g, fenceOwner(name), fenceReason(name)); err != nil {
+			if leader, lost := copyset.LeaderLost(err); lost {
+				return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(leader)}
+			}
+			return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), err)
+		}
+	}
 	_, r, err := copyset.ProposeAs[Result](ctx, n, b)
 	if err != nil {
 		// Retried on the leader: a Start, SetStage or Delete finds its own
@@ -104,6 +117,12 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 	out := &pb.ProposeResponse{Subtask: r.SubTask}
 	if r.Err != nil {
 		out.Code, out.Msg = -1, r.Err.Error()
+	} else if d := op.GetDelete(); d != nil {
+		// The task is gone: its fence goes too (the leader worker lifts
+		// a fence left behind by a failure here).
+		if err := s.deps.Chunks.LiftWriteFence(ctx, g, fenceOwner(d.GetName())); err != nil {
+			s.log.Warn("dm: lift the write fence of a stopped task", "task", d.GetName(), "pool", g.Pool(), "copyset", g.Copyset(), "error", err)
+		}
 	}
 	return out
 }

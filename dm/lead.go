@@ -60,6 +60,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 	defer tick.Stop()
 	for {
 		changed := m.Changed()
+		s.liftOrphanFence(ctx, n, m)
 		live := map[string]bool{}
 		restart := false
 		for _, sh := range m.List() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,9 @@ type Service struct {
 	metrics  *metrics
 	applying atomic.Int64 // appliers running on this server
 	worker   copyset.WorkerSlot
+
+	startMu sync.Mutex
+	starts  map[startKey]int // Starts in flight on this server (fence.go)
 }
 
 // New returns the dm service; Attach gives it the copysets.
