@@ -190,6 +190,15 @@ type syncChunk struct {
 // chunk order.
 func readSyncChunks(t *testing.T, c *cli.Client, copysets []cli.CopysetID) []syncChunk {
 	t.Helper()
+	out, err := readSyncChunksErr(c, copysets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// readSyncChunksErr is readSyncChunks returning the first failure.
+func readSyncChunksErr(c *cli.Client, copysets []cli.CopysetID) ([]syncChunk, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out []syncChunk
@@ -199,27 +208,27 @@ func readSyncChunks(t *testing.T, c *cli.Client, copysets []cli.CopysetID) []syn
 			var s syncChunk
 			var err error
 			if s.info, err = c.GetChunkInfo(ctx, id); err != nil {
-				t.Fatalf("chunk info of %v: %v", id, err)
+				return nil, fmt.Errorf("chunk info of %v: %w", id, err)
 			}
 			// The hash most replicas report (one still catching up after a
 			// restart may lag behind the others).
 			_, hc, err := c.SettledChunkHashes(ctx, id, 0, syncSpan, 10*time.Second)
 			if err != nil || hc.Diverged || hc.Hash == "" {
-				t.Fatalf("hash of %v: %+v %v", id, hc, err)
+				return nil, fmt.Errorf("hash of %v: %+v %v", id, hc, err)
 			}
 			s.hash = hc.Hash
 			if s.data, err = c.ReadChunk(ctx, id, 0, syncSpan); err != nil {
-				t.Fatalf("read %v: %v", id, err)
+				return nil, fmt.Errorf("read %v: %w", id, err)
 			}
 			if len(s.info) == 2 { // sn and the COW snapshot's sn
 				if s.snap, err = c.ReadChunkSnapshot(ctx, id, s.info[0], 0, syncSpan); err != nil {
-					t.Fatalf("read the snapshot of %v: %v", id, err)
+					return nil, fmt.Errorf("read the snapshot of %v: %w", id, err)
 				}
 			}
 			out = append(out, s)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // sameChunkStates compares what readSyncChunks read of copysets (want,

@@ -1,0 +1,155 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/internal/testwait"
+)
+
+// dmStatus is `chunkctl dm query-status -o json` (pb.Worker's
+// QueryStatusResponse).
+type dmStatus struct {
+	Result        bool   `json:"result"`
+	Msg           string `json:"msg"`
+	SubTaskStatus []struct {
+		Name   string `json:"name"`
+		Stage  string `json:"stage"`
+		Unit   string `json:"unit"`
+		Result struct {
+			Errors []struct {
+				Message string `json:"Message"`
+			} `json:"errors"`
+		} `json:"result"`
+	} `json:"subTaskStatus"`
+}
+
+func dmQueryStatus(t *testing.T, servers []string) dmStatus {
+	t.Helper()
+	out, _, _ := chunkctl(t, servers, nil, "-o", "json", "dm", "query-status")
+	var st dmStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("dm query-status -o json: %v\n%s", err, out)
+	}
+	return st
+}
+
+// chunksDiffer says how the sync test chunks of src and dst differ, ""
+// when they are the same (chunk info, hash, data, COW snapshot).
+func chunksDiffer(t *testing.T, c *cli.Client, src, dst []cli.CopysetID) string {
+	t.Helper()
+	a := readSyncChunks(t, c, src)
+	b, err := readSyncChunksErr(c, dst)
+	if err != nil {
+		return err.Error()
+	}
+	for i := range a {
+		id := cli.ChunkID{CopysetID: dst[i/syncChunks], Chunk: uint64(i%syncChunks + 1)}
+		switch {
+		case !slices.Equal(a[i].info, b[i].info):
+			return fmt.Sprintf("%v: chunk info %v, the source's %v", id, b[i].info, a[i].info)
+		case a[i].hash != b[i].hash || !bytes.Equal(a[i].data, b[i].data):
+			return fmt.Sprintf("%v: data differs from the source's", id)
+		case !bytes.Equal(a[i].snap, b[i].snap):
+			return fmt.Sprintf("%v: COW snapshot differs from the source's", id)
+		}
+	}
+	return ""
+}
+
+// TestDMMigrateExport: pool 1 of a 3-server cluster, written to all the
+// while, is exported continuously and migrated by a dm task into pool 2
+// (chunkctl dm start-task); the leader of a target copyset is killed -9
+// right after start-task (in Load, or just past it: the pool is small) and
+// again once the task is in Sync. Once the writes stop, every chunk of
+// pool 2 equals pool 1's (info, data, COW snapshot); client writes to pool
+// 2 are refused until stop-task, and accepted after it.
+func TestDMMigrateExport(t *testing.T) {
+	c := startClusterWithConfig(t, 3, syncTestConfig)
+	src := c.createCopysets(t, 4)
+	var dst []cli.CopysetID
+	for _, cs := range src {
+		dst = append(dst, cli.CopysetID{Pool: 2, Copyset: cs.Copyset})
+	}
+	mustCtl(t, c.addrs(), nil, "copyset", "create", "--pool", "2", "--copyset", "1-4", "--peers", strings.Join(c.addrs(), ","))
+	seedSyncChunks(t, c.client, src)
+	w := &syncWriter{c: c.client, copysets: src}
+	w.start(3)
+	dir := filepath.Join(t.TempDir(), "export")
+	mustCtl(t, c.addrs(), nil, "sync", "create", "--pool", "1", "--name", "mig", "--mode", "continuous", "--dest", "file://"+dir, "--wait", "60s")
+
+	task := filepath.Join(t.TempDir(), "task.yaml")
+	if err := os.WriteFile(task, fmt.Appendf(nil, "name: mig\ntask-mode: all\nsource:\n  pool: 1\n  export: file://%s\ntarget-pool: 2\n", dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCtl(t, c.addrs(), nil, "dm", "check-task", task)
+	mustCtl(t, c.addrs(), nil, "dm", "start-task", task)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kill := func(when string) {
+		t.Helper()
+		leader, err := c.client.GetLeader(ctx, dst[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := c.proc(leader)
+		if err := victim.Kill(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed %s, the leader of 2/1, during %s", victim.Addr, when)
+		if err := victim.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill("the start")
+	testwait.Until(t, 60*time.Second, func() error {
+		st := dmQueryStatus(t, c.addrs())
+		if len(st.SubTaskStatus) != 1 || st.SubTaskStatus[0].Unit != "Sync" {
+			return fmt.Errorf("not in Sync: %+v", st)
+		}
+		return nil
+	})
+	kill("Sync")
+	w.halt()
+	if w.n.Load() == 0 {
+		t.Fatal("no write succeeded during the migration")
+	}
+	testwait.Until(t, 90*time.Second, func() error {
+		if d := chunksDiffer(t, c.client, src, dst); d != "" {
+			return fmt.Errorf("pool 2 is not pool 1 yet: %s", d)
+		}
+		return nil
+	})
+	st := dmQueryStatus(t, c.addrs())
+	if !st.Result || len(st.SubTaskStatus) != 1 || st.SubTaskStatus[0].Stage != "Running" || len(st.SubTaskStatus[0].Result.Errors) > 0 {
+		t.Fatalf("dm query-status after the migration: %+v", st)
+	}
+
+	block := filepath.Join(t.TempDir(), "block")
+	if err := os.WriteFile(block, syncBlock(5), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := ctl(t, c.addrs(), "chunk", "write", "--pool", "2", "--copyset", "1", "--chunk", "9", "--in", block)
+	if code == 0 || !strings.Contains(out, "EPOCH_TOO_OLD") {
+		t.Fatalf("a client write into the migrating pool: exit %d\n%s", code, out)
+	}
+	mustCtl(t, c.addrs(), nil, "dm", "stop-task", "mig")
+	out, code = ctl(t, c.addrs(), "chunk", "write", "--pool", "2", "--copyset", "1", "--chunk", "9", "--in", block)
+	if code != 0 {
+		t.Fatalf("a client write after stop-task: exit %d\n%s", code, out)
+	}
+	if out, code := ctl(t, c.addrs(), "dm", "query-status"); code == 0 || !strings.Contains(out, "code=40070") {
+		t.Fatalf("dm query-status after stop-task: exit %d\n%s", code, out)
+	}
+}
