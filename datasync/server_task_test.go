@@ -98,8 +98,8 @@ func (c *testCluster) waitCollectorsGone(t *testing.T) {
 }
 
 // TestSyncTaskLifecycle: a task created on one server is listed by every
-// server (its sub-task replicated on the pool's copyset), a second task
-// for the pool and every bad input are refused with code -1 and change
+// server (its sub-task replicated on the pool's copyset), a second task of
+// the same name and every bad input are refused with code -1 and change
 // nothing, and both spellings of delete remove it everywhere.
 func TestSyncTaskLifecycle(t *testing.T) {
 	c := startTestCluster(t, 3)
@@ -142,18 +142,29 @@ func TestSyncTaskLifecycle(t *testing.T) {
 			t.Fatalf("server %d lists %v", i, tasks)
 		}
 	}
-	if resp, _ := c.syncTool(2).CreateSyncTask(ctx, createReq("1", "other", full, dir)); resp.GetCode() != -1 || !strings.Contains(resp.GetMsg(), "already has sync task") {
-		t.Fatalf("second task for the pool: %v", resp)
+	created := c.subTasks(t, 0)[0].GetProgress()
+	if resp, _ := c.syncTool(2).CreateSyncTask(ctx, createReq("1", "backup", full, dir+"-2")); resp.GetCode() != -1 ||
+		resp.GetMsg() != "create sync task 1/backup: sync task already exists(creating or created)" {
+		t.Fatalf("the same task again: %v", resp)
+	}
+	if now := c.subTasks(t, 1); len(now) != 1 || now[0].GetProgress().GetToken() != created.GetToken() ||
+		now[0].GetProgress().GetExportId() != created.GetExportId() || now[0].GetProgress().GetDest() != created.GetDest() {
+		t.Fatalf("the refused create changed the task: %v, was %v", now, created)
+	}
+	if id := created.GetExportId(); len(id) != 32 || created.GetTaskName() != "backup" {
+		t.Fatalf("the sub-task's export id %q, task name %q", id, created.GetTaskName())
 	}
 
-	// readableInfo: upstream's lastUpdateTime=<ms>;progressPath=<where>.
+	// readableInfo: upstream's lastUpdateTime=<ms>;progressPath=<where>,
+	// with what the export covers, its last packet's time and its id.
 	st, err := c.syncTool(2).TaskStatus(ctx, &dspb.TaskStatusRequest{})
 	if err != nil || len(st.GetReadableInfo()) != 1 {
 		t.Fatalf("task status: %v %v", st, err)
 	}
 	var ms int64
 	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;", &ms); err != nil ||
-		time.Since(time.UnixMilli(ms)).Abs() > time.Minute || !strings.Contains(st.GetReadableInfo()[0], ";progressPath=copyset 1/1 sync machine") {
+		time.Since(time.UnixMilli(ms)).Abs() > time.Minute || !strings.Contains(st.GetReadableInfo()[0], ";progressPath=copyset 1/1 sync machine") ||
+		!strings.Contains(st.GetReadableInfo()[0], ";exportId="+created.GetExportId()+";") || !strings.Contains(st.GetReadableInfo()[0], ";lastPacketTime=") {
 		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
 	}
 
@@ -211,7 +222,8 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		{exportfmt.BinlogPoint(pt.Index + 1), pt.Index, "covered_index " + fmt.Sprint(pt.Index) + " in a packet that is not a binlog-phase heartbeat"},
 		{pt, 1, fmt.Sprintf("covered_index 1 is below binlog point %d", pt.Index)},
 	} {
-		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: cur, NextPoint: b.next.Proto(), CoveredIndex: b.covered}, nil)
+		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: cur, NextPoint: b.next.Proto(), CoveredIndex: b.covered,
+			ExportId: p.GetExportId()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
