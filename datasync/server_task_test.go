@@ -395,8 +395,10 @@ func TestSyncTakeover(t *testing.T) {
 
 // TestSyncAddSyncTask: upstream's DataCollector.AddSyncTask through its
 // generated client: on the copyset's leader, the sub-task's own token
-// again is refused ("why send a same task?"), a new token replaces the
-// entry everywhere and the leader's collector goes on exporting under it,
+// again is refused ("why send a same task?"), a new token (in a request
+// without chunkraft's task name and export id) replaces the entry
+// everywhere, the export id kept, and the leader's collector goes on
+// exporting under it,
 // while the old token's packets are refused with delete_task. A follower
 // and a request without tid and pid are refused with code -1.
 func TestSyncAddSyncTask(t *testing.T) {
@@ -425,19 +427,28 @@ func TestSyncAddSyncTask(t *testing.T) {
 		t.Fatalf("refused AddSyncTasks changed the token to %q", now)
 	}
 
+	// As upstream's client sends it: no task name, no export id (the
+	// pool's only task is meant, and keeps its export).
 	req := proto.CloneOf(old)
-	req.Token = proto.String("new-token")
+	req.Token, req.TaskName, req.ExportId = proto.String("new-token"), nil, nil
 	if r, err := collector.AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
 		t.Fatalf("add with a new token: %v %v", r, err)
 	}
 	for i := range 3 {
-		if got := c.subTasks(t, i)[0].GetProgress().GetToken(); got != "new-token" {
-			t.Fatalf("server %d lists token %q", i, got)
+		if got := c.subTasks(t, i)[0].GetProgress(); got.GetToken() != "new-token" || got.GetExportId() != old.GetExportId() || got.GetTaskName() != "backup" {
+			t.Fatalf("server %d lists %v", i, got)
 		}
 	}
 	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: old.Tid, Pid: old.Pid, Token: old.Token,
 		StartPoint: old.SyncPoint, NextPoint: old.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
 		t.Fatalf("a packet under the replaced token: %v %v", r, err)
+	}
+	// A heartbeat as upstream's collector sends it (no task name, export
+	// id or time) under the current token is taken.
+	cur := c.subTasks(t, 0)[0].GetProgress()
+	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: cur.Tid, Pid: cur.Pid, Token: cur.Token,
+		StartPoint: cur.SyncPoint, NextPoint: cur.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != 0 {
+		t.Fatalf("an upstream heartbeat: %v %v", r, err)
 	}
 	last := c.Servers[leader].Copysets().Get(c.Group).CommitIndex()
 	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{5}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)

@@ -228,9 +228,6 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 	if err != nil {
 		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
-	if err := s.dests.check(ctx, u); err != nil {
-		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
-	}
 	css, list, err := s.ledCopysets(ctx, pool)
 	if err != nil {
 		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
@@ -248,6 +245,11 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 		slices.Sort(tasks)
 		return general(-1, "create sync task %s/%s: pool %d has %d sync tasks (%s), the most a pool may have (MaxTasksPerPool %d): delete one first",
 			req.GetDb(), req.GetName(), pool, len(tasks), strings.Join(tasks, ", "), MaxTasksPerPool), nil
+	}
+	// Opening the dest creates a file dest's directory: only once the
+	// task may be created.
+	if err := s.dests.check(ctx, u); err != nil {
+		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
 	led := map[[2]uint32]*pb.LedCopyset{}
 	for _, c := range list.GetCopysets() {
