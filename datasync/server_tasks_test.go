@@ -421,3 +421,41 @@ func TestSyncDestHoldsAnotherExport(t *testing.T) {
 		t.Fatalf("first after second failed: %v", st)
 	}
 }
+
+// TestSyncTasksPerPoolBound: a pool takes datasync.MaxTasksPerPool tasks;
+// one more is refused, naming the limit and the pool's tasks, and creates
+// nothing; once one is deleted there is room again.
+func TestSyncTasksPerPoolBound(t *testing.T) {
+	c := startTestCluster(t, 1)
+	ctx := context.Background()
+	root := t.TempDir()
+	create := func(name string) *dspb.GeneralResponse {
+		t.Helper()
+		r, err := c.syncTool(0).CreateSyncTask(ctx, createReq("1", name, dspb.SyncMode_kFull.Enum(), "file://"+filepath.Join(root, name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var names []string
+	for i := range datasync.MaxTasksPerPool {
+		names = append(names, fmt.Sprint("t", i))
+		if r := create(names[i]); r.GetCode() != 0 {
+			t.Fatalf("create task %d: %v", i, r)
+		}
+	}
+	want := fmt.Sprintf("create sync task 1/one-more: pool 1 has %d sync tasks (%s), the most a pool may have (MaxTasksPerPool %d): delete one first",
+		datasync.MaxTasksPerPool, strings.Join(names, ", "), datasync.MaxTasksPerPool)
+	if r := create("one-more"); r.GetCode() != -1 || r.GetMsg() != want {
+		t.Fatalf("one task more: %v, want %q", r, want)
+	}
+	if st := c.subTasks(t, 0); len(st) != datasync.MaxTasksPerPool {
+		t.Fatalf("%d sub-tasks after the refused create", len(st))
+	}
+	if r, err := c.syncTool(0).DeleteSyncTask(ctx, &dspb.DeleteSyncTaskRequest{Db: proto.String("1"), Name: proto.String("t0")}); err != nil || r.GetCode() != 0 {
+		t.Fatalf("delete t0: %v %v", r, err)
+	}
+	if r := create("one-more"); r.GetCode() != 0 {
+		t.Fatalf("a task after one was deleted: %v", r)
+	}
+}

@@ -354,7 +354,10 @@ func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusReques
 	}
 	for _, l := range list.GetSubTasks() {
 		st := l.GetSubTask()
-		progress := proto.CloneOf(st.GetProgress())
+		progress := &dspb.AddSyncTaskRequest{}
+		if st.GetProgress() != nil {
+			progress = proto.CloneOf(st.GetProgress())
+		}
 		progress.TaskName = proto.String(st.GetName()) // absent in records made before several tasks per pool
 		resp.Task = append(resp.Task, &dspb.Task{
 			Progress:      progress,
