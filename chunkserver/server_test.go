@@ -30,6 +30,5 @@ func startTestCluster(t testing.TB, n int, opts ...clusterOpts) *testCluster {
 var (
 	block      = servertest.Block
 	writeReq   = servertest.WriteReq
-	readReq    = servertest.ReadReq
 	mustStatus = servertest.MustStatus
 )
