@@ -23,7 +23,7 @@ func FuzzDecodeChunkOp(f *testing.F) {
 		{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(3), Location: proto.String("1/1/2:0@cs")},
 	} {
 		for _, pre := range []*chunkop.PreImage{nil, {ViewSeq: 7 << 8, Lo: 3, Data: []byte("pre-image")}} {
-			for _, owner := range []string{"", "dm:task"} {
+			for _, owner := range []string{"", "mig:task"} {
 				op, err := chunkop.EncodeOwned(req, req.GetData(), pre, owner)
 				if err != nil {
 					f.Fatal(err)

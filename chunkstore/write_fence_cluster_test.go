@@ -31,7 +31,7 @@ const (
 	success       = pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS
 	fencedSeries  = "copyset=1,pool=1"
 	fencedMetric  = "chunkraft_copyset_write_fenced"
-	cutoverOwner  = "dm:cutover"
+	cutoverOwner  = "mig:cutover"
 	cutoverReason = "migrating copyset 1/1"
 )
 
@@ -183,9 +183,9 @@ func TestWriteFenceRefusesClientWrites(t *testing.T) {
 		t.Fatalf("set again by the owner: index %d, %v; want %d", again, err, since)
 	}
 	before := c.Node(l).AppliedIndex()
-	_, err = store.SetWriteFence(ctx, c.Group, "dm:other", "")
+	_, err = store.SetWriteFence(ctx, c.Group, "mig:other", "")
 	var held *chunkstore.WriteFenceHeldError
-	if !errors.As(err, &held) || held.Holder != cutoverOwner || held.Since != since || !strings.Contains(err.Error(), `"dm:cutover"`) {
+	if !errors.As(err, &held) || held.Holder != cutoverOwner || held.Since != since || !strings.Contains(err.Error(), `"mig:cutover"`) {
 		t.Fatalf("set by another owner: %v, want it refused naming %q", err, cutoverOwner)
 	}
 	if after := c.Node(l).AppliedIndex(); after != before {
@@ -213,7 +213,7 @@ func TestWriteFenceRefusesClientWrites(t *testing.T) {
 	// Only the owner lifts it.
 	nl = c.Leader(t)
 	store = c.Servers[nl].Chunks()
-	if err := store.LiftWriteFence(ctx, c.Group, "dm:other"); !errors.As(err, &held) || !held.Lift || held.Holder != cutoverOwner {
+	if err := store.LiftWriteFence(ctx, c.Group, "mig:other"); !errors.As(err, &held) || !held.Lift || held.Holder != cutoverOwner {
 		t.Fatalf("lift by another owner: %v, want it refused", err)
 	}
 	mustRefuseMutations(t, c, nl)
@@ -234,7 +234,7 @@ func TestWriteFenceBadInput(t *testing.T) {
 	c, l, ctx := fenceCluster(t)
 	store := c.Servers[l].Chunks()
 	before := c.Node(l).AppliedIndex()
-	for _, owner := range []string{"", "dm task", strings.Repeat("o", chunkstore.MaxFenceOwner+1), "dm:\n"} {
+	for _, owner := range []string{"", "dm task", strings.Repeat("o", chunkstore.MaxFenceOwner+1), "mig:\n"} {
 		if _, err := store.SetWriteFence(ctx, c.Group, owner, ""); !errors.Is(err, chunkstore.ErrInvalidWriteFence) {
 			t.Fatalf("set with owner %q: %v, want ErrInvalidWriteFence", owner, err)
 		}
@@ -242,14 +242,14 @@ func TestWriteFenceBadInput(t *testing.T) {
 			t.Fatalf("lift with owner %q: %v, want ErrInvalidWriteFence", owner, err)
 		}
 	}
-	if _, err := store.SetWriteFence(ctx, c.Group, "dm:a", strings.Repeat("r", chunkstore.MaxFenceReason+1)); !errors.Is(err, chunkstore.ErrInvalidWriteFence) {
+	if _, err := store.SetWriteFence(ctx, c.Group, "mig:a", strings.Repeat("r", chunkstore.MaxFenceReason+1)); !errors.Is(err, chunkstore.ErrInvalidWriteFence) {
 		t.Fatalf("set with a long reason: %v, want ErrInvalidWriteFence", err)
 	}
-	if _, err := store.SetWriteFence(ctx, copyset.NewGroupID(1, 99), "dm:a", ""); !errors.Is(err, copyset.ErrNotHosted) {
+	if _, err := store.SetWriteFence(ctx, copyset.NewGroupID(1, 99), "mig:a", ""); !errors.Is(err, copyset.ErrNotHosted) {
 		t.Fatalf("set on a copyset not hosted: %v, want ErrNotHosted", err)
 	}
 	var nle *copyset.NotLeaderError
-	if _, err := c.Servers[(l+1)%3].Chunks().SetWriteFence(ctx, c.Group, "dm:a", ""); !errors.As(err, &nle) || nle.Leader != c.Servers[l].Local() {
+	if _, err := c.Servers[(l+1)%3].Chunks().SetWriteFence(ctx, c.Group, "mig:a", ""); !errors.As(err, &nle) || nle.Leader != c.Servers[l].Local() {
 		t.Fatalf("set on a follower: %v, want a not-leader error naming %s", err, c.Servers[l].Local())
 	}
 	if after := c.Node(l).AppliedIndex(); after != before {
@@ -269,21 +269,21 @@ func TestWriteFenceBadInput(t *testing.T) {
 func TestWriteFenceOwnedWrites(t *testing.T) {
 	c, l, ctx := fenceCluster(t, checkpointTenant{})
 	store := c.Servers[l].Chunks()
-	if _, err := store.SetWriteFence(ctx, c.Group, "dm:target", "until the migration commits"); err != nil {
+	if _, err := store.SetWriteFence(ctx, c.Group, "mig:target", "until the migration commits"); err != nil {
 		t.Fatal(err)
 	}
 	ckpt := func(v string) [][]byte { return [][]byte{copysettest.ToyOp(checkpointKind, "applied", v)} }
 
-	res, err := store.ProposeGroupAs(ctx, c.Group, "dm:target", []*pb.ChunkRequest{groupWrite(1, 4096, block(2))}, ckpt("1"))
+	res, err := store.ProposeGroupAs(ctx, c.Group, "mig:target", []*pb.ChunkRequest{groupWrite(1, 4096, block(2))}, ckpt("1"))
 	if err != nil || len(res.Chunk) != 1 || res.Chunk[0] != success {
 		t.Fatalf("the owner's group: %+v %v", res, err)
 	}
-	for _, as := range []string{"dm:other", ""} {
+	for _, as := range []string{"mig:other", ""} {
 		before := c.Node(l).AppliedIndex()
 		_, err := store.ProposeGroupAs(ctx, c.Group, as, []*pb.ChunkRequest{groupWrite(1, 8192, block(3))}, ckpt("2"))
 		var se *chunkstore.StatusError
-		if !errors.As(err, &se) || se.Status != fenced || !strings.Contains(err.Error(), `"dm:target"`) {
-			t.Fatalf("a group as %q under dm:target's fence: %v, want EPOCH_TOO_OLD naming the holder", as, err)
+		if !errors.As(err, &se) || se.Status != fenced || !strings.Contains(err.Error(), `"mig:target"`) {
+			t.Fatalf("a group as %q under mig:target's fence: %v, want EPOCH_TOO_OLD naming the holder", as, err)
 		}
 		if after := c.Node(l).AppliedIndex(); after != before {
 			t.Fatalf("the refused group as %q proposed something: applied index %d -> %d", as, before, after)
@@ -313,10 +313,10 @@ func TestWriteFenceOwnedWrites(t *testing.T) {
 	if st := raw("", 12288, 4); st != fenced {
 		t.Fatalf("a client's chunk op in the log after the fence: %v, want %v", st, fenced)
 	}
-	if st := raw("dm:other", 12288, 5); st != fenced {
+	if st := raw("mig:other", 12288, 5); st != fenced {
 		t.Fatalf("another owner's chunk op in the log after the fence: %v, want %v", st, fenced)
 	}
-	if st := raw("dm:target", 16384, 6); st != success {
+	if st := raw("mig:target", 16384, 6); st != success {
 		t.Fatalf("the owner's chunk op in the log after the fence: %v, want SUCCESS", st)
 	}
 	c.WaitSame(t, []uint64{1}) // every replica's chunk 1 is the leader's
@@ -329,13 +329,13 @@ func TestWriteFenceOwnedWrites(t *testing.T) {
 	}
 
 	// Lifted by its owner, the fence lets clients through again.
-	if err := store.LiftWriteFence(ctx, c.Group, "dm:other"); err == nil {
+	if err := store.LiftWriteFence(ctx, c.Group, "mig:other"); err == nil {
 		t.Fatal("another owner lifted the fence")
 	}
 	if _, ok, _ := store.WriteFence(ctx, c.Group); !ok {
 		t.Fatal("the fence went with a refused lift")
 	}
-	if err := store.LiftWriteFence(ctx, c.Group, "dm:target"); err != nil {
+	if err := store.LiftWriteFence(ctx, c.Group, "mig:target"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.ProposeGroup(ctx, c.Group, []*pb.ChunkRequest{groupWrite(1, 8192, block(3))}, ckpt("2")); err != nil {

@@ -19,8 +19,8 @@ import (
 // and lets the covering fence's owner through.
 func TestFenceGateRefuses(t *testing.T) {
 	g := (&writeFenceState{
-		Held:   &heldFence{Owner: "dm:c", Since: 40},
-		Lifted: []liftedFence{{Owner: "dm:a", Since: 10, Until: 20}, {Owner: "dm:b", Since: 25, Until: 30}},
+		Held:   &heldFence{Owner: "mig:c", Since: 40},
+		Lifted: []liftedFence{{Owner: "mig:a", Since: 10, Until: 20}, {Owner: "mig:b", Since: 25, Until: 30}},
 	}).gate()
 	for _, c := range []struct {
 		index  uint64
@@ -28,20 +28,20 @@ func TestFenceGateRefuses(t *testing.T) {
 		refuse bool
 		holder string
 	}{
-		{5, "", false, ""}, {10, "", false, ""}, {11, "", true, "dm:a"}, {11, "dm:a", false, "dm:a"},
-		{11, "dm:b", true, "dm:a"}, {19, "", true, "dm:a"}, {20, "", false, ""}, {22, "dm:a", false, ""},
-		{26, "dm:a", true, "dm:b"}, {26, "dm:b", false, "dm:b"}, {30, "", false, ""}, {35, "", false, ""},
-		{40, "", false, ""}, {41, "", true, "dm:c"}, {41, "dm:c", false, "dm:c"}, {1 << 40, "dm:a", true, "dm:c"},
+		{5, "", false, ""}, {10, "", false, ""}, {11, "", true, "mig:a"}, {11, "mig:a", false, "mig:a"},
+		{11, "mig:b", true, "mig:a"}, {19, "", true, "mig:a"}, {20, "", false, ""}, {22, "mig:a", false, ""},
+		{26, "mig:a", true, "mig:b"}, {26, "mig:b", false, "mig:b"}, {30, "", false, ""}, {35, "", false, ""},
+		{40, "", false, ""}, {41, "", true, "mig:c"}, {41, "mig:c", false, "mig:c"}, {1 << 40, "mig:a", true, "mig:c"},
 	} {
 		holder, refused := g.refuses(c.index, c.owner)
 		if refused != c.refuse || holder != c.holder {
 			t.Errorf("op at %d by %q: refused %v by %q, want %v by %q", c.index, c.owner, refused, holder, c.refuse, c.holder)
 		}
 	}
-	if !g.blocks("") || !g.blocks("dm:a") || g.blocks("dm:c") {
+	if !g.blocks("") || !g.blocks("mig:a") || g.blocks("mig:c") {
 		t.Error("a held fence must block all but its owner")
 	}
-	lifted := (&writeFenceState{Lifted: []liftedFence{{Owner: "dm:a", Since: 10, Until: 20}}}).gate()
+	lifted := (&writeFenceState{Lifted: []liftedFence{{Owner: "mig:a", Since: 10, Until: 20}}}).gate()
 	if lifted.blocks("") {
 		t.Error("a lifted fence blocks new ops")
 	}
@@ -74,32 +74,32 @@ func TestWriteFenceApply(t *testing.T) {
 			t.Fatalf("%s by %q at %d: %v, want held by %q", op, owner, index, res.Err, holder)
 		}
 	}
-	if res := do(3, fenceLift, "dm:a"); res.Err != nil || res.Since != 0 {
+	if res := do(3, fenceLift, "mig:a"); res.Err != nil || res.Since != 0 {
 		t.Fatalf("lift of no fence: %+v", res)
 	}
-	if res := do(4, fenceSet, "dm:a"); res.Err != nil || res.Since != 4 {
+	if res := do(4, fenceSet, "mig:a"); res.Err != nil || res.Since != 4 {
 		t.Fatalf("set: %+v", res)
 	}
-	if res := do(6, fenceSet, "dm:a"); res.Err != nil || res.Since != 4 {
+	if res := do(6, fenceSet, "mig:a"); res.Err != nil || res.Since != 4 {
 		t.Fatalf("set again by the owner: %+v, want the index 4 it was set at", res)
 	}
-	held(7, fenceSet, "dm:b", "dm:a")
-	held(8, fenceLift, "dm:b", "dm:a")
+	held(7, fenceSet, "mig:b", "mig:a")
+	held(8, fenceLift, "mig:b", "mig:a")
 	if res := do(9, fenceSet, ""); !errors.Is(res.Err, ErrInvalidWriteFence) {
 		t.Fatalf("set without an owner: %+v", res)
 	}
-	if res := do(10, fenceLift, "dm:a"); res.Err != nil || res.Since != 4 {
+	if res := do(10, fenceLift, "mig:a"); res.Err != nil || res.Since != 4 {
 		t.Fatalf("lift by the owner: %+v", res)
 	}
-	if st.Held != nil || len(st.Lifted) != 1 || st.Lifted[0] != (liftedFence{Owner: "dm:a", Since: 4, Until: 10}) {
+	if st.Held != nil || len(st.Lifted) != 1 || st.Lifted[0] != (liftedFence{Owner: "mig:a", Since: 4, Until: 10}) {
 		t.Fatalf("after the lift: %+v", st)
 	}
-	if res := do(11, fenceSet, "dm:b"); res.Err != nil || res.Since != 11 {
+	if res := do(11, fenceSet, "mig:b"); res.Err != nil || res.Since != 11 {
 		t.Fatalf("set by another owner once lifted: %+v", res)
 	}
 	for i := range uint64(keepLiftedFences + 5) {
-		do(20+2*i, fenceLift, "dm:b")
-		do(21+2*i, fenceSet, "dm:b")
+		do(20+2*i, fenceLift, "mig:b")
+		do(21+2*i, fenceSet, "mig:b")
 	}
 	if len(st.Lifted) != keepLiftedFences || st.Lifted[len(st.Lifted)-1].Until != 20+2*(keepLiftedFences+4) {
 		t.Fatalf("%d lifted fences kept, the last until %d", len(st.Lifted), st.Lifted[len(st.Lifted)-1].Until)
@@ -160,15 +160,15 @@ func TestWriteFenceRefusesAlikeOnReplay(t *testing.T) {
 	}
 	log := [][]byte{
 		chunkWriteBytes(t, 0, 1, ""),       // 1: no fence
-		fenceOpBytes(t, fenceSet, "dm:a"),  // 2
+		fenceOpBytes(t, fenceSet, "mig:a"),  // 2
 		chunkWriteBytes(t, 1, 3, ""),       // 3: refused
-		chunkWriteBytes(t, 2, 4, "dm:a"),   // 4: the owner's
-		chunkWriteBytes(t, 3, 5, "dm:b"),   // 5: refused
-		fenceOpBytes(t, fenceLift, "dm:a"), // 6
+		chunkWriteBytes(t, 2, 4, "mig:a"),   // 4: the owner's
+		chunkWriteBytes(t, 3, 5, "mig:b"),   // 5: refused
+		fenceOpBytes(t, fenceLift, "mig:a"), // 6
 		chunkWriteBytes(t, 4, 7, ""),       // 7: no fence
-		fenceOpBytes(t, fenceSet, "dm:b"),  // 8
-		chunkWriteBytes(t, 5, 9, "dm:a"),   // 9: refused
-		chunkWriteBytes(t, 6, 10, "dm:b"),  // 10: the owner's
+		fenceOpBytes(t, fenceSet, "mig:b"),  // 8
+		chunkWriteBytes(t, 5, 9, "mig:a"),   // 9: refused
+		chunkWriteBytes(t, 6, 10, "mig:b"),  // 10: the owner's
 	}
 	refused := map[uint64]bool{3: true, 5: true, 9: true}
 	statuses := func(ms copyset.Machines, from int) map[uint64]pb.CHUNK_OP_STATUS {
@@ -240,7 +240,7 @@ type fenceWorkload struct {
 	refused, owned, fenceOp int
 }
 
-var fenceOwners = []string{"dm:a", "dm:b"}
+var fenceOwners = []string{"mig:a", "mig:b"}
 
 func (w *fenceWorkload) op(rng *rand.Rand, i int) []byte {
 	if rng.IntN(8) == 0 {

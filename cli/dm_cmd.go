@@ -21,11 +21,13 @@ import (
 func newDMCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dm",
-		Short: "The dm service: migrate a pool into this cluster from an export, exactly once",
+		Short: "The dm service: migrate a pool into this cluster, exactly once",
 		Long: `The dm service migrates a pool into this cluster online: a task applies the
-export of a source pool (docs/sync-format.md, written by chunkctl sync create on
-the source cluster) to a target pool of this cluster, copyset C into copyset
-C, each source op exactly once, and follows the export as it grows. Tasks are
+export of a source pool (docs/sync-format.md) to a target pool of this
+cluster, copyset C into copyset C, each source op exactly once, and follows
+the export as it grows. The source is another cluster's pool, which the task
+has export itself to a relay location, or an export already written
+(chunkctl sync create). Tasks are
 described by a task file (YAML; docs/dm.md lists its keys) and replicated in
 the target copysets: any server answers for any task. The commands mirror
 dmctl's: start-task, check-task, pause-task, resume-task, stop-task,
@@ -64,11 +66,13 @@ func newDMStartCommand(a *app, check bool) *cobra.Command {
 		Short: short,
 		Long: short + `.
 TASK.yaml ("-": stdin) is a task file: name, task-mode (all or full), source
-(export: a file:// or s3:// export of source.pool), target-pool, copysets
-(optional: the target copysets; default all of the pool's), sync
-(apply-concurrency, throttle-bytes-per-sec). Unknown keys are an error.
-Each target copyset must exist, have a leader and hold no chunk; the export
-must have the copyset of the same id. Exit status 1 when a check fails.`,
+(pool, and cluster: seeds of the source cluster with relay: where it
+exports the pool for the task; or export: a file:// or s3:// export of the
+pool), target-pool, copysets (optional: the target copysets; default all of
+the pool's), sync.throttle-bytes-per-sec (optional). Unknown keys are an
+error. Each target copyset must exist, have a leader and hold no chunk; the
+source must have the copyset of the same id. Exit status 1 when a check
+fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			task, err := readTaskFile(cmd, args[0])

@@ -42,8 +42,9 @@ ChunkService: copyset C of pool P goes to copyset C of pool Q (--to-pool,
 default P); every target copyset must exist and hold no chunk.
 
 First every packet of every copyset is read and checked (its CRC, and the
-unbroken chain of points); the first gap or bad packet stops the restore,
-naming it, before anything is written. Then each copyset is replayed: the
+unbroken chain of points, all of one export id); the first gap or bad packet
+(one of another export) stops the restore, naming it, before anything is
+written. Then each copyset is replayed: the
 snapshot phase rebuilds each chunk exactly (sn, corrected sn, COW snapshot),
 then the binlog records follow in log order.
 

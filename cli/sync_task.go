@@ -43,10 +43,14 @@ func newSyncCreateCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create --pool P --name N --mode full|incremental|continuous [--start-time T] --dest URL [--wait [D]]",
 		Short: "Create an export task of a pool: one sub-task per copyset, exported by its leader",
-		Long: `Creates the export task of a logical pool (one per pool). Every copyset of the
-pool gets a sub-task, replicated in the copyset, that its leader exports to
---dest: file:///absolute/path or s3://bucket/prefix (on the servers' S3
-endpoint). Modes: full (snapshot, then the log up to the index committed when
+		Long: `Creates an export task of a logical pool. A pool may have up to 8 tasks, each
+of its own name (a name in use is refused: "sync task already exists"), with
+its own dest, status and export id, a new one for every task created. Every
+copyset of the pool gets a sub-task, replicated in the copyset, that its
+leader exports to --dest: file:///absolute/path or s3://bucket/prefix (on the
+servers' S3 endpoint). A copyset's directory in a dest holds one export: a
+sub-task whose directory already holds another export's packets turns FAILED
+(sync status names both export ids); give each task a dest of its own. Modes: full (snapshot, then the log up to the index committed when
 the log phase began; then the task is SUCCESS), continuous (snapshot, then the
 log for as long as the task exists), incremental (the log from the first entry
 appended at or after --start-time; fails if the log no longer reaches back
@@ -86,7 +90,7 @@ FAILED. The task is left as it is when the wait fails.`,
 				header := []string{"POOL", "NAME", "MODE", "DEST", "RESULT"}
 				row := []string{strconv.Itoa(int(pool)), name, mode, dest, msg}
 				if wait.d > 0 {
-					w, err := c.WaitSyncTask(ctx, pool, m == dspb.SyncMode_kFull, wait.d, cmd.ErrOrStderr())
+					w, err := c.WaitSyncTask(ctx, pool, name, m == dspb.SyncMode_kFull, wait.d, cmd.ErrOrStderr())
 					if err != nil {
 						return fmt.Errorf("task created (%s), but: %w", msg, err)
 					}
@@ -120,7 +124,7 @@ func newSyncDeleteCommand(a *app) *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
 		Use:   "delete --pool P --name N",
-		Short: "Delete an export task everywhere and stop its collectors (the exported packets stay)",
+		Short: "Delete an export task everywhere and stop its collectors (the exported packets stay; the pool's other tasks go on)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
@@ -142,9 +146,13 @@ func newSyncDeleteCommand(a *app) *cobra.Command {
 
 // syncSubTaskJSON is one sub-task of sync status -o json.
 type syncSubTaskJSON struct {
-	Pool          uint32 `json:"pool"`
-	Copyset       uint32 `json:"copyset"`
+	Pool    uint32 `json:"pool"`
+	Copyset uint32 `json:"copyset"`
+	// Name is the sub-task's task (absent from a server that does not
+	// say); ExportID its export's id (empty for a task created before
+	// export ids).
 	Name          string `json:"name,omitempty"`
+	ExportID      string `json:"exportId,omitempty"`
 	Mode          string `json:"mode"`
 	Status        string `json:"status"`
 	Point         string `json:"point"`
@@ -161,7 +169,12 @@ type syncSubTaskJSON struct {
 	CoveredIndex  uint64 `json:"coveredIndex"`
 	CoveredTime   string `json:"coveredTime,omitempty"`
 	CoveredTimeMs int64  `json:"coveredTimeMs,omitempty"`
-	Info          string `json:"info"`
+	// LastPacketTime is when the collector built the last packet or
+	// heartbeat the SyncTool accepted (its clock; LastPacketTimeMs, Unix
+	// ms; absent while unknown).
+	LastPacketTime   string `json:"lastPacketTime,omitempty"`
+	LastPacketTimeMs int64  `json:"lastPacketTimeMs,omitempty"`
+	Info             string `json:"info"`
 }
 
 // timeMs formats a Unix ms time as RFC 3339 with milliseconds, UTC.
@@ -170,11 +183,14 @@ func timeMs(ms int64) string {
 }
 
 // readInfo fills in what j's readable info (upstream's compact
-// "key=value;..." string) says: the last update and covered times and the
-// covered index.
+// "key=value;..." string) says: the last update, covered and last packet
+// times, the covered index and the export id (when j has none yet).
 func (j *syncSubTaskJSON) readInfo() {
 	for _, kv := range strings.Split(j.Info, ";") {
 		k, v, _ := strings.Cut(kv, "=")
+		if k == "exportId" && j.ExportID == "" {
+			j.ExportID = v
+		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
 			continue
@@ -186,6 +202,8 @@ func (j *syncSubTaskJSON) readInfo() {
 			j.CoveredIndex = uint64(n)
 		case "coveredTime":
 			j.CoveredTime, j.CoveredTimeMs = timeMs(n), n
+		case "lastPacketTime":
+			j.LastPacketTime, j.LastPacketTimeMs = timeMs(n), n
 		}
 	}
 }
@@ -206,10 +224,12 @@ func syncPoint(p *dspb.SyncPoint) string {
 func newSyncStatusCommand(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Every sub-task of every export task: status, point, records exported, collector, what it covers",
-		Long: `Lists every sub-task of every export task: its mode, status, POINT (the next
-point to export), RECORDS exported, COLLECTOR (the server exporting it) and
-LAST UPDATE (its last packet or heartbeat). COVERED is the last raft index of
+		Short: "Every sub-task of every export task: task, status, point, records exported, collector, what it covers",
+		Long: `Lists every sub-task of every export task (a pool may have several tasks): its
+task's NAME, mode, status, POINT (the next point to export), RECORDS
+exported, COLLECTOR (the server exporting it), LAST UPDATE (its last packet or
+heartbeat) and EXPORT ID (the id every packet of the task's export carries;
+empty for a task created before export ids). COVERED is the last raft index of
 the copyset the export covers: every entry up to it is in a packet the
 destination holds, or was read by the collector and holds no chunk op (such
 entries are exported with the next write, so POINT can stay behind while
@@ -217,7 +237,9 @@ COVERED follows the log). Every write the copyset acknowledged before COVERED
 TIME (the collector's clock, milliseconds, UTC) is in the export. Both are
 empty until the sub-task reaches its binlog phase; with a caught-up export
 they trail the log by about sync.send_interval. -o json names them
-coveredIndex, coveredTime and coveredTimeMs (Unix ms).`,
+coveredIndex, coveredTime and coveredTimeMs (Unix ms), and has name, exportId
+and lastPacketTime(Ms) (when the collector built the last packet or
+heartbeat the SyncTool accepted, its clock).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
@@ -231,9 +253,9 @@ coveredIndex, coveredTime and coveredTimeMs (Unix ms).`,
 				var rows [][]string
 				for i, t := range resp.GetTask() {
 					p := t.GetProgress()
-					j := syncSubTaskJSON{Pool: p.GetTid(), Copyset: p.GetPid(), Mode: strings.TrimPrefix(p.GetMode().String(), "k"),
-						Status: t.GetStatus(), Point: syncPoint(p.GetSyncPoint()), Count: t.GetCount(),
-						DataCollector: t.GetDataCollector(), Token: p.GetToken(), Dest: p.GetDest()}
+					j := syncSubTaskJSON{Pool: p.GetTid(), Copyset: p.GetPid(), Name: p.GetTaskName(), ExportID: p.GetExportId(),
+						Mode: strings.TrimPrefix(p.GetMode().String(), "k"), Status: t.GetStatus(), Point: syncPoint(p.GetSyncPoint()),
+						Count: t.GetCount(), DataCollector: t.GetDataCollector(), Token: p.GetToken(), Dest: p.GetDest()}
 					if i < len(resp.GetReadableInfo()) {
 						j.Info = resp.GetReadableInfo()[i]
 						j.readInfo()
@@ -243,13 +265,13 @@ coveredIndex, coveredTime and coveredTimeMs (Unix ms).`,
 					if p.GetSyncPoint().GetType() == dspb.SyncType_kBINLOG {
 						covered = strconv.FormatUint(j.CoveredIndex, 10)
 					}
-					rows = append(rows, []string{strconv.Itoa(int(j.Pool)), strconv.Itoa(int(j.Copyset)), j.Mode, j.Status, j.Point,
-						strconv.FormatUint(j.Count, 10), j.DataCollector, j.LastUpdate, covered, j.CoveredTime})
+					rows = append(rows, []string{strconv.Itoa(int(j.Pool)), j.Name, strconv.Itoa(int(j.Copyset)), j.Mode, j.Status, j.Point,
+						strconv.FormatUint(j.Count, 10), j.DataCollector, j.LastUpdate, covered, j.CoveredTime, j.ExportID})
 				}
 				if js == nil {
 					js = []syncSubTaskJSON{}
 				}
-				header := []string{"POOL", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE", "COVERED", "COVERED TIME"}
+				header := []string{"POOL", "NAME", "COPYSET", "MODE", "STATUS", "POINT", "RECORDS", "COLLECTOR", "LAST UPDATE", "COVERED", "COVERED TIME", "EXPORT ID"}
 				if perr := a.printer(cmd).print(js, header, rows); perr != nil {
 					return perr
 				}

@@ -37,14 +37,15 @@ type syncWaitResult struct {
 	CoveredTime string `json:"coveredTime,omitempty"`
 }
 
-// WaitSyncTask asks for the sync status of pool's task until every
-// sub-task is done (syncWaitDone), for at most d, printing progress to
+// WaitSyncTask asks for the sync status of pool's task name until every
+// sub-task of it is done (syncWaitDone; the pool's other tasks are not
+// looked at), for at most d, printing progress to
 // progress about once a second. It fails at once when a sub-task is
 // FAILED (naming it and its message) or the task is gone, and on timeout
 // naming the sub-tasks not done. It is done only on a complete status:
 // TaskStatus answers a partial one (code -1) while a copyset's leader does
 // not answer, which could leave out a sub-task not done yet.
-func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d time.Duration, progress io.Writer) (syncWaitResult, error) {
+func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, name string, full bool, d time.Duration, progress io.Writer) (syncWaitResult, error) {
 	start := time.Now()
 	lastReport := start
 	want := "SUCCESS"
@@ -64,7 +65,8 @@ func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d tim
 		}
 		for i, t := range resp.GetTask() {
 			p := t.GetProgress()
-			if p.GetTid() != pool {
+			// A server that does not name the task has one task per pool.
+			if p.GetTid() != pool || (p.TaskName != nil && p.GetTaskName() != name) {
 				continue
 			}
 			res.SubTasks++
@@ -78,7 +80,7 @@ func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d tim
 				if _, m, ok := strings.Cut(info, ";message="); ok {
 					msg = ": " + m
 				}
-				return res, fmt.Errorf("sub-task of copyset %d/%d FAILED%s", pool, p.GetPid(), msg)
+				return res, fmt.Errorf("sub-task of task %q on copyset %d/%d FAILED%s", name, pool, p.GetPid(), msg)
 			}
 			j := syncSubTaskJSON{Info: info}
 			j.readInfo()
@@ -103,7 +105,7 @@ func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d tim
 		}
 		res.Seconds = time.Since(start).Seconds()
 		if resp != nil && res.SubTasks == 0 {
-			return res, fmt.Errorf("pool %d has no export task (deleted while waiting?)", pool)
+			return res, fmt.Errorf("pool %d has no export task %q (deleted while waiting?)", pool, name)
 		}
 		if len(behind) == 0 {
 			return res, nil
@@ -113,8 +115,8 @@ func (c *Client) WaitSyncTask(ctx context.Context, pool uint32, full bool, d tim
 		}
 		elapsed := time.Since(start)
 		if elapsed >= d {
-			return res, fmt.Errorf("timed out after %s waiting for %d of %d sub-tasks of pool %d to be %s: %s",
-				d, res.SubTasks-res.Done, res.SubTasks, pool, want, strings.Join(behind, "; "))
+			return res, fmt.Errorf("timed out after %s waiting for %d of %d sub-tasks of task %q of pool %d to be %s: %s",
+				d, res.SubTasks-res.Done, res.SubTasks, name, pool, want, strings.Join(behind, "; "))
 		}
 		if time.Since(lastReport) >= waitReport {
 			lastReport = time.Now()

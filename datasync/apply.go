@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 	"google.golang.org/protobuf/proto"
@@ -29,8 +30,10 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 	case *pb.Op_SetBinlogEnd:
 		return applySetBinlogEnd(st, index, o.SetBinlogEnd)
 	case *pb.Op_DeleteTask:
+		d := o.DeleteTask
 		return applyDelete(st, func(r *pb.SubTask) bool {
-			return r.GetDb() == o.DeleteTask.GetDb() && r.GetName() == o.DeleteTask.GetName()
+			return r.GetDb() == d.GetDb() && r.GetName() == d.GetName() &&
+				(d.GetExportId() == "" || r.GetProgress().GetExportId() == d.GetExportId())
 		})
 	default: // *pb.Op_DeleteAll: validateOp knows no other
 		return applyDelete(st, func(*pb.SubTask) bool { return true })
@@ -48,31 +51,41 @@ func changed(r *pb.SubTask, index uint64) (Result, bool) {
 	return Result{Record: cloneRecord(r)}, true
 }
 
-// applyPut is upstream AddSyncTask: a new (tid, pid) is created INIT; the
-// same token again is refused; a new token reassigns the sub-task (of the
-// same task, not final): only the token and the endpoints are taken from
-// the request, the stored progress (point, mode, start_ts, dest, count,
-// binlog end) stays, and a sub-task past INIT is RUNNING again.
+// applyPut is upstream AddSyncTask: a new (tid, pid, name) is created
+// INIT, within MaxSubTasks and MaxTasksPerPool; the same token again is
+// refused; a put of another export (a create whose name is taken) is
+// refused; a new token reassigns the sub-task (not final): only the token
+// and the endpoints are taken from the request, the stored progress
+// (point, mode, start_ts, dest, export id, count, binlog end) stays, and a
+// sub-task past INIT is RUNNING again.
 func applyPut(st *pb.State, index uint64, op *pb.PutSubTask) (Result, bool) {
 	req := op.GetRequest()
-	i, ok := find(st, req.GetTid(), req.GetPid())
+	tid, pid, name := req.GetTid(), req.GetPid(), op.GetName()
+	i, ok := find(st, tid, pid, name)
 	if !ok {
 		if len(st.SubTasks) >= MaxSubTasks {
 			return refuse(nil, fmt.Errorf("%w: %d", ErrTooManySubTasks, len(st.SubTasks)))
 		}
-		r := &pb.SubTask{Db: op.GetDb(), Name: op.GetName(), Progress: proto.CloneOf(req),
+		if subs := subTasksOf(st, tid, pid); len(subs) >= MaxTasksPerPool {
+			return refuse(nil, fmt.Errorf("%w: %d/%d has sub-tasks of %d tasks (%s), the most a pool may have (MaxTasksPerPool %d)",
+				ErrTooManyTasks, tid, pid, len(subs), taskNames(subs), MaxTasksPerPool))
+		}
+		p := proto.CloneOf(req)
+		p.TaskName = proto.String(name)
+		r := &pb.SubTask{Db: op.GetDb(), Name: name, Progress: p,
 			Status: pb.Status_INIT, LastUpdateMs: op.GetUpdateMs(), CreatedIndex: index}
 		st.SubTasks = slices.Insert(st.SubTasks, i, r)
 		return changed(r, index)
 	}
 	r := st.SubTasks[i]
-	switch {
+	switch id := req.GetExportId(); {
 	case r.GetProgress().GetToken() == req.GetToken():
 		return refuse(r, ErrSameTask)
-	case r.GetDb() != op.GetDb() || r.GetName() != op.GetName():
-		return refuse(r, fmt.Errorf("%w: %d/%d belongs to task %s/%s", ErrTaskExists, req.GetTid(), req.GetPid(), r.GetDb(), r.GetName()))
+	case id != "" && id != r.GetProgress().GetExportId():
+		return refuse(r, fmt.Errorf("%w: %s is of export %s, not %s", ErrTaskExists, subName(tid, pid, name),
+			exportfmt.ExportIDString(r.GetProgress().GetExportId()), id))
 	case final(r.GetStatus()):
-		return refuse(r, fmt.Errorf("%w: %d/%d is %s; delete the task and create it again", ErrStatus, req.GetTid(), req.GetPid(), r.GetStatus()))
+		return refuse(r, fmt.Errorf("%w: %s is %s; delete the task and create it again", ErrStatus, subName(tid, pid, name), r.GetStatus()))
 	}
 	p := r.Progress
 	p.Token, p.TabletEndpoint, p.DesEndpoint = proto.String(req.GetToken()), proto.String(req.GetTabletEndpoint()), proto.String(req.GetDesEndpoint())
@@ -88,19 +101,20 @@ func applyPut(st *pb.State, index uint64, op *pb.PutSubTask) (Result, bool) {
 func liveRef(st *pb.State, ref *pb.Ref) (*pb.SubTask, error) {
 	r, err := tokenRef(st, ref)
 	if err == nil && !live(r.GetStatus()) {
-		err = fmt.Errorf("%w: %d/%d is %s, not INIT or RUNNING", ErrStatus, ref.GetTid(), ref.GetPid(), r.GetStatus())
+		err = fmt.Errorf("%w: %s is %s, not INIT or RUNNING", ErrStatus, subName(ref.GetTid(), ref.GetPid(), r.GetName()), r.GetStatus())
 	}
 	return r, err
 }
 
-// tokenRef returns the sub-task ref names if the ref's token is its token.
+// tokenRef returns the sub-task ref names (resolve) if the ref's token is
+// its token.
 func tokenRef(st *pb.State, ref *pb.Ref) (*pb.SubTask, error) {
-	r := get(st, ref.GetTid(), ref.GetPid())
+	r, err := resolve(st, ref.GetTid(), ref.GetPid(), ref.GetName())
 	switch {
-	case r == nil:
-		return nil, fmt.Errorf("%w: tid %d pid %d", ErrNotFound, ref.GetTid(), ref.GetPid())
+	case err != nil:
+		return nil, err
 	case r.GetProgress().GetToken() != ref.GetToken():
-		return r, fmt.Errorf("%w: %d/%d", ErrTokenMismatch, ref.GetTid(), ref.GetPid())
+		return r, fmt.Errorf("%w: %s", ErrTokenMismatch, subName(ref.GetTid(), ref.GetPid(), r.GetName()))
 	}
 	return r, nil
 }
@@ -135,6 +149,7 @@ func applyAdvance(st *pb.State, index uint64, op *pb.Advance) (Result, bool) {
 	if next := op.GetNext(); next.GetType() == dspb.SyncType_kBINLOG {
 		cover(r, next.GetOffset()-1, op.GetCoveredMs())
 	}
+	r.LastPacketMs = max(r.LastPacketMs, op.GetWrittenAtMs())
 	r.Count += op.GetCount()
 	r.Status = pb.Status_RUNNING
 	if op.GetFinished() {
@@ -144,8 +159,8 @@ func applyAdvance(st *pb.State, index uint64, op *pb.Advance) (Result, bool) {
 	return changed(r, index)
 }
 
-// applyTouch is an empty packet: it moves the last update time forward
-// and, when it is at the sub-task's point (a binlog point), the covered
+// applyTouch is an empty packet: it moves the last update and packet
+// times forward and, when it is at the sub-task's point (a binlog point), the covered
 // index and time.
 func applyTouch(st *pb.State, index uint64, op *pb.Touch) (Result, bool) {
 	r, err := liveRef(st, op.GetRef())
@@ -158,6 +173,9 @@ func applyTouch(st *pb.State, index uint64, op *pb.Touch) (Result, bool) {
 	}
 	if op.GetUpdateMs() > r.LastUpdateMs {
 		r.LastUpdateMs, moved = op.GetUpdateMs(), true
+	}
+	if op.GetWrittenAtMs() > r.LastPacketMs {
+		r.LastPacketMs, moved = op.GetWrittenAtMs(), true
 	}
 	if !moved {
 		return Result{Record: cloneRecord(r)}, false
@@ -192,7 +210,7 @@ func applySetStatus(st *pb.State, index uint64, op *pb.SetStatus) (Result, bool)
 	case r.GetStatus() == op.GetStatus():
 		return Result{Record: cloneRecord(r)}, false
 	case final(r.GetStatus()):
-		return refuse(r, fmt.Errorf("%w: %d/%d is %s", ErrStatus, op.GetRef().GetTid(), op.GetRef().GetPid(), r.GetStatus()))
+		return refuse(r, fmt.Errorf("%w: %s is %s", ErrStatus, subName(op.GetRef().GetTid(), op.GetRef().GetPid(), r.GetName()), r.GetStatus()))
 	}
 	r.Status, r.Message = op.GetStatus(), op.GetMessage()
 	return changed(r, index)

@@ -43,18 +43,18 @@ func wantRefused(t *testing.T, m *Machine, res Result, target error, applied uin
 
 func TestPutCreatesSubTask(t *testing.T) {
 	m := created(t, dspb.SyncMode_kFullAndContinuous, snapStart())
-	r := m.Get(1, 1)
+	r := m.Get(1, 1, "")
 	if r == nil || r.GetStatus() != pb.Status_INIT || r.GetCount() != 0 || r.GetLastUpdateMs() != 1000 ||
 		r.GetCreatedIndex() != 1 || r.GetUpdatedIndex() != 1 || r.GetDb() != "1" || r.GetName() != "t" ||
 		r.GetProgress().GetToken() != tok1 || !proto.Equal(r.GetProgress().GetSyncPoint(), snapStart()) {
 		t.Fatalf("created record %v", r)
 	}
 	r.Progress.Token = proto.String("changed")
-	if m.Get(1, 1).GetProgress().GetToken() != tok1 {
+	if m.Get(1, 1, "").GetProgress().GetToken() != tok1 {
 		t.Fatal("Get returned the machine's record, not a copy")
 	}
-	if m.Get(1, 2) != nil || len(m.List()) != 1 {
-		t.Fatalf("Get(1,2) %v, List %v", m.Get(1, 2), m.List())
+	if m.Get(1, 2, "") != nil || len(m.List()) != 1 {
+		t.Fatalf("Get(1,2) %v, List %v", m.Get(1, 2, ""), m.List())
 	}
 }
 
@@ -103,11 +103,15 @@ func TestPutKeepsINITOnReassign(t *testing.T) {
 }
 
 func TestPutRefusals(t *testing.T) {
-	t.Run("other task", func(t *testing.T) {
+	t.Run("another export", func(t *testing.T) {
+		// A create of task "t" again (its own export id, its own token)
+		// while "t" exists: upstream's refusal, nothing changed.
 		m := created(t, dspb.SyncMode_kFull, snapStart())
-		res := apply(t, m, 2, must(t)(EncodePutSubTask(putReq("other", 1, 1, tok2, dspb.SyncMode_kFull, snapStart(), 2000))))
+		p := putReq("t", 1, 1, tok2, dspb.SyncMode_kFull, snapStart(), 2000)
+		p.Request.ExportId = proto.String(exportA)
+		res := apply(t, m, 2, must(t)(EncodePutSubTask(p)))
 		wantRefused(t, m, res, ErrTaskExists, 1)
-		if !strings.Contains(res.Err.Error(), "belongs to task 1/t") {
+		if !strings.Contains(res.Err.Error(), `sync task already exists(creating or created): 1/1 of task "t" is of export (none), not `+exportA) {
 			t.Fatalf("message %q", res.Err)
 		}
 	})
@@ -126,8 +130,8 @@ func TestPutRefusals(t *testing.T) {
 			applied := m.Applied()
 			res = apply(t, m, 4, must(t)(EncodePutSubTask(putReq("t", 1, 1, tok2, dspb.SyncMode_kFull, snapStart(), 3000))))
 			wantRefused(t, m, res, ErrStatus, applied)
-			if m.Get(1, 1).GetStatus() != st {
-				t.Fatalf("status %v, want %v", m.Get(1, 1).GetStatus(), st)
+			if m.Get(1, 1, "").GetStatus() != st {
+				t.Fatalf("status %v, want %v", m.Get(1, 1, "").GetStatus(), st)
 			}
 		})
 	}
@@ -210,14 +214,14 @@ func TestAdvanceRefusals(t *testing.T) {
 				}
 				applied = 2
 			}
-			before := m.Get(1, 1)
+			before := m.Get(1, 1, "")
 			res := apply(t, m, 3, must(t)(EncodeAdvance(tt.op)))
 			wantRefused(t, m, res, tt.target, applied)
 			if tt.msg != "" && !strings.Contains(res.Err.Error(), tt.msg) {
 				t.Fatalf("message %q, want it to say %q", res.Err, tt.msg)
 			}
-			if !proto.Equal(m.Get(1, 1), before) {
-				t.Fatalf("refused op changed the record: %v, was %v", m.Get(1, 1), before)
+			if !proto.Equal(m.Get(1, 1, ""), before) {
+				t.Fatalf("refused op changed the record: %v, was %v", m.Get(1, 1, ""), before)
 			}
 		})
 	}
@@ -237,8 +241,8 @@ func TestAdvanceReplayNotDoubleCounted(t *testing.T) {
 		apply(t, m, uint64(i+1), op)
 	}
 	res := apply(t, m, 2, log[1]) // the same index again
-	if res.Err != nil || res.Record.GetCount() != 7 || m.Get(1, 1).GetCount() != 7 {
-		t.Fatalf("replayed index 2: result %v %v, count %d, want 7", res.Record, res.Err, m.Get(1, 1).GetCount())
+	if res.Err != nil || res.Record.GetCount() != 7 || m.Get(1, 1, "").GetCount() != 7 {
+		t.Fatalf("replayed index 2: result %v %v, count %d, want 7", res.Record, res.Err, m.Get(1, 1, "").GetCount())
 	}
 	if err := m.Sync(); err != nil {
 		t.Fatal(err)
@@ -249,7 +253,7 @@ func TestAdvanceReplayNotDoubleCounted(t *testing.T) {
 	for i, op := range log {
 		apply(t, m, uint64(i+1), op)
 	}
-	if r := m.Get(1, 1); r.GetCount() != 7 || !proto.Equal(r.GetProgress().GetSyncPoint(), binlogAt(6)) {
+	if r := m.Get(1, 1, ""); r.GetCount() != 7 || !proto.Equal(r.GetProgress().GetSyncPoint(), binlogAt(6)) {
 		t.Fatalf("after restart and replay: %v", r)
 	}
 }
@@ -293,8 +297,8 @@ func TestTouch(t *testing.T) {
 		t.Fatalf("touched: %v %v", r, res.Err)
 	}
 	res = apply(t, m, 3, must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: 4000})))
-	if res.Err != nil || m.Applied() != 2 || m.Get(1, 1).GetLastUpdateMs() != 5000 {
-		t.Fatalf("older touch: %v, state at %d, %v", res.Err, m.Applied(), m.Get(1, 1))
+	if res.Err != nil || m.Applied() != 2 || m.Get(1, 1, "").GetLastUpdateMs() != 5000 {
+		t.Fatalf("older touch: %v, state at %d, %v", res.Err, m.Applied(), m.Get(1, 1, ""))
 	}
 	res = apply(t, m, 4, must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok2), UpdateMs: 6000})))
 	wantRefused(t, m, res, ErrTokenMismatch, 2)
@@ -342,7 +346,7 @@ func TestCovered(t *testing.T) {
 	}
 	check := func(i int, w want) {
 		t.Helper()
-		r := m.Get(1, 1)
+		r := m.Get(1, 1, "")
 		index, coveredMs := Covered(r)
 		if index != w.index || coveredMs != w.ms || m.Applied() != w.applied {
 			t.Fatalf("after op %d: covered %d at %d ms, state at %d; want %d at %d ms, state at %d (%v)",
@@ -358,7 +362,7 @@ func TestCovered(t *testing.T) {
 		}
 		check(i, e.want)
 	}
-	if r := m.Get(1, 1); r.GetLastUpdateMs() != 3600 {
+	if r := m.Get(1, 1, ""); r.GetLastUpdateMs() != 3600 {
 		t.Fatalf("last update %d, want 3600", r.GetLastUpdateMs())
 	}
 	if err := m.Sync(); err != nil {
@@ -389,14 +393,14 @@ func TestStateWithoutCoverageLoads(t *testing.T) {
 	}
 	m, ms := openSpec(t, dir)
 	defer closeSpec(t, ms)
-	r := m.Get(1, 1)
+	r := m.Get(1, 1, "")
 	if index, coveredMs := Covered(r); r == nil || m.Applied() != 7 || index != 11 || coveredMs != 0 || r.GetStartStateMs() != 0 {
 		t.Fatalf("loaded %v at %d: covered %d at %d ms", r, m.Applied(), index, coveredMs)
 	}
 	if res := apply(t, m, 8, must(t)(EncodeTouch(&pb.Touch{Ref: ref(1, 1, tok1), UpdateMs: 3000, At: binlogAt(12), CoveredIndex: 30, CoveredMs: 2900}))); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	if index, coveredMs := Covered(m.Get(1, 1)); index != 30 || coveredMs != 2900 {
+	if index, coveredMs := Covered(m.Get(1, 1, "")); index != 30 || coveredMs != 2900 {
 		t.Fatalf("after a heartbeat: covered %d at %d ms", index, coveredMs)
 	}
 }
@@ -431,7 +435,7 @@ func TestDelete(t *testing.T) {
 		apply(t, m, uint64(i+1), must(t)(EncodePutSubTask(p)))
 	}
 	res := apply(t, m, 4, must(t)(EncodeDeleteTask(&pb.DeleteTask{Db: "1", Name: "a"})))
-	if res.Err != nil || res.Removed != 2 || len(m.List()) != 1 || m.Get(2, 1) == nil {
+	if res.Err != nil || res.Removed != 2 || len(m.List()) != 1 || m.Get(2, 1, "") == nil {
 		t.Fatalf("delete 1/a: removed %d (%v), left %v", res.Removed, res.Err, m.List())
 	}
 	if res = apply(t, m, 5, must(t)(EncodeDeleteTask(&pb.DeleteTask{Db: "1", Name: "a"}))); res.Err != nil || res.Removed != 0 || m.Applied() != 4 {
@@ -455,7 +459,7 @@ func TestReplayKeepsTheCurrentToken(t *testing.T) {
 		apply(t, m, uint64(i+1), op)
 	}
 	res := apply(t, m, 1, log[0])
-	if r := m.Get(1, 1); res.Err != nil || r.GetProgress().GetToken() != tok2 || r.GetUpdatedIndex() != 2 {
+	if r := m.Get(1, 1, ""); res.Err != nil || r.GetProgress().GetToken() != tok2 || r.GetUpdatedIndex() != 2 {
 		t.Fatalf("replayed index 1: %v, record %v", res.Err, r)
 	}
 }

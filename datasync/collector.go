@@ -32,25 +32,43 @@ type collectorService struct {
 }
 
 // AddSyncTask creates or reassigns a sub-task on a copyset this server
-// leads (upstream's DataCollector.AddSyncTask). The record's db is the
-// tid in decimal; its name is kept from the record it replaces.
+// leads (upstream's DataCollector.AddSyncTask). The sub-task is the
+// request's task_name's; a request without one (an upstream client's)
+// names the (tid, pid)'s only task, or task "task" when it has none, and
+// is refused, naming the tasks, when it has several. The record's db is
+// the tid in decimal. A new sub-task takes the request's export_id, or a
+// new one; a reassignment keeps the stored one.
 func (c *collectorService) AddSyncTask(ctx context.Context, req *dspb.AddSyncTaskRequest) (*dspb.GeneralResponse, error) {
 	s := c.s
 	if req.Tid == nil || req.Pid == nil {
 		return general(-1, "add sync task: tid and pid are required"), nil
 	}
 	g := copyset.NewGroupID(req.GetTid(), req.GetPid())
-	name := "task"
+	var rec *pb.SubTask
 	if n := s.copysets.Get(g); n != nil {
 		if m, ok := MachineOf(n); ok {
-			if r := m.Get(req.GetTid(), req.GetPid()); r != nil {
-				name = r.GetName()
+			var err error
+			rec, err = m.Lookup(req.GetTid(), req.GetPid(), req.GetTaskName())
+			if errors.Is(err, ErrTaskNotNamed) {
+				return general(-1, "add sync task %s: %v", csName(g), err), nil
 			}
 		}
 	}
 	req = proto.CloneOf(req)
+	name := req.GetTaskName()
+	switch {
+	case name != "":
+	case rec != nil:
+		name = rec.GetName()
+	default:
+		name = "task"
+	}
+	req.TaskName = proto.String(name)
 	if req.SyncPoint == nil {
 		req.SyncPoint = &dspb.SyncPoint{Type: dspb.SyncType_kSNAPSHOT.Enum()}
+	}
+	if rec == nil && req.GetExportId() == "" {
+		req.ExportId = proto.String(NewExportID())
 	}
 	resp := s.proposeLocal(ctx, g, &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{
 		Db: strconv.FormatUint(uint64(req.GetTid()), 10), Name: name, Request: req, UpdateMs: nowMs()}}})
@@ -77,8 +95,8 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 		<-ctx.Done()
 		return nil
 	}
-	runs := map[[2]uint32]*collectorRun{}
-	stop := func(k [2]uint32) {
+	runs := map[subKey]*collectorRun{}
+	stop := func(k subKey) {
 		if r := runs[k]; r != nil {
 			r.cancel()
 			<-r.done
@@ -95,10 +113,10 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 	local := s.localAddr()
 	for {
 		changed := m.Changed()
-		live := map[[2]uint32]bool{}
+		live := map[subKey]bool{}
 		for _, r := range m.List() {
 			p := r.GetProgress()
-			k := [2]uint32{p.GetTid(), p.GetPid()}
+			k := keyOf(r)
 			switch r.GetStatus() {
 			case pb.Status_SUCCESS, pb.Status_FAILED:
 				continue
@@ -189,12 +207,11 @@ func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask)
 			// raft.max_pinned_entries) let it go: the sub-task fails, its
 			// pins (this export's, and the sync machine's hold on every
 			// replica) are released, the copyset goes on.
-			msg := failureMessage(err)
+			msg := clipMessage(failureMessage(err))
 			log.Error("sync sub-task failed", "err", msg)
 			s.metrics.failed.Inc()
 			s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetStatus{SetStatus: &pb.SetStatus{
-				Ref:    &pb.Ref{Tid: rec.GetProgress().GetTid(), Pid: rec.GetProgress().GetPid(), Token: rec.GetProgress().GetToken()},
-				Status: pb.Status_FAILED, Message: msg}}})
+				Ref: recordRef(rec), Status: pb.Status_FAILED, Message: msg}}})
 			return
 		}
 		log.Warn("sync export interrupted; retrying", "err", err)
@@ -210,7 +227,7 @@ func (s *Service) collect(ctx context.Context, n *copyset.Node, rec *pb.SubTask)
 		if !ok {
 			return
 		}
-		cur := m.Get(rec.GetProgress().GetTid(), rec.GetProgress().GetPid())
+		cur := m.Get(rec.GetProgress().GetTid(), rec.GetProgress().GetPid(), rec.GetName())
 		if cur == nil || cur.GetProgress().GetToken() != rec.GetProgress().GetToken() {
 			return
 		}
@@ -291,6 +308,12 @@ func (p packetSender) send(ctx context.Context, req *dspb.SendDataRequest) (*dsp
 	return p.tool.SendData(ctx, req)
 }
 
+// recordRef is the ref of sub-task record r under its current token.
+func recordRef(r *pb.SubTask) *pb.Ref {
+	p := r.GetProgress()
+	return &pb.Ref{Tid: p.GetTid(), Pid: p.GetPid(), Token: p.GetToken(), Name: r.GetName()}
+}
+
 // errSuperseded: SendData told the collector to drop the sub-task.
 var errSuperseded = errors.New("the SyncTool dropped this sub-task")
 
@@ -305,13 +328,14 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	if err != nil {
 		return err
 	}
-	ref := &pb.Ref{Tid: p.GetTid(), Pid: p.GetPid(), Token: p.GetToken()}
+	ref := recordRef(rec)
 	src := &nodeSource{n: n, chunks: chunks}
 	from := p.GetSyncPoint()
 	beat := s.sendInterval()
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
 		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat, Gate: s.gate, StartStateMs: rec.GetStartStateMs(),
+		ExportID: p.GetExportId(),
 		OnBinlogEnd: func(ctx context.Context, end uint64) error {
 			resp := s.proposeLocal(ctx, n.Group(), &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref, Index: end}}})
 			if resp.GetCode() != 0 {
@@ -326,7 +350,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 			// a packet of a header alone, which is not written.
 			data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: p.GetTid(), CopysetId: p.GetPid(),
 				StartPoint: pk.Start, NextPoint: pk.Next, BinlogStart: pk.BinlogStart, StartStateMs: pk.StartStateMs,
-				CoveredIndex: pk.CoveredIndex, CoveredMs: pk.CoveredMs}, nil)
+				CoveredIndex: pk.CoveredIndex, CoveredMs: pk.CoveredMs, ExportId: p.GetExportId(), WrittenAtMs: pk.WrittenAtMs}, nil)
 			if err != nil {
 				return fmt.Errorf("encode the heartbeat at %s: %w", PointString(pk.Start), err)
 			}
@@ -335,6 +359,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 		req := &dspb.SendDataRequest{
 			Tid: proto.Uint32(p.GetTid()), Pid: proto.Uint32(p.GetPid()), Token: proto.String(p.GetToken()),
 			StartPoint: pk.Start, NextPoint: pk.Next, Count: proto.Uint64(pk.Count), Finished: proto.Bool(pk.Finished), Data: pk.Data,
+			TaskName: proto.String(rec.GetName()), ExportId: proto.String(p.GetExportId()), WrittenAtMs: proto.Int64(pk.WrittenAtMs),
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*s.deps.CheckPeriod)
 		resp, err := tool.send(cctx, req)
@@ -361,12 +386,13 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 		}
 		next := exportfmt.BinlogPoint(k)
 		startMs := int64(min(p.GetStartTs(), MaxUnixMs))
+		written := time.Now().UnixMilli()
 		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: p.GetTid(), CopysetId: p.GetPid(),
-			StartPoint: from, NextPoint: next.Proto(), BinlogStart: k, StartStateMs: startMs}, nil)
+			StartPoint: from, NextPoint: next.Proto(), BinlogStart: k, StartStateMs: startMs, ExportId: p.GetExportId(), WrittenAtMs: written}, nil)
 		if err != nil {
 			return err
 		}
-		if err := send(ctx, Packet{Start: from, Next: next.Proto(), Data: data, BinlogStart: k, StartStateMs: startMs}); err != nil {
+		if err := send(ctx, Packet{Start: from, Next: next.Proto(), Data: data, BinlogStart: k, StartStateMs: startMs, WrittenAtMs: written}); err != nil {
 			return err
 		}
 		from, opts.StartStateMs = next.Proto(), startMs

@@ -9,11 +9,39 @@
 //
 // Mapping. A task exports one pool: db is the pool id in decimal, name the
 // task's name; tid is the pool id, pid the copyset id, and each copyset
-// holds the sub-task of its own (tid, pid). A record (record.go) is the
-// whole AddSyncTaskRequest plus status (upstream's INIT, RUNNING, SUCCESS,
-// FAILED, REASSIGNING), count, last update time, the kFull binlog end, a
-// failure message and the log indices that created and last changed it;
-// at most one per (tid, pid), so one task per pool.
+// holds the sub-tasks of its own (tid, pid). A pool may have several tasks
+// (at most MaxTasksPerPool), each of its own name, so a sub-task is
+// (tid, pid, name): the key of the records, kept in that order (a state of
+// one task per (tid, pid), as written before, is in it). A record
+// (record.go) is the whole AddSyncTaskRequest (with chunkraft's task_name
+// and export_id) plus status (upstream's INIT, RUNNING, SUCCESS, FAILED,
+// REASSIGNING), count, last update time, the last packet's written_at_ms,
+// the kFull binlog end, a failure message and the log indices that created
+// and last changed it. Each task has its own token per sub-task, its own
+// collector, dest, status and log pin (the machine's log hold is the
+// lowest cursor over every live sub-task, of whatever task).
+//
+// Export id. Every task has an export id, 128 random bits in hex chosen by
+// the server that handles CreateSyncTask (the DataCollector's AddSyncTask
+// chooses one for a sub-task it creates without one) and carried in the
+// PutSubTask op, so that apply takes it and stays deterministic; the same
+// for every sub-task of the task, kept when a sub-task is reassigned. Every
+// packet and heartbeat carries it (PacketHeader.export_id,
+// SendDataRequest.export_id) and the time its collector built it
+// (written_at_ms). SendData refuses a packet of another export than its
+// sub-task's, and the SyncTool writes no packet into a copyset directory of
+// the dest that holds another export's manifest or packets (destCache.claim:
+// it looks once per directory and server, at the manifest and the first and
+// last packets; the puts of one directory are serialised in a server): the
+// sub-task is set FAILED with a message naming both ids. A sub-task created
+// before export ids has none, and its packets carry none, as before.
+//
+// Requests without a task name. Upstream's protocol names sub-tasks by
+// (tid, pid). An AddSyncTask or SendData without chunkraft's task_name
+// addresses the (tid, pid)'s only task, and is refused naming the tasks
+// when there are several; so is an op whose ref has no name (one written
+// to the log before copysets held several tasks): apply resolves it
+// against the state, the same on every replica (ErrTaskNotNamed).
 //
 // SyncPoint (point.go): kSNAPSHOT with neither pk nor offset is the very
 // start; else pk is a chunk id in decimal and offset a byte offset in it;
@@ -24,34 +52,44 @@
 // Ops (syncstatepb.Op, proposed with the Encode functions, which run the
 // Validate functions first: admission refuses bad input with one line and
 // it never reaches the log):
-//   - PutSubTask: upstream AddSyncTask. A new (tid, pid) is created INIT;
-//     the token it has is refused ("why send a same task?": a task-wide
-//     put retried after a lost answer takes that refusal, with its own
-//     token in the record, as its success); a new token
+//   - PutSubTask: upstream AddSyncTask. A new (tid, pid, name) is created
+//     INIT (with the request's export id), unless its (tid, pid) has
+//     sub-tasks of MaxTasksPerPool tasks already; the token it has is
+//     refused ("why send a same task?": a task-wide put retried after a
+//     lost answer takes that refusal, with its own token in the record, as
+//     its success); a put of another export id is a create whose name is
+//     taken, refused with upstream's "sync task already exists(creating or
+//     created)"; a new token with the sub-task's export id or none
 //     reassigns it: the token and endpoints are replaced, the stored
-//     progress (point, count, mode, dest) is kept, it is RUNNING again
-//     unless still INIT. Another task's (tid, pid) and a SUCCESS or FAILED
-//     sub-task are refused.
+//     progress (point, count, mode, dest, export id) is kept, it is RUNNING
+//     again unless still INIT. A SUCCESS or FAILED sub-task is refused.
+//   - The ops below name one sub-task by a ref (tid, pid, token, name); a
+//     ref without a name is resolved as above.
 //   - Advance: an accepted packet. Only under the current token, while
 //     INIT or RUNNING, from exactly the stored point; it stores the next
 //     point, adds the count and becomes RUNNING, or SUCCESS when finished
 //     (kFull only, past the binlog end, which SetBinlogEnd records once).
 //     The first one records the binlog start and the start time; one that
 //     ends in the binlog moves the covered index to its next index - 1 and
-//     the covered time to the packet's (below), each only forward.
-//   - Touch: an empty packet (a heartbeat); moves the last update time and,
-//     when it is at the stored point, a binlog point, the covered index and
-//     time to the heartbeat's, each only forward.
+//     the covered time to the packet's (below), each only forward; the
+//     last packet time moves to its written_at_ms, only forward.
+//   - Touch: an empty packet (a heartbeat); moves the last update and
+//     packet times and, when it is at the stored point, a binlog point,
+//     the covered index and time to the heartbeat's, each only forward.
 //   - SetStatus: FAILED or REASSIGNING, with a message; not out of SUCCESS
 //     or FAILED. An Advance or Touch of a REASSIGNING sub-task is refused,
 //     which fences the collector being replaced.
-//   - DeleteTask (every sub-task of a task), DeleteAll (clear_all).
+//   - DeleteTask (every sub-task of a task; with an export id, only those
+//     of that export: a failed create's undo removes its own sub-tasks,
+//     never those of another create of the same name), DeleteAll
+//     (clear_all).
 //
 // Invariants. Apply is deterministic: every time value travels in the op
 // (the proposer's clock; last_update_ms only moves forward), nothing is
 // read from the clock or the network, and a refusal is a Result naming
 // why (the same on every replica), never a changed state. The state is
-// bounded (MaxSubTasks, the Max* sizes, refused at admission and apply).
+// bounded (MaxSubTasks, MaxTasksPerPool, the Max* sizes, refused at
+// admission and apply).
 // Every change appends the whole state, stamped with its log index
 // (State.applied), to sync/state.jsonl, the copyset/statefile file of a
 // copyset/statemachine.Machine: any prefix of it loads as the state at some earlier index, Apply skips ops
@@ -151,7 +189,8 @@
 //     says when they happened.
 //
 // TaskStatus reports C and the covered time in each sub-task's readable
-// info (coveredIndex, coveredTime): `chunkctl sync status`.
+// info (coveredIndex, coveredTime), with the last packet time and the
+// export id (lastPacketTime, exportId): `chunkctl sync status`.
 //
 // # Log retention
 //

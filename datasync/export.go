@@ -126,6 +126,9 @@ type Packet struct {
 	// index - 1 when none): the export holds every chunk op up to it. 0
 	// elsewhere.
 	CoveredIndex uint64
+	// WrittenAtMs is when the export built the packet or heartbeat, Unix
+	// ms (the header's written_at_ms).
+	WrittenAtMs int64
 }
 
 // ExportOptions configure Export.
@@ -164,6 +167,9 @@ type ExportOptions struct {
 	// server's): the phase waits for a slot, sending a heartbeat every
 	// Idle meanwhile, and reuses the buffers the gate hands on.
 	Gate *SnapshotGate
+	// ExportID is the export's id, in every packet's header (export_id);
+	// "" for a sub-task created before export ids.
+	ExportID string
 }
 
 func (o ExportOptions) withDefaults(src Source) ExportOptions {
@@ -341,7 +347,8 @@ func (e *exporter) enter(ctx context.Context, at exportfmt.Point) error {
 			e.slot, e.spare, e.scratch = b, b.spare, b.scratch
 			return nil
 		}
-		if err := e.send(ctx, Packet{Start: at.Proto(), Next: at.Proto(), BinlogStart: e.binlogStart, StartStateMs: e.startStateMs}); err != nil {
+		if err := e.send(ctx, Packet{Start: at.Proto(), Next: at.Proto(), BinlogStart: e.binlogStart, StartStateMs: e.startStateMs,
+			WrittenAtMs: time.Now().UnixMilli()}); err != nil {
 			return err
 		}
 	}
@@ -399,7 +406,8 @@ func (e *exporter) pinAt(index uint64) error {
 
 // emit encodes and sends the packet [start, next) of records. A
 // binlog-phase packet carries the time before which every acknowledged
-// write is in it or before it (coverage.upTo).
+// write is in it or before it (coverage.upTo); every packet the export's
+// id and the time it was built.
 func (e *exporter) emit(ctx context.Context, start, next exportfmt.Point, records []*syncpb.Record, finished bool) error {
 	var coveredMs int64
 	var coveredIndex uint64
@@ -407,9 +415,10 @@ func (e *exporter) emit(ctx context.Context, start, next exportfmt.Point, record
 		coveredIndex = next.Index - 1
 		coveredMs = e.cover.upTo(coveredIndex)
 	}
+	written := time.Now().UnixMilli()
 	hdr := &syncpb.PacketHeader{LogicPoolId: e.src.Pool(), CopysetId: e.src.Copyset(),
 		StartPoint: start.Proto(), NextPoint: next.Proto(), Finished: finished, BinlogStart: e.binlogStart,
-		StartStateMs: e.startStateMs, CoveredMs: coveredMs}
+		StartStateMs: e.startStateMs, CoveredMs: coveredMs, ExportId: e.opts.ExportID, WrittenAtMs: written}
 	data, buf, err := exportfmt.EncodeInto(e.scratch, hdr, records)
 	if err != nil {
 		return err
@@ -417,7 +426,7 @@ func (e *exporter) emit(ctx context.Context, start, next exportfmt.Point, record
 	e.scratch = nil // not reused unless send is done with it
 	if err := e.send(ctx, Packet{Start: start.Proto(), Next: next.Proto(), Count: uint64(len(records)),
 		Data: data, Finished: finished, BinlogStart: e.binlogStart, StartStateMs: e.startStateMs,
-		CoveredMs: coveredMs, CoveredIndex: coveredIndex}); err != nil {
+		CoveredMs: coveredMs, CoveredIndex: coveredIndex, WrittenAtMs: written}); err != nil {
 		return err
 	}
 	e.scratch = buf

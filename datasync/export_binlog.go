@@ -119,7 +119,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			// covers them without a packet.
 			p := exportfmt.BinlogPoint(start).Proto()
 			if err := e.send(ctx, Packet{Start: p, Next: p, BinlogStart: e.binlogStart, StartStateMs: e.startStateMs,
-				CoveredIndex: cursor - 1, CoveredMs: e.cover.upTo(cursor - 1)}); err != nil {
+				CoveredIndex: cursor - 1, CoveredMs: e.cover.upTo(cursor - 1), WrittenAtMs: time.Now().UnixMilli()}); err != nil {
 				return err
 			}
 			lastSent = time.Now()

@@ -629,7 +629,8 @@ func TestExportResume(t *testing.T) {
 }
 
 // withoutTimes returns packet b encoded again without the times of its
-// header that depend on when it was exported (start_state_ms, covered_ms).
+// header that depend on when it was exported (start_state_ms, covered_ms,
+// written_at_ms).
 func withoutTimes(t *testing.T, b []byte) []byte {
 	t.Helper()
 	p, err := exportfmt.Decode(b)
@@ -640,7 +641,7 @@ func withoutTimes(t *testing.T, b []byte) []byte {
 	if h.StartStateMs == 0 {
 		t.Fatalf("packet at %v has no start time", p.Start)
 	}
-	h.StartStateMs, h.CoveredMs = 0, 0
+	h.StartStateMs, h.CoveredMs, h.WrittenAtMs = 0, 0, 0
 	out, err := exportfmt.Encode(h, p.Records)
 	if err != nil {
 		t.Fatal(err)
@@ -788,4 +789,60 @@ type failingClones struct{ *fakeSource }
 
 func (failingClones) Materialize(context.Context, string, uint32) ([]byte, error) {
 	return nil, errors.New("source down")
+}
+
+// TestExportStampsPackets: every packet of an export carries the export's
+// id and the time it was built (header export_id and written_at_ms, and
+// Packet.WrittenAtMs), and so does a heartbeat (its WrittenAtMs).
+func TestExportStampsPackets(t *testing.T) {
+	s := fixture(t)
+	id := NewExportID()
+	var c collector
+	before := time.Now().UnixMilli()
+	if err := Export(context.Background(), s, startPoint(), 0, ExportOptions{Mode: dspb.SyncMode_kFull, PacketBytes: 1, ExportID: id}, c.send); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now().UnixMilli()
+	packets := c.all()
+	for i, d := range decodeChain(t, packets) {
+		if h := d.Header; h.GetExportId() != id || h.GetWrittenAtMs() < before || h.GetWrittenAtMs() > after {
+			t.Fatalf("packet %d: export %q written at %d, want %q within [%d, %d]", i, h.GetExportId(), h.GetWrittenAtMs(), id, before, after)
+		}
+	}
+	for i, p := range packets {
+		if p.WrittenAtMs < before || p.WrittenAtMs > after {
+			t.Fatalf("packet %d: written at %d, not within [%d, %d]", i, p.WrittenAtMs, before, after)
+		}
+	}
+	if len(packets) < 3 {
+		t.Fatalf("%d packets", len(packets))
+	}
+
+	// A tailing export's heartbeat.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	beat := make(chan Packet, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Export(ctx, s, binlogAt(6), 6, ExportOptions{Mode: dspb.SyncMode_kFullAndContinuous, Idle: 10 * time.Millisecond, Linger: -1, ExportID: id},
+			func(_ context.Context, p Packet) error {
+				if p.Data == nil {
+					select {
+					case beat <- p:
+					default:
+					}
+				}
+				return nil
+			})
+	}()
+	select {
+	case p := <-beat:
+		if p.WrittenAtMs < after {
+			t.Fatalf("heartbeat written at %d, before %d", p.WrittenAtMs, after)
+		}
+	case err := <-done:
+		t.Fatalf("export ended: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no heartbeat in 5 s")
+	}
 }

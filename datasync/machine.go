@@ -123,22 +123,23 @@ func (m *Machine) notifyChanged() {
 
 // refRecord is the sub-task op names, or nil.
 func refRecord(st *pb.State, op *pb.Op) *pb.SubTask {
-	var tid, pid uint32
+	var ref *pb.Ref
 	switch o := op.GetOp().(type) {
 	case *pb.Op_Put:
-		tid, pid = o.Put.GetRequest().GetTid(), o.Put.GetRequest().GetPid()
+		return get(st, o.Put.GetRequest().GetTid(), o.Put.GetRequest().GetPid(), o.Put.GetName())
 	case *pb.Op_Advance:
-		tid, pid = o.Advance.GetRef().GetTid(), o.Advance.GetRef().GetPid()
+		ref = o.Advance.GetRef()
 	case *pb.Op_Touch:
-		tid, pid = o.Touch.GetRef().GetTid(), o.Touch.GetRef().GetPid()
+		ref = o.Touch.GetRef()
 	case *pb.Op_SetStatus:
-		tid, pid = o.SetStatus.GetRef().GetTid(), o.SetStatus.GetRef().GetPid()
+		ref = o.SetStatus.GetRef()
 	case *pb.Op_SetBinlogEnd:
-		tid, pid = o.SetBinlogEnd.GetRef().GetTid(), o.SetBinlogEnd.GetRef().GetPid()
+		ref = o.SetBinlogEnd.GetRef()
 	default:
 		return nil
 	}
-	return get(st, tid, pid)
+	r, _ := resolve(st, ref.GetTid(), ref.GetPid(), ref.GetName())
+	return r
 }
 
 // logChange logs the changes an operator cares about: not packets and
@@ -149,7 +150,7 @@ func (m *Machine) logChange(index uint64, op *pb.Op, res Result) {
 	switch o := op.GetOp().(type) {
 	case *pb.Op_Put, *pb.Op_SetStatus, *pb.Op_SetBinlogEnd:
 		m.log.Info("sync sub-task changed", "index", index, "task", r.GetDb()+"/"+r.GetName(),
-			"tid", r.GetProgress().GetTid(), "pid", r.GetProgress().GetPid(), "status", r.GetStatus().String(),
+			"tid", r.GetProgress().GetTid(), "pid", r.GetProgress().GetPid(), "export", r.GetProgress().GetExportId(), "status", r.GetStatus().String(),
 			"point", PointString(r.GetProgress().GetSyncPoint()), "binlog_end", r.GetBinlogEnd(), "message", r.GetMessage())
 	case *pb.Op_Advance:
 		if o.Advance.GetFinished() {
@@ -167,14 +168,28 @@ func (m *Machine) Close() error {
 	return m.Machine.Close()
 }
 
-// Get returns a copy of sub-task (tid, pid), or nil.
-func (m *Machine) Get(tid, pid uint32) *pb.SubTask {
-	var r *pb.SubTask
-	m.View(func(st *pb.State) { r = cloneRecord(get(st, tid, pid)) })
+// Get returns a copy of the sub-task (tid, pid, name) names, or nil (see
+// Lookup).
+func (m *Machine) Get(tid, pid uint32, name string) *pb.SubTask {
+	r, _ := m.Lookup(tid, pid, name)
 	return r
 }
 
-// List returns a copy of every sub-task, ascending (tid, pid).
+// Lookup returns a copy of the sub-task (tid, pid, name) names: with a
+// name, sub-task (tid, pid, name); without, the (tid, pid)'s only one. Its
+// error wraps ErrNotFound when there is none, ErrTaskNotNamed (naming the
+// tasks) when name is "" and there are several.
+func (m *Machine) Lookup(tid, pid uint32, name string) (*pb.SubTask, error) {
+	var r *pb.SubTask
+	var err error
+	m.View(func(st *pb.State) {
+		r, err = resolve(st, tid, pid, name)
+		r = cloneRecord(r)
+	})
+	return r, err
+}
+
+// List returns a copy of every sub-task, ascending (tid, pid, name).
 func (m *Machine) List() []*pb.SubTask {
 	var out []*pb.SubTask
 	m.View(func(st *pb.State) {

@@ -23,7 +23,7 @@ func newMetrics() *metrics {
 		bytes:    c("chunkraft_sync_bytes_total", "Bytes of the export packets this server's SyncTool wrote."),
 		refused:  c("chunkraft_sync_senddata_refused_total", "SendData calls this server's SyncTool refused (the collector was told to drop the sub-task)."),
 		reassign: c("chunkraft_sync_reassigned_total", "Sync sub-tasks this server took over as leader (a new token)."),
-		failed:   c("chunkraft_sync_failed_total", "Sync sub-tasks this server's collectors turned FAILED."),
+		failed:   c("chunkraft_sync_failed_total", "Sync sub-tasks this server's collectors or SyncTool turned FAILED."),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunkraft_sync_senddata_calls_total",
 			Help: "SendData calls this server's collectors made, by how they reached the SyncTool (in_process: this server's own; grpc: another server's)."},
 			[]string{"via"}),

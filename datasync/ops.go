@@ -11,16 +11,24 @@ import (
 // Why an op was refused when it applied (Result.Err wraps one of them),
 // the same on every replica.
 var (
-	// ErrNotFound: no sub-task with the op's (tid, pid).
+	// ErrNotFound: no sub-task with the op's (tid, pid, name).
 	ErrNotFound = errors.New("sync sub-task not found")
+	// ErrTaskNotNamed: an op without a task name (one written before a
+	// copyset held several tasks, or an upstream client's request) for a
+	// (tid, pid) that has sub-tasks of several tasks.
+	ErrTaskNotNamed = errors.New("the sync task is not named, and the copyset has several")
 	// ErrSameTask: a PutSubTask with the token the sub-task already has
 	// (upstream DataCollector's words).
 	ErrSameTask = errors.New("why send a same task?")
-	// ErrTaskExists: a PutSubTask of another task for a (tid, pid) that
-	// has one: one task per pool.
-	ErrTaskExists = errors.New("sync task already exists")
+	// ErrTaskExists: a PutSubTask of another export (export_id) for a
+	// sub-task that exists: a create of a task whose name is taken
+	// (upstream SyncTool's words).
+	ErrTaskExists = errors.New("sync task already exists(creating or created)")
 	// ErrTooManySubTasks: the copyset holds MaxSubTasks sub-tasks.
 	ErrTooManySubTasks = errors.New("too many sync sub-tasks on this copyset")
+	// ErrTooManyTasks: the (tid, pid) has sub-tasks of MaxTasksPerPool
+	// tasks.
+	ErrTooManyTasks = errors.New("too many sync tasks on this pool")
 	// ErrTokenMismatch: the op's token is not the sub-task's (upstream
 	// SyncTool's words).
 	ErrTokenMismatch = errors.New("token not match")

@@ -98,8 +98,8 @@ func (c *testCluster) waitCollectorsGone(t *testing.T) {
 }
 
 // TestSyncTaskLifecycle: a task created on one server is listed by every
-// server (its sub-task replicated on the pool's copyset), a second task
-// for the pool and every bad input are refused with code -1 and change
+// server (its sub-task replicated on the pool's copyset), a second task of
+// the same name and every bad input are refused with code -1 and change
 // nothing, and both spellings of delete remove it everywhere.
 func TestSyncTaskLifecycle(t *testing.T) {
 	c := startTestCluster(t, 3)
@@ -142,18 +142,29 @@ func TestSyncTaskLifecycle(t *testing.T) {
 			t.Fatalf("server %d lists %v", i, tasks)
 		}
 	}
-	if resp, _ := c.syncTool(2).CreateSyncTask(ctx, createReq("1", "other", full, dir)); resp.GetCode() != -1 || !strings.Contains(resp.GetMsg(), "already has sync task") {
-		t.Fatalf("second task for the pool: %v", resp)
+	created := c.subTasks(t, 0)[0].GetProgress()
+	if resp, _ := c.syncTool(2).CreateSyncTask(ctx, createReq("1", "backup", full, dir+"-2")); resp.GetCode() != -1 ||
+		resp.GetMsg() != "create sync task 1/backup: sync task already exists(creating or created)" {
+		t.Fatalf("the same task again: %v", resp)
+	}
+	if now := c.subTasks(t, 1); len(now) != 1 || now[0].GetProgress().GetToken() != created.GetToken() ||
+		now[0].GetProgress().GetExportId() != created.GetExportId() || now[0].GetProgress().GetDest() != created.GetDest() {
+		t.Fatalf("the refused create changed the task: %v, was %v", now, created)
+	}
+	if id := created.GetExportId(); len(id) != 32 || created.GetTaskName() != "backup" {
+		t.Fatalf("the sub-task's export id %q, task name %q", id, created.GetTaskName())
 	}
 
-	// readableInfo: upstream's lastUpdateTime=<ms>;progressPath=<where>.
+	// readableInfo: upstream's lastUpdateTime=<ms>;progressPath=<where>,
+	// with what the export covers, its last packet's time and its id.
 	st, err := c.syncTool(2).TaskStatus(ctx, &dspb.TaskStatusRequest{})
 	if err != nil || len(st.GetReadableInfo()) != 1 {
 		t.Fatalf("task status: %v %v", st, err)
 	}
 	var ms int64
 	if _, err := fmt.Sscanf(st.GetReadableInfo()[0], "lastUpdateTime=%d;", &ms); err != nil ||
-		time.Since(time.UnixMilli(ms)).Abs() > time.Minute || !strings.Contains(st.GetReadableInfo()[0], ";progressPath=copyset 1/1 sync machine") {
+		time.Since(time.UnixMilli(ms)).Abs() > time.Minute || !strings.Contains(st.GetReadableInfo()[0], ";progressPath=copyset 1/1 sync machine") ||
+		!strings.Contains(st.GetReadableInfo()[0], ";exportId="+created.GetExportId()+";") || !strings.Contains(st.GetReadableInfo()[0], ";lastPacketTime=") {
 		t.Fatalf("readable info %q: %v", st.GetReadableInfo()[0], err)
 	}
 
@@ -211,7 +222,8 @@ func TestSyncTaskLifecycle(t *testing.T) {
 		{exportfmt.BinlogPoint(pt.Index + 1), pt.Index, "covered_index " + fmt.Sprint(pt.Index) + " in a packet that is not a binlog-phase heartbeat"},
 		{pt, 1, fmt.Sprintf("covered_index 1 is below binlog point %d", pt.Index)},
 	} {
-		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: cur, NextPoint: b.next.Proto(), CoveredIndex: b.covered}, nil)
+		data, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 1, StartPoint: cur, NextPoint: b.next.Proto(), CoveredIndex: b.covered,
+			ExportId: p.GetExportId()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,8 +395,10 @@ func TestSyncTakeover(t *testing.T) {
 
 // TestSyncAddSyncTask: upstream's DataCollector.AddSyncTask through its
 // generated client: on the copyset's leader, the sub-task's own token
-// again is refused ("why send a same task?"), a new token replaces the
-// entry everywhere and the leader's collector goes on exporting under it,
+// again is refused ("why send a same task?"), a new token (in a request
+// without chunkraft's task name and export id) replaces the entry
+// everywhere, the export id kept, and the leader's collector goes on
+// exporting under it,
 // while the old token's packets are refused with delete_task. A follower
 // and a request without tid and pid are refused with code -1.
 func TestSyncAddSyncTask(t *testing.T) {
@@ -413,19 +427,28 @@ func TestSyncAddSyncTask(t *testing.T) {
 		t.Fatalf("refused AddSyncTasks changed the token to %q", now)
 	}
 
+	// As upstream's client sends it: no task name, no export id (the
+	// pool's only task is meant, and keeps its export).
 	req := proto.CloneOf(old)
-	req.Token = proto.String("new-token")
+	req.Token, req.TaskName, req.ExportId = proto.String("new-token"), nil, nil
 	if r, err := collector.AddSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
 		t.Fatalf("add with a new token: %v %v", r, err)
 	}
 	for i := range 3 {
-		if got := c.subTasks(t, i)[0].GetProgress().GetToken(); got != "new-token" {
-			t.Fatalf("server %d lists token %q", i, got)
+		if got := c.subTasks(t, i)[0].GetProgress(); got.GetToken() != "new-token" || got.GetExportId() != old.GetExportId() || got.GetTaskName() != "backup" {
+			t.Fatalf("server %d lists %v", i, got)
 		}
 	}
 	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: old.Tid, Pid: old.Pid, Token: old.Token,
 		StartPoint: old.SyncPoint, NextPoint: old.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != -1 || !r.GetDeleteTask() {
 		t.Fatalf("a packet under the replaced token: %v %v", r, err)
+	}
+	// A heartbeat as upstream's collector sends it (no task name, export
+	// id or time) under the current token is taken.
+	cur := c.subTasks(t, 0)[0].GetProgress()
+	if r, err := c.syncTool(0).SendData(ctx, &dspb.SendDataRequest{Tid: cur.Tid, Pid: cur.Pid, Token: cur.Token,
+		StartPoint: cur.SyncPoint, NextPoint: cur.SyncPoint, Count: proto.Uint64(0)}); err != nil || r.GetResponse().GetCode() != 0 {
+		t.Fatalf("an upstream heartbeat: %v %v", r, err)
 	}
 	last := c.Servers[leader].Copysets().Get(c.Group).CommitIndex()
 	c.Write(t, 1, 1, 0, bytes.Repeat([]byte{5}, 4096), pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS)

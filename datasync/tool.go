@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -193,10 +194,20 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
+// NewExportID returns a new export id: 128 random bits in lowercase hex
+// (ExportIDLen digits).
+func NewExportID() string {
+	b := make([]byte, ExportIDLen/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // CreateSyncTask creates the sub-tasks of a task on every copyset of its
 // pool (db), each exported by its copyset's leader to that leader's own
-// SyncTool. Nothing is created unless every check passes; a failure
-// half-way removes what was created.
+// SyncTool, all of one new export id. A pool has at most MaxTasksPerPool
+// tasks, each of its own name. Nothing is created unless every check
+// passes; a failure half-way removes what was created (the sub-tasks of
+// this export id only).
 func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTaskRequest) (*dspb.GeneralResponse, error) {
 	s := t.s
 	pool, err := parsePool(req.GetDb())
@@ -217,15 +228,28 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 	if err != nil {
 		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
-	if err := s.dests.check(ctx, u); err != nil {
-		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
-	}
 	css, list, err := s.ledCopysets(ctx, pool)
 	if err != nil {
 		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
+	var tasks []string
 	for _, st := range list.GetSubTasks() {
-		return general(-1, "create sync task %s/%s: pool %d already has sync task %q (one task per pool)", req.GetDb(), req.GetName(), pool, st.GetSubTask().GetName()), nil
+		if st.GetSubTask().GetName() == req.GetName() {
+			return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), ErrTaskExists), nil
+		}
+		if !slices.Contains(tasks, st.GetSubTask().GetName()) {
+			tasks = append(tasks, st.GetSubTask().GetName())
+		}
+	}
+	if len(tasks) >= MaxTasksPerPool {
+		slices.Sort(tasks)
+		return general(-1, "create sync task %s/%s: pool %d has %d sync tasks (%s), the most a pool may have (MaxTasksPerPool %d): delete one first",
+			req.GetDb(), req.GetName(), pool, len(tasks), strings.Join(tasks, ", "), MaxTasksPerPool), nil
+	}
+	// Opening the dest creates a file dest's directory: only once the
+	// task may be created.
+	if err := s.dests.check(ctx, u); err != nil {
+		return general(-1, "create sync task %s/%s: %v", req.GetDb(), req.GetName(), err), nil
 	}
 	led := map[[2]uint32]*pb.LedCopyset{}
 	for _, c := range list.GetCopysets() {
@@ -238,6 +262,7 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 				req.GetDb(), req.GetName(), c.GetPool(), c.GetCopyset(), time.UnixMilli(l.GetOldestMs()).UTC().Format(time.RFC3339Nano), l.GetOldestMs(), req.GetStartTs(), l.GetOldestMs()), nil
 		}
 	}
+	exportID := NewExportID()
 	resps := s.proposeEach(ctx, css, func(c *clusterpb.Copyset) *pb.Op {
 		addr := leaderAddr(c.GetLeader())
 		return &pb.Op{Op: &pb.Op_Put{Put: &pb.PutSubTask{Db: req.GetDb(), Name: req.GetName(), UpdateMs: nowMs(),
@@ -246,6 +271,7 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 				SyncPoint:      exportfmt.StartPoint().Proto(),
 				TabletEndpoint: proto.String(addr), DesEndpoint: proto.String(addr),
 				Token: proto.String(newToken()), Dest: proto.String(u.String()),
+				TaskName: proto.String(req.GetName()), ExportId: proto.String(exportID),
 			}}}}
 	})
 	for i, resp := range resps {
@@ -257,15 +283,15 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 		// may be what ran out.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_, left := s.removeEach(uctx, css, &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName()}}})
+		_, left := s.removeEach(uctx, css, &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: req.GetDb(), Name: req.GetName(), ExportId: exportID}}})
 		undo := "nothing was created"
 		if len(left) > 0 {
 			undo = fmt.Sprintf("sub-tasks may be left on %v: remove them with DeleteSyncTask", left)
 		}
 		return general(-1, "create sync task %s/%s: copyset %d/%d: %s (%s)", req.GetDb(), req.GetName(), pool, css[i].GetCopyset(), resp.GetMsg(), undo), nil
 	}
-	s.log.Info("sync task created", "db", req.GetDb(), "name", req.GetName(), "mode", mode.String(), "dest", u.String(), "copysets", len(css))
-	return general(0, "ok: %d sub-tasks", len(css)), nil
+	s.log.Info("sync task created", "db", req.GetDb(), "name", req.GetName(), "mode", mode.String(), "dest", u.String(), "copysets", len(css), "export", exportID)
+	return general(0, "ok: %d sub-tasks, export %s", len(css), exportID), nil
 }
 
 // leaderAddr is the address of a peer id, or of an address ("" stays "").
@@ -277,7 +303,8 @@ func (t *toolService) DelelteSyncTask(ctx context.Context, req *dspb.DeleteSyncT
 }
 
 // DeleteSyncTask removes the task's sub-tasks from every copyset of its
-// pool; their collectors stop when their records go.
+// pool (the pool's other tasks stay); their collectors stop when their
+// records go.
 func (t *toolService) DeleteSyncTask(ctx context.Context, req *dspb.DeleteSyncTaskRequest) (*dspb.GeneralResponse, error) {
 	s := t.s
 	pool, err := parsePool(req.GetDb())
@@ -327,15 +354,20 @@ func (t *toolService) TaskStatus(ctx context.Context, req *dspb.TaskStatusReques
 	}
 	for _, l := range list.GetSubTasks() {
 		st := l.GetSubTask()
+		progress := &dspb.AddSyncTaskRequest{}
+		if st.GetProgress() != nil {
+			progress = proto.CloneOf(st.GetProgress())
+		}
+		progress.TaskName = proto.String(st.GetName()) // absent in records made before several tasks per pool
 		resp.Task = append(resp.Task, &dspb.Task{
-			Progress:      st.GetProgress(),
+			Progress:      progress,
 			DataCollector: proto.String(st.GetProgress().GetTabletEndpoint()),
 			Count:         proto.Uint64(st.GetCount()),
 			Status:        proto.String(st.GetStatus().String()),
 		})
 		covered, coveredMs := Covered(st)
-		info := fmt.Sprintf("lastUpdateTime=%d;coveredIndex=%d;coveredTime=%d;progressPath=copyset %d/%d sync machine (%s/%s), leader %s",
-			st.GetLastUpdateMs(), covered, coveredMs, l.GetPool(), l.GetCopyset(), Dir, FileName, leaderAddr(l.GetLeader()))
+		info := fmt.Sprintf("lastUpdateTime=%d;coveredIndex=%d;coveredTime=%d;lastPacketTime=%d;exportId=%s;progressPath=copyset %d/%d sync machine (%s/%s), leader %s",
+			st.GetLastUpdateMs(), covered, coveredMs, st.GetLastPacketMs(), st.GetProgress().GetExportId(), l.GetPool(), l.GetCopyset(), Dir, FileName, leaderAddr(l.GetLeader()))
 		if st.GetMessage() != "" {
 			info += ";message=" + st.GetMessage()
 		}
@@ -367,14 +399,19 @@ func (t *toolService) SendData(ctx context.Context, req *dspb.SendDataRequest) (
 	return resp, nil
 }
 
-// record returns sub-task (tid, pid) as its copyset's leader has it
-// (past a read barrier when this server leads it).
-func (s *Service) record(ctx context.Context, tid, pid uint32) (*pb.SubTask, string, error) {
+// record returns the sub-task (tid, pid, name) names (Machine.Lookup) as
+// its copyset's leader has it (past a read barrier when this server leads
+// it), and that leader; nil when there is no such sub-task. An error
+// wrapping ErrTaskNotNamed says that name is "" and the copyset has
+// sub-tasks of several tasks; any other, that the leader could not be
+// asked.
+func (s *Service) record(ctx context.Context, tid, pid uint32, name string) (*pb.SubTask, string, error) {
 	g := copyset.NewGroupID(tid, pid)
 	if n := s.copysets.Get(g); n != nil && n.IsLeader() {
 		if m, ok := MachineOf(n); ok {
 			if _, err := n.ReadBarrier(ctx); err == nil {
-				return m.Get(tid, pid), string(s.deps.Local), nil
+				r, err := m.Lookup(tid, pid, name)
+				return found(r, string(s.deps.Local), err)
 			}
 		}
 	}
@@ -396,103 +433,173 @@ func (s *Service) record(ctx context.Context, tid, pid uint32) (*pb.SubTask, str
 		if err != nil {
 			return nil, "", fmt.Errorf("copyset %s: leader %s: %w", csName(g), c.GetLeader(), err)
 		}
+		st := &pb.State{}
 		for _, l := range resp.GetSubTasks() {
-			return l.GetSubTask(), c.GetLeader(), nil
+			st.SubTasks = append(st.SubTasks, l.GetSubTask())
 		}
-		return nil, c.GetLeader(), nil
+		slices.SortFunc(st.SubTasks, func(a, b *pb.SubTask) int {
+			return compareKey(a, b.GetProgress().GetTid(), b.GetProgress().GetPid(), b.GetName())
+		})
+		r, err := resolve(st, tid, pid, name)
+		return found(r, c.GetLeader(), err)
 	}
 	return nil, "", nil
 }
 
-// SendData takes one packet of a sub-task: the sub-task must exist, be
-// INIT or RUNNING, have the packet's token and stand at its start point.
-// The packet is written to the dest (named by its start point, replacing
-// a resent one), then the new point is replicated; only then is it
-// acknowledged. An empty packet refreshes the last update time.
+// found is record's answer for a lookup's result (r, err) on leader: a
+// sub-task not found is nil and no error.
+func found(r *pb.SubTask, leader string, err error) (*pb.SubTask, string, error) {
+	if errors.Is(err, ErrNotFound) {
+		return nil, leader, nil
+	}
+	return r, leader, err
+}
+
+// SendData takes one packet of a sub-task: the sub-task must exist (the
+// request's task_name's, or the (tid, pid)'s only one), be INIT or
+// RUNNING, have the packet's token and export id and stand at its start
+// point. The packet is written to the dest (named by its start point,
+// replacing a resent one), then the new point is replicated; only then is
+// it acknowledged. An empty packet refreshes the last update time. A
+// packet whose copyset directory in the dest holds another export's
+// packets or manifest is not written: the sub-task turns FAILED, with a
+// message naming both exports.
 func (t *toolService) sendData(ctx context.Context, req *dspb.SendDataRequest) *dspb.SendDataResponse {
 	s := t.s
 	tid, pid := req.GetTid(), req.GetPid()
 	if req.Tid == nil || req.Pid == nil || req.GetToken() == "" || req.StartPoint == nil || req.NextPoint == nil {
 		return sendDataFail("send data: tid, pid, token, start_point and next_point are required")
 	}
+	sub := subName(tid, pid, req.GetTaskName())
 	start, err := exportfmt.ParsePoint(req.GetStartPoint())
 	if err != nil {
-		return sendDataFail("send data %d/%d: start_point: %v", tid, pid, err)
+		return sendDataFail("send data %s: start_point: %v", sub, err)
 	}
 	next, err := exportfmt.ParsePoint(req.GetNextPoint())
 	if err != nil {
-		return sendDataFail("send data %d/%d: next_point: %v", tid, pid, err)
+		return sendDataFail("send data %s: next_point: %v", sub, err)
 	}
-	rec, leader, err := s.record(ctx, tid, pid)
+	rec, leader, err := s.record(ctx, tid, pid, req.GetTaskName())
 	switch {
+	case errors.Is(err, ErrTaskNotNamed):
+		return sendDataFail("send data %s: %v", sub, err)
 	case err != nil:
-		return &dspb.SendDataResponse{Response: general(-1, "send data %d/%d: %v", tid, pid, err)}
+		return &dspb.SendDataResponse{Response: general(-1, "send data %s: %v", sub, err)}
 	case rec == nil:
-		return sendDataFail("send data %d/%d: no such sub-task", tid, pid)
-	case rec.GetProgress().GetToken() != req.GetToken():
-		return sendDataFail("send data %d/%d: %v", tid, pid, ErrTokenMismatch)
-	case rec.GetStatus() != pb.Status_INIT && rec.GetStatus() != pb.Status_RUNNING:
-		return sendDataFail("send data %d/%d: status %s takes no data", tid, pid, rec.GetStatus())
-	case !proto.Equal(rec.GetProgress().GetSyncPoint(), req.GetStartPoint()):
-		return sendDataFail("send data %d/%d: start point %s is not the sub-task's %s", tid, pid, start, PointString(rec.GetProgress().GetSyncPoint()))
+		return sendDataFail("send data %s: no such sub-task", sub)
 	}
-	ref := &pb.Ref{Tid: tid, Pid: pid, Token: req.GetToken()}
+	sub = subName(tid, pid, rec.GetName())
+	exportID := rec.GetProgress().GetExportId()
+	switch {
+	case rec.GetProgress().GetToken() != req.GetToken():
+		return sendDataFail("send data %s: %v", sub, ErrTokenMismatch)
+	case rec.GetStatus() != pb.Status_INIT && rec.GetStatus() != pb.Status_RUNNING:
+		return sendDataFail("send data %s: status %s takes no data", sub, rec.GetStatus())
+	case !proto.Equal(rec.GetProgress().GetSyncPoint(), req.GetStartPoint()):
+		return sendDataFail("send data %s: start point %s is not the sub-task's %s", sub, start, PointString(rec.GetProgress().GetSyncPoint()))
+	case req.ExportId != nil && req.GetExportId() != exportID:
+		return sendDataFail("send data %s: the request is of export %s, the sub-task's is %s", sub,
+			exportfmt.ExportIDString(req.GetExportId()), exportfmt.ExportIDString(exportID))
+	}
+	ref := recordRef(rec)
 	if len(req.GetData()) == 0 {
 		if req.GetCount() != 0 || start.Compare(next) != 0 {
-			return sendDataFail("send data %d/%d: a packet without data must have count 0 and next_point = start_point", tid, pid)
+			return sendDataFail("send data %s: a packet without data must have count 0 and next_point = start_point", sub)
 		}
-		resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Touch{Touch: &pb.Touch{Ref: ref, UpdateMs: nowMs()}}})
-		if resp.GetCode() != 0 {
-			return sendDataFail("send data %d/%d: %s", tid, pid, resp.GetMsg())
-		}
-		return &dspb.SendDataResponse{Response: general(0, "ok")}
+		return s.touch(ctx, sub, leader, &pb.Touch{Ref: ref, UpdateMs: nowMs(), WrittenAtMs: req.GetWrittenAtMs()})
 	}
 	pkt, err := exportfmt.Verify(req.GetData()) // every check of Decode, the data not copied
 	if err != nil {
-		return sendDataFail("send data %d/%d: %v", tid, pid, err)
+		return sendDataFail("send data %s: %v", sub, err)
 	}
 	h := pkt.Header
 	switch {
 	case h.GetLogicPoolId() != tid || h.GetCopysetId() != pid:
-		return sendDataFail("send data %d/%d: the packet is of copyset %d/%d", tid, pid, h.GetLogicPoolId(), h.GetCopysetId())
+		return sendDataFail("send data %s: the packet is of copyset %d/%d", sub, h.GetLogicPoolId(), h.GetCopysetId())
 	case pkt.Start.Compare(start) != 0 || pkt.Next.Compare(next) != 0:
-		return sendDataFail("send data %d/%d: the packet covers [%s, %s), the request [%s, %s)", tid, pid, pkt.Start, pkt.Next, start, next)
+		return sendDataFail("send data %s: the packet covers [%s, %s), the request [%s, %s)", sub, pkt.Start, pkt.Next, start, next)
 	case h.GetRecordCount() != req.GetCount():
-		return sendDataFail("send data %d/%d: count %d, the packet holds %d records", tid, pid, req.GetCount(), h.GetRecordCount())
+		return sendDataFail("send data %s: count %d, the packet holds %d records", sub, req.GetCount(), h.GetRecordCount())
 	case h.GetFinished() != req.GetFinished():
-		return sendDataFail("send data %d/%d: finished %v, the packet says %v", tid, pid, req.GetFinished(), h.GetFinished())
+		return sendDataFail("send data %s: finished %v, the packet says %v", sub, req.GetFinished(), h.GetFinished())
 	case h.GetCoveredIndex() != 0 && (start.Compare(next) != 0 || start.Phase != exportfmt.PhaseBinlog):
-		return sendDataFail("send data %d/%d: covered_index %d in a packet that is not a binlog-phase heartbeat", tid, pid, h.GetCoveredIndex())
+		return sendDataFail("send data %s: covered_index %d in a packet that is not a binlog-phase heartbeat", sub, h.GetCoveredIndex())
+	case h.GetExportId() != exportID:
+		return sendDataFail("send data %s: the packet is of export %s, the sub-task's is %s", sub,
+			exportfmt.ExportIDString(h.GetExportId()), exportfmt.ExportIDString(exportID))
+	}
+	written := req.GetWrittenAtMs()
+	if written == 0 {
+		written = h.GetWrittenAtMs()
 	}
 	if start.Compare(next) == 0 && !h.GetFinished() {
 		// A heartbeat that says what it covers: nothing to write.
-		resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Touch{Touch: &pb.Touch{Ref: ref, UpdateMs: nowMs(),
-			At: req.GetStartPoint(), CoveredIndex: h.GetCoveredIndex(), CoveredMs: h.GetCoveredMs()}}})
-		if resp.GetCode() != 0 {
-			return sendDataFail("send data %d/%d: %s", tid, pid, resp.GetMsg())
-		}
-		return &dspb.SendDataResponse{Response: general(0, "ok")}
+		return s.touch(ctx, sub, leader, &pb.Touch{Ref: ref, UpdateMs: nowMs(), WrittenAtMs: written,
+			At: req.GetStartPoint(), CoveredIndex: h.GetCoveredIndex(), CoveredMs: h.GetCoveredMs()})
 	}
 	u, err := dest.Parse(rec.GetProgress().GetDest())
 	if err != nil {
-		return sendDataFail("send data %d/%d: the sub-task's dest: %v", tid, pid, err)
+		return sendDataFail("send data %s: the sub-task's dest: %v", sub, err)
 	}
 	name := exportfmt.PacketName(tid, pid, start)
 	if err := s.dests.put(ctx, u, tid, pid, name, req.GetData(), pkt); err != nil {
-		return &dspb.SendDataResponse{Response: general(-1, "send data %d/%d: %v", tid, pid, err)}
+		var conflict *exportConflictError
+		if errors.As(err, &conflict) {
+			return s.failSubTask(ctx, sub, leader, ref, err)
+		}
+		return &dspb.SendDataResponse{Response: general(-1, "send data %s: %v", sub, err)}
 	}
 	resp := s.propose(ctx, tid, pid, leader, &pb.Op{Op: &pb.Op_Advance{Advance: &pb.Advance{
 		Ref: ref, Start: req.GetStartPoint(), Next: req.GetNextPoint(), Count: req.GetCount(),
 		UpdateMs: nowMs(), Finished: req.GetFinished(), BinlogStart: h.GetBinlogStart(),
-		StartStateMs: h.GetStartStateMs(), CoveredMs: h.GetCoveredMs(),
+		StartStateMs: h.GetStartStateMs(), CoveredMs: h.GetCoveredMs(), WrittenAtMs: written,
 	}}})
 	if resp.GetCode() != 0 {
 		if resp.GetNotLeader() {
-			return &dspb.SendDataResponse{Response: general(-1, "send data %d/%d: %s", tid, pid, resp.GetMsg())}
+			return &dspb.SendDataResponse{Response: general(-1, "send data %s: %s", sub, resp.GetMsg())}
 		}
-		return sendDataFail("send data %d/%d: %s", tid, pid, resp.GetMsg())
+		return sendDataFail("send data %s: %s", sub, resp.GetMsg())
 	}
 	return &dspb.SendDataResponse{Response: general(0, "ok")}
+}
+
+// touch replicates heartbeat t of sub-task sub (on leader, the leader the
+// caller found) and answers SendData.
+func (s *Service) touch(ctx context.Context, sub, leader string, t *pb.Touch) *dspb.SendDataResponse {
+	ref := t.GetRef()
+	resp := s.propose(ctx, ref.GetTid(), ref.GetPid(), leader, &pb.Op{Op: &pb.Op_Touch{Touch: t}})
+	if resp.GetCode() != 0 {
+		return sendDataFail("send data %s: %s", sub, resp.GetMsg())
+	}
+	return &dspb.SendDataResponse{Response: general(0, "ok")}
+}
+
+// failSubTask turns sub-task sub (ref, on leader) FAILED with why as its
+// message and refuses the packet: its collector drops the sub-task, and
+// the leader's worker does not start another one for it.
+func (s *Service) failSubTask(ctx context.Context, sub, leader string, ref *pb.Ref, why error) *dspb.SendDataResponse {
+	msg := clipMessage(why.Error())
+	s.log.Error("sync sub-task failed", "pool", ref.GetTid(), "copyset", ref.GetPid(), "task", ref.GetName(), "err", msg)
+	s.metrics.failed.Inc()
+	resp := s.propose(ctx, ref.GetTid(), ref.GetPid(), leader, &pb.Op{Op: &pb.Op_SetStatus{SetStatus: &pb.SetStatus{
+		Ref: ref, Status: pb.Status_FAILED, Message: msg}}})
+	if resp.GetCode() != 0 {
+		return sendDataFail("send data %s: %s (and it could not be marked FAILED: %s)", sub, msg, resp.GetMsg())
+	}
+	return sendDataFail("send data %s: %s", sub, msg)
+}
+
+// clipMessage cuts msg to MaxMessageLen bytes (at a rune boundary), the
+// most a SetStatus message may have.
+func clipMessage(msg string) string {
+	if len(msg) <= MaxMessageLen {
+		return msg
+	}
+	cut := MaxMessageLen - len("...")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
 }
 
 // destCache keeps the dests SendData writes to open, and each copyset's
@@ -506,6 +613,12 @@ type destCache struct {
 	mu        sync.Mutex
 	open      map[string]dest.Dest
 	manifests map[manifestKey]*manifestState
+	// claims is the export each copyset directory was found to hold (or
+	// to hold nothing of another) when this SyncTool last looked, and
+	// locks serialises the puts of one directory, so that two exports
+	// checking it at once cannot both find it free.
+	claims map[manifestKey]string
+	locks  map[manifestKey]*sync.Mutex
 }
 
 // manifestKey names a copyset's manifest on a dest.
@@ -531,7 +644,8 @@ type manifestState struct {
 const manifestPeriod = 10 * time.Second
 
 func newDestCache(server objstore.Config) *destCache {
-	return &destCache{server: server, partEntries: exportfmt.ManifestPartEntries, open: map[string]dest.Dest{}, manifests: map[manifestKey]*manifestState{}}
+	return &destCache{server: server, partEntries: exportfmt.ManifestPartEntries, open: map[string]dest.Dest{},
+		manifests: map[manifestKey]*manifestState{}, claims: map[manifestKey]string{}, locks: map[manifestKey]*sync.Mutex{}}
 }
 
 // check opens u (which checks it is usable) and closes it again.
@@ -558,16 +672,25 @@ func (c *destCache) get(ctx context.Context, u dest.URL) (dest.Dest, error) {
 }
 
 // put writes packet data as name, then records it in the copyset's
-// manifest.
+// manifest. A copyset directory holds one export: a packet of another
+// export than the one the directory holds is not written (an
+// *exportConflictError).
 func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name string, data []byte, pkt *exportfmt.Packet) error {
 	d, err := c.get(ctx, u)
 	if err != nil {
 		return err
 	}
+	key := manifestKey{u.String(), pool, cs}
+	lock := c.lock(key)
+	lock.Lock()
+	defer lock.Unlock()
+	id := pkt.Header.GetExportId()
+	if err := c.claim(ctx, d, key, id); err != nil {
+		return err
+	}
 	if err := d.Put(ctx, name, data); err != nil {
 		return fmt.Errorf("write packet %s to %s: %w", name, d, err)
 	}
-	key := manifestKey{u.String(), pool, cs}
 	c.mu.Lock()
 	st := c.manifests[key]
 	c.mu.Unlock()
@@ -594,6 +717,7 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 			return fmt.Errorf("manifest %s: %w", mname, err)
 		}
 	}
+	m.ExportId = id // the manifest loaded or caught up is of this export (claim)
 	// A long export's manifest is cut into sealed parts, each written once,
 	// before the manifest that counts them.
 	parts := exportfmt.Seal(m, c.partEntries)
@@ -621,6 +745,97 @@ func (c *destCache) put(ctx context.Context, u dest.URL, pool, cs uint32, name s
 	c.mu.Lock()
 	c.manifests[key] = st
 	c.mu.Unlock()
+	return nil
+}
+
+// lock returns the lock of the puts of copyset directory key.
+func (c *destCache) lock(key manifestKey) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.locks[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		c.locks[key] = l
+	}
+	return l
+}
+
+// claim checks that copyset directory key of d holds nothing of another
+// export than id (its manifest and its first and last packets are of id,
+// or it has none), once: then this SyncTool remembers the directory as
+// id's. A claim of another export than the one remembered looks again
+// (the directory may have been emptied since). The caller holds key's
+// lock. An empty id (an export created before export ids) goes with empty
+// ids only, and so does a directory written before them.
+func (c *destCache) claim(ctx context.Context, d dest.Dest, key manifestKey, id string) error {
+	c.mu.Lock()
+	held, ok := c.claims[key]
+	c.mu.Unlock()
+	if ok && held == id {
+		return nil
+	}
+	if err := checkExport(ctx, d, key.pool, key.cs, id); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok {
+		delete(c.manifests, key) // the other export's, which is gone
+	}
+	c.claims[key] = id
+	return nil
+}
+
+// exportConflictError refuses a packet of export Ours for a copyset
+// directory that holds Object of export Theirs.
+type exportConflictError struct {
+	Ours, Theirs string
+	Dest         string
+	Object       string
+}
+
+func (e *exportConflictError) Error() string {
+	return fmt.Sprintf("export %s refused: %s holds %s of export %s; a copyset directory holds one export (give the task another dest, or empty that directory)",
+		exportfmt.ExportIDString(e.Ours), e.Dest, e.Object, exportfmt.ExportIDString(e.Theirs))
+}
+
+// checkExport returns an *exportConflictError when copyset (pool, cs) of
+// d holds a manifest or packets of another export than id: it reads the
+// manifest and the first and last packets (every packet of a directory
+// the SyncTool writes is of one export).
+func checkExport(ctx context.Context, d dest.Dest, pool, cs uint32, id string) error {
+	conflict := func(object, theirs string) error {
+		return &exportConflictError{Ours: id, Theirs: theirs, Dest: d.String(), Object: object}
+	}
+	if m, err := loadManifest(ctx, d, pool, cs); err != nil {
+		return err
+	} else if m.GetExportId() != id && (len(m.GetPackets()) > 0 || m.GetSealedParts() > 0) {
+		return conflict(exportfmt.ManifestName(pool, cs), m.GetExportId())
+	}
+	infos, err := d.List(ctx, exportfmt.CopysetPrefix(pool, cs))
+	if err != nil {
+		return fmt.Errorf("list %s: %w", exportfmt.CopysetPrefix(pool, cs), err)
+	}
+	var packets []string
+	for _, info := range infos {
+		if p, c, _, err := exportfmt.ParsePacketName(info.Name); err == nil && p == pool && c == cs {
+			packets = append(packets, info.Name)
+		}
+	}
+	if len(packets) == 0 {
+		return nil
+	}
+	for _, name := range []string{packets[0], packets[len(packets)-1]} {
+		p, err := readPacket(ctx, d, name)
+		switch {
+		case errors.Is(err, objstore.ErrNotExist):
+			continue // replaced or removed since the listing
+		case err != nil:
+			return err
+		case p.Header.GetExportId() != id:
+			return conflict(name, p.Header.GetExportId())
+		}
+	}
 	return nil
 }
 

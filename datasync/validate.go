@@ -17,6 +17,13 @@ import (
 const (
 	// MaxSubTasks bounds the sub-tasks one copyset holds.
 	MaxSubTasks = 64
+	// MaxTasksPerPool bounds the tasks of one pool: a copyset holds the
+	// sub-tasks of at most this many tasks of its (tid, pid), and
+	// CreateSyncTask refuses one more, naming the pool's tasks.
+	MaxTasksPerPool = 8
+	// ExportIDLen is the length of an export id: 128 random bits in
+	// lowercase hex.
+	ExportIDLen = 32
 	// MaxNameLen bounds a task's name, in bytes.
 	MaxNameLen = 128
 	// MaxTokenLen bounds a token, in bytes.
@@ -40,7 +47,9 @@ const (
 // point) is checked when the op applies and refused in its Result.
 
 // ValidatePutSubTask checks a PutSubTask: db is request.tid in decimal,
-// the name is 1..MaxNameLen bytes of text, the request names its mode,
+// the name is 1..MaxNameLen bytes of text (and request.task_name, when
+// set, is the name), request.export_id is empty or an export id
+// (ValidateExportID), the request names its mode,
 // a valid sync_point (kBINLOG for kIncrementalByTimestamp), start_ts only
 // for kIncrementalByTimestamp, both endpoints, a token and a dest, and
 // update_ms is a time.
@@ -61,11 +70,19 @@ func ValidatePutSubTask(op *pb.PutSubTask) error {
 	if want := strconv.FormatUint(uint64(req.GetTid()), 10); op.GetDb() != want {
 		return fmt.Errorf("put sub-task: db %q is not the tid %d (the pool id) in decimal", op.GetDb(), req.GetTid())
 	}
+	if req.TaskName != nil && req.GetTaskName() != op.GetName() {
+		return fmt.Errorf("put sub-task %s: the request names task %q", subName(req.GetTid(), req.GetPid(), op.GetName()), req.GetTaskName())
+	}
+	if id := req.GetExportId(); id != "" {
+		if err := ValidateExportID(id); err != nil {
+			return fmt.Errorf("put sub-task %s: %w", subName(req.GetTid(), req.GetPid(), op.GetName()), err)
+		}
+	}
 	if err := validateRequest(req); err != nil {
-		return fmt.Errorf("put sub-task %d/%d: %w", req.GetTid(), req.GetPid(), err)
+		return fmt.Errorf("put sub-task %s: %w", subName(req.GetTid(), req.GetPid(), op.GetName()), err)
 	}
 	if err := validateTime("update_ms", op.GetUpdateMs()); err != nil {
-		return fmt.Errorf("put sub-task %d/%d: %w", req.GetTid(), req.GetPid(), err)
+		return fmt.Errorf("put sub-task %s: %w", subName(req.GetTid(), req.GetPid(), op.GetName()), err)
 	}
 	return nil
 }
@@ -110,7 +127,8 @@ func validateRequest(req *dspb.AddSyncTaskRequest) error {
 // ValidateAdvance checks an Advance: a sub-task ref, valid start and next
 // points with next not before start, records only in a packet that moves
 // the point, a finished packet ending in the binlog, a count up to
-// MaxPacketCount and update_ms a time.
+// MaxPacketCount, update_ms a time and start_state_ms, covered_ms and
+// written_at_ms each 0 or a time.
 func ValidateAdvance(op *pb.Advance) error {
 	if op == nil {
 		return errors.New("advance: no op")
@@ -119,7 +137,7 @@ func ValidateAdvance(op *pb.Advance) error {
 		return fmt.Errorf("advance: %w", err)
 	}
 	wrap := func(err error) error {
-		return fmt.Errorf("advance %d/%d: %w", op.GetRef().GetTid(), op.GetRef().GetPid(), err)
+		return fmt.Errorf("advance %s: %w", refName(op.GetRef()), err)
 	}
 	if err := ValidateSyncPoint(op.GetStart()); err != nil {
 		return wrap(fmt.Errorf("start point: %w", err))
@@ -144,7 +162,7 @@ func ValidateAdvance(op *pb.Advance) error {
 	for _, f := range []struct {
 		what string
 		ms   int64
-	}{{"start_state_ms", op.GetStartStateMs()}, {"covered_ms", op.GetCoveredMs()}} {
+	}{{"start_state_ms", op.GetStartStateMs()}, {"covered_ms", op.GetCoveredMs()}, {"written_at_ms", op.GetWrittenAtMs()}} {
 		if f.ms != 0 {
 			if err := validateTime(f.what, f.ms); err != nil {
 				return wrap(err)
@@ -154,7 +172,8 @@ func ValidateAdvance(op *pb.Advance) error {
 	return nil
 }
 
-// ValidateTouch checks a Touch: a sub-task ref, update_ms a time and, with
+// ValidateTouch checks a Touch: a sub-task ref, update_ms a time,
+// written_at_ms 0 or a time and, with
 // a point (at), a valid one; covered_index and covered_ms (a time) only
 // with a binlog point, covered_index not below the point's index - 1.
 func ValidateTouch(op *pb.Touch) error {
@@ -165,10 +184,15 @@ func ValidateTouch(op *pb.Touch) error {
 		return fmt.Errorf("touch: %w", err)
 	}
 	wrap := func(err error) error {
-		return fmt.Errorf("touch %d/%d: %w", op.GetRef().GetTid(), op.GetRef().GetPid(), err)
+		return fmt.Errorf("touch %s: %w", refName(op.GetRef()), err)
 	}
 	if err := validateTime("update_ms", op.GetUpdateMs()); err != nil {
 		return wrap(err)
+	}
+	if ms := op.GetWrittenAtMs(); ms != 0 {
+		if err := validateTime("written_at_ms", ms); err != nil {
+			return wrap(err)
+		}
 	}
 	at := op.GetAt()
 	if at != nil {
@@ -203,7 +227,7 @@ func ValidateSetStatus(op *pb.SetStatus) error {
 		return fmt.Errorf("set status: %w", err)
 	}
 	wrap := func(err error) error {
-		return fmt.Errorf("set status %d/%d: %w", op.GetRef().GetTid(), op.GetRef().GetPid(), err)
+		return fmt.Errorf("set status %s: %w", refName(op.GetRef()), err)
 	}
 	switch op.GetStatus() {
 	case pb.Status_FAILED, pb.Status_REASSIGNING:
@@ -228,19 +252,33 @@ func ValidateSetBinlogEnd(op *pb.SetBinlogEnd) error {
 		return fmt.Errorf("set binlog end: %w", err)
 	}
 	if op.GetIndex() < 1 || op.GetIndex() >= MaxLogIndex {
-		return fmt.Errorf("set binlog end %d/%d: index %d is not a log index in [1, %d)", op.GetRef().GetTid(), op.GetRef().GetPid(), op.GetIndex(), uint64(MaxLogIndex))
+		return fmt.Errorf("set binlog end %s: index %d is not a log index in [1, %d)", refName(op.GetRef()), op.GetIndex(), uint64(MaxLogIndex))
 	}
 	return nil
 }
 
 // ValidateDeleteTask checks a DeleteTask: db a pool id in decimal, a name
-// as ValidatePutSubTask wants it.
+// as ValidatePutSubTask wants it, export_id empty or an export id.
 func ValidateDeleteTask(op *pb.DeleteTask) error {
 	if op == nil {
 		return errors.New("delete task: no op")
 	}
 	if err := validateTask(op.GetDb(), op.GetName()); err != nil {
 		return fmt.Errorf("delete task: %w", err)
+	}
+	if id := op.GetExportId(); id != "" {
+		if err := ValidateExportID(id); err != nil {
+			return fmt.Errorf("delete task %s/%s: %w", op.GetDb(), op.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// ValidateExportID checks an export id: ExportIDLen lowercase hex digits
+// (NewExportID's).
+func ValidateExportID(id string) error {
+	if len(id) != ExportIDLen || strings.Trim(id, "0123456789abcdef") != "" {
+		return fmt.Errorf("export id %q is not %d lowercase hex digits", id, ExportIDLen)
 	}
 	return nil
 }
@@ -254,16 +292,26 @@ func validateTask(db, name string) error {
 	return validateText("name", name, MaxNameLen)
 }
 
-// validateRef checks a sub-task ref: present, with a token.
+// validateRef checks a sub-task ref: present, with a token and a name of
+// 1..MaxNameLen bytes of text, or none (a ref from before a copyset held
+// several tasks).
 func validateRef(r *pb.Ref) error {
 	if r == nil {
 		return errors.New("no sub-task ref (tid, pid, token)")
 	}
 	if err := validateText("token", r.GetToken(), MaxTokenLen); err != nil {
-		return fmt.Errorf("sub-task %d/%d: %w", r.GetTid(), r.GetPid(), err)
+		return fmt.Errorf("sub-task %s: %w", refName(r), err)
+	}
+	if r.GetName() != "" {
+		if err := validateText("name", r.GetName(), MaxNameLen); err != nil {
+			return fmt.Errorf("sub-task %s: %w", refName(r), err)
+		}
 	}
 	return nil
 }
+
+// refName names the sub-task ref r names in messages.
+func refName(r *pb.Ref) string { return subName(r.GetTid(), r.GetPid(), r.GetName()) }
 
 // validateText checks a required string: 1..max bytes of UTF-8 without
 // control characters (the state file's lines are protobuf JSON: a string

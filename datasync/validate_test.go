@@ -108,6 +108,13 @@ func TestValidateRefusesBadInput(t *testing.T) {
 		{"binlog end: absurd", &pb.Op{Op: &pb.Op_SetBinlogEnd{SetBinlogEnd: &pb.SetBinlogEnd{Ref: ref(1, 1, tok1), Index: MaxLogIndex}}}, "is not a log index"},
 		{"delete: db not decimal", &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: "x", Name: "t"}}}, `db "x" is not a pool id`},
 		{"delete: no name", &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: "1"}}}, "name is empty"},
+		{"delete: bad export id", &pb.Op{Op: &pb.Op_DeleteTask{DeleteTask: &pb.DeleteTask{Db: "1", Name: "t", ExportId: "ABC"}}}, `export id "ABC" is not 32 lowercase hex digits`},
+		{"put: another task's name in the request", put(func(p *pb.PutSubTask) { p.Request.TaskName = proto.String("u") }), `put sub-task 1/1 of task "t": the request names task "u"`},
+		{"put: bad export id", put(func(p *pb.PutSubTask) { p.Request.ExportId = proto.String(strings.Repeat("g", ExportIDLen)) }), "is not 32 lowercase hex digits"},
+		{"put: short export id", put(func(p *pb.PutSubTask) { p.Request.ExportId = proto.String("abc") }), "is not 32 lowercase hex digits"},
+		{"advance: name with a newline", adv(func(a *pb.Advance) { a.Ref.Name = "a\nb" }), "control character"},
+		{"advance: absurd written time", adv(func(a *pb.Advance) { a.WrittenAtMs = -1 }), "written_at_ms -1 is not a time"},
+		{"touch: absurd written time", touch(func(o *pb.Touch) { o.WrittenAtMs = MaxUnixMs + 1 }), "written_at_ms 253402300800000 is not a time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,6 +132,10 @@ func TestValidateRefusesBadInput(t *testing.T) {
 	}
 	// The valid ops the tests build pass.
 	for _, op := range []*pb.Op{put(func(*pb.PutSubTask) {}), adv(func(*pb.Advance) {}), touch(func(*pb.Touch) {}),
+		put(func(p *pb.PutSubTask) {
+			p.Request.TaskName, p.Request.ExportId = proto.String("t"), proto.String(NewExportID())
+		}),
+		adv(func(a *pb.Advance) { a.Ref.Name, a.WrittenAtMs = "t", 1000 }),
 		touch(func(o *pb.Touch) { o.CoveredIndex = 4 }), touch(func(o *pb.Touch) { o.At, o.CoveredIndex, o.CoveredMs = snapAt(3, 0), 0, 0 })} {
 		if err := validateOp(op); err != nil {
 			t.Errorf("valid op refused: %v", err)

@@ -124,6 +124,10 @@ type applier struct {
 	asOf    map[uint64]*pb.Place
 	touched map[uint64]bool // clone chunks whose state changed
 	lagging uint64          // refused ops of applied groups not counted yet
+
+	// paced is when the data applied so far may have been applied at the
+	// share's throttle (sync.throttle-bytes-per-sec).
+	paced time.Time
 }
 
 // expect is what a chunk op of a group must answer.
@@ -560,7 +564,37 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 		}
 	}
 	a.share = res.SubTask
+	bytes := a.bytes
 	a.reset()
+	return a.throttle(ctx, bytes)
+}
+
+// pace is when n more bytes at rate bytes per second are applied, the
+// ones before by paced (a pace that fell behind now starts again from
+// now: idle time is not saved up).
+func pace(paced, now time.Time, n int, rate uint64) time.Time {
+	if paced.Before(now) {
+		paced = now
+	}
+	return paced.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
+}
+
+// throttle waits after a group of n data bytes until the share's data so
+// far has taken at least as long as its throttle asks.
+func (a *applier) throttle(ctx context.Context, n int) error {
+	rate := a.share.GetConfig().GetSync().GetThrottleBytesPerSec()
+	if rate == 0 || n == 0 {
+		return nil
+	}
+	now := time.Now()
+	a.paced = pace(a.paced, now, n, rate)
+	if wait := a.paced.Sub(now); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 	return nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v3"
@@ -40,20 +39,16 @@ type SourceFile struct {
 	Export  string   `yaml:"export,omitempty" toml:"export,omitempty"`
 }
 
-// SyncSettings are a task's settings that may change in the Sync unit.
+// SyncSettings are a task's settings that may change in the Sync unit:
+// the chunk data a copyset's share applies per second (0: no bound).
 type SyncSettings struct {
 	ThrottleBytesPerSec uint64 `yaml:"throttle-bytes-per-sec,omitempty" toml:"throttle-bytes-per-sec,omitempty"`
-	ApplyConcurrency    uint32 `yaml:"apply-concurrency,omitempty" toml:"apply-concurrency,omitempty"`
-	// SendInterval is a duration ("200ms"); empty: the source's default.
-	SendInterval string `yaml:"send-interval,omitempty" toml:"send-interval,omitempty"`
 }
 
 // Limits of a task file.
 const (
 	// MaxNameLen bounds a task name.
 	MaxNameLen = 64
-	// MaxApplyConcurrency bounds sync.apply-concurrency.
-	MaxApplyConcurrency = 64
 	// MaxCopysets bounds the copysets a task lists.
 	MaxCopysets = 4096
 	// MaxTaskFileBytes bounds a task file.
@@ -135,11 +130,7 @@ func FileOf(c *pb.TaskConfig) TaskFile {
 		Copysets: slices.Clone(c.GetCopysets()), IncrementalFrom: c.GetIncrementalFrom(),
 		Source: SourceFile{Cluster: slices.Clone(c.GetSource().GetCluster()), Pool: c.GetSource().GetPool(),
 			Relay: c.GetSource().GetRelay(), Export: c.GetSource().GetExport()},
-		Sync: SyncSettings{ThrottleBytesPerSec: c.GetSync().GetThrottleBytesPerSec(),
-			ApplyConcurrency: c.GetSync().GetApplyConcurrency()},
-	}
-	if ms := c.GetSync().GetSendIntervalMs(); ms != 0 {
-		f.Sync.SendInterval = (time.Duration(ms) * time.Millisecond).String()
+		Sync: SyncSettings{ThrottleBytesPerSec: c.GetSync().GetThrottleBytesPerSec()},
 	}
 	return f
 }
@@ -226,19 +217,6 @@ func (f TaskFile) Config() (*pb.TaskConfig, error) {
 		}
 		c.IncrementalFrom = u.String()
 	}
-	if f.Sync.ApplyConcurrency > MaxApplyConcurrency {
-		return nil, bad("sync.apply-concurrency", "%d, more than %d", f.Sync.ApplyConcurrency, MaxApplyConcurrency)
-	}
-	c.Sync.ApplyConcurrency, c.Sync.ThrottleBytesPerSec = f.Sync.ApplyConcurrency, f.Sync.ThrottleBytesPerSec
-	if f.Sync.SendInterval != "" {
-		if len(f.Source.Cluster) == 0 {
-			return nil, bad("sync.send-interval", "only with source.cluster (an export source has no sender)")
-		}
-		d, err := time.ParseDuration(f.Sync.SendInterval)
-		if err != nil || d < time.Millisecond || d > time.Hour {
-			return nil, bad("sync.send-interval", "%q: want a duration from 1ms to 1h", f.Sync.SendInterval)
-		}
-		c.Sync.SendIntervalMs = uint32(d / time.Millisecond)
-	}
+	c.Sync.ThrottleBytesPerSec = f.Sync.ThrottleBytesPerSec
 	return c, nil
 }

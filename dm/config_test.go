@@ -18,8 +18,7 @@ source:
 target-pool: 2
 copysets: [3, 1, 2]
 sync:
-  apply-concurrency: 4
-  send-interval: 200ms
+  throttle-bytes-per-sec: 1048576
 `
 
 func TestParseTaskYAML(t *testing.T) {
@@ -29,7 +28,7 @@ func TestParseTaskYAML(t *testing.T) {
 	}
 	want := &pb.TaskConfig{Name: "mig1", Mode: pb.Mode_ALL, TargetPool: 2, Copysets: []uint32{1, 2, 3},
 		Source: &pb.Source{Cluster: []string{"127.0.0.1:8200", "127.0.0.1:8201"}, Pool: 1, Relay: "file:///var/lib/relay/mig1"},
-		Sync:   &pb.SyncSettings{ApplyConcurrency: 4, SendIntervalMs: 200}}
+		Sync:   &pb.SyncSettings{ThrottleBytesPerSec: 1 << 20}}
 	if !proto.Equal(c, want) {
 		t.Fatalf("parsed %v\nwant %v", c, want)
 	}
@@ -66,9 +65,8 @@ func TestParseTaskBad(t *testing.T) {
 		{"copyset twice", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\ncopysets: [2, 2]\n", "listed twice"},
 		{"incremental without start", "name: a\ntask-mode: incremental\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\n", "incremental-from: required"},
 		{"start without incremental", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nincremental-from: file:///m\n", "only with task-mode incremental"},
-		{"concurrency", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {apply-concurrency: 65}\n", "more than 64"},
-		{"interval on export", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {send-interval: 1s}\n", "only with source.cluster"},
-		{"bad interval", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1'], relay: file:///r}\ntarget-pool: 2\nsync: {send-interval: soon}\n", "want a duration"},
+		{"unknown sync key", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {apply-concurrency: 4}\n", "field apply-concurrency not found"},
+		{"bad throttle", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {throttle-bytes-per-sec: -1}\n", "cannot unmarshal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTaskYAML([]byte(tc.file))
@@ -85,7 +83,7 @@ func TestParseTaskBad(t *testing.T) {
 func TestCanUpdate(t *testing.T) {
 	cur := testConfig("a")
 	next := proto.CloneOf(cur)
-	next.Sync.ThrottleBytesPerSec, next.Sync.ApplyConcurrency = 1<<20, 8
+	next.Sync.ThrottleBytesPerSec = 1 << 20
 	if why := CanUpdate(cur, next); len(why) > 0 {
 		t.Fatalf("sync settings may change: %v", why)
 	}

@@ -108,7 +108,7 @@ func (w *dmWorkload) op(rng *rand.Rand, i int) []byte {
 	case x < 95:
 		c := proto.CloneOf(s.GetConfig())
 		if rng.IntN(2) == 0 {
-			c.Sync.ApplyConcurrency = uint32(rng.IntN(8))
+			c.Sync.ThrottleBytesPerSec = uint64(rng.IntN(8)) << 20
 		} else {
 			c.TargetPool++ // not allowed
 		}

@@ -43,17 +43,24 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 	if err != nil {
 		return refused("%v", err), nil
 	}
-	switch {
-	case len(cfg.GetSource().GetCluster()) > 0:
-		return refused("task %q: source.cluster: a cluster source is not built yet; give source.export, an export of the pool (chunkctl sync create)", cfg.GetName()), nil
-	case cfg.GetMode() == pb.Mode_INCREMENTAL:
+	if cfg.GetMode() == pb.Mode_INCREMENTAL {
 		return refused("task %q: task-mode incremental is not built yet; use all or full", cfg.GetName()), nil
 	}
 	targets, err := s.targets(ctx, cfg)
 	if err != nil {
 		return refused("task %q: %v", cfg.GetName(), err), nil
 	}
-	packets, err := s.sourceCopysets(ctx, cfg)
+	// What the source has of each copyset: an export's packets, or a
+	// source cluster's copysets (its relay task exports them once made).
+	var (
+		packets map[uint32][]string
+		onSrc   map[uint32]bool
+	)
+	if len(cfg.GetSource().GetCluster()) > 0 {
+		onSrc, err = s.sourceClusterCopysets(ctx, cfg)
+	} else {
+		packets, err = s.sourceCopysets(ctx, cfg)
+	}
 	if err != nil {
 		return refused("task %q: %v", cfg.GetName(), err), nil
 	}
@@ -65,8 +72,8 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 		r := &pb.CopysetResult{Pool: g.Pool(), Copyset: g.Copyset(), Result: true}
 		resp.Copysets = append(resp.Copysets, r)
 		n := len(packets[g.Copyset()])
-		if n == 0 {
-			r.Result, r.Msg = false, fmt.Sprintf("the source has no packets of copyset %d/%d", cfg.GetSource().GetPool(), g.Copyset())
+		if n == 0 && !onSrc[g.Copyset()] {
+			r.Result, r.Msg = false, fmt.Sprintf("the source has no copyset %d/%d", cfg.GetSource().GetPool(), g.Copyset())
 			problems = append(problems, fmt.Sprintf("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.Msg))
 			continue
 		}
@@ -81,6 +88,8 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 			starts[i] = nil // nothing to do there
 		case chk.GetChunks() > 0:
 			r.Result, r.Msg = false, fmt.Sprintf("holds %d chunks: task-mode %s migrates into empty copysets", chk.GetChunks(), ModeName(cfg.GetMode()))
+		case onSrc != nil:
+			r.Msg = fmt.Sprintf("would apply copyset %d/%d of the source cluster, exported to %s", cfg.GetSource().GetPool(), g.Copyset(), sourceOf(cfg))
 		default:
 			r.Msg = fmt.Sprintf("would apply copyset %d/%d of %s (%d packets so far)", cfg.GetSource().GetPool(), g.Copyset(), sourceOf(cfg), n)
 		}
@@ -95,6 +104,12 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 	if req.GetCheckOnly() {
 		resp.Msg = fmt.Sprintf("task %q: the check passed on %d copysets; nothing was started", cfg.GetName(), len(targets))
 		return resp, nil
+	}
+	if onSrc != nil {
+		if err := s.createRelayTask(ctx, cfg); err != nil {
+			resp.Result, resp.Msg = false, fmt.Sprintf("task %q: %v; nothing was started", cfg.GetName(), err)
+			return resp, nil
+		}
 	}
 	for i, g := range targets {
 		r := resp.Copysets[i]
@@ -372,6 +387,13 @@ func (c *controlService) OperateTask(ctx context.Context, req *pb.OperateTaskReq
 	if len(l.unanswered) > 0 {
 		resp.Result = false
 		resp.Msg = "no leader answered for " + strings.Join(l.unanswered, ", ") + ": their shares, if any, were not reached"
+	}
+	// A stopped task with a cluster source lets its relay task go.
+	if cfg := l.shares[0].GetSubtask().GetConfig(); op.GetDelete() != nil && resp.Result && len(cfg.GetSource().GetCluster()) > 0 {
+		if err := s.deleteRelayTask(ctx, cfg); err != nil {
+			resp.Result, resp.Msg = false, fmt.Sprintf("task %q stopped, but %v: delete it on the source (chunkctl sync delete --pool %d --name %s)",
+				name, err, cfg.GetSource().GetPool(), relayTaskName(name))
+		}
 	}
 	s.log.Info("dm task operated", "task", name, "op", req.GetOp().String(), "copysets", len(resp.Copysets), "result", resp.Result)
 	return resp, nil

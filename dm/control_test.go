@@ -64,7 +64,7 @@ func TestControlPath(t *testing.T) {
 		{"no such copyset", taskYAML("t", export, 2, "copysets: [5]\n"), "copyset 2/5 does not exist"},
 		{"no such source pool", strings.Replace(taskYAML("t", export, 2, ""), "pool: 1", "pool: 7", 1), "has no packets of pool 7"},
 		{"target not empty", taskYAML("t", export, 3, ""), "copyset 3/1: holds 1 chunks"},
-		{"cluster source", "name: t\ntask-mode: all\nsource: {pool: 1, cluster: ['127.0.0.1:1'], relay: file:///r}\ntarget-pool: 2\n", "a cluster source is not built yet"},
+		{"unreachable source cluster", "name: t\ntask-mode: all\nsource: {pool: 1, cluster: ['127.0.0.1:1'], relay: file:///r}\ntarget-pool: 2\n", "source cluster: no seed answered"},
 	} {
 		r, err := ctl.StartTask(ctx, &pb.StartTaskRequest{Task: tc.task})
 		if err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), tc.want) {
@@ -132,4 +132,71 @@ func clientWrite(t *testing.T, c *chunkservertest.Cluster, g copyset.GroupID, ch
 		t.Fatal(err)
 	}
 	return resp.GetStatus()
+}
+
+// A task whose source is a pool of another cluster: start-task makes the
+// source export it to the relay (sync task dm-<task>, beside the source
+// pool's own backup task), the target follows the relay until it equals
+// the source; stop-task deletes the relay task and leaves the backup.
+func TestClusterSource(t *testing.T) {
+	a := chunkservertest.Start(t, 3)
+	b := chunkservertest.Start(t, 3)
+	ctx := context.Background()
+	dst := copyset.NewGroupID(2, 1)
+	createCopyset(t, b, dst)
+	for chunk := uint64(1); chunk <= 3; chunk++ {
+		write(t, a, a.Group, chunk, 1, uint32(chunk), byte(chunk))
+	}
+	tool := dspb.NewSyncToolClient(a.Conns[0])
+	cr, err := tool.CreateSyncTask(ctx, &dspb.CreateSyncTaskRequest{Db: proto.String("1"), Name: proto.String("backup"),
+		Mode: dspb.SyncMode_kFullAndContinuous.Enum(), Dest: proto.String("file://" + filepath.Join(t.TempDir(), "backup"))})
+	if err != nil || cr.GetCode() != 0 {
+		t.Fatalf("the source's backup task: %v %v", cr, err)
+	}
+	var seeds []string
+	for _, srv := range a.Servers {
+		seeds = append(seeds, "'"+srv.Local().Addr()+"'")
+	}
+	relay := "file://" + filepath.Join(t.TempDir(), "relay")
+	task := fmt.Sprintf("name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: %s\ntarget-pool: 2\n", strings.Join(seeds, ", "), relay)
+	ctl := pb.NewDMControlClient(b.Conns[0])
+	if r, err := ctl.StartTask(ctx, &pb.StartTaskRequest{Task: task}); err != nil || !r.GetResult() {
+		t.Fatalf("start-task: %v %v", r, err)
+	}
+	tasks := func() []string {
+		st, err := tool.TaskStatus(ctx, &dspb.TaskStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, task := range st.GetTask() {
+			names = append(names, task.GetProgress().GetTaskName())
+		}
+		return names
+	}
+	if got := strings.Join(tasks(), "\n"); !strings.Contains(got, "dm-mig") {
+		t.Fatalf("the source has no relay task:\n%s", got)
+	}
+	write(t, a, a.Group, 4, 1, 0, 4) // during the migration
+	testwait.Until(t, 90*time.Second, func() error {
+		sa, err := poolState(a, a.Group)
+		if err != nil {
+			return err
+		}
+		sb, err := poolState(b, dst)
+		if err != nil {
+			return err
+		}
+		if sa != sb {
+			return fmt.Errorf("source:\n%s\ntarget:\n%s", sa, sb)
+		}
+		return nil
+	})
+	if r, err := ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Stop}); err != nil || !r.GetResult() {
+		t.Fatalf("stop-task: %v %v", r, err)
+	}
+	got := strings.Join(tasks(), "\n")
+	if strings.Contains(got, "dm-mig") || !strings.Contains(got, "backup") {
+		t.Fatalf("the source's tasks after stop-task:\n%s", got)
+	}
 }

@@ -21,7 +21,9 @@ import (
 // reads the shares after a barrier and skips the starts this server has
 // in flight.
 
-// fencePrefix begins the owner of every fence a dm task holds.
+// fencePrefix begins the owner of every fence a dm task holds: owners
+// beginning with it are the dm service's, and no other user of the write
+// fence may take one (liftOrphanFence lifts those without a share).
 const fencePrefix = "dm:"
 
 // fenceOwner is the write fence owner of task name.

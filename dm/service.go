@@ -30,15 +30,12 @@ type Config struct {
 	// CheckInterval is how often paused shares are looked at for
 	// auto-resume (upstream's 5 s).
 	CheckInterval time.Duration `yaml:"check_interval" toml:"check-interval"`
-	// ApplyConcurrency is a share's groups in flight when its task does
-	// not say (sync.apply-concurrency).
-	ApplyConcurrency uint32 `yaml:"apply_concurrency" toml:"apply-concurrency"`
 }
 
-// DefaultConfig is upstream's auto-resume (1 s doubling to 5 min, looked
-// at every 5 s) and 4 groups in flight per share.
+// DefaultConfig is upstream's auto-resume: 1 s doubling to 5 min, looked
+// at every 5 s.
 func DefaultConfig() Config {
-	return Config{ResumeBackoffMin: time.Second, ResumeBackoffMax: 5 * time.Minute, CheckInterval: 5 * time.Second, ApplyConcurrency: 4}
+	return Config{ResumeBackoffMin: time.Second, ResumeBackoffMax: 5 * time.Minute, CheckInterval: 5 * time.Second}
 }
 
 // Validate checks the configuration.
@@ -48,8 +45,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dm.resume_backoff_min %v, dm.resume_backoff_max %v: want 0 < min <= max", c.ResumeBackoffMin, c.ResumeBackoffMax)
 	case c.CheckInterval <= 0:
 		return fmt.Errorf("dm.check_interval %v: want more than 0", c.CheckInterval)
-	case c.ApplyConcurrency == 0 || c.ApplyConcurrency > MaxApplyConcurrency:
-		return fmt.Errorf("dm.apply_concurrency %d: want 1 to %d", c.ApplyConcurrency, MaxApplyConcurrency)
 	}
 	return nil
 }

@@ -55,10 +55,10 @@ func TestWorkerRPCs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var parsed struct {
-		Name             string `toml:"name"`
-		ApplyConcurrency int    `toml:"apply-concurrency"`
+		Name          string `toml:"name"`
+		CheckInterval string `toml:"check-interval"`
 	}
-	if _, err := toml.Decode(cfg.GetCfg(), &parsed); err != nil || parsed.Name == "" || parsed.ApplyConcurrency != 4 {
+	if _, err := toml.Decode(cfg.GetCfg(), &parsed); err != nil || parsed.Name == "" || parsed.CheckInterval != "5s" {
 		t.Fatalf("GetWorkerCfg %q: %+v %v", cfg.GetCfg(), parsed, err)
 	}
 	v1, err := w.OperateV1Meta(ctx, &dmpb.OperateV1MetaRequest{Op: dmpb.V1MetaOp_GetV1Meta})

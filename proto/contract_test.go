@@ -161,6 +161,15 @@ func TestContractFields(t *testing.T) {
 	}{
 		// chunkraft's carrier for upstream's brpc attachment.
 		{"openmldb.datasync.SendDataRequest", 100, "data", protoreflect.BytesKind, protoreflect.Optional, ""},
+		// chunkraft's extensions for several named tasks per pool and
+		// export ids, outside upstream's numbering.
+		{"openmldb.datasync.SendDataRequest", 101, "task_name", protoreflect.StringKind, protoreflect.Optional, ""},
+		{"openmldb.datasync.SendDataRequest", 102, "export_id", protoreflect.StringKind, protoreflect.Optional, ""},
+		{"openmldb.datasync.SendDataRequest", 103, "written_at_ms", protoreflect.Int64Kind, protoreflect.Optional, ""},
+		{"openmldb.datasync.AddSyncTaskRequest", 100, "task_name", protoreflect.StringKind, protoreflect.Optional, ""},
+		{"openmldb.datasync.AddSyncTaskRequest", 101, "export_id", protoreflect.StringKind, protoreflect.Optional, ""},
+		{"openmldb.datasync.AddSyncTaskRequest", 9, "dest", protoreflect.StringKind, protoreflect.Optional, ""},
+		{"openmldb.datasync.SendDataRequest", 6, "finished", protoreflect.BoolKind, protoreflect.Optional, ""},
 		{"openmldb.datasync.SendDataRequest", 7, "next_point", protoreflect.MessageKind, protoreflect.Optional, "openmldb.datasync.SyncPoint"},
 		{"openmldb.datasync.SendDataResponse", 1, "response", protoreflect.MessageKind, protoreflect.Required, "openmldb.datasync.GeneralResponse"},
 		{"openmldb.datasync.SyncPoint", 1, "type", protoreflect.EnumKind, protoreflect.Required, "openmldb.datasync.SyncType"},
@@ -215,6 +224,9 @@ func TestContractAbsentFields(t *testing.T) {
 	}{
 		{"disaggregated.TryAddLockRequest", 2},
 		{"disaggregated.EstablishDisaggTaskResponse", 2},
+		// upstream's numbering ends at 9 and 7: chunkraft's fields start at 100.
+		{"openmldb.datasync.AddSyncTaskRequest", 10},
+		{"openmldb.datasync.SendDataRequest", 8},
 	}
 	for _, tt := range tests {
 		if fd := findMessage(t, tt.message).Fields().ByNumber(tt.number); fd != nil {

@@ -93,6 +93,9 @@ func seedSyncChunks(t *testing.T, c *cli.Client, copysets []cli.CopysetID) {
 type syncStatus struct {
 	Pool          uint32 `json:"pool"`
 	Copyset       uint32 `json:"copyset"`
+	Name          string `json:"name"`
+	ExportID      string `json:"exportId"`
+	Dest          string `json:"dest"`
 	Status        string `json:"status"`
 	Point         string `json:"point"`
 	Count         uint64 `json:"count"`
@@ -657,14 +660,14 @@ func TestSyncFullExport(t *testing.T) {
 		t.Fatalf("bad input created sub-tasks: %+v", st)
 	}
 
-	// Two tasks created for the pool at once: a create that fails leaves
-	// nothing behind, so the pool ends with all of one task's sub-tasks or
-	// none.
+	// Two creates of one task at once: a create that fails leaves nothing
+	// behind and takes nothing of the other's, so the pool ends with all
+	// of one create's sub-tasks (one export) or none.
 	var wg sync.WaitGroup
 	codes := make([]int, 2)
-	for i, name := range []string{"race-a", "race-b"} {
+	for i, d := range []string{dir + "-a", dir + "-b"} {
 		wg.Go(func() {
-			_, _, codes[i] = chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", name, "--mode", "continuous", "--dest", "file://"+dir+"-"+name)
+			_, _, codes[i] = chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "race", "--mode", "continuous", "--dest", "file://"+d)
 		})
 	}
 	wg.Wait()
@@ -674,13 +677,18 @@ func TestSyncFullExport(t *testing.T) {
 			ok++
 		}
 	}
-	if st := syncStatusOf(t, src.addrs()); ok > 1 || len(st) != ok*len(copysets) {
+	st := syncStatusOf(t, src.addrs())
+	if ok > 1 || len(st) != ok*len(copysets) {
 		t.Fatalf("two creates at once: exits %v, then %d sub-tasks: %+v", codes, len(st), st)
 	}
-	_, _, _ = chunkctl(t, src.addrs(), nil, "sync", "delete", "--pool", "1", "--name", "race-a")
-	_, _, _ = chunkctl(t, src.addrs(), nil, "sync", "delete", "--pool", "1", "--name", "race-b")
+	for _, s := range st {
+		if s.Name != "race" || s.ExportID != st[0].ExportID || s.Dest != st[0].Dest {
+			t.Fatalf("two creates at once left sub-tasks of two exports: %+v", st)
+		}
+	}
+	_, _, _ = chunkctl(t, src.addrs(), nil, "sync", "delete", "--pool", "1", "--name", "race")
 	if st := syncStatusOf(t, src.addrs()); len(st) != 0 {
-		t.Fatalf("sub-tasks after deleting the raced tasks: %+v", st)
+		t.Fatalf("sub-tasks after deleting the raced task: %+v", st)
 	}
 
 	// --wait returns once every sub-task is SUCCESS, and says so.
@@ -705,10 +713,20 @@ func TestSyncFullExport(t *testing.T) {
 	}
 	dst, _ := restoreInto(t, dir, len(copysets))
 	sameSyncChunks(t, src.client, dst.client, copysets)
-	_, errOut, code := chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "again", "--mode", "full", "--dest", "file://"+dir)
-	if code == 0 || !strings.Contains(errOut, "already has sync task") {
-		t.Fatalf("second task for the pool: exit %d %s", code, errOut)
+	_, errOut, code := chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "full", "--mode", "full", "--dest", "file://"+dir+"-2")
+	if code == 0 || !strings.Contains(errOut, "sync task already exists(creating or created)") {
+		t.Fatalf("the task again: exit %d %s", code, errOut)
 	}
+	// A second task of the pool is created, but its export cannot go
+	// where the first one's is: it fails, naming both exports, and the
+	// first export still restores exactly.
+	first := syncStatusOf(t, src.addrs())[0].ExportID
+	_, errOut, code = chunkctl(t, src.addrs(), nil, "sync", "create", "--pool", "1", "--name", "again", "--mode", "full", "--dest", "file://"+dir, "--wait", "1m")
+	if code == 0 || !strings.Contains(errOut, `sub-task of task "again"`) || !strings.Contains(errOut, "FAILED") || !strings.Contains(errOut, "of export "+first) {
+		t.Fatalf("a second task to the first one's dest: exit %d %s", code, errOut)
+	}
+	again, _ := restoreInto(t, dir, len(copysets))
+	sameSyncChunks(t, src.client, again.client, copysets)
 }
 
 // TestSyncS3ExportRestore: a kFull export to an s3:// dest on the servers'

@@ -33,12 +33,18 @@ func (e *BadPacketError) Unwrap() error { return e.Err }
 // point in this copyset, names are strictly increasing, and each packet
 // starts where the previous one ends. The first packet may start anywhere
 // (a kIncrementalByTimestamp export starts at a binlog point); Start
-// reports where. The zero Chain is not usable: use NewChain.
+// reports where. Packets added with AddPacket must also be of one export
+// (the same export_id; an empty id, an export written before ids, goes
+// only with empty ids). The zero Chain is not usable: use NewChain.
 type Chain struct {
 	pool, copyset uint32
 	n             int
 	first, next   Point
 	last          string
+	// exportID is the export of the packets added with AddPacket, from
+	// the first of them, firstName; byPacket says there was one.
+	exportID, firstName string
+	byPacket            bool
 }
 
 // NewChain returns a checker for the packets of copyset (pool, copyset).
@@ -74,13 +80,38 @@ func (c *Chain) Add(name string, start, next Point) error {
 }
 
 // AddPacket is Add for a decoded packet; it also checks the copyset in
-// the packet's header.
+// the packet's header and that the packet is of the export of the packets
+// added before it (their export_id).
 func (c *Chain) AddPacket(name string, p *Packet) error {
 	if p.Header.LogicPoolId != c.pool || p.Header.CopysetId != c.copyset {
 		return &BadPacketError{Name: name, Err: fmt.Errorf("its header names copyset %d/%d, not %d/%d",
 			p.Header.LogicPoolId, p.Header.CopysetId, c.pool, c.copyset)}
 	}
-	return c.Add(name, p.Start, p.Next)
+	id := p.Header.GetExportId()
+	if c.byPacket && id != c.exportID {
+		return &BadPacketError{Name: name, Err: fmt.Errorf("it is of export %s, the packets before it (from %s on) of export %s: the copyset holds packets of two exports",
+			ExportIDString(id), c.firstName, ExportIDString(c.exportID))}
+	}
+	if err := c.Add(name, p.Start, p.Next); err != nil {
+		return err
+	}
+	if !c.byPacket {
+		c.exportID, c.firstName, c.byPacket = id, name, true
+	}
+	return nil
+}
+
+// ExportID returns the export of the packets added with AddPacket ("" for
+// none, or packets written before export ids).
+func (c *Chain) ExportID() string { return c.exportID }
+
+// ExportIDString is export id id for messages: the id, or "(none)" for
+// the empty id of an export written before export ids.
+func ExportIDString(id string) string {
+	if id == "" {
+		return "(none)"
+	}
+	return id
 }
 
 // Len returns the number of packets added.

@@ -98,6 +98,41 @@ func TestChainAddPacket(t *testing.T) {
 	}
 }
 
+// The packets a chain adds with AddPacket are of one export: the first
+// one's export_id, the empty id (an export written before ids) included;
+// a packet of another is refused, naming it and both ids, and the chain
+// is unchanged.
+func TestChainExportIDs(t *testing.T) {
+	pkt := func(start, next Point, id string) (string, *Packet) {
+		p, err := Decode(mustEncode(t, &syncpb.PacketHeader{LogicPoolId: 1, CopysetId: 3, StartPoint: start.Proto(), NextPoint: next.Proto(), ExportId: id}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return PacketName(1, 3, start), p
+	}
+	a, b := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	for _, c := range []struct{ first, then string }{{a, b}, {"", a}, {a, ""}} {
+		ch := NewChain(1, 3)
+		n1, p1 := pkt(BinlogPoint(10), BinlogPoint(20), c.first)
+		must(t, ch.AddPacket(n1, p1))
+		n2, p2 := pkt(BinlogPoint(20), BinlogPoint(30), c.first)
+		must(t, ch.AddPacket(n2, p2))
+		n3, p3 := pkt(BinlogPoint(30), BinlogPoint(40), c.then)
+		err := ch.AddPacket(n3, p3)
+		var bad *BadPacketError
+		want := "bad packet " + n3 + ": it is of export " + ExportIDString(c.then) + ", the packets before it (from " + n1 + " on) of export " +
+			ExportIDString(c.first) + ": the copyset holds packets of two exports"
+		if !errors.As(err, &bad) || bad.Name != n3 || err.Error() != want {
+			t.Errorf("%q then %q: %v, want %q", c.first, c.then, err, want)
+		}
+		if next, _ := ch.Next(); next != BinlogPoint(30) || ch.Len() != 2 || ch.ExportID() != c.first {
+			t.Errorf("after the refusal: next %v, len %d, export %q", next, ch.Len(), ch.ExportID())
+		}
+		n3, p3 = pkt(BinlogPoint(30), BinlogPoint(40), c.first)
+		must(t, ch.AddPacket(n3, p3))
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

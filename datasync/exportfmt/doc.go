@@ -39,7 +39,10 @@
 //     resent packet replaces itself, and the lexical order of the names of
 //     one copyset is the order of their start points.
 //   - A copyset's packets form a chain: sorted by name, each one's
-//     start_point is the previous one's next_point ([Chain]).
+//     start_point is the previous one's next_point ([Chain]), and all are
+//     of one export (the same export_id, [Chain.AddPacket]; the empty id
+//     of an export written before ids goes with empty ids only). Its
+//     manifest, and every sealed part of it, has that export_id too.
 //   - [Decode] returns a packet only when every check passes: the magic,
 //     the version, the lengths, the body's CRC-32C, the record count, the
 //     points and the records' places; otherwise its error names what is

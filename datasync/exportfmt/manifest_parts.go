@@ -31,6 +31,7 @@ func Seal(m *syncpb.Manifest, per int) []*syncpb.Manifest {
 		part := &syncpb.Manifest{
 			FormatVersion: m.FormatVersion, LogicPoolId: m.LogicPoolId, CopysetId: m.CopysetId,
 			Packets: m.Packets[at : at+per : at+per], SealedParts: m.SealedParts, Previous: m.Previous, Part: m.SealedParts + 1,
+			ExportId: m.ExportId,
 		}
 		parts = append(parts, part)
 		m.SealedParts++
@@ -45,8 +46,8 @@ func Seal(m *syncpb.Manifest, per int) []*syncpb.Manifest {
 // JoinManifest returns the whole list of a copyset's manifest: m
 // (manifest.pb) after its sealed parts, parts[i] being part i+1. Each part
 // must be of m's copyset, carry its number, count the parts before it and
-// name the last entry of the part before as its previous one; m must come
-// after the last. The result is one manifest with every entry, no parts;
+// name the last entry of the part before as its previous one, and be of
+// m's export (export_id); m must come after the last. The result is one manifest with every entry, no parts;
 // its chain is not checked (CheckManifest does that).
 func JoinManifest(m *syncpb.Manifest, parts []*syncpb.Manifest) (*syncpb.Manifest, error) {
 	if m.Part != 0 {
@@ -55,7 +56,7 @@ func JoinManifest(m *syncpb.Manifest, parts []*syncpb.Manifest) (*syncpb.Manifes
 	if int(m.SealedParts) != len(parts) {
 		return nil, fmt.Errorf("exportfmt: manifest of copyset %d/%d has %d sealed parts, %d given", m.LogicPoolId, m.CopysetId, m.SealedParts, len(parts))
 	}
-	all := &syncpb.Manifest{FormatVersion: m.FormatVersion, LogicPoolId: m.LogicPoolId, CopysetId: m.CopysetId}
+	all := &syncpb.Manifest{FormatVersion: m.FormatVersion, LogicPoolId: m.LogicPoolId, CopysetId: m.CopysetId, ExportId: m.ExportId}
 	var prev *syncpb.ManifestEntry
 	for i, p := range parts {
 		n := uint32(i + 1)
@@ -66,6 +67,9 @@ func JoinManifest(m *syncpb.Manifest, parts []*syncpb.Manifest) (*syncpb.Manifes
 			return nil, fmt.Errorf("exportfmt: manifest part %d of copyset %d/%d says it is part %d after %d", n, m.LogicPoolId, m.CopysetId, p.Part, p.SealedParts)
 		case p.FormatVersion != m.FormatVersion:
 			return nil, fmt.Errorf("exportfmt: manifest part %d of copyset %d/%d: format version %d, the manifest's %d", n, m.LogicPoolId, m.CopysetId, p.FormatVersion, m.FormatVersion)
+		case p.ExportId != m.ExportId:
+			return nil, fmt.Errorf("exportfmt: manifest part %d of copyset %d/%d is of export %s, the manifest of export %s", n, m.LogicPoolId, m.CopysetId,
+				ExportIDString(p.ExportId), ExportIDString(m.ExportId))
 		case len(p.Packets) == 0:
 			return nil, fmt.Errorf("exportfmt: manifest part %d of copyset %d/%d lists no packet", n, m.LogicPoolId, m.CopysetId)
 		case !proto.Equal(p.Previous, prev):

@@ -77,6 +77,23 @@ func TestSealAndJoinManifest(t *testing.T) {
 		t.Fatalf("CheckManifest of the joined manifest: %v", err)
 	}
 
+	// The parts are of the manifest's export, and must stay so.
+	m.ExportId = strings.Repeat("a", 32)
+	for _, p := range parts {
+		p.ExportId = m.ExportId
+	}
+	if all, err := JoinManifest(m, parts); err != nil || all.ExportId != m.ExportId {
+		t.Fatalf("joined the parts of export %s: %v, %v", m.ExportId, all.GetExportId(), err)
+	}
+	parts[1].ExportId = strings.Repeat("b", 32)
+	if _, err := JoinManifest(m, parts); err == nil || !strings.Contains(err.Error(), "manifest part 2 of copyset 1/3 is of export "+parts[1].ExportId+", the manifest of export "+m.ExportId) {
+		t.Fatalf("a part of another export: %v", err)
+	}
+	for _, p := range parts {
+		p.ExportId = ""
+	}
+	m.ExportId = ""
+
 	// An empty manifest after a part (not one Seal leaves, but allowed)
 	// chains its first entry from the part's last.
 	e := NewManifest(1, 3)

@@ -10,12 +10,13 @@
 //  1. Check (before anything is written, for every copyset of the
 //     restore): list the copyset's packets, decode each one (every CRC and
 //     record check of exportfmt.Decode) and check the chain of points
-//     (exportfmt.Chain); the first gap or bad packet stops the restore with
-//     an error naming it. The export must start at the start (a full
+//     (exportfmt.Chain: all of one export id); the first gap or bad packet
+//     (one of another export among them) stops the restore with an error
+//     naming it. The export must start at the start (a full
 //     export) or at a binlog point (an incremental one) and reach the binlog
 //     phase. A manifest, if the copyset has one (manifest.pb and the sealed
-//     parts it counts, read whole by ReadManifest), must list only packets the
-//     export has (see checkManifest): the loss of the last packets leaves
+//     parts it counts, read whole by ReadManifest), must be of the packets'
+//     export and list only packets the export has (see checkManifest): the loss of the last packets leaves
 //     an unbroken chain, and only the manifest tells. The until point N is fixed here (the export's last index, the
 //     --until-index, or the index of the last binlog record appended at or
 //     before --until-time), and checked: N must be at least the earliest

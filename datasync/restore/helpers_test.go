@@ -248,6 +248,9 @@ type export struct {
 	// startMs is the packets' start_state_ms (0: none, as an export
 	// written before the field existed).
 	startMs int64
+	// exportID is the packets' export_id ("": none, as an export written
+	// before the field existed).
+	exportID string
 }
 
 // packets encodes the export: name -> bytes.
@@ -256,7 +259,7 @@ func (e *export) packets(t *testing.T) map[string][]byte {
 	out := map[string][]byte{}
 	put := func(start, next exportfmt.Point, recs []*syncpb.Record) {
 		b, err := exportfmt.Encode(&syncpb.PacketHeader{LogicPoolId: e.pool, CopysetId: e.cs,
-			StartPoint: start.Proto(), NextPoint: next.Proto(), BinlogStart: e.start, StartStateMs: e.startMs}, recs)
+			StartPoint: start.Proto(), NextPoint: next.Proto(), BinlogStart: e.start, StartStateMs: e.startMs, ExportId: e.exportID}, recs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -213,7 +213,7 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 	if !ok {
 		return nil, errors.New("the export has no packet")
 	}
-	if err := checkManifest(ctx, src, pool, cs, names, read); err != nil {
+	if err := checkManifest(ctx, src, pool, cs, names, read, chain.ExportID()); err != nil {
 		return nil, err
 	}
 	if end.Phase != exportfmt.PhaseBinlog {
@@ -329,12 +329,17 @@ type packetSum struct {
 // the manifest was written. Packets after the manifest's last are fine (it
 // is written after them). A manifest that lists packets missing from the
 // export means the export lost its end: restoring what is left would
-// silently restore an earlier point.
-func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum) error {
+// silently restore an earlier point. The manifest must be of the packets'
+// export (exportID).
+func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum, exportID string) error {
 	name := exportfmt.ManifestName(pool, cs)
 	m, err := ReadManifest(ctx, src, pool, cs)
 	if err != nil || m == nil {
 		return err
+	}
+	if m.ExportId != exportID {
+		return fmt.Errorf("manifest %s is of export %s, the packets of export %s: the copyset holds files of two exports",
+			name, exportfmt.ExportIDString(m.ExportId), exportfmt.ExportIDString(exportID))
 	}
 	at := make(map[string]int, len(names))
 	for i, n := range names {

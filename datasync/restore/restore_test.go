@@ -201,13 +201,7 @@ func TestUntilIndexBounds(t *testing.T) {
 // A gap in the chain, a packet with a bad crc or a packet missing at the
 // start stops the restore naming the packet, and nothing is written.
 func TestBadExportWritesNothing(t *testing.T) {
-	src := newSource(t)
-	src.write(1, 1, 0, block(1))
-	start := src.index + 1
-	snap := src.snapshot(1)
-	for i := range 6 {
-		src.write(2, 1, uint32(i)*4<<10, block(byte(i)))
-	}
+	src, start, snap := twoChunks(t)
 	e := &export{pool: 1, cs: 1, full: true, start: start, chunks: [][]*syncpb.Record{snap}, binlog: src.binlog[start-1:], per: 2}
 	pkts := e.packets(t)
 	third := exportfmt.PacketName(1, 1, exportfmt.BinlogPoint(start+4))
@@ -269,6 +263,21 @@ func TestBadExportWritesNothing(t *testing.T) {
 			t.Errorf("%s: %d chunks, %d ops on the target", want, n, tg.ops.Load())
 		}
 	}
+}
+
+// twoChunks is a source of chunk 1 written once, imaged (snap, the
+// snapshot phase's records, the binlog phase from start), then chunk 2
+// written block by block six times.
+func twoChunks(t *testing.T) (src *source, start uint64, snap []*syncpb.Record) {
+	t.Helper()
+	src = newSource(t)
+	src.write(1, 1, 0, block(1))
+	start = src.index + 1
+	snap = src.snapshot(1)
+	for i := range 6 {
+		src.write(2, 1, uint32(i)*4<<10, block(byte(i)))
+	}
+	return src, start, snap
 }
 
 // A target copyset that holds a chunk or does not exist is refused before
@@ -494,7 +503,8 @@ func restoreChanged(t *testing.T, what string, files map[string][]byte, change f
 	}
 }
 
-// manifestOf is the manifest of the packets of copyset 1/1.
+// manifestOf is the manifest of the first n packets of copyset 1/1, of
+// their export.
 func manifestOf(t *testing.T, pkts map[string][]byte, n int) []byte {
 	t.Helper()
 	var names []string
@@ -511,6 +521,7 @@ func manifestOf(t *testing.T, pkts map[string][]byte, n int) []byte {
 		if err := exportfmt.Append(m, p.Entry(name)); err != nil {
 			t.Fatal(err)
 		}
+		m.ExportId = p.Header.GetExportId()
 	}
 	b, err := exportfmt.EncodeManifest(m)
 	if err != nil {

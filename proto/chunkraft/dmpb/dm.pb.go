@@ -270,14 +270,8 @@ type SyncSettings struct {
 	// throttle_bytes_per_sec bounds the chunk data a copyset's share
 	// applies per second (0: no bound).
 	ThrottleBytesPerSec uint64 `protobuf:"varint,1,opt,name=throttle_bytes_per_sec,json=throttleBytesPerSec,proto3" json:"throttle_bytes_per_sec,omitempty"`
-	// apply_concurrency is the number of groups a copyset's share keeps
-	// in flight (0: the default).
-	ApplyConcurrency uint32 `protobuf:"varint,2,opt,name=apply_concurrency,json=applyConcurrency,proto3" json:"apply_concurrency,omitempty"`
-	// send_interval_ms is the source export's send interval (cluster
-	// source; 0: the source's default).
-	SendIntervalMs uint32 `protobuf:"varint,3,opt,name=send_interval_ms,json=sendIntervalMs,proto3" json:"send_interval_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SyncSettings) Reset() {
@@ -313,20 +307,6 @@ func (*SyncSettings) Descriptor() ([]byte, []int) {
 func (x *SyncSettings) GetThrottleBytesPerSec() uint64 {
 	if x != nil {
 		return x.ThrottleBytesPerSec
-	}
-	return 0
-}
-
-func (x *SyncSettings) GetApplyConcurrency() uint32 {
-	if x != nil {
-		return x.ApplyConcurrency
-	}
-	return 0
-}
-
-func (x *SyncSettings) GetSendIntervalMs() uint32 {
-	if x != nil {
-		return x.SendIntervalMs
 	}
 	return 0
 }
@@ -2245,11 +2225,9 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x03(\tR\acluster\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x14\n" +
 	"\x05relay\x18\x03 \x01(\tR\x05relay\x12\x16\n" +
-	"\x06export\x18\x04 \x01(\tR\x06export\"\x9a\x01\n" +
+	"\x06export\x18\x04 \x01(\tR\x06export\"O\n" +
 	"\fSyncSettings\x123\n" +
-	"\x16throttle_bytes_per_sec\x18\x01 \x01(\x04R\x13throttleBytesPerSec\x12+\n" +
-	"\x11apply_concurrency\x18\x02 \x01(\rR\x10applyConcurrency\x12(\n" +
-	"\x10send_interval_ms\x18\x03 \x01(\rR\x0esendIntervalMs\"\xd0\x01\n" +
+	"\x16throttle_bytes_per_sec\x18\x01 \x01(\x04R\x13throttleBytesPerSecJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04\"\xd0\x01\n" +
 	"\n" +
 	"Checkpoint\x122\n" +
 	"\x05point\x18\x01 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x05point\x12\x16\n" +

@@ -83,7 +83,18 @@ type PacketHeader struct {
 	// only: the entries after start_point - 1 up to this index were read
 	// and hold no chunk op, so the export holds every chunk op up to it.
 	// Heartbeats are never written to the destination.
-	CoveredIndex  uint64 `protobuf:"varint,15,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	CoveredIndex uint64 `protobuf:"varint,15,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	// export_id: the export the packet is of, 32 hex digits, the same in
+	// every packet of one export (a task created again is a new export);
+	// empty in exports written before the field existed. A copyset's
+	// packets (and its manifest) are of one export: a restore refuses a
+	// chain that mixes ids, and the SyncTool writes no packet into a
+	// copyset directory that holds another export's.
+	ExportId string `protobuf:"bytes,16,opt,name=export_id,json=exportId,proto3" json:"export_id,omitempty"`
+	// written_at_ms: when the exporting leader built this packet, Unix
+	// milliseconds (its clock); 0 in exports written before the field
+	// existed.
+	WrittenAtMs   int64 `protobuf:"varint,17,opt,name=written_at_ms,json=writtenAtMs,proto3" json:"written_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,6 +230,20 @@ func (x *PacketHeader) GetCoveredMs() int64 {
 func (x *PacketHeader) GetCoveredIndex() uint64 {
 	if x != nil {
 		return x.CoveredIndex
+	}
+	return 0
+}
+
+func (x *PacketHeader) GetExportId() string {
+	if x != nil {
+		return x.ExportId
+	}
+	return ""
+}
+
+func (x *PacketHeader) GetWrittenAtMs() int64 {
+	if x != nil {
+		return x.WrittenAtMs
 	}
 	return 0
 }
@@ -694,7 +719,10 @@ type Manifest struct {
 	Previous *ManifestEntry `protobuf:"bytes,6,opt,name=previous,proto3" json:"previous,omitempty"`
 	// part: in a sealed part, its number (sealed_parts + 1); 0 in
 	// manifest.pb.
-	Part          uint32 `protobuf:"varint,7,opt,name=part,proto3" json:"part,omitempty"`
+	Part uint32 `protobuf:"varint,7,opt,name=part,proto3" json:"part,omitempty"`
+	// export_id: the export of the packets it lists (their header's
+	// export_id); empty in manifests written before the field existed.
+	ExportId      string `protobuf:"bytes,8,opt,name=export_id,json=exportId,proto3" json:"export_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +804,13 @@ func (x *Manifest) GetPart() uint32 {
 		return x.Part
 	}
 	return 0
+}
+
+func (x *Manifest) GetExportId() string {
+	if x != nil {
+		return x.ExportId
+	}
+	return ""
 }
 
 // ManifestEntry is one packet of a Manifest: its name and a copy of its
@@ -894,7 +929,7 @@ var File_chunkraft_syncpb_export_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\n" +
-	"\x1dchunkraft/syncpb/export.proto\x12\x0echunkraft.sync\x1a\x1dcurve/chunkserver/chunk.proto\x1a!openmldb/datasync/data_sync.proto\"\xe2\x04\n" +
+	"\x1dchunkraft/syncpb/export.proto\x12\x0echunkraft.sync\x1a\x1dcurve/chunkserver/chunk.proto\x1a!openmldb/datasync/data_sync.proto\"\xa3\x05\n" +
 	"\fPacketHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
 	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
@@ -917,7 +952,9 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\x0estart_state_ms\x18\r \x01(\x03R\fstartStateMs\x12\x1d\n" +
 	"\n" +
 	"covered_ms\x18\x0e \x01(\x03R\tcoveredMs\x12#\n" +
-	"\rcovered_index\x18\x0f \x01(\x04R\fcoveredIndex\"8\n" +
+	"\rcovered_index\x18\x0f \x01(\x04R\fcoveredIndex\x12\x1b\n" +
+	"\texport_id\x18\x10 \x01(\tR\bexportId\x12\"\n" +
+	"\rwritten_at_ms\x18\x11 \x01(\x03R\vwrittenAtMs\"8\n" +
 	"\x04Body\x120\n" +
 	"\arecords\x18\x01 \x03(\v2\x16.chunkraft.sync.RecordR\arecords\"\xce\x01\n" +
 	"\x06Record\x12<\n" +
@@ -950,7 +987,7 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\x02op\x18\x04 \x01(\v2\x1f.curve.chunkserver.ChunkRequestR\x02op\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x1f\n" +
 	"\vop_position\x18\x06 \x01(\rR\n" +
-	"opPosition\"\x9f\x02\n" +
+	"opPosition\"\xbc\x02\n" +
 	"\bManifest\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
 	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
@@ -959,7 +996,8 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\apackets\x18\x04 \x03(\v2\x1d.chunkraft.sync.ManifestEntryR\apackets\x12!\n" +
 	"\fsealed_parts\x18\x05 \x01(\rR\vsealedParts\x129\n" +
 	"\bprevious\x18\x06 \x01(\v2\x1d.chunkraft.sync.ManifestEntryR\bprevious\x12\x12\n" +
-	"\x04part\x18\a \x01(\rR\x04part\"\xf3\x02\n" +
+	"\x04part\x18\a \x01(\rR\x04part\x12\x1b\n" +
+	"\texport_id\x18\b \x01(\tR\bexportId\"\xf3\x02\n" +
 	"\rManifestEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\vstart_point\x18\x02 \x01(\v2\x1c.openmldb.datasync.SyncPointR\n" +

@@ -116,8 +116,12 @@ type SubTask struct {
 	// op; covered_ms: every write acknowledged before it (unix ms, the
 	// collector's clock) is at or below covered_index (0: not known). Both
 	// only move forward; 0 until the binlog phase.
-	CoveredIndex  uint64 `protobuf:"varint,13,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
-	CoveredMs     int64  `protobuf:"varint,14,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	CoveredIndex uint64 `protobuf:"varint,13,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	CoveredMs    int64  `protobuf:"varint,14,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	// last_packet_ms: the largest written_at_ms of the packets and
+	// heartbeats accepted (the collector's clock when it built them, Unix
+	// ms); 0 until one carries it. Only moves forward.
+	LastPacketMs  int64 `protobuf:"varint,15,opt,name=last_packet_ms,json=lastPacketMs,proto3" json:"last_packet_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,11 +254,21 @@ func (x *SubTask) GetCoveredMs() int64 {
 	return 0
 }
 
+func (x *SubTask) GetLastPacketMs() int64 {
+	if x != nil {
+		return x.LastPacketMs
+	}
+	return 0
+}
+
 // State is a copyset's whole sync state: one line of the state file.
 type State struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Applied       uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`                  // log index of the last op that changed it
-	SubTasks      []*SubTask             `protobuf:"bytes,2,rep,name=sub_tasks,json=subTasks,proto3" json:"sub_tasks,omitempty"` // ascending (tid, pid)
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Applied uint64                 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"` // log index of the last op that changed it
+	// sub_tasks: ascending (tid, pid, name), at most one per key. (A
+	// state of one sub-task per (tid, pid), as written before a copyset
+	// held several tasks, is in that order.)
+	SubTasks      []*SubTask `protobuf:"bytes,2,rep,name=sub_tasks,json=subTasks,proto3" json:"sub_tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,10 +319,14 @@ func (x *State) GetSubTasks() []*SubTask {
 
 // Ref names a sub-task and the token its op is made under.
 type Ref struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tid           uint32                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
-	Pid           uint32                 `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
-	Token         string                 `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tid   uint32                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	Pid   uint32                 `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Token string                 `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// name: the sub-task's task name. Empty (an op written before a
+	// copyset held several tasks): the (tid, pid)'s only sub-task; the op
+	// is refused when there are several.
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,8 +382,18 @@ func (x *Ref) GetToken() string {
 	return ""
 }
 
+func (x *Ref) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // PutSubTask creates a sub-task or, with a new token, reassigns it
-// (upstream AddSyncTask).
+// (upstream AddSyncTask). The sub-task is (request.tid, request.pid,
+// name); request.export_id is the new sub-task's export id (a reassignment
+// keeps the stored one, and a put of another export id is a create that
+// collides with an existing task, refused).
 type PutSubTask struct {
 	state         protoimpl.MessageState       `protogen:"open.v1"`
 	Db            string                       `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
@@ -451,7 +479,9 @@ type Advance struct {
 	// only.
 	StartStateMs int64 `protobuf:"varint,8,opt,name=start_state_ms,json=startStateMs,proto3" json:"start_state_ms,omitempty"`
 	// covered_ms: the packet's covered_ms (binlog phase only; 0 unknown).
-	CoveredMs     int64 `protobuf:"varint,9,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	CoveredMs int64 `protobuf:"varint,9,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	// written_at_ms: the packet's written_at_ms (0 unknown).
+	WrittenAtMs   int64 `protobuf:"varint,10,opt,name=written_at_ms,json=writtenAtMs,proto3" json:"written_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +579,13 @@ func (x *Advance) GetCoveredMs() int64 {
 	return 0
 }
 
+func (x *Advance) GetWrittenAtMs() int64 {
+	if x != nil {
+		return x.WrittenAtMs
+	}
+	return 0
+}
+
 // Touch records an empty packet (a heartbeat).
 type Touch struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -557,9 +594,11 @@ type Touch struct {
 	// at: the heartbeat's point (start = next). With it, covered_index
 	// and covered_ms are the heartbeat's (PacketHeader): they apply only
 	// while at is the sub-task's sync point, a binlog point.
-	At            *datasync.SyncPoint `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
-	CoveredIndex  uint64              `protobuf:"varint,4,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
-	CoveredMs     int64               `protobuf:"varint,5,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	At           *datasync.SyncPoint `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	CoveredIndex uint64              `protobuf:"varint,4,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	CoveredMs    int64               `protobuf:"varint,5,opt,name=covered_ms,json=coveredMs,proto3" json:"covered_ms,omitempty"`
+	// written_at_ms: the heartbeat's written_at_ms (0 unknown).
+	WrittenAtMs   int64 `protobuf:"varint,6,opt,name=written_at_ms,json=writtenAtMs,proto3" json:"written_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -625,6 +664,13 @@ func (x *Touch) GetCoveredIndex() uint64 {
 func (x *Touch) GetCoveredMs() int64 {
 	if x != nil {
 		return x.CoveredMs
+	}
+	return 0
+}
+
+func (x *Touch) GetWrittenAtMs() int64 {
+	if x != nil {
+		return x.WrittenAtMs
 	}
 	return 0
 }
@@ -743,11 +789,14 @@ func (x *SetBinlogEnd) GetIndex() uint64 {
 	return 0
 }
 
-// DeleteTask removes every sub-task of task (db, name).
+// DeleteTask removes every sub-task of task (db, name); with export_id,
+// only those of that export (a failed create undoes its own sub-tasks, not
+// those of another create of the same name).
 type DeleteTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Db            string                 `protobuf:"bytes,1,opt,name=db,proto3" json:"db,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ExportId      string                 `protobuf:"bytes,3,opt,name=export_id,json=exportId,proto3" json:"export_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +841,13 @@ func (x *DeleteTask) GetDb() string {
 func (x *DeleteTask) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteTask) GetExportId() string {
+	if x != nil {
+		return x.ExportId
 	}
 	return ""
 }
@@ -1390,7 +1446,7 @@ var File_chunkraft_syncstatepb_syncstate_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\n" +
-	"%chunkraft/syncstatepb/syncstate.proto\x12\x13chunkraft.syncstate\x1a!openmldb/datasync/data_sync.proto\"\xf1\x03\n" +
+	"%chunkraft/syncstatepb/syncstate.proto\x12\x13chunkraft.syncstate\x1a!openmldb/datasync/data_sync.proto\"\x97\x04\n" +
 	"\aSubTask\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -1408,20 +1464,22 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\x0estart_state_ms\x18\f \x01(\x03R\fstartStateMs\x12#\n" +
 	"\rcovered_index\x18\r \x01(\x04R\fcoveredIndex\x12\x1d\n" +
 	"\n" +
-	"covered_ms\x18\x0e \x01(\x03R\tcoveredMs\"\\\n" +
+	"covered_ms\x18\x0e \x01(\x03R\tcoveredMs\x12$\n" +
+	"\x0elast_packet_ms\x18\x0f \x01(\x03R\flastPacketMs\"\\\n" +
 	"\x05State\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x129\n" +
-	"\tsub_tasks\x18\x02 \x03(\v2\x1c.chunkraft.syncstate.SubTaskR\bsubTasks\"?\n" +
+	"\tsub_tasks\x18\x02 \x03(\v2\x1c.chunkraft.syncstate.SubTaskR\bsubTasks\"S\n" +
 	"\x03Ref\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\rR\x03tid\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\rR\x03pid\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\tR\x05token\"\x8e\x01\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\x8e\x01\n" +
 	"\n" +
 	"PutSubTask\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12?\n" +
 	"\arequest\x18\x03 \x01(\v2%.openmldb.datasync.AddSyncTaskRequestR\arequest\x12\x1b\n" +
-	"\tupdate_ms\x18\x04 \x01(\x03R\bupdateMs\"\xd2\x02\n" +
+	"\tupdate_ms\x18\x04 \x01(\x03R\bupdateMs\"\xf6\x02\n" +
 	"\aAdvance\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x122\n" +
 	"\x05start\x18\x02 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x05start\x120\n" +
@@ -1432,25 +1490,29 @@ const file_chunkraft_syncstatepb_syncstate_proto_rawDesc = "" +
 	"\fbinlog_start\x18\a \x01(\x04R\vbinlogStart\x12$\n" +
 	"\x0estart_state_ms\x18\b \x01(\x03R\fstartStateMs\x12\x1d\n" +
 	"\n" +
-	"covered_ms\x18\t \x01(\x03R\tcoveredMs\"\xc2\x01\n" +
+	"covered_ms\x18\t \x01(\x03R\tcoveredMs\x12\"\n" +
+	"\rwritten_at_ms\x18\n" +
+	" \x01(\x03R\vwrittenAtMs\"\xe6\x01\n" +
 	"\x05Touch\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x12\x1b\n" +
 	"\tupdate_ms\x18\x02 \x01(\x03R\bupdateMs\x12,\n" +
 	"\x02at\x18\x03 \x01(\v2\x1c.openmldb.datasync.SyncPointR\x02at\x12#\n" +
 	"\rcovered_index\x18\x04 \x01(\x04R\fcoveredIndex\x12\x1d\n" +
 	"\n" +
-	"covered_ms\x18\x05 \x01(\x03R\tcoveredMs\"\x86\x01\n" +
+	"covered_ms\x18\x05 \x01(\x03R\tcoveredMs\x12\"\n" +
+	"\rwritten_at_ms\x18\x06 \x01(\x03R\vwrittenAtMs\"\x86\x01\n" +
 	"\tSetStatus\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x123\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1b.chunkraft.syncstate.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"P\n" +
 	"\fSetBinlogEnd\x12*\n" +
 	"\x03ref\x18\x01 \x01(\v2\x18.chunkraft.syncstate.RefR\x03ref\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"0\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"M\n" +
 	"\n" +
 	"DeleteTask\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\v\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\texport_id\x18\x03 \x01(\tR\bexportId\"\v\n" +
 	"\tDeleteAll\"\xbe\x03\n" +
 	"\x02Op\x123\n" +
 	"\x03put\x18\x01 \x01(\v2\x1f.chunkraft.syncstate.PutSubTaskH\x00R\x03put\x128\n" +
