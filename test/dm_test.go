@@ -44,14 +44,20 @@ func dmQueryStatus(t *testing.T, servers []string) dmStatus {
 	return st
 }
 
-// chunksDiffer says how the sync test chunks of src and dst differ, ""
-// when they are the same (chunk info, hash, data, COW snapshot).
-func chunksDiffer(t *testing.T, c *cli.Client, src, dst []cli.CopysetID) string {
+// chunksDiffer says how the sync test chunks of src (read with client
+// sc) and dst (with dc) differ, "" when they are the same (chunk info,
+// hash, data, COW snapshot).
+func chunksDiffer(t *testing.T, sc, dc *cli.Client, src, dst []cli.CopysetID) string {
 	t.Helper()
-	a := readSyncChunks(t, c, src)
-	b, err := readSyncChunksErr(c, dst)
+	// Either side may be settling after a kill (a replica catching up):
+	// a read that fails is a difference for now.
+	a, err := readSyncChunksErr(sc, src)
 	if err != nil {
-		return err.Error()
+		return "source: " + err.Error()
+	}
+	b, err := readSyncChunksErr(dc, dst)
+	if err != nil {
+		return "target: " + err.Error()
 	}
 	for i := range a {
 		id := cli.ChunkID{CopysetID: dst[i/syncChunks], Chunk: uint64(i%syncChunks + 1)}
@@ -126,7 +132,7 @@ func TestDMMigrateExport(t *testing.T) {
 		t.Fatal("no write succeeded during the migration")
 	}
 	testwait.Until(t, 90*time.Second, func() error {
-		if d := chunksDiffer(t, c.client, src, dst); d != "" {
+		if d := chunksDiffer(t, c.client, c.client, src, dst); d != "" {
 			return fmt.Errorf("pool 2 is not pool 1 yet: %s", d)
 		}
 		return nil
@@ -151,5 +157,69 @@ func TestDMMigrateExport(t *testing.T) {
 	}
 	if out, code := ctl(t, c.addrs(), "dm", "query-status"); code == 0 || !strings.Contains(out, "code=40070") {
 		t.Fatalf("dm query-status after stop-task: exit %d\n%s", code, out)
+	}
+}
+
+// TestDMClusterSource: two clusters; a dm task on B whose source is pool 1
+// of A (written to all the while) has A export it to a relay (sync task
+// dm-mig, beside A's own backup task); a target leader on B is killed -9
+// in Sync; once the writes stop, pool 2 of B equals pool 1 of A, and
+// stop-task deletes A's relay task and keeps its backup.
+func TestDMClusterSource(t *testing.T) {
+	a := startClusterWithConfig(t, 3, syncTestConfig)
+	b := startClusterWithConfig(t, 3, syncTestConfig)
+	src := a.createCopysets(t, 4)
+	var dst []cli.CopysetID
+	for _, cs := range src {
+		dst = append(dst, cli.CopysetID{Pool: 2, Copyset: cs.Copyset})
+	}
+	mustCtl(t, b.addrs(), nil, "copyset", "create", "--pool", "2", "--copyset", "1-4", "--peers", strings.Join(b.addrs(), ","))
+	seedSyncChunks(t, a.client, src)
+	mustCtl(t, a.addrs(), nil, "sync", "create", "--pool", "1", "--name", "backup", "--mode", "continuous", "--dest", "file://"+filepath.Join(t.TempDir(), "backup"))
+	w := &syncWriter{c: a.client, copysets: src}
+	w.start(4)
+	relay := filepath.Join(t.TempDir(), "relay")
+	task := filepath.Join(t.TempDir(), "task.yaml")
+	if err := os.WriteFile(task, fmt.Appendf(nil, "name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\n",
+		strings.Join(a.addrs(), ", "), relay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCtl(t, b.addrs(), nil, "dm", "start-task", task)
+	if out := mustCtl(t, a.addrs(), nil, "sync", "status"); !strings.Contains(out, "dm-mig") || !strings.Contains(out, "backup") {
+		t.Fatalf("the source's tasks after start-task:\n%s", out)
+	}
+	testwait.Until(t, 60*time.Second, func() error {
+		st := dmQueryStatus(t, b.addrs())
+		if len(st.SubTaskStatus) != 1 || st.SubTaskStatus[0].Unit != "Sync" {
+			return fmt.Errorf("not in Sync: %+v", st)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, err := b.client.GetLeader(ctx, dst[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := b.proc(leader)
+	if err := victim.Kill(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.halt()
+	if w.n.Load() == 0 {
+		t.Fatal("no write succeeded during the migration")
+	}
+	testwait.Until(t, 90*time.Second, func() error {
+		if d := chunksDiffer(t, a.client, b.client, src, dst); d != "" {
+			return fmt.Errorf("B's pool 2 is not A's pool 1 yet: %s", d)
+		}
+		return nil
+	})
+	mustCtl(t, b.addrs(), nil, "dm", "stop-task", "mig")
+	if out := mustCtl(t, a.addrs(), nil, "sync", "status"); strings.Contains(out, "dm-mig") || !strings.Contains(out, "backup") {
+		t.Fatalf("the source's tasks after stop-task:\n%s", out)
 	}
 }
