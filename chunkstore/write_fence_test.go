@@ -159,13 +159,13 @@ func TestWriteFenceRefusesAlikeOnReplay(t *testing.T) {
 		return ms
 	}
 	log := [][]byte{
-		chunkWriteBytes(t, 0, 1, ""),       // 1: no fence
+		chunkWriteBytes(t, 0, 1, ""),        // 1: no fence
 		fenceOpBytes(t, fenceSet, "mig:a"),  // 2
-		chunkWriteBytes(t, 1, 3, ""),       // 3: refused
+		chunkWriteBytes(t, 1, 3, ""),        // 3: refused
 		chunkWriteBytes(t, 2, 4, "mig:a"),   // 4: the owner's
 		chunkWriteBytes(t, 3, 5, "mig:b"),   // 5: refused
 		fenceOpBytes(t, fenceLift, "mig:a"), // 6
-		chunkWriteBytes(t, 4, 7, ""),       // 7: no fence
+		chunkWriteBytes(t, 4, 7, ""),        // 7: no fence
 		fenceOpBytes(t, fenceSet, "mig:b"),  // 8
 		chunkWriteBytes(t, 5, 9, "mig:a"),   // 9: refused
 		chunkWriteBytes(t, 6, 10, "mig:b"),  // 10: the owner's

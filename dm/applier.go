@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -291,7 +292,7 @@ func (a *applier) laterPacket(ctx context.Context, name string) (string, error) 
 		return "", err
 	}
 	for _, info := range infos {
-		if info.Name > name && len(info.Name) > len(exportfmt.PacketSuffix) && info.Name[len(info.Name)-len(exportfmt.PacketSuffix):] == exportfmt.PacketSuffix {
+		if info.Name > name && strings.HasSuffix(info.Name, exportfmt.PacketSuffix) {
 			return info.Name, nil
 		}
 	}

@@ -198,18 +198,9 @@ func (s *Service) checkLocal(ctx context.Context, g copyset.GroupID, start *pb.S
 	fail := func(format string, args ...any) *pb.CheckResponse {
 		return &pb.CheckResponse{Code: -1, Msg: fmt.Sprintf(format, args...)}
 	}
-	if s.copysets == nil {
-		return fail("%v", errNoCopysets)
-	}
-	n := s.copysets.Get(g)
-	switch {
-	case n == nil:
-		return &pb.CheckResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is not hosted on %s", g.Pool(), g.Copyset(), s.deps.Local), NotLeader: true}
-	case !n.IsLeader():
-		return &pb.CheckResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is led by %q, not %s", g.Pool(), g.Copyset(), n.Leader(), s.deps.Local),
-			NotLeader: true, Leader: string(n.Leader())}
-	case n.Broken() != nil:
-		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), n.Broken())
+	n, m, no := s.led(g)
+	if no != nil {
+		return &pb.CheckResponse{Code: -1, Msg: no.msg, NotLeader: no.notLeader, Leader: no.leader}
 	}
 	if err := ValidateOp(&pb.Op{Op: &pb.Op_Start{Start: start}}); err != nil {
 		return fail("%v", err)
@@ -219,10 +210,6 @@ func (s *Service) checkLocal(ctx context.Context, g copyset.GroupID, start *pb.S
 			return &pb.CheckResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(leader)}
 		}
 		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), err)
-	}
-	m, ok := MachineOf(n)
-	if !ok {
-		return fail("copyset %d/%d has no dm state machine", g.Pool(), g.Copyset())
 	}
 	name := start.GetConfig().GetName()
 	if f, ok := chunkstore.LocalWriteFence(n); ok && f.Owner != fenceOwner(name) {

@@ -67,26 +67,46 @@ func (s *Service) listLocal(ctx context.Context, pool uint32, name string) *pb.L
 	return out
 }
 
+// refusal is why this server does not answer for a copyset: not hosted
+// or not led here (notLeader, with the leader it knows), or no dm machine
+// that works.
+type refusal struct {
+	msg       string
+	notLeader bool
+	leader    string
+}
+
+// led returns copyset g and its dm machine when this server leads it and
+// it works, else why not.
+func (s *Service) led(g copyset.GroupID) (*copyset.Node, *Machine, *refusal) {
+	if s.copysets == nil {
+		return nil, nil, &refusal{msg: errNoCopysets.Error()}
+	}
+	n := s.copysets.Get(g)
+	switch {
+	case n == nil:
+		return nil, nil, &refusal{msg: fmt.Sprintf("copyset %d/%d is not hosted on %s", g.Pool(), g.Copyset(), s.deps.Local), notLeader: true}
+	case n.Broken() != nil:
+		return nil, nil, &refusal{msg: fmt.Sprintf("copyset %d/%d: %v", g.Pool(), g.Copyset(), n.Broken())}
+	case !n.IsLeader():
+		return nil, nil, &refusal{msg: fmt.Sprintf("copyset %d/%d is led by %q, not %s", g.Pool(), g.Copyset(), n.Leader(), s.deps.Local),
+			notLeader: true, leader: string(n.Leader())}
+	}
+	m, ok := MachineOf(n)
+	if !ok {
+		return nil, nil, &refusal{msg: fmt.Sprintf("copyset %d/%d has no dm state machine", g.Pool(), g.Copyset())}
+	}
+	return n, m, nil
+}
+
 // proposeLocal replicates op on copyset g if this server leads it.
 func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op) *pb.ProposeResponse {
 	fail := func(format string, args ...any) *pb.ProposeResponse {
 		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf(format, args...)}
 	}
-	if s.copysets == nil {
-		return fail("%v", errNoCopysets)
-	}
-	n := s.copysets.Get(g)
-	switch {
-	case n == nil:
-		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is not hosted on %s", g.Pool(), g.Copyset(), s.deps.Local), NotLeader: true}
-	case n.Broken() != nil:
-		return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), n.Broken())
-	case !n.IsLeader():
-		return &pb.ProposeResponse{Code: -1, Msg: fmt.Sprintf("copyset %d/%d is led by %q, not %s", g.Pool(), g.Copyset(), n.Leader(), s.deps.Local),
-			NotLeader: true, Leader: string(n.Leader())}
-	}
-	if _, ok := MachineOf(n); !ok {
-		return fail("copyset %d/%d has no dm state machine", g.Pool(), g.Copyset())
+	n, _, no := s.led(g)
+	if no != nil {
+		return &pb.ProposeResponse{Code: -1, Msg: no.msg, NotLeader: no.notLeader, Leader: no.leader}
 	}
 	b, err := EncodeOp(op)
 	if err != nil {
