@@ -33,7 +33,7 @@ var (
 
 // ChunkStore implements chunkread.Provider: the store as tenants read it.
 func (m *chunkMachine) ChunkStore() chunkread.Store {
-	return reader{store: m.store, sources: m.sources}
+	return reader{store: m.store, sources: m.sources, gate: &m.gate}
 }
 
 // opSeq returns the sequence number of the chunk op at position pos of log

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/chunkraft/chunkraft/chunkstore/datastore"
@@ -19,6 +20,8 @@ import (
 type reader struct {
 	store   *datastore.Store
 	sources *cloneSource // nil: clone chunks cannot be materialised
+	// gate is the copyset's write fence (chunkMachine.gate); nil: none.
+	gate *atomic.Pointer[fenceGate]
 }
 
 var _ chunkread.Store = reader{}
@@ -121,6 +124,15 @@ func (r reader) Materialize(ctx context.Context, location string, size uint32) (
 		return nil, fmt.Errorf("clone source %s: %w", location, err)
 	}
 	return buf, nil
+}
+
+// WriteFenced tells the export which chunk ops a write fence refused at
+// apply, so that no restore or migration replays them.
+func (r reader) WriteFenced(index uint64, owner string) (string, bool) {
+	if r.gate == nil {
+		return "", false
+	}
+	return r.gate.Load().refuses(index, owner)
 }
 
 // CloneObject is disagg's clone check: the object the chunk reads from

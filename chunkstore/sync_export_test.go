@@ -60,6 +60,8 @@ func (s exportSource) Materialize(context.Context, string, uint32) ([]byte, erro
 	return nil, errors.New("no clone sources in this test")
 }
 
+func (s exportSource) WriteFenced(uint64, string) (string, bool) { return "", false }
+
 // ChunkImage is the chunk store's own reader's (reader.go).
 func (s exportSource) ChunkImage(id uint64, buf *chunkread.ImageBuffers) (chunkread.Image, error) {
 	return reader{store: s.store}.ChunkImage(id, buf)

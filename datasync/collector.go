@@ -427,6 +427,9 @@ func (ns *nodeSource) PinLog(holder string, index uint64) (LogPin, error) {
 	}
 	return pin, nil
 }
+func (ns *nodeSource) WriteFenced(index uint64, owner string) (string, bool) {
+	return ns.chunks.WriteFenced(index, owner)
+}
 func (ns *nodeSource) Materialize(ctx context.Context, location string, size uint32) ([]byte, error) {
 	return ns.chunks.Materialize(ctx, location, size)
 }

@@ -90,6 +90,10 @@ type Source interface {
 	// Materialize returns the data a clone chunk created with location
 	// reads (for a CREATE_CLONE op of the binlog), size bytes.
 	Materialize(ctx context.Context, location string, size uint32) ([]byte, error)
+	// WriteFenced reports whether the chunk op of owner ("": a client's)
+	// at log index was refused by a write fence at apply (an export holds
+	// only the ops that changed the copyset); valid up to AppliedIndex.
+	WriteFenced(index uint64, owner string) (holder string, refused bool)
 }
 
 // Packet is one packet of an export, as handed to the sender.

@@ -56,7 +56,9 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			return err
 		}
 		e.cover.barrier(ctx, e.src, e.opts.Idle)
-		limit := e.src.CommitIndex()
+		// Only applied entries: whether a write fence refused an op is
+		// known once the copyset has applied it.
+		limit := min(e.src.CommitIndex(), e.src.AppliedIndex())
 		if full {
 			limit = min(limit, end)
 		}
@@ -195,7 +197,8 @@ func (c *coverage) upTo(index uint64) int64 {
 }
 
 // entryRecords returns the binlog records of a log entry: one per chunk op,
-// in apply order; none for ops of other machines and entries without ops.
+// in apply order; none for ops of other machines, ops a write fence
+// refused and entries without ops.
 // A CREATE_CLONE op carries the materialised data of its location, so that
 // a restore never reads the source cluster.
 func (e *exporter) entryRecords(ctx context.Context, ent copyset.LogEntry) ([]*syncpb.Record, error) {
@@ -208,9 +211,12 @@ func (e *exporter) entryRecords(ctx context.Context, ent copyset.LogEntry) ([]*s
 		if op.Kind != kinds.Chunk {
 			continue
 		}
-		req, data, _, err := chunkop.Decode(op.Payload) // a pre-image is the views' business, not the export's
+		req, data, _, owner, err := chunkop.DecodeOwned(op.Payload) // a pre-image is the views' business, not the export's
 		if err != nil {
 			return nil, fmt.Errorf("log index %d, op %d: %w", ent.Index, i, err)
+		}
+		if _, refused := e.src.WriteFenced(ent.Index, owner); refused {
+			continue // it changed nothing: a replay must not apply it
 		}
 		req.Data = nil
 		if req.GetOpType() == pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE {

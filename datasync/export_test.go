@@ -42,6 +42,8 @@ type fakeSource struct {
 	pins            map[*fakePin]bool
 	maxPinned       uint64 // the highest index a pin was moved to
 	appliedReads    int    // AppliedIndex calls
+	// fenced: the log indices a write fence held, by its owner.
+	fenced map[uint64]string
 }
 
 func newFakeSource() *fakeSource {
@@ -131,6 +133,13 @@ func (s *fakeSource) PinLog(holder string, i uint64) (LogPin, error) {
 
 func (s *fakeSource) Materialize(_ context.Context, location string, size uint32) ([]byte, error) {
 	return bytes.Repeat([]byte(location[:1]), int(size)), nil
+}
+
+func (s *fakeSource) WriteFenced(index uint64, owner string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.fenced[index]
+	return h, ok && h != owner
 }
 
 func (s *fakeSource) livePins() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.pins) }
@@ -789,6 +798,80 @@ type failingClones struct{ *fakeSource }
 
 func (failingClones) Materialize(context.Context, string, uint32) ([]byte, error) {
 	return nil, errors.New("source down")
+}
+
+// TestExportSkipsFencedOps: a chunk op a write fence refused at apply is
+// not exported (a replay would apply it), the fence owner's own ops are;
+// and the binlog phase exports no entry the replica has not applied (the
+// fence in force there is not known before).
+func TestExportSkipsFencedOps(t *testing.T) {
+	s := fixture(t)
+	owned := func(id uint64, owner string) copyset.Op {
+		req := &cpb.ChunkRequest{OpType: cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), LogicPoolId: proto.Uint32(1), CopysetId: proto.Uint32(3),
+			ChunkId: proto.Uint64(id), Sn: proto.Uint64(1), Offset: proto.Uint32(0), Size: proto.Uint32(fakeBlock)}
+		enc, err := chunkop.EncodeOwned(req, blocks('o'), nil, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind, payload, err := copyset.DecodeOp(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return copyset.Op{Kind: kind, Payload: payload}
+	}
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 1, 1, 0, blocks('a')))            // 6: before the fence
+	s.add(copyset.Op{Kind: kinds.WriteFence, Payload: []byte("set")})                    // 7: the fence
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 2, 1, 0, blocks('b')))            // 8: refused
+	s.add(owned(3, "dm:t"), chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_DELETE, 5, 0, 0, nil)) // 9: the owner's, then refused
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 4, 1, 0, blocks('c')))            // 10: after the lift
+	s.mu.Lock()
+	s.fenced = map[uint64]string{8: "dm:t", 9: "dm:t"}
+	s.applied = 8 // 9 and 10 committed, not applied yet
+	s.mu.Unlock()
+	var c collector
+	c.onSend = func(p Packet) error {
+		if p.Next.GetType() == dspb.SyncType_kBINLOG && p.Next.GetOffset() > s.AppliedIndex()+1 {
+			t.Errorf("a packet up to %v was sent with the replica applied to %d", p.Next, s.AppliedIndex())
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exported := make(chan error, 1)
+	go func() {
+		exported <- Export(ctx, s, binlogAt(6), 6, ExportOptions{Mode: dspb.SyncMode_kIncrementalByTimestamp, Idle: 10 * time.Millisecond, Linger: -1}, c.send)
+	}()
+	var got []string
+	records := func() []string {
+		var out []string
+		for _, d := range decodeChain(t, c.all()) {
+			for _, r := range d.Records {
+				b := r.GetBinlog()
+				out = append(out, fmt.Sprintf("%d.%d chunk %d", b.GetIndex(), b.GetOpPosition(), b.GetOp().GetChunkId()))
+			}
+		}
+		return out
+	}
+	testwait.Until(t, 5*time.Second, func() error {
+		if got = records(); len(got) < 1 {
+			return fmt.Errorf("records %v", got)
+		}
+		return nil
+	})
+	s.mu.Lock()
+	s.applied = 10
+	s.mu.Unlock()
+	want := []string{"6.0 chunk 1", "9.0 chunk 3", "10.0 chunk 4"}
+	testwait.Until(t, 5*time.Second, func() error {
+		if got = records(); !slices.Equal(got, want) {
+			return fmt.Errorf("records %v, want %v", got, want)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-exported; err != context.Canceled {
+		t.Fatalf("export: %v", err)
+	}
 }
 
 // TestExportStampsPackets: every packet of an export carries the export's

@@ -36,6 +36,11 @@ type Images interface {
 	// Materialize returns the data a clone chunk created with location
 	// reads, size bytes.
 	Materialize(ctx context.Context, location string, size uint32) ([]byte, error)
+	// WriteFenced reports whether the chunk op of owner ("": a client's)
+	// in the log entry at index was refused by a write fence when it
+	// applied, and names the fence's owner. It answers for entries the
+	// copyset has applied (a fence set later is not known yet).
+	WriteFenced(index uint64, owner string) (holder string, refused bool)
 }
 
 // Views is a chunk store as disagg's read views use it.
