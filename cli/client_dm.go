@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -40,6 +41,29 @@ func (c *Client) DMOperateTask(ctx context.Context, name string, op dmworkerpb.T
 		return err
 	})
 	return dmAnswer(resp, err)
+}
+
+// DMCutover runs task name's cutover (abort: aborts it), waiting up to
+// wait for the target to catch up (0: the server's default). A refusal or
+// failure is a *DMError with the answer.
+func (c *Client) DMCutover(ctx context.Context, name string, abort bool, wait time.Duration) (*dmpb.CutoverResponse, error) {
+	var resp *dmpb.CutoverResponse
+	within := c.timeout + wait
+	if wait == 0 {
+		within = c.timeout + 5*time.Minute
+	}
+	err := c.onAnyServerWithin(ctx, within, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmpb.NewDMControlClient(cc).Cutover(ctx, &dmpb.CutoverRequest{Name: name, Abort: abort, TimeoutMs: wait.Milliseconds()})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !resp.GetResult() {
+		return resp, &DMError{Msg: resp.GetMsg()}
+	}
+	return resp, nil
 }
 
 func dmAnswer(resp *dmpb.ControlResponse, err error) (*dmpb.ControlResponse, error) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -31,13 +32,13 @@ has export itself to a relay location, or an export already written
 described by a task file (YAML; docs/dm.md lists its keys) and replicated in
 the target copysets: any server answers for any task. The commands mirror
 dmctl's: start-task, check-task, pause-task, resume-task, stop-task,
-query-status, get-config worker.`,
+query-status, get-config worker; cutover makes the target the live copy.`,
 	}
 	cmd.AddCommand(newDMStartCommand(a, false), newDMStartCommand(a, true),
 		newDMOperateCommand(a, "pause-task", dmworkerpb.TaskOp_Pause, "Pause a task: its appliers stop where they are; resume-task goes on from there (no auto-resume while paused by a user)"),
 		newDMOperateCommand(a, "resume-task", dmworkerpb.TaskOp_Resume, "Resume a paused or stopped-by-an-error task from its checkpoints (clears its errors)"),
 		newDMOperateCommand(a, "stop-task", dmworkerpb.TaskOp_Stop, "Stop a task and remove it (the data it applied stays; starting it again needs empty target copysets)"),
-		newDMQueryStatusCommand(a), newDMGetConfigCommand(a))
+		newDMQueryStatusCommand(a), newDMGetConfigCommand(a), newDMCutoverCommand(a))
 	return cmd
 }
 
@@ -99,6 +100,60 @@ func newDMOperateCommand(a *app, use string, op dmworkerpb.TaskOp, short string)
 			})
 		},
 	}
+}
+
+func newDMCutoverCommand(a *app) *cobra.Command {
+	var (
+		abort bool
+		wait  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "cutover NAME",
+		Short: "Make a task's target pool the live copy: fence the source, catch up, verify, open the target to writes",
+		Long: `Cut task NAME over to its target pool, with nothing lost: every source
+copyset refuses client writes from a replicated point on (its write fence;
+EPOCH_TOO_OLD to a writer), dm waits until the relay export has reached
+that point and the target has applied it, compares every copyset's digest
+on both sides, then marks the task Finished and opens the target pool to
+client writes. It prints each step and the write downtime (from the first
+source fence to the last target lift). The source pool stays fenced.
+
+Each step is recorded in the target copysets (query-status shows it): run
+the cutover again after any failure or crash to go on from where it stood,
+or --abort before it commits to lift the source's fences (the task goes on
+in Sync). A cutover needs a task with a source cluster, in task-mode all,
+in the Sync unit on every copyset. Exit status 1 when it did not commit (or
+abort).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if wait < 0 {
+				return fmt.Errorf("--timeout %v: want 0 (the server's default) or more", wait)
+			}
+			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+				resp, err := c.DMCutover(ctx, args[0], abort, wait)
+				if resp == nil {
+					return err
+				}
+				p := a.printer(cmd)
+				if p.isJSON() {
+					if perr := printProto(p.w, resp); perr != nil {
+						return perr
+					}
+					return err
+				}
+				for _, s := range resp.GetSteps() {
+					fmt.Fprintln(p.w, s)
+				}
+				if err == nil {
+					fmt.Fprintln(p.w, resp.GetMsg())
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&abort, "abort", false, "abort a cutover that has not committed: the source pool takes writes again")
+	cmd.Flags().DurationVar(&wait, "timeout", 0, "how long to wait for the target to catch up with the fenced source (0: 5m)")
+	return cmd
 }
 
 // printControl prints a control answer: a row per copyset (JSON: the
@@ -180,6 +235,11 @@ there is no such task (or none at all).`,
 							return err
 						}
 					}
+					for _, st := range resp.GetSubTaskStatus() {
+						if c := st.GetCutover(); c != nil {
+							fmt.Fprintf(p.w, "%s: cutover %s%s\n", st.GetName(), c.GetStep(), downtimeOf(c))
+						}
+					}
 					if resp.GetMsg() != "" {
 						fmt.Fprintln(p.w, resp.GetMsg())
 					}
@@ -209,6 +269,14 @@ func progressOf(st *dmworkerpb.SubTaskStatus) string {
 		return st.GetDump().GetProgress()
 	}
 	return st.GetMsg()
+}
+
+// downtimeOf is a committed cutover's write downtime, as a suffix.
+func downtimeOf(c *dmworkerpb.CutoverStatus) string {
+	if c.GetLiftedMs() == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", write downtime %d ms", c.GetDowntimeMs())
 }
 
 // errorsOf is a subtask status's errors in a line.

@@ -63,7 +63,7 @@ const (
 // yet.
 const (
 	pollMin = 100 * time.Millisecond
-	pollMax = time.Second
+	pollMax = 250 * time.Millisecond
 )
 
 // applyError is why a share stops: a ProcessError, and whether auto-resume

@@ -40,6 +40,10 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 		return withShare(st, o.Update.GetName(), func(s *pb.SubTask) (Result, bool) {
 			return applyUpdate(s, index, o.Update)
 		})
+	case *pb.Op_SetCutover:
+		return withShare(st, o.SetCutover.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applySetCutover(s, index, o.SetCutover)
+		})
 	default: // *pb.Op_Delete: ValidateOp knows no other
 		name := o.(*pb.Op_Delete).Delete.GetName()
 		i, ok := find(st, name)
@@ -233,6 +237,74 @@ func applyUpdate(s *pb.SubTask, index uint64, op *pb.Update) (Result, bool) {
 	}
 	s.Config = proto.CloneOf(op.GetConfig())
 	return changed(s, index, op.GetNowMs())
+}
+
+// applySetCutover moves a share's cutover one step on (dm/cutover.go):
+// FENCING from none or an abort (a cutover starts again), each later step
+// from the one before it, ABORTED from any step before COMMITTED. The step
+// a share is at again changes nothing, but COMMITTED takes lifted_ms once;
+// a step it is past already changes nothing either (a driver resumed after
+// a crash repeats its steps). Every step but ABORTED and a COMMITTED
+// share's lift needs the share Running; COMMITTED makes it Finished.
+func applySetCutover(s *pb.SubTask, index uint64, op *pb.SetCutover) (Result, bool) {
+	c, to := s.GetCutover(), op.GetCutover()
+	from, step := c.GetStep(), to.GetStep()
+	name := s.GetConfig().GetName()
+	switch {
+	case step == pb.CutoverStep_CUTOVER_ABORTED:
+		switch from {
+		case pb.CutoverStep_CUTOVER_COMMITTED:
+			return refuse(s, fmt.Errorf("%w: the cutover of %s is committed", ErrCutover, name))
+		case pb.CutoverStep_CUTOVER_NONE:
+			return refuse(s, fmt.Errorf("%w: %s has no cutover to abort", ErrCutover, name))
+		case pb.CutoverStep_CUTOVER_ABORTED:
+			return same(s)
+		}
+		s.Cutover = &pb.Cutover{Step: step, StartedMs: c.GetStartedMs(), FenceIndex: c.GetFenceIndex(), FencedMs: c.GetFencedMs(), AbortedMs: to.GetAbortedMs()}
+		return changed(s, index, to.GetAbortedMs())
+	case from == pb.CutoverStep_CUTOVER_COMMITTED:
+		if step == from && c.GetLiftedMs() == 0 && to.GetLiftedMs() != 0 {
+			s.Cutover.LiftedMs = to.GetLiftedMs()
+			return changed(s, index, to.GetLiftedMs())
+		}
+		if step == pb.CutoverStep_CUTOVER_FENCING {
+			return refuse(s, fmt.Errorf("%w: the cutover of %s is committed", ErrCutover, name))
+		}
+		return same(s)
+	case s.GetStage() != dmpb.Stage_Running:
+		return refuse(s, fmt.Errorf("%w: %s is %v; a cutover needs it Running", ErrStage, name, s.GetStage()))
+	case step == pb.CutoverStep_CUTOVER_FENCING && (from == pb.CutoverStep_CUTOVER_NONE || from == pb.CutoverStep_CUTOVER_ABORTED):
+		s.Cutover = &pb.Cutover{Step: step, StartedMs: to.GetStartedMs()}
+		return changed(s, index, to.GetStartedMs())
+	case from == pb.CutoverStep_CUTOVER_NONE || from == pb.CutoverStep_CUTOVER_ABORTED:
+		return refuse(s, fmt.Errorf("%w: %s has no cutover under way (step %v asked)", ErrCutover, name, step))
+	case step <= from:
+		if step == pb.CutoverStep_CUTOVER_FENCED && to.GetFenceIndex() != c.GetFenceIndex() {
+			return refuse(s, fmt.Errorf("%w: %s was fenced at source index %d, not %d", ErrCutover, name, c.GetFenceIndex(), to.GetFenceIndex()))
+		}
+		return same(s)
+	case step != from+1:
+		return refuse(s, fmt.Errorf("%w: %s is at cutover step %v, not the one before %v", ErrCutover, name, from, step))
+	}
+	n := proto.CloneOf(c)
+	n.Step = step
+	now := int64(0)
+	switch step {
+	case pb.CutoverStep_CUTOVER_FENCED:
+		if to.GetFenceIndex() == 0 {
+			return refuse(s, fmt.Errorf("%w: %s: a fence without its index", ErrCutover, name))
+		}
+		n.FenceIndex, n.FencedMs, now = to.GetFenceIndex(), to.GetFencedMs(), to.GetFencedMs()
+	case pb.CutoverStep_CUTOVER_SYNCED:
+		n.SyncedMs, now = to.GetSyncedMs(), to.GetSyncedMs()
+	case pb.CutoverStep_CUTOVER_VERIFIED:
+		n.VerifiedMs, n.Digest, now = to.GetVerifiedMs(), to.GetDigest(), to.GetVerifiedMs()
+	default: // COMMITTED
+		n.CommittedMs, n.LiftedMs, now = to.GetCommittedMs(), to.GetLiftedMs(), to.GetCommittedMs()
+		s.Stage = dmpb.Stage_Finished
+	}
+	s.Cutover = n
+	return changed(s, index, now)
 }
 
 // CanUpdate returns why cur may not become next (nothing when it may): a

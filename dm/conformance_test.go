@@ -96,6 +96,22 @@ func (w *dmWorkload) op(rng *rand.Rand, i int) []byte {
 			a.ClonesDone, a.ClearAsOf = []uint64{uint64(rng.IntN(8))}, rng.IntN(3) == 0
 		}
 		op = &pb.Op{Op: &pb.Op_Advance{Advance: a}}
+	case x < 60:
+		// A cutover: mostly the next step, sometimes an abort, a step
+		// again or one out of order.
+		step := s.GetCutover().GetStep() + 1
+		switch rng.IntN(6) {
+		case 0:
+			step = pb.CutoverStep_CUTOVER_ABORTED
+		case 1:
+			step = pb.CutoverStep(1 + rng.IntN(6))
+		}
+		if step > pb.CutoverStep_CUTOVER_ABORTED {
+			step = pb.CutoverStep_CUTOVER_FENCING
+		}
+		op = &pb.Op{Op: &pb.Op_SetCutover{SetCutover: &pb.SetCutover{Name: name, Cutover: &pb.Cutover{Step: step,
+			FenceIndex: uint64(1 + rng.IntN(2)), StartedMs: now, FencedMs: now, SyncedMs: now, VerifiedMs: now,
+			CommittedMs: now, LiftedMs: now * int64(rng.IntN(2)), AbortedMs: now, Digest: "d"}}}}
 	case x < 65:
 		op = &pb.Op{Op: &pb.Op_Fail{Fail: &pb.Fail{Name: name, Resumable: rng.IntN(2) == 0, NowMs: now,
 			Error: &dmpb.ProcessError{ErrCode: 1, ErrClass: "dm", Message: "boom"}}}}

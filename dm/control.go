@@ -283,46 +283,59 @@ func (s *Service) onLeader(ctx context.Context, g copyset.GroupID, call func(ctx
 	return nil
 }
 
-// routeCheck asks copyset g's leader whether start may be proposed.
-func (s *Service) routeCheck(ctx context.Context, g copyset.GroupID, start *pb.Start) *pb.CheckResponse {
-	var resp *pb.CheckResponse
-	err := s.onLeader(ctx, g, func(ctx context.Context, c pb.DMInternalClient, local bool) (bool, string, string) {
-		if local {
-			resp = s.checkLocal(ctx, g, start)
+// leaderAnswer is what routeTo needs of a DMInternal answer.
+type leaderAnswer interface {
+	GetNotLeader() bool
+	GetLeader() string
+	GetMsg() string
+}
+
+// routeTo runs a DMInternal call on copyset g's leader: local in process
+// when this server leads it, else remote; a failed call counts as not the
+// leader's answer (retried), and failed(msg) is the answer when no leader
+// answered within leaderWait.
+func routeTo[R leaderAnswer](ctx context.Context, s *Service, g copyset.GroupID, local func(ctx context.Context) R,
+	remote func(ctx context.Context, c pb.DMInternalClient) (R, error), failed func(msg string, notLeader bool) R) R {
+	var resp R
+	err := s.onLeader(ctx, g, func(ctx context.Context, c pb.DMInternalClient, isLocal bool) (bool, string, string) {
+		if isLocal {
+			resp = local(ctx)
 		} else {
 			var err error
-			if resp, err = c.Check(ctx, &pb.CheckRequest{Pool: g.Pool(), Copyset: g.Copyset(), Start: start}); err != nil {
-				resp = &pb.CheckResponse{Code: -1, Msg: err.Error(), NotLeader: true}
+			if resp, err = remote(ctx, c); err != nil {
+				resp = failed(err.Error(), true)
 			}
 		}
 		return resp.GetNotLeader(), resp.GetLeader(), resp.GetMsg()
 	})
 	if err != nil {
-		return &pb.CheckResponse{Code: -1, Msg: err.Error()}
+		return failed(err.Error(), false)
 	}
 	return resp
+}
+
+// routeCheck asks copyset g's leader whether start may be proposed.
+func (s *Service) routeCheck(ctx context.Context, g copyset.GroupID, start *pb.Start) *pb.CheckResponse {
+	return routeTo(ctx, s, g, func(ctx context.Context) *pb.CheckResponse { return s.checkLocal(ctx, g, start) },
+		func(ctx context.Context, c pb.DMInternalClient) (*pb.CheckResponse, error) {
+			return c.Check(ctx, &pb.CheckRequest{Pool: g.Pool(), Copyset: g.Copyset(), Start: start})
+		},
+		func(msg string, notLeader bool) *pb.CheckResponse {
+			return &pb.CheckResponse{Code: -1, Msg: msg, NotLeader: notLeader}
+		})
 }
 
 // routePropose proposes op on copyset g's leader. A retry after an answer
 // that was lost proposes the same op: a Start, SetStage or Delete applied
 // twice finds its own result.
 func (s *Service) routePropose(ctx context.Context, g copyset.GroupID, op *pb.Op) *pb.ProposeResponse {
-	var resp *pb.ProposeResponse
-	err := s.onLeader(ctx, g, func(ctx context.Context, c pb.DMInternalClient, local bool) (bool, string, string) {
-		if local {
-			resp = s.proposeLocal(ctx, g, op)
-		} else {
-			var err error
-			if resp, err = c.Propose(ctx, &pb.ProposeRequest{Pool: g.Pool(), Copyset: g.Copyset(), Op: op}); err != nil {
-				resp = &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true}
-			}
-		}
-		return resp.GetNotLeader(), resp.GetLeader(), resp.GetMsg()
-	})
-	if err != nil {
-		return &pb.ProposeResponse{Code: -1, Msg: err.Error()}
-	}
-	return resp
+	return routeTo(ctx, s, g, func(ctx context.Context) *pb.ProposeResponse { return s.proposeLocal(ctx, g, op) },
+		func(ctx context.Context, c pb.DMInternalClient) (*pb.ProposeResponse, error) {
+			return c.Propose(ctx, &pb.ProposeRequest{Pool: g.Pool(), Copyset: g.Copyset(), Op: op})
+		},
+		func(msg string, notLeader bool) *pb.ProposeResponse {
+			return &pb.ProposeResponse{Code: -1, Msg: msg, NotLeader: notLeader}
+		})
 }
 
 // OperateTask pauses, resumes or stops a task on every copyset that has a
@@ -355,6 +368,19 @@ func (c *controlService) OperateTask(ctx context.Context, req *pb.OperateTaskReq
 			msg += "; no leader answered for " + strings.Join(l.unanswered, ", ")
 		}
 		return refused("%s", msg), nil
+	}
+	// A stop during a cutover not committed lets the source take writes
+	// again first; a committed cutover leaves the source fenced.
+	if cfg := l.shares[0].GetSubtask().GetConfig(); op.GetDelete() != nil && len(cfg.GetSource().GetCluster()) > 0 {
+		if cutoverUnderWay(l.shares) {
+			var ids []uint32
+			for _, sh := range l.shares {
+				ids = append(ids, sh.GetSubtask().GetSourceCopyset())
+			}
+			if _, err := s.onSourceFence(ctx, cfg, ids, pb.FenceOp_FENCE_LIFT, false); err != nil {
+				return refused("stop task %q: its cutover is under way and lifting the source's fences failed: %v; nothing was stopped", name, err), nil
+			}
+		}
 	}
 	resp := &pb.ControlResponse{Result: true}
 	for _, sh := range l.shares {

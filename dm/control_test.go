@@ -86,6 +86,9 @@ func TestControlPath(t *testing.T) {
 		t.Fatalf("start-task again: %v %v", r, err)
 	}
 	waitSame(t, c, src, dst)
+	if r, err := ctl.Cutover(ctx, &pb.CutoverRequest{Name: "mig"}); err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "its source is an export") {
+		t.Fatalf("cutover of a task reading an export: %v %v", r, err)
+	}
 	// The target is the task's: client writes there are refused.
 	if st := clientWrite(t, c, dst, 5); st != cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_EPOCH_TOO_OLD {
 		t.Fatalf("a client write into the migrating pool answered %v, want EPOCH_TOO_OLD", st)

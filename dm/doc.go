@@ -45,6 +45,17 @@
 // is final. A task's transitional stages (Pausing, Resuming, Stopping)
 // are what its shares show while some have taken a change and some not.
 //
+// # Cutover (cutover.go, cutover_fence.go)
+//
+// A cutover fences the source copysets (write fence owner
+// dm-cutover:<task>, set on the source cluster through its DMInternal
+// SourceFence), waits until the relay covers each fence and the share has
+// applied the relay's every packet, compares the copysets' digests on
+// both sides, then commits (the share Finished) and lifts the target's
+// fence. Each step is a replicated SetCutover on every share before the
+// next begins, so a driver run again resumes it; abort lifts the source
+// fences before a commit.
+//
 // # Invariants
 //
 //   - Every op is deterministic (no clock: the proposer's time rides in

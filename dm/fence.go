@@ -6,6 +6,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkstore"
 	"github.com/chunkraft/chunkraft/copyset"
+	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 )
 
 // A task's target copysets are fenced (chunkstore's write fence): from
@@ -66,14 +67,18 @@ func (s *Service) isStarting(g copyset.GroupID, name string) bool {
 }
 
 // liftOrphanFence lifts copyset n's dm fence when its task has no share
-// there (n is led by this server; its machine state is past a barrier).
+// there, or a share whose cutover committed (n is led by this server; its
+// machine state is past a barrier).
 func (s *Service) liftOrphanFence(ctx context.Context, n *copyset.Node, m *Machine) {
 	f, ok := chunkstore.LocalWriteFence(n)
 	if !ok {
 		return
 	}
 	name, isDM := strings.CutPrefix(f.Owner, fencePrefix)
-	if !isDM || m.Get(name) != nil || s.isStarting(n.Group(), name) {
+	if !isDM || s.isStarting(n.Group(), name) {
+		return
+	}
+	if sh := m.Get(name); sh != nil && sh.GetCutover().GetStep() != pb.CutoverStep_CUTOVER_COMMITTED {
 		return
 	}
 	if err := s.deps.Chunks.LiftWriteFence(ctx, n.Group(), f.Owner); err != nil {

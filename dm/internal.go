@@ -32,6 +32,14 @@ func (is *internalService) Propose(ctx context.Context, req *pb.ProposeRequest) 
 	return is.s.proposeLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetOp()), nil
 }
 
+func (is *internalService) Fence(ctx context.Context, req *pb.FenceRequest) (*pb.FenceResponse, error) {
+	return is.s.fenceLocal(ctx, req), nil
+}
+
+func (is *internalService) SourceFence(ctx context.Context, req *pb.SourceFenceRequest) (*pb.SourceFenceResponse, error) {
+	return is.s.sourceFence(ctx, req), nil
+}
+
 // ledKey is a copyset in ListResponse.led.
 func ledKey(g copyset.GroupID) uint64 { return uint64(g.Pool())<<32 | uint64(g.Copyset()) }
 

@@ -29,6 +29,8 @@ var (
 	ErrCheckpoint = errors.New("the advance does not start at the sub task's checkpoint")
 	// ErrUpdate: an Update changing what may not change.
 	ErrUpdate = errors.New("the config change is not allowed")
+	// ErrCutover: a cutover step the share's cutover does not allow.
+	ErrCutover = errors.New("the cutover step is not allowed")
 	// ErrInvalidOp: an op in the log that admission would have refused.
 	ErrInvalidOp = errors.New("invalid dm op")
 )
@@ -98,6 +100,12 @@ func ValidateOp(op *pb.Op) error {
 		return named("fail", o.Fail.GetName())
 	case *pb.Op_Delete:
 		return named("delete", o.Delete.GetName())
+	case *pb.Op_SetCutover:
+		c := o.SetCutover.GetCutover()
+		if c.GetStep() <= pb.CutoverStep_CUTOVER_NONE || c.GetStep() > pb.CutoverStep_CUTOVER_ABORTED {
+			return fmt.Errorf("dm set cutover: step %v", c.GetStep())
+		}
+		return named("set cutover", o.SetCutover.GetName())
 	case *pb.Op_Update:
 		if _, err := FileOf(o.Update.GetConfig()).Config(); err != nil {
 			return fmt.Errorf("dm update: %w", err)

@@ -142,6 +142,7 @@ func subTaskStatus(name string, shares []*pb.Located) *dmpb.SubTaskStatus {
 			break
 		}
 	}
+	st.Cutover = cutoverStatus(shares)
 	if st.Stage != dmpb.Stage_Running {
 		st.Result = &dmpb.ProcessResult{IsCanceled: canceled, Errors: errs}
 	}

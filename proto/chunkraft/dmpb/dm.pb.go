@@ -89,6 +89,123 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{0}
 }
 
+// CutoverStep is where a share's cutover stands (dm/cutover.go): the
+// source copyset fenced (FENCED, from fence_index on the source refuses
+// client writes), the share has applied everything the source exported up
+// to the fence (SYNCED), both copysets have the same digest (VERIFIED),
+// the target is the live copy (COMMITTED: the share is Finished, the
+// target's fence lifted at lifted_ms). ABORTED: the source's fence was
+// lifted and the share goes on in Sync.
+type CutoverStep int32
+
+const (
+	CutoverStep_CUTOVER_NONE      CutoverStep = 0
+	CutoverStep_CUTOVER_FENCING   CutoverStep = 1
+	CutoverStep_CUTOVER_FENCED    CutoverStep = 2
+	CutoverStep_CUTOVER_SYNCED    CutoverStep = 3
+	CutoverStep_CUTOVER_VERIFIED  CutoverStep = 4
+	CutoverStep_CUTOVER_COMMITTED CutoverStep = 5
+	CutoverStep_CUTOVER_ABORTED   CutoverStep = 6
+)
+
+// Enum value maps for CutoverStep.
+var (
+	CutoverStep_name = map[int32]string{
+		0: "CUTOVER_NONE",
+		1: "CUTOVER_FENCING",
+		2: "CUTOVER_FENCED",
+		3: "CUTOVER_SYNCED",
+		4: "CUTOVER_VERIFIED",
+		5: "CUTOVER_COMMITTED",
+		6: "CUTOVER_ABORTED",
+	}
+	CutoverStep_value = map[string]int32{
+		"CUTOVER_NONE":      0,
+		"CUTOVER_FENCING":   1,
+		"CUTOVER_FENCED":    2,
+		"CUTOVER_SYNCED":    3,
+		"CUTOVER_VERIFIED":  4,
+		"CUTOVER_COMMITTED": 5,
+		"CUTOVER_ABORTED":   6,
+	}
+)
+
+func (x CutoverStep) Enum() *CutoverStep {
+	p := new(CutoverStep)
+	*p = x
+	return p
+}
+
+func (x CutoverStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CutoverStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_chunkraft_dmpb_dm_proto_enumTypes[1].Descriptor()
+}
+
+func (CutoverStep) Type() protoreflect.EnumType {
+	return &file_chunkraft_dmpb_dm_proto_enumTypes[1]
+}
+
+func (x CutoverStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CutoverStep.Descriptor instead.
+func (CutoverStep) EnumDescriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{1}
+}
+
+type FenceOp int32
+
+const (
+	FenceOp_FENCE_GET  FenceOp = 0
+	FenceOp_FENCE_SET  FenceOp = 1
+	FenceOp_FENCE_LIFT FenceOp = 2
+)
+
+// Enum value maps for FenceOp.
+var (
+	FenceOp_name = map[int32]string{
+		0: "FENCE_GET",
+		1: "FENCE_SET",
+		2: "FENCE_LIFT",
+	}
+	FenceOp_value = map[string]int32{
+		"FENCE_GET":  0,
+		"FENCE_SET":  1,
+		"FENCE_LIFT": 2,
+	}
+)
+
+func (x FenceOp) Enum() *FenceOp {
+	p := new(FenceOp)
+	*p = x
+	return p
+}
+
+func (x FenceOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FenceOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_chunkraft_dmpb_dm_proto_enumTypes[2].Descriptor()
+}
+
+func (FenceOp) Type() protoreflect.EnumType {
+	return &file_chunkraft_dmpb_dm_proto_enumTypes[2]
+}
+
+func (x FenceOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FenceOp.Descriptor instead.
+func (FenceOp) EnumDescriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{2}
+}
+
 // TaskConfig is a task as its task file states it, in canonical form
 // (dm/config.go parses and checks the file).
 type TaskConfig struct {
@@ -516,7 +633,9 @@ type SubTask struct {
 	AsOf map[uint64]*Place `protobuf:"bytes,14,rep,name=as_of,json=asOf,proto3" json:"as_of,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// clones: the chunks the share created from a CREATE_CLONE that are
 	// still clone chunks in the source.
-	Clones        map[uint64]*Clone `protobuf:"bytes,15,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Clones map[uint64]*Clone `protobuf:"bytes,15,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// cutover: the task's cutover on this share (none before one starts).
+	Cutover       *Cutover `protobuf:"bytes,16,opt,name=cutover,proto3" json:"cutover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -656,6 +775,133 @@ func (x *SubTask) GetClones() map[uint64]*Clone {
 	return nil
 }
 
+func (x *SubTask) GetCutover() *Cutover {
+	if x != nil {
+		return x.Cutover
+	}
+	return nil
+}
+
+// Cutover is a share's cutover: its step and when each was reached (unix
+// milliseconds, the driver's clock).
+type Cutover struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Step  CutoverStep            `protobuf:"varint,1,opt,name=step,proto3,enum=chunkraft.dm.CutoverStep" json:"step,omitempty"`
+	// fence_index: the log index of the source copyset's fence op.
+	FenceIndex  uint64 `protobuf:"varint,2,opt,name=fence_index,json=fenceIndex,proto3" json:"fence_index,omitempty"`
+	StartedMs   int64  `protobuf:"varint,3,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
+	FencedMs    int64  `protobuf:"varint,4,opt,name=fenced_ms,json=fencedMs,proto3" json:"fenced_ms,omitempty"`
+	SyncedMs    int64  `protobuf:"varint,5,opt,name=synced_ms,json=syncedMs,proto3" json:"synced_ms,omitempty"`
+	VerifiedMs  int64  `protobuf:"varint,6,opt,name=verified_ms,json=verifiedMs,proto3" json:"verified_ms,omitempty"`
+	CommittedMs int64  `protobuf:"varint,7,opt,name=committed_ms,json=committedMs,proto3" json:"committed_ms,omitempty"`
+	LiftedMs    int64  `protobuf:"varint,8,opt,name=lifted_ms,json=liftedMs,proto3" json:"lifted_ms,omitempty"`
+	AbortedMs   int64  `protobuf:"varint,9,opt,name=aborted_ms,json=abortedMs,proto3" json:"aborted_ms,omitempty"`
+	// digest: the copyset's digest, the same on both sides (VERIFIED on).
+	Digest        string `protobuf:"bytes,10,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cutover) Reset() {
+	*x = Cutover{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cutover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cutover) ProtoMessage() {}
+
+func (x *Cutover) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
+func (*Cutover) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Cutover) GetStep() CutoverStep {
+	if x != nil {
+		return x.Step
+	}
+	return CutoverStep_CUTOVER_NONE
+}
+
+func (x *Cutover) GetFenceIndex() uint64 {
+	if x != nil {
+		return x.FenceIndex
+	}
+	return 0
+}
+
+func (x *Cutover) GetStartedMs() int64 {
+	if x != nil {
+		return x.StartedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetFencedMs() int64 {
+	if x != nil {
+		return x.FencedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetSyncedMs() int64 {
+	if x != nil {
+		return x.SyncedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetVerifiedMs() int64 {
+	if x != nil {
+		return x.VerifiedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetCommittedMs() int64 {
+	if x != nil {
+		return x.CommittedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetLiftedMs() int64 {
+	if x != nil {
+		return x.LiftedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetAbortedMs() int64 {
+	if x != nil {
+		return x.AbortedMs
+	}
+	return 0
+}
+
+func (x *Cutover) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 // Place is an op's place in the source copyset's log.
 type Place struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -667,7 +913,7 @@ type Place struct {
 
 func (x *Place) Reset() {
 	*x = Place{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +925,7 @@ func (x *Place) String() string {
 func (*Place) ProtoMessage() {}
 
 func (x *Place) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +938,7 @@ func (x *Place) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Place.ProtoReflect.Descriptor instead.
 func (*Place) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Place) GetIndex() uint64 {
@@ -723,7 +969,7 @@ type Clone struct {
 
 func (x *Clone) Reset() {
 	*x = Clone{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +981,7 @@ func (x *Clone) String() string {
 func (*Clone) ProtoMessage() {}
 
 func (x *Clone) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +994,7 @@ func (x *Clone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clone.ProtoReflect.Descriptor instead.
 func (*Clone) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Clone) GetSn() uint64 {
@@ -784,7 +1030,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +1042,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +1055,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *State) GetApplied() uint64 {
@@ -839,7 +1085,7 @@ type Line struct {
 
 func (x *Line) Reset() {
 	*x = Line{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1097,7 @@ func (x *Line) String() string {
 func (*Line) ProtoMessage() {}
 
 func (x *Line) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1110,7 @@ func (x *Line) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Line.ProtoReflect.Descriptor instead.
 func (*Line) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Line) GetBase() *State {
@@ -899,6 +1145,7 @@ type Op struct {
 	//	*Op_Fail
 	//	*Op_Delete
 	//	*Op_Update
+	//	*Op_SetCutover
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -906,7 +1153,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1165,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1178,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -995,6 +1242,15 @@ func (x *Op) GetUpdate() *Update {
 	return nil
 }
 
+func (x *Op) GetSetCutover() *SetCutover {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetCutover); ok {
+			return x.SetCutover
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1023,6 +1279,10 @@ type Op_Update struct {
 	Update *Update `protobuf:"bytes,6,opt,name=update,proto3,oneof"`
 }
 
+type Op_SetCutover struct {
+	SetCutover *SetCutover `protobuf:"bytes,7,opt,name=set_cutover,json=setCutover,proto3,oneof"`
+}
+
 func (*Op_Start) isOp_Op() {}
 
 func (*Op_SetStage) isOp_Op() {}
@@ -1034,6 +1294,64 @@ func (*Op_Fail) isOp_Op() {}
 func (*Op_Delete) isOp_Op() {}
 
 func (*Op_Update) isOp_Op() {}
+
+func (*Op_SetCutover) isOp_Op() {}
+
+// SetCutover moves a share's cutover to cutover.step (the fields of that
+// step taken from cutover): forward one step at a time, to the step it is
+// at again (nothing changes; COMMITTED may add lifted_ms), or to ABORTED
+// from any step before COMMITTED. COMMITTED makes the share Finished.
+type SetCutover struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Cutover       *Cutover               `protobuf:"bytes,2,opt,name=cutover,proto3" json:"cutover,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCutover) Reset() {
+	*x = SetCutover{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCutover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCutover) ProtoMessage() {}
+
+func (x *SetCutover) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCutover.ProtoReflect.Descriptor instead.
+func (*SetCutover) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetCutover) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetCutover) GetCutover() *Cutover {
+	if x != nil {
+		return x.Cutover
+	}
+	return nil
+}
 
 // Start creates a task's share on this copyset. The same config again is
 // answered with the share as it is; another config under the same name is
@@ -1053,7 +1371,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1383,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1396,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Start) GetConfig() *TaskConfig {
@@ -1137,7 +1455,7 @@ type SetStage struct {
 
 func (x *SetStage) Reset() {
 	*x = SetStage{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1467,7 @@ func (x *SetStage) String() string {
 func (*SetStage) ProtoMessage() {}
 
 func (x *SetStage) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1480,7 @@ func (x *SetStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStage.ProtoReflect.Descriptor instead.
 func (*SetStage) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetStage) GetName() string {
@@ -1220,7 +1538,7 @@ type Advance struct {
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1550,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1563,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Advance) GetName() string {
@@ -1339,7 +1657,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1669,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1682,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Fail) GetName() string {
@@ -1405,7 +1723,7 @@ type Delete struct {
 
 func (x *Delete) Reset() {
 	*x = Delete{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1735,7 @@ func (x *Delete) String() string {
 func (*Delete) ProtoMessage() {}
 
 func (x *Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1748,7 @@ func (x *Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delete.ProtoReflect.Descriptor instead.
 func (*Delete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Delete) GetName() string {
@@ -1453,7 +1771,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1783,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1796,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Update) GetName() string {
@@ -1502,6 +1820,383 @@ func (x *Update) GetNowMs() int64 {
 	return 0
 }
 
+// FenceRequest: op on copyset (pool, copyset)'s write fence for owner
+// (set: with reason). relay_task: a sync task of the copyset whose
+// covered index to answer; digest: digest the copyset's chunks (after the
+// op).
+type FenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Op            FenceOp                `protobuf:"varint,3,opt,name=op,proto3,enum=chunkraft.dm.FenceOp" json:"op,omitempty"`
+	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	RelayTask     string                 `protobuf:"bytes,6,opt,name=relay_task,json=relayTask,proto3" json:"relay_task,omitempty"`
+	Digest        bool                   `protobuf:"varint,7,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceRequest) Reset() {
+	*x = FenceRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceRequest) ProtoMessage() {}
+
+func (x *FenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
+func (*FenceRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *FenceRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *FenceRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *FenceRequest) GetOp() FenceOp {
+	if x != nil {
+		return x.Op
+	}
+	return FenceOp_FENCE_GET
+}
+
+func (x *FenceRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *FenceRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FenceRequest) GetRelayTask() string {
+	if x != nil {
+		return x.RelayTask
+	}
+	return ""
+}
+
+func (x *FenceRequest) GetDigest() bool {
+	if x != nil {
+		return x.Digest
+	}
+	return false
+}
+
+// FenceResponse: code 0 with the fence (held, owner and since: the index
+// of its set op), the relay task's covered index and the digest; -1 with
+// msg; not_leader and leader as ProposeResponse's.
+type FenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Msg           string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	NotLeader     bool                   `protobuf:"varint,3,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Leader        string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	Held          bool                   `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	Owner         string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	Since         uint64                 `protobuf:"varint,7,opt,name=since,proto3" json:"since,omitempty"`
+	CoveredIndex  uint64                 `protobuf:"varint,8,opt,name=covered_index,json=coveredIndex,proto3" json:"covered_index,omitempty"`
+	Digest        string                 `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
+	Chunks        uint64                 `protobuf:"varint,10,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,11,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceResponse) Reset() {
+	*x = FenceResponse{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceResponse) ProtoMessage() {}
+
+func (x *FenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
+func (*FenceResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FenceResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *FenceResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *FenceResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *FenceResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *FenceResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *FenceResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *FenceResponse) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *FenceResponse) GetCoveredIndex() uint64 {
+	if x != nil {
+		return x.CoveredIndex
+	}
+	return 0
+}
+
+func (x *FenceResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *FenceResponse) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *FenceResponse) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+type SourceFenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copysets      []uint32               `protobuf:"varint,2,rep,packed,name=copysets,proto3" json:"copysets,omitempty"` // empty: every copyset of the pool
+	Op            FenceOp                `protobuf:"varint,3,opt,name=op,proto3,enum=chunkraft.dm.FenceOp" json:"op,omitempty"`
+	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	RelayTask     string                 `protobuf:"bytes,6,opt,name=relay_task,json=relayTask,proto3" json:"relay_task,omitempty"`
+	Digest        bool                   `protobuf:"varint,7,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceFenceRequest) Reset() {
+	*x = SourceFenceRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceFenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceFenceRequest) ProtoMessage() {}
+
+func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceFenceRequest.ProtoReflect.Descriptor instead.
+func (*SourceFenceRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SourceFenceRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *SourceFenceRequest) GetCopysets() []uint32 {
+	if x != nil {
+		return x.Copysets
+	}
+	return nil
+}
+
+func (x *SourceFenceRequest) GetOp() FenceOp {
+	if x != nil {
+		return x.Op
+	}
+	return FenceOp_FENCE_GET
+}
+
+func (x *SourceFenceRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SourceFenceRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SourceFenceRequest) GetRelayTask() string {
+	if x != nil {
+		return x.RelayTask
+	}
+	return ""
+}
+
+func (x *SourceFenceRequest) GetDigest() bool {
+	if x != nil {
+		return x.Digest
+	}
+	return false
+}
+
+// SourceFenceResponse: one answer per copyset (code -1 in one: that
+// copyset failed); code -1 here when the pool could not be listed.
+type SourceFenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Msg           string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	Copysets      []*FenceResponse       `protobuf:"bytes,3,rep,name=copysets,proto3" json:"copysets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceFenceResponse) Reset() {
+	*x = SourceFenceResponse{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceFenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceFenceResponse) ProtoMessage() {}
+
+func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceFenceResponse.ProtoReflect.Descriptor instead.
+func (*SourceFenceResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SourceFenceResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SourceFenceResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *SourceFenceResponse) GetCopysets() []*FenceResponse {
+	if x != nil {
+		return x.Copysets
+	}
+	return nil
+}
+
 // CheckRequest: may start be proposed on copyset (pool, copyset), which
 // the server must lead? Nothing is proposed.
 type CheckRequest struct {
@@ -1515,7 +2210,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +2222,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +2235,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckRequest) GetPool() uint32 {
@@ -1581,7 +2276,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +2288,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +2301,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckResponse) GetCode() int32 {
@@ -1651,6 +2346,155 @@ func (x *CheckResponse) GetSubtask() *SubTask {
 	return nil
 }
 
+// CutoverRequest: timeout_ms bounds the wait for the target to apply
+// what the source exported up to its fence (0: 5 minutes).
+type CutoverRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Abort         bool                   `protobuf:"varint,2,opt,name=abort,proto3" json:"abort,omitempty"`
+	TimeoutMs     int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutoverRequest) Reset() {
+	*x = CutoverRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutoverRequest) ProtoMessage() {}
+
+func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutoverRequest.ProtoReflect.Descriptor instead.
+func (*CutoverRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CutoverRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CutoverRequest) GetAbort() bool {
+	if x != nil {
+		return x.Abort
+	}
+	return false
+}
+
+func (x *CutoverRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// CutoverResponse: result and msg as ControlResponse's; step: where the
+// cutover stands; downtime_ms: from the source's fence to the target's
+// lift (committed); steps: what was done, a line each.
+type CutoverResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        bool                   `protobuf:"varint,1,opt,name=result,proto3" json:"result,omitempty"`
+	Msg           string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	Step          CutoverStep            `protobuf:"varint,3,opt,name=step,proto3,enum=chunkraft.dm.CutoverStep" json:"step,omitempty"`
+	DowntimeMs    int64                  `protobuf:"varint,4,opt,name=downtime_ms,json=downtimeMs,proto3" json:"downtime_ms,omitempty"`
+	Steps         []string               `protobuf:"bytes,5,rep,name=steps,proto3" json:"steps,omitempty"`
+	Copysets      []*CopysetResult       `protobuf:"bytes,6,rep,name=copysets,proto3" json:"copysets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutoverResponse) Reset() {
+	*x = CutoverResponse{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutoverResponse) ProtoMessage() {}
+
+func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutoverResponse.ProtoReflect.Descriptor instead.
+func (*CutoverResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CutoverResponse) GetResult() bool {
+	if x != nil {
+		return x.Result
+	}
+	return false
+}
+
+func (x *CutoverResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *CutoverResponse) GetStep() CutoverStep {
+	if x != nil {
+		return x.Step
+	}
+	return CutoverStep_CUTOVER_NONE
+}
+
+func (x *CutoverResponse) GetDowntimeMs() int64 {
+	if x != nil {
+		return x.DowntimeMs
+	}
+	return 0
+}
+
+func (x *CutoverResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *CutoverResponse) GetCopysets() []*CopysetResult {
+	if x != nil {
+		return x.Copysets
+	}
+	return nil
+}
+
 // StartTaskRequest: task is a task file (YAML). check_only: say what
 // would be done and what is wrong, and start nothing (check-task).
 type StartTaskRequest struct {
@@ -1663,7 +2507,7 @@ type StartTaskRequest struct {
 
 func (x *StartTaskRequest) Reset() {
 	*x = StartTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2519,7 @@ func (x *StartTaskRequest) String() string {
 func (*StartTaskRequest) ProtoMessage() {}
 
 func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2532,7 @@ func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTaskRequest.ProtoReflect.Descriptor instead.
 func (*StartTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StartTaskRequest) GetTask() string {
@@ -1717,7 +2561,7 @@ type OperateTaskRequest struct {
 
 func (x *OperateTaskRequest) Reset() {
 	*x = OperateTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +2573,7 @@ func (x *OperateTaskRequest) String() string {
 func (*OperateTaskRequest) ProtoMessage() {}
 
 func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +2586,7 @@ func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperateTaskRequest.ProtoReflect.Descriptor instead.
 func (*OperateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OperateTaskRequest) GetName() string {
@@ -1772,7 +2616,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2628,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2641,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ControlResponse) GetResult() bool {
@@ -1833,7 +2677,7 @@ type CopysetResult struct {
 
 func (x *CopysetResult) Reset() {
 	*x = CopysetResult{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2689,7 @@ func (x *CopysetResult) String() string {
 func (*CopysetResult) ProtoMessage() {}
 
 func (x *CopysetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2702,7 @@ func (x *CopysetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopysetResult.ProtoReflect.Descriptor instead.
 func (*CopysetResult) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CopysetResult) GetPool() uint32 {
@@ -1901,7 +2745,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2757,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2770,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListRequest) GetPool() uint32 {
@@ -1956,7 +2800,7 @@ type Located struct {
 
 func (x *Located) Reset() {
 	*x = Located{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2812,7 @@ func (x *Located) String() string {
 func (*Located) ProtoMessage() {}
 
 func (x *Located) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2825,7 @@ func (x *Located) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Located.ProtoReflect.Descriptor instead.
 func (*Located) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Located) GetPool() uint32 {
@@ -2024,7 +2868,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2880,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2893,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListResponse) GetSubtasks() []*Located {
@@ -2079,7 +2923,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2935,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2948,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProposeRequest) GetPool() uint32 {
@@ -2143,7 +2987,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2999,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +3012,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProposeResponse) GetCode() int32 {
@@ -2242,7 +3086,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x10\n" +
 	"\x03ops\x18\x04 \x01(\x04R\x03ops\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x18\n" +
-	"\arefused\x18\x06 \x01(\x04R\arefused\"\x8d\x06\n" +
+	"\arefused\x18\x06 \x01(\x04R\arefused\"\xbe\x06\n" +
 	"\aSubTask\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
@@ -2263,13 +3107,30 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"updated_ms\x18\f \x01(\x03R\tupdatedMs\x12\x1c\n" +
 	"\tresumable\x18\r \x01(\bR\tresumable\x124\n" +
 	"\x05as_of\x18\x0e \x03(\v2\x1f.chunkraft.dm.SubTask.AsOfEntryR\x04asOf\x129\n" +
-	"\x06clones\x18\x0f \x03(\v2!.chunkraft.dm.SubTask.ClonesEntryR\x06clones\x1aL\n" +
+	"\x06clones\x18\x0f \x03(\v2!.chunkraft.dm.SubTask.ClonesEntryR\x06clones\x12/\n" +
+	"\acutover\x18\x10 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\x1aL\n" +
 	"\tAsOfEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
 	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
 	"\vClonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
-	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"-\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"\xca\x02\n" +
+	"\aCutover\x12-\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x19.chunkraft.dm.CutoverStepR\x04step\x12\x1f\n" +
+	"\vfence_index\x18\x02 \x01(\x04R\n" +
+	"fenceIndex\x12\x1d\n" +
+	"\n" +
+	"started_ms\x18\x03 \x01(\x03R\tstartedMs\x12\x1b\n" +
+	"\tfenced_ms\x18\x04 \x01(\x03R\bfencedMs\x12\x1b\n" +
+	"\tsynced_ms\x18\x05 \x01(\x03R\bsyncedMs\x12\x1f\n" +
+	"\vverified_ms\x18\x06 \x01(\x03R\n" +
+	"verifiedMs\x12!\n" +
+	"\fcommitted_ms\x18\a \x01(\x03R\vcommittedMs\x12\x1b\n" +
+	"\tlifted_ms\x18\b \x01(\x03R\bliftedMs\x12\x1d\n" +
+	"\n" +
+	"aborted_ms\x18\t \x01(\x03R\tabortedMs\x12\x16\n" +
+	"\x06digest\x18\n" +
+	" \x01(\tR\x06digest\"-\n" +
 	"\x05Place\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\rR\x02op\"T\n" +
@@ -2283,15 +3144,21 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04Line\x12'\n" +
 	"\x04base\x18\x01 \x01(\v2\x13.chunkraft.dm.StateR\x04base\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12 \n" +
-	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xab\x02\n" +
+	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xe8\x02\n" +
 	"\x02Op\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.chunkraft.dm.StartH\x00R\x05start\x125\n" +
 	"\tset_stage\x18\x02 \x01(\v2\x16.chunkraft.dm.SetStageH\x00R\bsetStage\x121\n" +
 	"\aadvance\x18\x03 \x01(\v2\x15.chunkraft.dm.AdvanceH\x00R\aadvance\x12(\n" +
 	"\x04fail\x18\x04 \x01(\v2\x12.chunkraft.dm.FailH\x00R\x04fail\x12.\n" +
 	"\x06delete\x18\x05 \x01(\v2\x14.chunkraft.dm.DeleteH\x00R\x06delete\x12.\n" +
-	"\x06update\x18\x06 \x01(\v2\x14.chunkraft.dm.UpdateH\x00R\x06updateB\x04\n" +
-	"\x02op\"\xd4\x01\n" +
+	"\x06update\x18\x06 \x01(\v2\x14.chunkraft.dm.UpdateH\x00R\x06update\x12;\n" +
+	"\vset_cutover\x18\a \x01(\v2\x18.chunkraft.dm.SetCutoverH\x00R\n" +
+	"setCutoverB\x04\n" +
+	"\x02op\"Q\n" +
+	"\n" +
+	"SetCutover\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\acutover\x18\x02 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\"\xd4\x01\n" +
 	"\x05Start\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
@@ -2334,7 +3201,43 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06Update\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x15\n" +
-	"\x06now_ms\x18\x03 \x01(\x03R\x05nowMs\"g\n" +
+	"\x06now_ms\x18\x03 \x01(\x03R\x05nowMs\"\xc8\x01\n" +
+	"\fFenceRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
+	"\x02op\x18\x03 \x01(\x0e2\x15.chunkraft.dm.FenceOpR\x02op\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"relay_task\x18\x06 \x01(\tR\trelayTask\x12\x16\n" +
+	"\x06digest\x18\a \x01(\bR\x06digest\"\x9b\x02\n" +
+	"\rFenceResponse\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x03 \x01(\bR\tnotLeader\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x12\n" +
+	"\x04held\x18\x05 \x01(\bR\x04held\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05since\x18\a \x01(\x04R\x05since\x12#\n" +
+	"\rcovered_index\x18\b \x01(\x04R\fcoveredIndex\x12\x16\n" +
+	"\x06digest\x18\t \x01(\tR\x06digest\x12\x16\n" +
+	"\x06chunks\x18\n" +
+	" \x01(\x04R\x06chunks\x12\x18\n" +
+	"\acopyset\x18\v \x01(\rR\acopyset\"\xd0\x01\n" +
+	"\x12SourceFenceRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x1a\n" +
+	"\bcopysets\x18\x02 \x03(\rR\bcopysets\x12%\n" +
+	"\x02op\x18\x03 \x01(\x0e2\x15.chunkraft.dm.FenceOpR\x02op\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"relay_task\x18\x06 \x01(\tR\trelayTask\x12\x16\n" +
+	"\x06digest\x18\a \x01(\bR\x06digest\"t\n" +
+	"\x13SourceFenceResponse\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x127\n" +
+	"\bcopysets\x18\x03 \x03(\v2\x1b.chunkraft.dm.FenceResponseR\bcopysets\"g\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12)\n" +
@@ -2346,7 +3249,20 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"not_leader\x18\x03 \x01(\bR\tnotLeader\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x16\n" +
 	"\x06chunks\x18\x05 \x01(\x04R\x06chunks\x12/\n" +
-	"\asubtask\x18\x06 \x01(\v2\x15.chunkraft.dm.SubTaskR\asubtask\"E\n" +
+	"\asubtask\x18\x06 \x01(\v2\x15.chunkraft.dm.SubTaskR\asubtask\"Y\n" +
+	"\x0eCutoverRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05abort\x18\x02 \x01(\bR\x05abort\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\xda\x01\n" +
+	"\x0fCutoverResponse\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\bR\x06result\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x12-\n" +
+	"\x04step\x18\x03 \x01(\x0e2\x19.chunkraft.dm.CutoverStepR\x04step\x12\x1f\n" +
+	"\vdowntime_ms\x18\x04 \x01(\x03R\n" +
+	"downtimeMs\x12\x14\n" +
+	"\x05steps\x18\x05 \x03(\tR\x05steps\x127\n" +
+	"\bcopysets\x18\x06 \x03(\v2\x1b.chunkraft.dm.CopysetResultR\bcopysets\"E\n" +
 	"\x10StartTaskRequest\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x1d\n" +
 	"\n" +
@@ -2390,15 +3306,31 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03ALL\x10\x01\x12\b\n" +
 	"\x04FULL\x10\x02\x12\x0f\n" +
-	"\vINCREMENTAL\x10\x032\xd5\x01\n" +
+	"\vINCREMENTAL\x10\x03*\x9e\x01\n" +
+	"\vCutoverStep\x12\x10\n" +
+	"\fCUTOVER_NONE\x10\x00\x12\x13\n" +
+	"\x0fCUTOVER_FENCING\x10\x01\x12\x12\n" +
+	"\x0eCUTOVER_FENCED\x10\x02\x12\x12\n" +
+	"\x0eCUTOVER_SYNCED\x10\x03\x12\x14\n" +
+	"\x10CUTOVER_VERIFIED\x10\x04\x12\x15\n" +
+	"\x11CUTOVER_COMMITTED\x10\x05\x12\x13\n" +
+	"\x0fCUTOVER_ABORTED\x10\x06*7\n" +
+	"\aFenceOp\x12\r\n" +
+	"\tFENCE_GET\x10\x00\x12\r\n" +
+	"\tFENCE_SET\x10\x01\x12\x0e\n" +
+	"\n" +
+	"FENCE_LIFT\x10\x022\xeb\x02\n" +
 	"\n" +
 	"DMInternal\x12=\n" +
 	"\x04List\x12\x19.chunkraft.dm.ListRequest\x1a\x1a.chunkraft.dm.ListResponse\x12F\n" +
 	"\aPropose\x12\x1c.chunkraft.dm.ProposeRequest\x1a\x1d.chunkraft.dm.ProposeResponse\x12@\n" +
-	"\x05Check\x12\x1a.chunkraft.dm.CheckRequest\x1a\x1b.chunkraft.dm.CheckResponse2\xa7\x01\n" +
+	"\x05Check\x12\x1a.chunkraft.dm.CheckRequest\x1a\x1b.chunkraft.dm.CheckResponse\x12@\n" +
+	"\x05Fence\x12\x1a.chunkraft.dm.FenceRequest\x1a\x1b.chunkraft.dm.FenceResponse\x12R\n" +
+	"\vSourceFence\x12 .chunkraft.dm.SourceFenceRequest\x1a!.chunkraft.dm.SourceFenceResponse2\xef\x01\n" +
 	"\tDMControl\x12J\n" +
 	"\tStartTask\x12\x1e.chunkraft.dm.StartTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12N\n" +
-	"\vOperateTask\x12 .chunkraft.dm.OperateTaskRequest\x1a\x1d.chunkraft.dm.ControlResponseB:Z8github.com/chunkraft/chunkraft/proto/chunkraft/dmpb;dmpbb\x06proto3"
+	"\vOperateTask\x12 .chunkraft.dm.OperateTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12F\n" +
+	"\aCutover\x12\x1c.chunkraft.dm.CutoverRequest\x1a\x1d.chunkraft.dm.CutoverResponseB:Z8github.com/chunkraft/chunkraft/proto/chunkraft/dmpb;dmpbb\x06proto3"
 
 var (
 	file_chunkraft_dmpb_dm_proto_rawDescOnce sync.Once
@@ -2412,110 +3344,135 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 	return file_chunkraft_dmpb_dm_proto_rawDescData
 }
 
-var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
-	(Mode)(0),                  // 0: chunkraft.dm.Mode
-	(*TaskConfig)(nil),         // 1: chunkraft.dm.TaskConfig
-	(*Source)(nil),             // 2: chunkraft.dm.Source
-	(*SyncSettings)(nil),       // 3: chunkraft.dm.SyncSettings
-	(*Checkpoint)(nil),         // 4: chunkraft.dm.Checkpoint
-	(*Counters)(nil),           // 5: chunkraft.dm.Counters
-	(*SubTask)(nil),            // 6: chunkraft.dm.SubTask
-	(*Place)(nil),              // 7: chunkraft.dm.Place
-	(*Clone)(nil),              // 8: chunkraft.dm.Clone
-	(*State)(nil),              // 9: chunkraft.dm.State
-	(*Line)(nil),               // 10: chunkraft.dm.Line
-	(*Op)(nil),                 // 11: chunkraft.dm.Op
-	(*Start)(nil),              // 12: chunkraft.dm.Start
-	(*SetStage)(nil),           // 13: chunkraft.dm.SetStage
-	(*Advance)(nil),            // 14: chunkraft.dm.Advance
-	(*Fail)(nil),               // 15: chunkraft.dm.Fail
-	(*Delete)(nil),             // 16: chunkraft.dm.Delete
-	(*Update)(nil),             // 17: chunkraft.dm.Update
-	(*CheckRequest)(nil),       // 18: chunkraft.dm.CheckRequest
-	(*CheckResponse)(nil),      // 19: chunkraft.dm.CheckResponse
-	(*StartTaskRequest)(nil),   // 20: chunkraft.dm.StartTaskRequest
-	(*OperateTaskRequest)(nil), // 21: chunkraft.dm.OperateTaskRequest
-	(*ControlResponse)(nil),    // 22: chunkraft.dm.ControlResponse
-	(*CopysetResult)(nil),      // 23: chunkraft.dm.CopysetResult
-	(*ListRequest)(nil),        // 24: chunkraft.dm.ListRequest
-	(*Located)(nil),            // 25: chunkraft.dm.Located
-	(*ListResponse)(nil),       // 26: chunkraft.dm.ListResponse
-	(*ProposeRequest)(nil),     // 27: chunkraft.dm.ProposeRequest
-	(*ProposeResponse)(nil),    // 28: chunkraft.dm.ProposeResponse
-	nil,                        // 29: chunkraft.dm.SubTask.AsOfEntry
-	nil,                        // 30: chunkraft.dm.SubTask.ClonesEntry
-	nil,                        // 31: chunkraft.dm.Advance.AsOfEntry
-	nil,                        // 32: chunkraft.dm.Advance.ClonesEntry
-	(*datasync.SyncPoint)(nil), // 33: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),              // 34: pb.Stage
-	(pb.UnitType)(0),           // 35: pb.UnitType
-	(*pb.ProcessResult)(nil),   // 36: pb.ProcessResult
-	(*pb.ProcessError)(nil),    // 37: pb.ProcessError
-	(pb.TaskOp)(0),             // 38: pb.TaskOp
+	(Mode)(0),                   // 0: chunkraft.dm.Mode
+	(CutoverStep)(0),            // 1: chunkraft.dm.CutoverStep
+	(FenceOp)(0),                // 2: chunkraft.dm.FenceOp
+	(*TaskConfig)(nil),          // 3: chunkraft.dm.TaskConfig
+	(*Source)(nil),              // 4: chunkraft.dm.Source
+	(*SyncSettings)(nil),        // 5: chunkraft.dm.SyncSettings
+	(*Checkpoint)(nil),          // 6: chunkraft.dm.Checkpoint
+	(*Counters)(nil),            // 7: chunkraft.dm.Counters
+	(*SubTask)(nil),             // 8: chunkraft.dm.SubTask
+	(*Cutover)(nil),             // 9: chunkraft.dm.Cutover
+	(*Place)(nil),               // 10: chunkraft.dm.Place
+	(*Clone)(nil),               // 11: chunkraft.dm.Clone
+	(*State)(nil),               // 12: chunkraft.dm.State
+	(*Line)(nil),                // 13: chunkraft.dm.Line
+	(*Op)(nil),                  // 14: chunkraft.dm.Op
+	(*SetCutover)(nil),          // 15: chunkraft.dm.SetCutover
+	(*Start)(nil),               // 16: chunkraft.dm.Start
+	(*SetStage)(nil),            // 17: chunkraft.dm.SetStage
+	(*Advance)(nil),             // 18: chunkraft.dm.Advance
+	(*Fail)(nil),                // 19: chunkraft.dm.Fail
+	(*Delete)(nil),              // 20: chunkraft.dm.Delete
+	(*Update)(nil),              // 21: chunkraft.dm.Update
+	(*FenceRequest)(nil),        // 22: chunkraft.dm.FenceRequest
+	(*FenceResponse)(nil),       // 23: chunkraft.dm.FenceResponse
+	(*SourceFenceRequest)(nil),  // 24: chunkraft.dm.SourceFenceRequest
+	(*SourceFenceResponse)(nil), // 25: chunkraft.dm.SourceFenceResponse
+	(*CheckRequest)(nil),        // 26: chunkraft.dm.CheckRequest
+	(*CheckResponse)(nil),       // 27: chunkraft.dm.CheckResponse
+	(*CutoverRequest)(nil),      // 28: chunkraft.dm.CutoverRequest
+	(*CutoverResponse)(nil),     // 29: chunkraft.dm.CutoverResponse
+	(*StartTaskRequest)(nil),    // 30: chunkraft.dm.StartTaskRequest
+	(*OperateTaskRequest)(nil),  // 31: chunkraft.dm.OperateTaskRequest
+	(*ControlResponse)(nil),     // 32: chunkraft.dm.ControlResponse
+	(*CopysetResult)(nil),       // 33: chunkraft.dm.CopysetResult
+	(*ListRequest)(nil),         // 34: chunkraft.dm.ListRequest
+	(*Located)(nil),             // 35: chunkraft.dm.Located
+	(*ListResponse)(nil),        // 36: chunkraft.dm.ListResponse
+	(*ProposeRequest)(nil),      // 37: chunkraft.dm.ProposeRequest
+	(*ProposeResponse)(nil),     // 38: chunkraft.dm.ProposeResponse
+	nil,                         // 39: chunkraft.dm.SubTask.AsOfEntry
+	nil,                         // 40: chunkraft.dm.SubTask.ClonesEntry
+	nil,                         // 41: chunkraft.dm.Advance.AsOfEntry
+	nil,                         // 42: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil),  // 43: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),               // 44: pb.Stage
+	(pb.UnitType)(0),            // 45: pb.UnitType
+	(*pb.ProcessResult)(nil),    // 46: pb.ProcessResult
+	(*pb.ProcessError)(nil),     // 47: pb.ProcessError
+	(pb.TaskOp)(0),              // 48: pb.TaskOp
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
-	2,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
-	3,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	33, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
-	1,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	34, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	35, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	36, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
-	4,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
-	5,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
-	29, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
-	30, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
-	6,  // 12: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
-	9,  // 13: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
-	11, // 14: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
-	12, // 15: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
-	13, // 16: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
-	14, // 17: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
-	15, // 18: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
-	16, // 19: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
-	17, // 20: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
-	1,  // 21: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	34, // 22: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	35, // 23: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	34, // 24: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
-	4,  // 25: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
-	4,  // 26: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	35, // 27: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
-	5,  // 28: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	31, // 29: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
-	32, // 30: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
-	37, // 31: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
-	1,  // 32: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	12, // 33: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
-	6,  // 34: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
-	38, // 35: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
-	23, // 36: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	6,  // 37: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	25, // 38: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	11, // 39: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	6,  // 40: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	7,  // 41: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	8,  // 42: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	7,  // 43: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	8,  // 44: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	24, // 45: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	27, // 46: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	18, // 47: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
-	20, // 48: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
-	21, // 49: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
-	26, // 50: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	28, // 51: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	19, // 52: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
-	22, // 53: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
-	22, // 54: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
-	50, // [50:55] is the sub-list for method output_type
-	45, // [45:50] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	4,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
+	5,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
+	43, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	3,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
+	44, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	45, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	46, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	6,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	7,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
+	39, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
+	40, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
+	9,  // 12: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
+	1,  // 13: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
+	8,  // 14: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
+	12, // 15: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
+	14, // 16: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
+	16, // 17: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
+	17, // 18: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
+	18, // 19: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
+	19, // 20: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
+	20, // 21: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
+	21, // 22: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
+	15, // 23: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
+	9,  // 24: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
+	3,  // 25: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
+	44, // 26: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	45, // 27: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	44, // 28: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	6,  // 29: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
+	6,  // 30: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
+	45, // 31: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	7,  // 32: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
+	41, // 33: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	42, // 34: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	47, // 35: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	3,  // 36: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
+	2,  // 37: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	2,  // 38: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	23, // 39: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
+	16, // 40: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
+	8,  // 41: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
+	1,  // 42: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
+	33, // 43: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	48, // 44: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
+	33, // 45: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	8,  // 46: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	35, // 47: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	14, // 48: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	8,  // 49: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	10, // 50: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	11, // 51: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	10, // 52: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	11, // 53: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	34, // 54: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	37, // 55: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	26, // 56: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
+	22, // 57: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
+	24, // 58: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
+	30, // 59: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
+	31, // 60: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
+	28, // 61: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
+	36, // 62: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	38, // 63: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	27, // 64: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	23, // 65: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
+	25, // 66: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
+	32, // 67: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	32, // 68: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	29, // 69: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
+	62, // [62:70] is the sub-list for method output_type
+	54, // [54:62] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -2523,21 +3480,22 @@ func file_chunkraft_dmpb_dm_proto_init() {
 	if File_chunkraft_dmpb_dm_proto != nil {
 		return
 	}
-	file_chunkraft_dmpb_dm_proto_msgTypes[10].OneofWrappers = []any{
+	file_chunkraft_dmpb_dm_proto_msgTypes[11].OneofWrappers = []any{
 		(*Op_Start)(nil),
 		(*Op_SetStage)(nil),
 		(*Op_Advance)(nil),
 		(*Op_Fail)(nil),
 		(*Op_Delete)(nil),
 		(*Op_Update)(nil),
+		(*Op_SetCutover)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,9 +29,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DMInternal_List_FullMethodName    = "/chunkraft.dm.DMInternal/List"
-	DMInternal_Propose_FullMethodName = "/chunkraft.dm.DMInternal/Propose"
-	DMInternal_Check_FullMethodName   = "/chunkraft.dm.DMInternal/Check"
+	DMInternal_List_FullMethodName        = "/chunkraft.dm.DMInternal/List"
+	DMInternal_Propose_FullMethodName     = "/chunkraft.dm.DMInternal/Propose"
+	DMInternal_Check_FullMethodName       = "/chunkraft.dm.DMInternal/Check"
+	DMInternal_Fence_FullMethodName       = "/chunkraft.dm.DMInternal/Fence"
+	DMInternal_SourceFence_FullMethodName = "/chunkraft.dm.DMInternal/SourceFence"
 )
 
 // DMInternalClient is the client API for DMInternal service.
@@ -44,6 +46,12 @@ type DMInternalClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	Propose(ctx context.Context, in *ProposeRequest, opts ...grpc.CallOption) (*ProposeResponse, error)
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Fence sets, lifts or reads the write fence of one copyset of this
+	// cluster, on its leader, and may digest the copyset's chunks.
+	Fence(ctx context.Context, in *FenceRequest, opts ...grpc.CallOption) (*FenceResponse, error)
+	// SourceFence is Fence on every copyset of a pool (or those listed),
+	// answered by any server: what a cutover asks of its source cluster.
+	SourceFence(ctx context.Context, in *SourceFenceRequest, opts ...grpc.CallOption) (*SourceFenceResponse, error)
 }
 
 type dMInternalClient struct {
@@ -84,6 +92,26 @@ func (c *dMInternalClient) Check(ctx context.Context, in *CheckRequest, opts ...
 	return out, nil
 }
 
+func (c *dMInternalClient) Fence(ctx context.Context, in *FenceRequest, opts ...grpc.CallOption) (*FenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FenceResponse)
+	err := c.cc.Invoke(ctx, DMInternal_Fence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dMInternalClient) SourceFence(ctx context.Context, in *SourceFenceRequest, opts ...grpc.CallOption) (*SourceFenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SourceFenceResponse)
+	err := c.cc.Invoke(ctx, DMInternal_SourceFence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DMInternalServer is the server API for DMInternal service.
 // All implementations must embed UnimplementedDMInternalServer
 // for forward compatibility.
@@ -94,6 +122,12 @@ type DMInternalServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	Propose(context.Context, *ProposeRequest) (*ProposeResponse, error)
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Fence sets, lifts or reads the write fence of one copyset of this
+	// cluster, on its leader, and may digest the copyset's chunks.
+	Fence(context.Context, *FenceRequest) (*FenceResponse, error)
+	// SourceFence is Fence on every copyset of a pool (or those listed),
+	// answered by any server: what a cutover asks of its source cluster.
+	SourceFence(context.Context, *SourceFenceRequest) (*SourceFenceResponse, error)
 	mustEmbedUnimplementedDMInternalServer()
 }
 
@@ -112,6 +146,12 @@ func (UnimplementedDMInternalServer) Propose(context.Context, *ProposeRequest) (
 }
 func (UnimplementedDMInternalServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedDMInternalServer) Fence(context.Context, *FenceRequest) (*FenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fence not implemented")
+}
+func (UnimplementedDMInternalServer) SourceFence(context.Context, *SourceFenceRequest) (*SourceFenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SourceFence not implemented")
 }
 func (UnimplementedDMInternalServer) mustEmbedUnimplementedDMInternalServer() {}
 func (UnimplementedDMInternalServer) testEmbeddedByValue()                    {}
@@ -188,6 +228,42 @@ func _DMInternal_Check_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DMInternal_Fence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMInternalServer).Fence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMInternal_Fence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMInternalServer).Fence(ctx, req.(*FenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DMInternal_SourceFence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SourceFenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMInternalServer).SourceFence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMInternal_SourceFence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMInternalServer).SourceFence(ctx, req.(*SourceFenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DMInternal_ServiceDesc is the grpc.ServiceDesc for DMInternal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -207,6 +283,14 @@ var DMInternal_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Check",
 			Handler:    _DMInternal_Check_Handler,
 		},
+		{
+			MethodName: "Fence",
+			Handler:    _DMInternal_Fence_Handler,
+		},
+		{
+			MethodName: "SourceFence",
+			Handler:    _DMInternal_SourceFence_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "chunkraft/dmpb/dm.proto",
@@ -215,6 +299,7 @@ var DMInternal_ServiceDesc = grpc.ServiceDesc{
 const (
 	DMControl_StartTask_FullMethodName   = "/chunkraft.dm.DMControl/StartTask"
 	DMControl_OperateTask_FullMethodName = "/chunkraft.dm.DMControl/OperateTask"
+	DMControl_Cutover_FullMethodName     = "/chunkraft.dm.DMControl/Cutover"
 )
 
 // DMControlClient is the client API for DMControl service.
@@ -228,6 +313,10 @@ const (
 type DMControlClient interface {
 	StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
 	OperateTask(ctx context.Context, in *OperateTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
+	// Cutover makes the target the live copy (or, abort, undoes a cutover
+	// not committed): it runs the steps still to do and answers when the
+	// cutover is committed, aborted or cannot go on.
+	Cutover(ctx context.Context, in *CutoverRequest, opts ...grpc.CallOption) (*CutoverResponse, error)
 }
 
 type dMControlClient struct {
@@ -258,6 +347,16 @@ func (c *dMControlClient) OperateTask(ctx context.Context, in *OperateTaskReques
 	return out, nil
 }
 
+func (c *dMControlClient) Cutover(ctx context.Context, in *CutoverRequest, opts ...grpc.CallOption) (*CutoverResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CutoverResponse)
+	err := c.cc.Invoke(ctx, DMControl_Cutover_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DMControlServer is the server API for DMControl service.
 // All implementations must embed UnimplementedDMControlServer
 // for forward compatibility.
@@ -269,6 +368,10 @@ func (c *dMControlClient) OperateTask(ctx context.Context, in *OperateTaskReques
 type DMControlServer interface {
 	StartTask(context.Context, *StartTaskRequest) (*ControlResponse, error)
 	OperateTask(context.Context, *OperateTaskRequest) (*ControlResponse, error)
+	// Cutover makes the target the live copy (or, abort, undoes a cutover
+	// not committed): it runs the steps still to do and answers when the
+	// cutover is committed, aborted or cannot go on.
+	Cutover(context.Context, *CutoverRequest) (*CutoverResponse, error)
 	mustEmbedUnimplementedDMControlServer()
 }
 
@@ -284,6 +387,9 @@ func (UnimplementedDMControlServer) StartTask(context.Context, *StartTaskRequest
 }
 func (UnimplementedDMControlServer) OperateTask(context.Context, *OperateTaskRequest) (*ControlResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OperateTask not implemented")
+}
+func (UnimplementedDMControlServer) Cutover(context.Context, *CutoverRequest) (*CutoverResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cutover not implemented")
 }
 func (UnimplementedDMControlServer) mustEmbedUnimplementedDMControlServer() {}
 func (UnimplementedDMControlServer) testEmbeddedByValue()                   {}
@@ -342,6 +448,24 @@ func _DMControl_OperateTask_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DMControl_Cutover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CutoverRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMControlServer).Cutover(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMControl_Cutover_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMControlServer).Cutover(ctx, req.(*CutoverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DMControl_ServiceDesc is the grpc.ServiceDesc for DMControl service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -356,6 +480,10 @@ var DMControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OperateTask",
 			Handler:    _DMControl_OperateTask_Handler,
+		},
+		{
+			MethodName: "Cutover",
+			Handler:    _DMControl_Cutover_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
