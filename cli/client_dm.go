@@ -32,6 +32,18 @@ func (c *Client) DMStartTask(ctx context.Context, task []byte, checkOnly bool) (
 	return dmAnswer(resp, err)
 }
 
+// DMUpdateTask updates a paused task's config to the task file task's
+// (checkOnly: only says whether it may).
+func (c *Client) DMUpdateTask(ctx context.Context, task []byte, checkOnly bool) (*dmpb.ControlResponse, error) {
+	var resp *dmpb.ControlResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmpb.NewDMControlClient(cc).UpdateTask(ctx, &dmpb.StartTaskRequest{Task: string(task), CheckOnly: checkOnly})
+		return err
+	})
+	return dmAnswer(resp, err)
+}
+
 // DMOperateTask pauses, resumes or stops task name.
 func (c *Client) DMOperateTask(ctx context.Context, name string, op dmworkerpb.TaskOp) (*dmpb.ControlResponse, error) {
 	var resp *dmpb.ControlResponse

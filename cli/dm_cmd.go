@@ -32,13 +32,14 @@ has export itself to a relay location, or an export already written
 described by a task file (YAML; docs/dm.md lists its keys) and replicated in
 the target copysets: any server answers for any task. The commands mirror
 dmctl's: start-task, check-task, pause-task, resume-task, stop-task,
-query-status, get-config worker; cutover makes the target the live copy.`,
+update-task, query-status, get-config worker; cutover makes the target the
+live copy.`,
 	}
 	cmd.AddCommand(newDMStartCommand(a, false), newDMStartCommand(a, true),
 		newDMOperateCommand(a, "pause-task", dmworkerpb.TaskOp_Pause, "Pause a task: its appliers stop where they are; resume-task goes on from there (no auto-resume while paused by a user)"),
 		newDMOperateCommand(a, "resume-task", dmworkerpb.TaskOp_Resume, "Resume a paused or stopped-by-an-error task from its checkpoints (clears its errors)"),
 		newDMOperateCommand(a, "stop-task", dmworkerpb.TaskOp_Stop, "Stop a task and remove it (the data it applied stays; starting it again needs empty target copysets)"),
-		newDMQueryStatusCommand(a), newDMGetConfigCommand(a), newDMCutoverCommand(a))
+		newDMUpdateCommand(a), newDMQueryStatusCommand(a), newDMGetConfigCommand(a), newDMCutoverCommand(a))
 	return cmd
 }
 
@@ -55,6 +56,20 @@ func readTaskFile(cmd *cobra.Command, path string) ([]byte, error) {
 		return nil, fmt.Errorf("task file: %w", err)
 	}
 	return b, nil
+}
+
+// taskFileCall reads the task file at path and sends it with call, then
+// prints the answer.
+func (a *app) taskFileCall(cmd *cobra.Command, path string, check bool,
+	call func(c *Client, ctx context.Context, task []byte, check bool) (*dmpb.ControlResponse, error)) error {
+	task, err := readTaskFile(cmd, path)
+	if err != nil {
+		return err
+	}
+	return a.withClient(cmd, func(ctx context.Context, c *Client) error {
+		resp, err := call(c, ctx, task, check)
+		return a.printControl(cmd, resp, err)
+	})
 }
 
 func newDMStartCommand(a *app, check bool) *cobra.Command {
@@ -76,16 +91,29 @@ source must have the copyset of the same id. Exit status 1 when a check
 fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			task, err := readTaskFile(cmd, args[0])
-			if err != nil {
-				return err
-			}
-			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
-				resp, err := c.DMStartTask(ctx, task, check)
-				return a.printControl(cmd, resp, err)
-			})
+			return a.taskFileCall(cmd, args[0], check, (*Client).DMStartTask)
 		},
 	}
+}
+
+func newDMUpdateCommand(a *app) *cobra.Command {
+	var check bool
+	cmd := &cobra.Command{
+		Use:   "update-task TASK.yaml",
+		Short: "Change a paused task's sync settings to the task file's (sync.throttle-bytes-per-sec); resume-task goes on with them",
+		Long: `Change the config of task NAME (the task file's name) to the task file's.
+The task must be paused on every copyset (pause-task), and the file may
+differ from the task's only in what may change while in Sync:
+sync.throttle-bytes-per-sec. Anything else that differs is named and
+nothing changes. --check only says whether the update may be made. Exit
+status 1 when it may not.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.taskFileCall(cmd, args[0], check, (*Client).DMUpdateTask)
+		},
+	}
+	cmd.Flags().BoolVar(&check, "check", false, "only check whether the update may be made")
+	return cmd
 }
 
 func newDMOperateCommand(a *app, use string, op dmworkerpb.TaskOp, short string) *cobra.Command {
@@ -262,9 +290,14 @@ there is no such task (or none at all).`,
 func progressOf(st *dmworkerpb.SubTaskStatus) string {
 	switch {
 	case st.GetLoad() != nil:
-		return fmt.Sprintf("%s; %d bytes", st.GetLoad().GetProgress(), st.GetLoad().GetFinishedBytes())
+		return fmt.Sprintf("%s; %d bytes, %d bytes/s", st.GetLoad().GetProgress(), st.GetLoad().GetFinishedBytes(), st.GetLoad().GetBps())
 	case st.GetSync() != nil:
-		return fmt.Sprintf("%d ops, %d records; applied %s", st.GetSync().GetTotalEvents(), st.GetSync().GetTotalRows(), st.GetSync().GetSyncerBinlog())
+		sy := st.GetSync()
+		state := fmt.Sprintf("%d s behind", sy.GetSecondsBehindMaster())
+		if sy.GetSynced() {
+			state = "synced"
+		}
+		return fmt.Sprintf("%d ops, %d records, %d ops/s, %s; applied %s", sy.GetTotalEvents(), sy.GetTotalRows(), sy.GetRecentTps(), state, sy.GetSyncerBinlog())
 	case st.GetDump() != nil:
 		return st.GetDump().GetProgress()
 	}

@@ -129,6 +129,9 @@ type applier struct {
 	// paced is when the data applied so far may have been applied at the
 	// share's throttle (sync.throttle-bytes-per-sec).
 	paced time.Time
+	// prog is the share's progress as status reports it.
+	prog     *progress
+	dropProg func()
 }
 
 // expect is what a chunk op of a group must answer.
@@ -163,6 +166,8 @@ func (s *Service) newApplier(ctx context.Context, n *copyset.Node, m *Machine, s
 		ib: restore.NewImageBuilder(restore.DefaultGeometry), store: store,
 		srcPool: c.GetSource().GetPool(), srcCs: share.GetSourceCopyset()}
 	a.rp = replayOf(share, a.geo)
+	a.prog, a.dropProg = s.progressFor(n.Group(), a.name)
+	a.prog.sample(time.Now(), share.GetCounters())
 	a.reset()
 	// The share's copyset is fenced for its task (fence.go); a share
 	// found without its fence gets it before anything is applied.
@@ -211,7 +216,10 @@ func cloneProto(cl *restore.Clone) *pb.Clone {
 	return &pb.Clone{Sn: cl.Sn, CorrectedSn: cl.CorrectedSn, Written: w}
 }
 
-func (a *applier) close() { a.src.Close() }
+func (a *applier) close() {
+	a.dropProg()
+	a.src.Close()
+}
 
 // reset empties the group being built.
 func (a *applier) reset() {
@@ -262,6 +270,13 @@ func (a *applier) next(ctx context.Context) (*exportfmt.Packet, error) {
 					name, a.src, pkt.Header.GetLogicPoolId(), pkt.Header.GetCopysetId(), pkt.Start, a.srcPool, a.srcCs, at),
 					"repair the export, then resume-task", nil)
 			}
+			// Its lag: since its first op was appended on the source (a
+			// binlog packet), else since it was written.
+			since := pkt.Header.GetFirstAppendedAtMs()
+			if since == 0 {
+				since = pkt.Header.GetWrittenAtMs()
+			}
+			a.prog.applying(since)
 			return pkt, nil
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -275,6 +290,7 @@ func (a *applier) next(ctx context.Context) (*exportfmt.Packet, error) {
 			return nil, stopped(codeExportGap, false, "upstream", fmt.Sprintf("the export %s has no packet %s (the next after %s) but has %s: a gap in the chain",
 				a.src, name, CheckpointString(a.share.GetCheckpoint()), later), "repair the export (write the missing packet), then resume-task", nil)
 		}
+		a.prog.waiting()
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -565,6 +581,8 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 		}
 	}
 	a.share = res.SubTask
+	a.prog.sample(time.Now(), a.share.GetCounters())
+	a.s.metrics.applied(a.name, adv.GetAdd())
 	bytes := a.bytes
 	a.reset()
 	return a.throttle(ctx, bytes)

@@ -411,3 +411,57 @@ func (c *controlService) OperateTask(ctx context.Context, req *pb.OperateTaskReq
 	s.log.Info("dm task operated", "task", name, "op", req.GetOp().String(), "copysets", len(resp.Copysets), "result", resp.Result)
 	return resp, nil
 }
+
+// UpdateTask replaces the config of a task paused on every copyset by the
+// task file's, which may differ only where CanUpdate allows; nothing is
+// proposed unless every share is Paused and the change is allowed.
+func (c *controlService) UpdateTask(ctx context.Context, req *pb.StartTaskRequest) (*pb.ControlResponse, error) {
+	s := c.s
+	next, err := ParseTaskYAML([]byte(req.GetTask()))
+	if err != nil {
+		return refused("%v", err), nil
+	}
+	name := next.GetName()
+	l, err := s.listAll(ctx, 0, name)
+	if err != nil {
+		return refused("update task %q: %v", name, err), nil
+	}
+	switch {
+	case len(l.shares) == 0:
+		msg := msgNoSubTask(name)
+		if len(l.unanswered) > 0 {
+			msg += "; no leader answered for " + strings.Join(l.unanswered, ", ")
+		}
+		return refused("%s", msg), nil
+	case len(l.unanswered) > 0:
+		return refused("update task %q: no leader answered for %s: an update needs every copyset; nothing was changed", name, strings.Join(l.unanswered, ", ")), nil
+	}
+	var why []string
+	for _, sh := range l.shares {
+		if st := sh.GetSubtask().GetStage(); st != dmpb.Stage_Paused {
+			why = append(why, fmt.Sprintf("copyset %d/%d is %v: pause-task first, an update changes only a paused task", sh.GetPool(), sh.GetCopyset(), st))
+		}
+	}
+	why = append(why, CanUpdate(l.shares[0].GetSubtask().GetConfig(), next)...)
+	if len(why) > 0 {
+		return refused("update task %q: %s; nothing was changed", name, strings.Join(why, "; ")), nil
+	}
+	resp := &pb.ControlResponse{Result: true}
+	if req.GetCheckOnly() {
+		resp.Msg = fmt.Sprintf("task %q may be updated on %d copysets; nothing was changed", name, len(l.shares))
+		return resp, nil
+	}
+	op := &pb.Op{Op: &pb.Op_Update{Update: &pb.Update{Name: name, Config: next, NowMs: time.Now().UnixMilli()}}}
+	for _, sh := range l.shares {
+		r := &pb.CopysetResult{Pool: sh.GetPool(), Copyset: sh.GetCopyset(), Result: true, Msg: "updated"}
+		if p := s.routePropose(ctx, copyset.NewGroupID(sh.GetPool(), sh.GetCopyset()), op); p.GetCode() != 0 {
+			r.Result, r.Msg, resp.Result = false, p.GetMsg(), false
+		}
+		resp.Copysets = append(resp.Copysets, r)
+	}
+	if !resp.Result {
+		resp.Msg = fmt.Sprintf("task %q: updated on some copysets only; update-task again finishes it", name)
+	}
+	s.log.Info("dm task updated", "task", name, "copysets", len(resp.Copysets), "result", resp.Result)
+	return resp, nil
+}

@@ -97,6 +97,20 @@ func TestControlPath(t *testing.T) {
 	if err != nil || !qs.GetResult() || qs.GetSubTaskStatus()[0].GetStage() != dmpb.Stage_Running {
 		t.Fatalf("query-status: %v %v", qs, err)
 	}
+	// Caught up: synced, not behind, the relay read to its end.
+	testwait.Until(t, 30*time.Second, func() error {
+		qs, err := w.QueryStatus(ctx, &dmpb.QueryStatusRequest{Name: "mig"})
+		if err != nil {
+			return err
+		}
+		sy, rs := qs.GetSubTaskStatus()[0].GetSync(), qs.GetSourceStatus().GetRelayStatus()
+		if !sy.GetSynced() || sy.GetSecondsBehindMaster() != 0 || !rs.GetRelayCatchUpMaster() ||
+			!strings.HasPrefix(rs.GetMasterBinlog(), "1/1:binlog index ") || !strings.HasPrefix(rs.GetRelayBinlog(), "1/1:binlog index ") ||
+			rs.GetRelaySubDir() != export || qs.GetSourceStatus().GetSource() != "mig" {
+			return fmt.Errorf("sync %v, relay %v", sy, rs)
+		}
+		return nil
+	})
 
 	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Pause}); err != nil || !r.GetResult() {
 		t.Fatalf("pause-task: %v %v", r, err)
@@ -105,11 +119,25 @@ func TestControlPath(t *testing.T) {
 	if st := qs.GetSubTaskStatus()[0]; st.GetStage() != dmpb.Stage_Paused || !st.GetResult().GetIsCanceled() {
 		t.Fatalf("after pause-task: %v", st)
 	}
+	// update-task: only a paused task, only the sync settings.
+	throttled := taskYAML("mig", export, 2, "sync:\n  throttle-bytes-per-sec: 1048576\n")
+	if r, err = ctl.UpdateTask(ctx, &pb.StartTaskRequest{Task: taskYAML("mig", export, 3, "")}); err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "target-pool may not change") {
+		t.Fatalf("update-task of the target pool: %v %v", r, err)
+	}
+	if r, err = ctl.UpdateTask(ctx, &pb.StartTaskRequest{Task: throttled}); err != nil || !r.GetResult() {
+		t.Fatalf("update-task of the throttle: %v %v", r, err)
+	}
+	if sh := share(t, c, dst, "mig"); sh.GetConfig().GetSync().GetThrottleBytesPerSec() != 1<<20 || sh.GetStage() != dmpb.Stage_Paused {
+		t.Fatalf("after update-task: %v", sh)
+	}
 	write(t, c, src, 2, 1, 3, 8)
 	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Resume}); err != nil || !r.GetResult() {
 		t.Fatalf("resume-task: %v %v", r, err)
 	}
 	waitSame(t, c, src, dst)
+	if r, err = ctl.UpdateTask(ctx, &pb.StartTaskRequest{Task: throttled}); err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "pause-task first") {
+		t.Fatalf("update-task of a running task: %v %v", r, err)
+	}
 	if r, err = ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "nope", Op: dmpb.TaskOp_Pause}); err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "no sub task with name nope has started") {
 		t.Fatalf("pause-task of an unknown task: %v %v", r, err)
 	}

@@ -68,7 +68,11 @@ func (s *Service) listLocal(ctx context.Context, pool uint32, name string) *pb.L
 		out.Led = append(out.Led, ledKey(g))
 		for _, st := range m.List() {
 			if name == "" || st.GetConfig().GetName() == name {
-				out.Subtasks = append(out.Subtasks, &pb.Located{Pool: g.Pool(), Copyset: g.Copyset(), Leader: string(s.deps.Local), Subtask: st})
+				l := &pb.Located{Pool: g.Pool(), Copyset: g.Copyset(), Leader: string(s.deps.Local), Subtask: st}
+				if p := s.progressOf(g, st.GetConfig().GetName()); p != nil {
+					p.fill(l, time.Now())
+				}
+				out.Subtasks = append(out.Subtasks, l)
 			}
 		}
 	}

@@ -1,25 +1,46 @@
 package dm
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 )
 
 // metrics are the dm service's: the shares of the copysets this server
-// holds, by stage (gathered at scrape time from the machines).
+// holds, by stage, and each task's lag (gathered at scrape time from the
+// machines and the appliers), and what this server's appliers applied.
 type metrics struct {
-	shares *prometheus.Desc
+	shares     *prometheus.Desc
+	lag        *prometheus.Desc
+	appliedOps *prometheus.CounterVec
+	appliedB   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
-	return &metrics{shares: prometheus.NewDesc("chunkraft_dm_shares",
-		"dm subtask shares on this server's replicas, by stage and whether this replica leads its copyset.",
-		[]string{"stage", "leader"}, nil)}
+	return &metrics{
+		shares: prometheus.NewDesc("chunkraft_dm_shares",
+			"dm subtask shares on this server's replicas, by stage and whether this replica leads its copyset.",
+			[]string{"stage", "leader"}, nil),
+		lag: prometheus.NewDesc("chunkraft_dm_lag_seconds",
+			"The largest lag of a task's shares whose appliers run on this server: how long ago the first op of the packet an applier applies was appended on the source (0 when it has applied every packet the source holds).",
+			[]string{"task"}, nil),
+		appliedOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunkraft_dm_applied_ops_total",
+			Help: "Chunk ops this server's dm appliers proposed into target copysets, by task."}, []string{"task"}),
+		appliedB: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunkraft_dm_applied_bytes_total",
+			Help: "Chunk data bytes this server's dm appliers wrote into target copysets, by task."}, []string{"task"}),
+	}
+}
+
+// applied counts what a group of task applied.
+func (m *metrics) applied(task string, add *pb.Counters) {
+	m.appliedOps.WithLabelValues(task).Add(float64(add.GetOps()))
+	m.appliedB.WithLabelValues(task).Add(float64(add.GetBytes()))
 }
 
 func (m *metrics) collectors(s *Service) []prometheus.Collector {
-	return []prometheus.Collector{&shareCollector{m: m, s: s}}
+	return []prometheus.Collector{&shareCollector{m: m, s: s}, m.appliedOps, m.appliedB}
 }
 
 type shareCollector struct {
@@ -27,7 +48,10 @@ type shareCollector struct {
 	s *Service
 }
 
-func (c *shareCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.shares }
+func (c *shareCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.shares
+	ch <- c.m.lag
+}
 
 func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.copysets == nil {
@@ -38,17 +62,28 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 		leader bool
 	}
 	counts := map[key]int{}
+	lags := map[string]float64{}
+	now := time.Now()
 	for _, n := range c.s.copysets.List() {
 		m, ok := MachineOf(n)
 		if !ok {
 			continue
 		}
 		leader := n.IsLeader()
+		var names []string
 		m.View(func(st *pb.State) {
 			for _, s := range st.Subtasks {
 				counts[key{s.GetStage().String(), leader}]++
+				names = append(names, s.GetConfig().GetName())
 			}
 		})
+		for _, name := range names {
+			if p := c.s.progressOf(n.Group(), name); p != nil {
+				var l pb.Located
+				p.fill(&l, now)
+				lags[name] = max(lags[name], float64(l.GetLagMs())/1000)
+			}
+		}
 	}
 	for k, v := range counts {
 		l := "false"
@@ -56,5 +91,8 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 			l = "true"
 		}
 		ch <- prometheus.MustNewConstMetric(c.m.shares, prometheus.GaugeValue, float64(v), k.stage, l)
+	}
+	for task, v := range lags {
+		ch <- prometheus.MustNewConstMetric(c.m.lag, prometheus.GaugeValue, v, task)
 	}
 }

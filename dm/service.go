@@ -82,6 +82,9 @@ type Service struct {
 
 	startMu sync.Mutex
 	starts  map[startKey]int // Starts in flight on this server (fence.go)
+
+	progMu sync.Mutex
+	progs  map[progressKey]*progress // the appliers' progress (progress.go)
 }
 
 // New returns the dm service; Attach gives it the copysets.

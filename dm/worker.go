@@ -9,6 +9,10 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/chunkraft/chunkraft/datasync"
+	"github.com/chunkraft/chunkraft/datasync/dest"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/datasync/restore"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
@@ -75,7 +79,80 @@ func (w *workerService) QueryStatus(ctx context.Context, req *dmpb.QueryStatusRe
 	for _, n := range names {
 		resp.SubTaskStatus = append(resp.SubTaskStatus, subTaskStatus(n, tasks[n]))
 	}
+	// Upstream's worker has one source: with one task in the answer, its
+	// relay is the source's.
+	if len(names) == 1 {
+		resp.SourceStatus.Source = names[0]
+		resp.SourceStatus.RelayStatus = w.s.relayStatus(ctx, tasks[names[0]])
+	}
 	return resp, nil
+}
+
+// relayStatus is a task's relay (the export it reads) as upstream's
+// RelayStatus: how far the source has exported (masterBinlog: where each
+// source copyset's last packet ends, P/C:point), how far the task has read
+// (relayBinlog: each share's checkpoint, P/C:point), whether every share
+// has applied every packet (relayCatchUpMaster); a relay that cannot be
+// listed pauses nothing and is reported in result.
+func (s *Service) relayStatus(ctx context.Context, shares []*pb.Located) *dmpb.RelayStatus {
+	cfg := shares[0].GetSubtask().GetConfig()
+	out := &dmpb.RelayStatus{RelaySubDir: sourceOf(cfg), Stage: dmpb.Stage_Running, RelayCatchUpMaster: true, Result: &dmpb.ProcessResult{}}
+	var read, master []string
+	pool := cfg.GetSource().GetPool()
+	for _, l := range shares {
+		st := l.GetSubtask()
+		read = append(read, fmt.Sprintf("%d/%d:%s", pool, st.GetSourceCopyset(), datasync.PointString(st.GetCheckpoint().GetPoint())))
+		out.RelayCatchUpMaster = out.RelayCatchUpMaster && l.GetLive() && l.GetSynced()
+	}
+	out.RelayBinlog = strings.Join(read, ",")
+	if Stage(shares) != dmpb.Stage_Running {
+		out.Stage = dmpb.Stage_Paused
+	}
+	relayErr := func(err error) *dmpb.RelayStatus {
+		out.Result = &dmpb.ProcessResult{Errors: []*dmpb.ProcessError{{ErrCode: codeSource, ErrClass: "relay", ErrScope: "upstream",
+			ErrLevel: "low", Message: err.Error()}}}
+		return out
+	}
+	u, err := dest.Parse(sourceOf(cfg))
+	if err != nil {
+		return relayErr(err)
+	}
+	src, err := dest.Open(ctx, u, s.deps.ObjectStore)
+	if err != nil {
+		return relayErr(err)
+	}
+	defer src.Close()
+	packets, err := restore.ExportCopysets(ctx, src, pool)
+	if err != nil {
+		return relayErr(err)
+	}
+	for _, l := range shares {
+		cs := l.GetSubtask().GetSourceCopyset()
+		var (
+			last  exportfmt.Point
+			lastN string
+		)
+		for _, name := range packets[cs] {
+			if _, _, start, err := exportfmt.ParsePacketName(name); err == nil && (lastN == "" || start.Compare(last) > 0) {
+				last, lastN = start, name
+			}
+		}
+		if lastN == "" {
+			continue
+		}
+		// How far it reaches: the last packet's next point.
+		b, err := src.Get(ctx, lastN)
+		if err != nil {
+			return relayErr(err)
+		}
+		pkt, err := exportfmt.Decode(b)
+		if err != nil {
+			return relayErr(fmt.Errorf("packet %s: %w", lastN, err))
+		}
+		master = append(master, fmt.Sprintf("%d/%d:%s", pool, cs, pkt.Next))
+	}
+	out.MasterBinlog = strings.Join(master, ",")
+	return out
 }
 
 // groupByTask groups shares by task name.
@@ -126,6 +203,11 @@ func subTaskStatus(name string, shares []*pb.Located) *dmpb.SubTaskStatus {
 		errs  []*dmpb.ProcessError
 		sum   pb.Counters
 		units = map[dmpb.UnitType]int{}
+		// The appliers' live figures: the largest lag, all synced, the
+		// summed rates.
+		lagMs              int64
+		synced             = true
+		opsRate, bytesRate float64
 	)
 	canceled := false
 	for _, l := range shares {
@@ -134,6 +216,10 @@ func subTaskStatus(name string, shares []*pb.Located) *dmpb.SubTaskStatus {
 		errs = append(errs, s.GetResult().GetErrors()...)
 		canceled = canceled || s.GetResult().GetIsCanceled()
 		sumCounters(&sum, s.GetCounters())
+		lagMs = max(lagMs, l.GetLagMs())
+		synced = synced && l.GetLive() && l.GetSynced()
+		opsRate += l.GetOpsPerSec()
+		bytesRate += l.GetBytesPerSec()
 	}
 	// The task is in its slowest share's unit.
 	for _, u := range []dmpb.UnitType{dmpb.UnitType_Dump, dmpb.UnitType_Load, dmpb.UnitType_Sync} {
@@ -151,11 +237,12 @@ func subTaskStatus(name string, shares []*pb.Located) *dmpb.SubTaskStatus {
 		st.Status = &dmpb.SubTaskStatus_Dump{Dump: &dmpb.DumpStatus{TotalTables: int64(len(shares)),
 			Progress: fmt.Sprintf("%d of %d copysets exporting", units[dmpb.UnitType_Dump], len(shares))}}
 	case dmpb.UnitType_Load:
-		st.Status = &dmpb.SubTaskStatus_Load{Load: &dmpb.LoadStatus{FinishedBytes: int64(sum.Bytes),
+		st.Status = &dmpb.SubTaskStatus_Load{Load: &dmpb.LoadStatus{FinishedBytes: int64(sum.Bytes), Bps: int64(bytesRate),
 			Progress: fmt.Sprintf("%d of %d copysets loading; %d chunks, %d records", units[dmpb.UnitType_Load], len(shares), sum.Chunks, sum.Records)}}
 	default:
 		st.Status = &dmpb.SubTaskStatus_Sync{Sync: &dmpb.SyncStatus{TotalEvents: int64(sum.Ops), TotalRows: int64(sum.Records),
-			SyncerBinlog: positions(shares)}}
+			RecentTps: int64(opsRate), SyncerBinlog: positions(shares), Synced: synced && st.Stage == dmpb.Stage_Running,
+			SecondsBehindMaster: lagMs / 1000}}
 	}
 	return st
 }

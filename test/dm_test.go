@@ -160,11 +160,13 @@ func TestDMMigrateExport(t *testing.T) {
 	}
 }
 
-// TestDMClusterSource: two clusters; a dm task on B whose source is pool 1
-// of A (written to all the while) has A export it to a relay (sync task
-// dm-mig, beside A's own backup task); a target leader on B is killed -9
-// in Sync; once the writes stop, pool 2 of B equals pool 1 of A, and
-// stop-task deletes A's relay task and keeps its backup.
+// TestDMClusterSource: two clusters A and B; a dm task on B whose source
+// is pool 1 of A (written to all the while) has A export it to a relay
+// (sync task dm-mig, beside A's own backup task); a target leader on B is
+// killed -9 right after start-task (in Load) and again in Sync; the writes
+// stop; chunkctl dm cutover commits and reports the write downtime; then
+// pool 2 of B equals pool 1 of A, A refuses writes to pool 1 and B takes
+// them; stop-task deletes A's relay task and keeps its backup.
 func TestDMClusterSource(t *testing.T) {
 	a := startClusterWithConfig(t, 3, syncTestConfig)
 	b := startClusterWithConfig(t, 3, syncTestConfig)
@@ -188,6 +190,24 @@ func TestDMClusterSource(t *testing.T) {
 	if out := mustCtl(t, a.addrs(), nil, "sync", "status"); !strings.Contains(out, "dm-mig") || !strings.Contains(out, "backup") {
 		t.Fatalf("the source's tasks after start-task:\n%s", out)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kill := func(cs cli.CopysetID, when string) {
+		t.Helper()
+		leader, err := b.client.GetLeader(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := b.proc(leader)
+		if err := victim.Kill(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed %s, the leader of %v, during %s", victim.Addr, cs, when)
+		if err := victim.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill(dst[0], "Load")
 	testwait.Until(t, 60*time.Second, func() error {
 		st := dmQueryStatus(t, b.addrs())
 		if len(st.SubTaskStatus) != 1 || st.SubTaskStatus[0].Unit != "Sync" {
@@ -195,29 +215,40 @@ func TestDMClusterSource(t *testing.T) {
 		}
 		return nil
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	leader, err := b.client.GetLeader(ctx, dst[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := b.proc(leader)
-	if err := victim.Kill(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := victim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	kill(dst[1], "Sync")
 	w.halt()
 	if w.n.Load() == 0 {
 		t.Fatal("no write succeeded during the migration")
 	}
+	// The cutover waits for the leaders B elects after the kill.
+	var out string
 	testwait.Until(t, 90*time.Second, func() error {
-		if d := chunksDiffer(t, a.client, b.client, src, dst); d != "" {
-			return fmt.Errorf("B's pool 2 is not A's pool 1 yet: %s", d)
+		var stderr string
+		var code int
+		if out, stderr, code = chunkctl(t, b.addrs(), nil, "dm", "cutover", "mig", "--timeout", "60s"); code != 0 {
+			return fmt.Errorf("dm cutover: exit %d\n%s%s", code, out, stderr)
 		}
 		return nil
 	})
+	if !strings.Contains(out, "committed: write downtime") {
+		t.Fatalf("dm cutover:\n%s", out)
+	}
+	t.Logf("dm cutover:\n%s", out)
+	if d := chunksDiffer(t, a.client, b.client, src, dst); d != "" {
+		t.Fatalf("after the cutover, B's pool 2 is not A's pool 1: %s", d)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	block := bytes.Repeat([]byte{9}, cli.BlockSize)
+	if err := a.client.WriteChunk(wctx, cli.ChunkID{CopysetID: src[0], Chunk: 2}, 0, block, 1); err == nil || !strings.Contains(err.Error(), "EPOCH_TOO_OLD") {
+		t.Fatalf("a write to A's pool 1 after the cutover: %v, want EPOCH_TOO_OLD", err)
+	}
+	if err := b.client.WriteChunk(wctx, cli.ChunkID{CopysetID: dst[0], Chunk: 2}, 0, block, 1); err != nil {
+		t.Fatalf("a write to B's pool 2 after the cutover: %v", err)
+	}
+	if st := mustCtl(t, b.addrs(), nil, "dm", "query-status", "mig"); !strings.Contains(st, "cutover committed, write downtime") {
+		t.Fatalf("dm query-status after the cutover:\n%s", st)
+	}
 	mustCtl(t, b.addrs(), nil, "dm", "stop-task", "mig")
 	if out := mustCtl(t, a.addrs(), nil, "sync", "status"); strings.Contains(out, "dm-mig") || !strings.Contains(out, "backup") {
 		t.Fatalf("the source's tasks after stop-task:\n%s", out)

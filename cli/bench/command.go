@@ -52,6 +52,7 @@ type flags struct {
 	iodepth        int
 	runtime        time.Duration
 	ops            int64
+	rate           float64
 	pool           uint32
 	copysets       string
 	span           string
@@ -110,6 +111,7 @@ func (f *flags) config() (Config, error) {
 		IODepth:   f.iodepth,
 		Runtime:   f.runtime,
 		Ops:       f.ops,
+		Rate:      f.rate,
 		Pool:      f.pool,
 		Copysets:  css,
 		Span:      span,
@@ -203,6 +205,7 @@ func NewCommand() *cobra.Command {
 	fl.IntVar(&f.iodepth, "iodepth", 1, "requests in flight (workers, one outstanding request each)")
 	fl.DurationVar(&f.runtime, "runtime", 0, "how long to run (default 10s unless --ops is given)")
 	fl.Int64Var(&f.ops, "ops", 0, "operations to run (0: no limit); with --runtime, whichever ends first")
+	fl.Float64Var(&f.rate, "rate", 0, "operations started per second at most, over all workers (0: as fast as they go), as fio's rate_iops")
 	fl.Uint32Var(&f.pool, "pool", 1, "logical pool id")
 	fl.StringVar(&f.copysets, "copysets", "1-16", "copysets to spread over: 7, 1-16, 1,3,8-10")
 	fl.StringVar(&f.span, "span", "64m", "chunk space per copyset (chunks 1.. of 16 MiB), a multiple of 4k")

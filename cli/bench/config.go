@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 )
 
@@ -74,6 +75,10 @@ type Config struct {
 	// with neither, the run lasts DefaultRuntime.
 	Runtime time.Duration
 	Ops     int64
+	// Rate bounds the operations started per second over all workers (0:
+	// none): operation k starts no earlier than k/Rate seconds into the
+	// run, so a run that falls behind catches up at the workers' pace.
+	Rate float64
 	// Pool and Copysets name the copysets the run spreads over.
 	Pool     uint32
 	Copysets []uint32
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.Ops < 0 {
 		errs = append(errs, fmt.Errorf("ops %d: want >= 0", c.Ops))
+	}
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		errs = append(errs, fmt.Errorf("rate %v: want >= 0", c.Rate))
 	}
 	if len(c.Copysets) == 0 {
 		errs = append(errs, errors.New("no copysets given"))

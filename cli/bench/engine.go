@@ -161,6 +161,34 @@ func measure(ctx context.Context, dev IO, cfg Config, l layout, tr *tracker) *Re
 		}
 		return func() bool { return running() && issued.Add(1) <= cfg.Ops }
 	}
+	// paced adds --rate to a claim: operation k waits for its start time,
+	// k/Rate seconds into the run.
+	var slots atomic.Int64
+	paced := func(w int) func() bool {
+		c := claim(w)
+		if cfg.Rate <= 0 {
+			return c
+		}
+		return func() bool {
+			if !c() {
+				return false
+			}
+			at := start.Add(time.Duration(float64(slots.Add(1)-1) / cfg.Rate * float64(time.Second)))
+			if d := time.Until(at); d > 0 {
+				if !deadline.IsZero() && !at.Before(deadline) {
+					return false
+				}
+				t := time.NewTimer(d)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return false
+				case <-t.C:
+				}
+			}
+			return true
+		}
+	}
 
 	done := make(chan struct{})
 	var progress sync.WaitGroup
@@ -171,7 +199,7 @@ func measure(ctx context.Context, dev IO, cfg Config, l layout, tr *tracker) *Re
 	var wg sync.WaitGroup
 	for w := range cfg.IODepth {
 		wg.Go(func() {
-			runWorker(ctx, dev, cfg, l, tr, rec, w, claim(w))
+			runWorker(ctx, dev, cfg, l, tr, rec, w, paced(w))
 		})
 	}
 	wg.Wait()

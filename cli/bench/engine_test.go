@@ -34,6 +34,26 @@ func TestRunOps(t *testing.T) {
 	}
 }
 
+// --rate: operation k starts no earlier than k/rate into the run, so a run
+// of 0.5 s at 200/s starts at most 100 (the first at once), however many
+// workers and however fast the device.
+func TestRunRate(t *testing.T) {
+	f := newFakeIO()
+	cfg := testConfig(RandWrite, 4<<10, 1<<20)
+	cfg.Ops, cfg.Runtime, cfg.IODepth, cfg.Rate = 0, 500*time.Millisecond, 8, 200
+	res, err := Run(context.Background(), f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total.Ops > 100 || res.Total.Ops < 20 || res.Total.Errors != 0 {
+		t.Fatalf("ops %d errors %d at 200/s for 0.5 s: want at most 100", res.Total.Ops, res.Total.Errors)
+	}
+	cfg.Rate = -1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "rate -1") {
+		t.Fatalf("rate -1: %v", err)
+	}
+}
+
 func TestRunRuntime(t *testing.T) {
 	f := newFakeIO()
 	f.latency = time.Millisecond

@@ -2789,11 +2789,21 @@ func (x *ListRequest) GetName() string {
 
 // Located is a share with the copyset it is on.
 type Located struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
-	Leader        string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
-	Subtask       *SubTask               `protobuf:"bytes,4,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pool    uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Leader  string                 `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	Subtask *SubTask               `protobuf:"bytes,4,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	// What the leader's applier knows beyond the replicated share (live:
+	// it runs one): synced, it has applied every packet the source holds;
+	// lag_ms, how long ago the first op of the packet it applies was
+	// appended on the source (or, without ops, the packet written; 0 when
+	// synced); its recent rates of chunk ops and data bytes applied.
+	Live          bool    `protobuf:"varint,5,opt,name=live,proto3" json:"live,omitempty"`
+	Synced        bool    `protobuf:"varint,6,opt,name=synced,proto3" json:"synced,omitempty"`
+	LagMs         int64   `protobuf:"varint,7,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	OpsPerSec     float64 `protobuf:"fixed64,8,opt,name=ops_per_sec,json=opsPerSec,proto3" json:"ops_per_sec,omitempty"`
+	BytesPerSec   float64 `protobuf:"fixed64,9,opt,name=bytes_per_sec,json=bytesPerSec,proto3" json:"bytes_per_sec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2854,6 +2864,41 @@ func (x *Located) GetSubtask() *SubTask {
 		return x.Subtask
 	}
 	return nil
+}
+
+func (x *Located) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *Located) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *Located) GetLagMs() int64 {
+	if x != nil {
+		return x.LagMs
+	}
+	return 0
+}
+
+func (x *Located) GetOpsPerSec() float64 {
+	if x != nil {
+		return x.OpsPerSec
+	}
+	return 0
+}
+
+func (x *Located) GetBytesPerSec() float64 {
+	if x != nil {
+		return x.BytesPerSec
+	}
+	return 0
 }
 
 type ListResponse struct {
@@ -3282,12 +3327,17 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x03msg\x18\x04 \x01(\tR\x03msg\"5\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x80\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x87\x02\n" +
 	"\aLocated\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\tR\x06leader\x12/\n" +
-	"\asubtask\x18\x04 \x01(\v2\x15.chunkraft.dm.SubTaskR\asubtask\"S\n" +
+	"\asubtask\x18\x04 \x01(\v2\x15.chunkraft.dm.SubTaskR\asubtask\x12\x12\n" +
+	"\x04live\x18\x05 \x01(\bR\x04live\x12\x16\n" +
+	"\x06synced\x18\x06 \x01(\bR\x06synced\x12\x15\n" +
+	"\x06lag_ms\x18\a \x01(\x03R\x05lagMs\x12\x1e\n" +
+	"\vops_per_sec\x18\b \x01(\x01R\topsPerSec\x12\"\n" +
+	"\rbytes_per_sec\x18\t \x01(\x01R\vbytesPerSec\"S\n" +
 	"\fListResponse\x121\n" +
 	"\bsubtasks\x18\x01 \x03(\v2\x15.chunkraft.dm.LocatedR\bsubtasks\x12\x10\n" +
 	"\x03led\x18\x02 \x03(\x04R\x03led\"`\n" +
@@ -3326,10 +3376,12 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\aPropose\x12\x1c.chunkraft.dm.ProposeRequest\x1a\x1d.chunkraft.dm.ProposeResponse\x12@\n" +
 	"\x05Check\x12\x1a.chunkraft.dm.CheckRequest\x1a\x1b.chunkraft.dm.CheckResponse\x12@\n" +
 	"\x05Fence\x12\x1a.chunkraft.dm.FenceRequest\x1a\x1b.chunkraft.dm.FenceResponse\x12R\n" +
-	"\vSourceFence\x12 .chunkraft.dm.SourceFenceRequest\x1a!.chunkraft.dm.SourceFenceResponse2\xef\x01\n" +
+	"\vSourceFence\x12 .chunkraft.dm.SourceFenceRequest\x1a!.chunkraft.dm.SourceFenceResponse2\xbc\x02\n" +
 	"\tDMControl\x12J\n" +
 	"\tStartTask\x12\x1e.chunkraft.dm.StartTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12N\n" +
-	"\vOperateTask\x12 .chunkraft.dm.OperateTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12F\n" +
+	"\vOperateTask\x12 .chunkraft.dm.OperateTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12K\n" +
+	"\n" +
+	"UpdateTask\x12\x1e.chunkraft.dm.StartTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12F\n" +
 	"\aCutover\x12\x1c.chunkraft.dm.CutoverRequest\x1a\x1d.chunkraft.dm.CutoverResponseB:Z8github.com/chunkraft/chunkraft/proto/chunkraft/dmpb;dmpbb\x06proto3"
 
 var (
@@ -3459,17 +3511,19 @@ var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	24, // 58: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
 	30, // 59: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
 	31, // 60: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
-	28, // 61: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
-	36, // 62: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	38, // 63: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	27, // 64: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
-	23, // 65: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
-	25, // 66: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
-	32, // 67: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
-	32, // 68: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
-	29, // 69: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
-	62, // [62:70] is the sub-list for method output_type
-	54, // [54:62] is the sub-list for method input_type
+	30, // 61: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
+	28, // 62: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
+	36, // 63: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	38, // 64: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	27, // 65: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	23, // 66: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
+	25, // 67: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
+	32, // 68: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	32, // 69: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	32, // 70: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
+	29, // 71: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
+	63, // [63:72] is the sub-list for method output_type
+	54, // [54:63] is the sub-list for method input_type
 	54, // [54:54] is the sub-list for extension type_name
 	54, // [54:54] is the sub-list for extension extendee
 	0,  // [0:54] is the sub-list for field type_name

@@ -299,6 +299,7 @@ var DMInternal_ServiceDesc = grpc.ServiceDesc{
 const (
 	DMControl_StartTask_FullMethodName   = "/chunkraft.dm.DMControl/StartTask"
 	DMControl_OperateTask_FullMethodName = "/chunkraft.dm.DMControl/OperateTask"
+	DMControl_UpdateTask_FullMethodName  = "/chunkraft.dm.DMControl/UpdateTask"
 	DMControl_Cutover_FullMethodName     = "/chunkraft.dm.DMControl/Cutover"
 )
 
@@ -313,6 +314,10 @@ const (
 type DMControlClient interface {
 	StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
 	OperateTask(ctx context.Context, in *OperateTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
+	// UpdateTask replaces a paused task's config (task: its task file) by
+	// one that differs only in what may change while in Sync
+	// (CheckSubtasksCanUpdate's rules); check_only says whether it may.
+	UpdateTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error)
 	// Cutover makes the target the live copy (or, abort, undoes a cutover
 	// not committed): it runs the steps still to do and answers when the
 	// cutover is committed, aborted or cannot go on.
@@ -347,6 +352,16 @@ func (c *dMControlClient) OperateTask(ctx context.Context, in *OperateTaskReques
 	return out, nil
 }
 
+func (c *dMControlClient) UpdateTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*ControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ControlResponse)
+	err := c.cc.Invoke(ctx, DMControl_UpdateTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *dMControlClient) Cutover(ctx context.Context, in *CutoverRequest, opts ...grpc.CallOption) (*CutoverResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CutoverResponse)
@@ -368,6 +383,10 @@ func (c *dMControlClient) Cutover(ctx context.Context, in *CutoverRequest, opts 
 type DMControlServer interface {
 	StartTask(context.Context, *StartTaskRequest) (*ControlResponse, error)
 	OperateTask(context.Context, *OperateTaskRequest) (*ControlResponse, error)
+	// UpdateTask replaces a paused task's config (task: its task file) by
+	// one that differs only in what may change while in Sync
+	// (CheckSubtasksCanUpdate's rules); check_only says whether it may.
+	UpdateTask(context.Context, *StartTaskRequest) (*ControlResponse, error)
 	// Cutover makes the target the live copy (or, abort, undoes a cutover
 	// not committed): it runs the steps still to do and answers when the
 	// cutover is committed, aborted or cannot go on.
@@ -387,6 +406,9 @@ func (UnimplementedDMControlServer) StartTask(context.Context, *StartTaskRequest
 }
 func (UnimplementedDMControlServer) OperateTask(context.Context, *OperateTaskRequest) (*ControlResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OperateTask not implemented")
+}
+func (UnimplementedDMControlServer) UpdateTask(context.Context, *StartTaskRequest) (*ControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateTask not implemented")
 }
 func (UnimplementedDMControlServer) Cutover(context.Context, *CutoverRequest) (*CutoverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cutover not implemented")
@@ -448,6 +470,24 @@ func _DMControl_OperateTask_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DMControl_UpdateTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMControlServer).UpdateTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMControl_UpdateTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMControlServer).UpdateTask(ctx, req.(*StartTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _DMControl_Cutover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CutoverRequest)
 	if err := dec(in); err != nil {
@@ -480,6 +520,10 @@ var DMControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OperateTask",
 			Handler:    _DMControl_OperateTask_Handler,
+		},
+		{
+			MethodName: "UpdateTask",
+			Handler:    _DMControl_UpdateTask_Handler,
 		},
 		{
 			MethodName: "Cutover",

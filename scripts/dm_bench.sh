@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Measures the dm service on a fresh local 3-server cluster (scripts/cluster.sh,
+# pool 1, copysets 1-16), the figures docs/benchmarks.md records for it:
+#
+#   1. Load against restore: a kFull export of pool 1 (SPAN per copyset,
+#      prefilled) to file://, then, alternating, `chunkctl sync restore` of it
+#      into a new pool and a dm task (task-mode full, the export as source)
+#      into another, PAIRS times; each rate is the pool's bytes over the time
+#      from the command to the end (the restore's own elapsed time; for dm,
+#      from start-task until query-status says Finished, polled every 0.2 s).
+#   2. Sync under load: the 4 KiB randwrite rate pool 1 reaches alone at
+#      iodepth 64 (R); then chunkbench --rate R/2 on pool 1 without dm (A), with
+#      a dm task migrating pool 1 into pool 2 of the same cluster (a cluster
+#      source: the pool exports itself to a relay) caught up in Sync (B), and
+#      without again once the task is stopped (A); during B the servers'
+#      chunkraft_dm_lag_seconds is sampled every 0.25 s: p50, p99, max.
+#   3. Cutover: CUTOVERS times, a new source pool (copysets 1-4, 16 MiB each,
+#      prefilled) migrated into a new target pool, in Sync, with chunkbench
+#      --rate R/2 writing to it; `chunkctl dm cutover` then reports the write
+#      downtime: p50 and max.
+#
+#   scripts/dm_bench.sh            one run; prints a table and writes JSON to $OUT.json
+#
+# Environment: CLUSTER_DIR (default /tmp/chunkraft-dmbench), BASE_PORT (8400),
+# METRICS_BASE_PORT (9400), RUNTIME (10s), SPAN (32m: pool 1 holds 16 x SPAN),
+# PAIRS (3), CUTOVERS (5), OUT (default /tmp/chunkraft-dmbench), POOL_FILES (80:
+# the chunk file pool, sized for the restores, as scripts/sync_bench.sh). The
+# cluster and the exports are deleted at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CLUSTER_DIR=${CLUSTER_DIR:-/tmp/chunkraft-dmbench}
+export BASE_PORT=${BASE_PORT:-8400}
+export METRICS_BASE_PORT=${METRICS_BASE_PORT:-9400}
+RUNTIME=${RUNTIME:-10s}
+SPAN=${SPAN:-32m}
+PAIRS=${PAIRS:-3}
+CUTOVERS=${CUTOVERS:-5}
+OUT=${OUT:-/tmp/chunkraft-dmbench}
+POOL_FILES=${POOL_FILES:-80}
+WORK=$CLUSTER_DIR-work
+export CHUNKSERVER_CONFIG=$OUT-config.yaml
+echo "chunk_file_pool: $POOL_FILES" >"$CHUNKSERVER_CONFIG"
+S=127.0.0.1:$BASE_PORT,127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2))
+SEEDS="'127.0.0.1:$BASE_PORT', '127.0.0.1:$((BASE_PORT + 1))', '127.0.0.1:$((BASE_PORT + 2))'"
+CTL=(bin/chunkctl --servers "$S" --timeout 60s)
+BENCH=(bin/chunkbench --servers "$S")
+
+[ -x bin/chunkctl ] || make build >/dev/null
+scripts/cluster.sh down --clean >/dev/null 2>&1 || true
+rm -rf "$WORK"
+mkdir -p "$WORK"
+BG=
+cleanup() {
+    local rc=$? f
+    [ -n "$BG" ] && kill "$BG" 2>/dev/null || true
+    if [ "$rc" != 0 ]; then
+        for f in "$CLUSTER_DIR"/cs*.log; do [ -e "$f" ] && cp "$f" "$OUT-$(basename "$f")"; done
+        echo "dm_bench: failed (exit $rc); the servers' logs are in $OUT-cs*.log" >&2
+    fi
+    scripts/cluster.sh down --clean >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+scripts/cluster.sh up >/dev/null
+. scripts/lib/settle.sh
+now() { date +%s.%N; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+bytes_of() { python3 -c "import re; m=re.fullmatch(r'(\d+)([kmg]?)', '$1'.lower()); print(int(m.group(1)) * {'':1,'k':1<<10,'m':1<<20,'g':1<<30}[m.group(2)] * $2)"; }
+POOL_BYTES=$(bytes_of "$SPAN" 16)
+
+# pool_create P COPYSETS: the copysets of pool P on the three servers, with leaders.
+pool_create() {
+    "${CTL[@]}" copyset create --pool "$1" --copyset "$2" --peers "$S" >/dev/null
+    local cs
+    for cs in $(seq 1 "${2#1-}"); do "${CTL[@]}" leader get --pool "$1" --copyset "$cs" >/dev/null; done
+}
+
+# dm_wait NAME PY: polls query-status of task NAME every 0.2 s until the
+# Python expression PY over its subtask status (st) holds.
+dm_wait() {
+    local i
+    for i in $(seq 1 3000); do
+        if "${CTL[@]}" -o json dm query-status "$1" 2>/dev/null | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+st = d['subTaskStatus'][0]
+sys.exit(0 if ($2) else 1)" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    echo "dm_bench: task $1 never reached: $2" >&2
+    return 1
+}
+
+echo "prefill: pool 1, 16 x $SPAN" >&2
+"${BENCH[@]}" --pool 1 --copysets 1-16 --span "$SPAN" --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
+EXPORT=$WORK/export
+settle
+"${CTL[@]}" sync create --pool 1 --name full --mode full --dest "file://$EXPORT" --wait 10m >/dev/null
+"${CTL[@]}" sync delete --pool 1 --name full >/dev/null
+
+echo "Load: restore and dm alternating, $PAIRS pairs" >&2
+restores=() loads=()
+pool=10
+for i in $(seq 1 "$PAIRS"); do
+    pool=$((pool + 1))
+    pool_create "$pool" 1-16
+    settle
+    s=$("${CTL[@]}" -o json sync restore --from "file://$EXPORT" --pool 1 --to-pool "$pool" --progress never | json 'd["elapsedSeconds"]')
+    restores+=("$(python3 -c "print($POOL_BYTES / 1e6 / $s)")")
+    pool=$((pool + 1))
+    pool_create "$pool" 1-16
+    printf 'name: load%d\ntask-mode: full\nsource:\n  pool: 1\n  export: file://%s\ntarget-pool: %d\n' "$i" "$EXPORT" "$pool" >"$WORK/load$i.yaml"
+    settle
+    t0=$(now)
+    "${CTL[@]}" dm start-task "$WORK/load$i.yaml" >/dev/null
+    dm_wait "load$i" "st['stage'] == 'Finished'"
+    t1=$(now)
+    loads+=("$(python3 -c "print($POOL_BYTES / 1e6 / ($t1 - $t0))")")
+    "${CTL[@]}" dm stop-task "load$i" >/dev/null
+    echo "  pair $i: restore ${restores[-1]} MB/s, dm Load ${loads[-1]} MB/s" >&2
+done
+
+echo "Sync under load" >&2
+randwrite() { "${BENCH[@]}" --pool 1 --copysets 1-16 --span "$SPAN" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json "$@"; }
+settle
+R=$(randwrite | json 'd["iops"]')
+HALF=$(python3 -c "print(round($R / 2))")
+settle
+a1=$(randwrite --rate "$HALF" | json 'd["iops"]')
+pool_create 2 1-16
+printf 'name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\n' "$SEEDS" "$WORK/relay" >"$WORK/mig.yaml"
+"${CTL[@]}" dm start-task "$WORK/mig.yaml" >/dev/null
+dm_wait mig "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
+settle
+LAGS=$WORK/lags
+(
+    while :; do
+        m=0
+        for p in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do
+            v=$(curl -s "127.0.0.1:$p/metrics" | awk '/^chunkraft_dm_lag_seconds\{task="mig"\}/ { print $2 }')
+            m=$(python3 -c "print(max($m, ${v:-0}))")
+        done
+        echo "$m"
+        sleep 0.25
+    done
+) >"$LAGS" &
+BG=$!
+b=$(randwrite --rate "$HALF" | json 'd["iops"]')
+kill "$BG"
+BG=
+"${CTL[@]}" dm stop-task mig >/dev/null
+settle
+a2=$(randwrite --rate "$HALF" | json 'd["iops"]')
+
+echo "Cutover under load, $CUTOVERS times" >&2
+downs=()
+for i in $(seq 1 "$CUTOVERS"); do
+    src=$((30 + i)) dst=$((40 + i))
+    pool_create "$src" 1-4
+    pool_create "$dst" 1-4
+    "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
+    printf 'name: cut%d\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: %d\n  relay: file://%s\ntarget-pool: %d\n' "$i" "$SEEDS" "$src" "$WORK/relay$i" "$dst" >"$WORK/cut$i.yaml"
+    "${CTL[@]}" dm start-task "$WORK/cut$i.yaml" >/dev/null
+    dm_wait "cut$i" "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
+    "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw randwrite --bs 4k --iodepth 64 --runtime 120s --rate "$HALF" >/dev/null 2>&1 &
+    BG=$!
+    sleep 3
+    d=$("${CTL[@]}" -o json dm cutover "cut$i" | json 'd["downtime_ms"]')
+    kill "$BG" 2>/dev/null || true
+    wait "$BG" 2>/dev/null || true
+    BG=
+    "${CTL[@]}" dm stop-task "cut$i" >/dev/null
+    downs+=("$d")
+    echo "  cutover $i: write downtime $d ms" >&2
+done
+
+python3 - "$OUT.json" "$LAGS" <<PY
+import json, statistics, sys
+lags = sorted(float(x) for x in open(sys.argv[2]) if x.strip())
+def pct(xs, p):
+    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0.0
+restores, loads = [$(IFS=,; echo "${restores[*]}")], [$(IFS=,; echo "${loads[*]}")]
+downs = sorted([$(IFS=,; echo "${downs[*]}")])
+r = dict(config=open("$CHUNKSERVER_CONFIG").read(), pool_bytes=$POOL_BYTES, restore_mb_per_s=restores, dm_load_mb_per_s=loads,
+         load_share_of_restore=sum(loads) / sum(restores),
+         randwrite_alone_iops=$R, rate=$HALF, randwrite_without=[$a1, $a2], randwrite_with=$b,
+         with_share_of_without=$b / (($a1 + $a2) / 2), lag_samples=len(lags),
+         lag_p50_s=pct(lags, 0.5), lag_p99_s=pct(lags, 0.99), lag_max_s=lags[-1] if lags else 0.0,
+         cutover_downtime_ms=downs, cutover_p50_ms=statistics.median(downs), cutover_max_ms=max(downs))
+json.dump(r, open(sys.argv[1], "w"), indent=1)
+print("servers' config:                 %s" % " ".join(r["config"].split()))
+print("Load of %d MiB, MB/s:           restore %s; dm %s: dm at %.0f%% of restore" % (r["pool_bytes"] >> 20,
+      ", ".join("%.1f" % x for x in restores), ", ".join("%.1f" % x for x in loads), 100 * r["load_share_of_restore"]))
+print("4k randwrite iodepth 64 alone:   %.0f IOPS; at --rate %d: without dm %.0f, %.0f; with dm in Sync %.0f (%.0f%%)" % (
+      r["randwrite_alone_iops"], r["rate"], $a1, $a2, $b, 100 * r["with_share_of_without"]))
+print("dm lag in Sync (%d samples):    p50 %.2f s, p99 %.2f s, max %.2f s" % (len(lags), r["lag_p50_s"], r["lag_p99_s"], r["lag_max_s"]))
+print("cutover write downtime, ms:      %s: p50 %.0f, max %.0f" % (", ".join("%d" % x for x in downs), r["cutover_p50_ms"], r["cutover_max_ms"]))
+PY
