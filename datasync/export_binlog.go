@@ -48,6 +48,11 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		havePend      bool
 		opened        time.Time // when the open packet got its first entry
 		lastSent      = time.Now()
+		// flush: an entry read sets a write fence: what was read goes
+		// out at once, then a heartbeat (the copyset takes no more writes
+		// but the fence owner's, and a cutover waits for the export to
+		// cover the fence).
+		flush bool
 		poll          = pollInterval
 	)
 	e.cover.period = max(pollInterval, e.opts.Idle/4)
@@ -78,6 +83,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 				if pend, err = e.entryRecords(ctx, ent); err != nil {
 					return err
 				}
+				flush = flush || setsWriteFence(ent)
 				pendSize, havePend = recordsSize(pend), true
 			}
 			if cursor > start && size+pendSize > e.opts.PacketBytes {
@@ -98,7 +104,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		// no-ops) waits for records or grows to maxEmptySpan: sending it
 		// would replicate an Advance, one more entry of the log, and a
 		// tailing export would chase its own tail forever.
-		ripe := len(records) > 0 && time.Since(opened) >= e.opts.Linger || cursor-start >= maxEmptySpan
+		ripe := len(records) > 0 && (flush || time.Since(opened) >= e.opts.Linger) || cursor-start >= maxEmptySpan
 		switch {
 		case cursor > start && (packetFull || done || ripe):
 			if err := e.emit(ctx, exportfmt.BinlogPoint(start), exportfmt.BinlogPoint(cursor), records, done); err != nil {
@@ -116,7 +122,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 			}
 		case done: // nothing (left) to export before the end
 			return e.emit(ctx, exportfmt.BinlogPoint(start), exportfmt.BinlogPoint(start), nil, true)
-		case !full && len(records) == 0 && time.Since(lastSent) >= e.opts.Idle:
+		case !full && len(records) == 0 && (flush || time.Since(lastSent) >= e.opts.Idle):
 			// The entries read since start hold no chunk op: the export
 			// covers them without a packet.
 			p := exportfmt.BinlogPoint(start).Proto()
@@ -124,7 +130,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 				CoveredIndex: cursor - 1, CoveredMs: e.cover.upTo(cursor - 1), WrittenAtMs: time.Now().UnixMilli()}); err != nil {
 				return err
 			}
-			lastSent = time.Now()
+			lastSent, flush = time.Now(), false
 		}
 		if cursor > before {
 			poll = pollInterval
@@ -228,6 +234,17 @@ func (e *exporter) entryRecords(ctx context.Context, ent copyset.LogEntry) ([]*s
 			Index: ent.Index, Term: ent.Term, AppendedAtMs: at, Op: req, Data: data, OpPosition: uint32(i)}}})
 	}
 	return out, nil
+}
+
+// setsWriteFence reports whether a log entry holds a write fence op (set
+// or lift: either is rare, and flushing at a lift costs one heartbeat).
+func setsWriteFence(ent copyset.LogEntry) bool {
+	for _, op := range ent.Ops {
+		if op.Kind == kinds.WriteFence {
+			return true
+		}
+	}
+	return false
 }
 
 // appendedMs is when the entry was appended, Unix milliseconds (0 unknown).

@@ -874,6 +874,38 @@ func TestExportSkipsFencedOps(t *testing.T) {
 	}
 }
 
+// TestExportFlushesAtAWriteFence: a tailing export that reads a write
+// fence op sends what it holds at once, and a heartbeat covering the
+// fence, without waiting for its linger or idle time.
+func TestExportFlushesAtAWriteFence(t *testing.T) {
+	s := fixture(t)
+	var c collector
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exported := make(chan error, 1)
+	go func() {
+		exported <- Export(ctx, s, binlogAt(6), 6, ExportOptions{Mode: dspb.SyncMode_kIncrementalByTimestamp, Idle: time.Hour, Linger: time.Hour}, c.send)
+	}()
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 1, 1, 0, blocks('a')))     // 6
+	s.add(copyset.Op{Kind: kinds.WriteFence, Payload: []byte(`{"op":"set"}`)}) // 7
+	testwait.Until(t, 10*time.Second, func() error {
+		var covered uint64
+		var records int
+		for _, p := range c.all() {
+			covered = max(covered, p.CoveredIndex)
+			records += int(p.Count)
+		}
+		if records != 1 || covered < 7 {
+			return fmt.Errorf("sent %d records, covered up to %d; want 1 and 7", records, covered)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-exported; err != context.Canceled {
+		t.Fatalf("export: %v", err)
+	}
+}
+
 // TestExportStampsPackets: every packet of an export carries the export's
 // id and the time it was built (header export_id and written_at_ms, and
 // Packet.WrittenAtMs), and so does a heartbeat (its WrittenAtMs).

@@ -583,6 +583,9 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 	a.share = res.SubTask
 	a.prog.sample(time.Now(), a.share.GetCounters())
 	a.s.metrics.applied(a.name, adv.GetAdd())
+	if packetDone && pkt.Start.Phase == exportfmt.PhaseBinlog {
+		a.s.metrics.packetApplied(a.name, pkt.Header.GetFirstAppendedAtMs(), time.Now())
+	}
 	bytes := a.bytes
 	a.reset()
 	return a.throttle(ctx, bytes)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -373,16 +374,29 @@ func (r *cutoverRun) packetAt(ctx context.Context, relay dest.Dest, st *pb.SubTa
 // verify compares every copyset's digest on both sides and returns the
 // target's by copyset and the chunks counted.
 func (r *cutoverRun) verify(ctx context.Context) (map[uint32]string, uint64, error) {
-	src, err := r.s.onSourceFence(ctx, r.cfg, r.sourceIDs(), pb.FenceOp_FENCE_GET, true)
-	if err != nil {
-		return nil, 0, fmt.Errorf("digest the source: %w", err)
+	// Both sides, every copyset, at once.
+	var (
+		wg     sync.WaitGroup
+		src    map[uint32]*pb.FenceResponse
+		srcErr error
+		target = make([]*pb.FenceResponse, len(r.shares))
+	)
+	wg.Go(func() { src, srcErr = r.s.onSourceFence(ctx, r.cfg, r.sourceIDs(), pb.FenceOp_FENCE_GET, true) })
+	for i, sh := range r.shares {
+		wg.Go(func() {
+			target[i] = r.s.routeFence(ctx, copyset.NewGroupID(sh.GetPool(), sh.GetCopyset()), &pb.FenceRequest{Op: pb.FenceOp_FENCE_GET, Digest: true})
+		})
+	}
+	wg.Wait()
+	if srcErr != nil {
+		return nil, 0, fmt.Errorf("digest the source: %w", srcErr)
 	}
 	out := map[uint32]string{}
 	var chunks uint64
 	var differ []string
-	for _, sh := range r.shares {
+	for i, sh := range r.shares {
 		g := copyset.NewGroupID(sh.GetPool(), sh.GetCopyset())
-		t := r.s.routeFence(ctx, g, &pb.FenceRequest{Op: pb.FenceOp_FENCE_GET, Digest: true})
+		t := target[i]
 		if t.GetCode() != 0 {
 			return nil, 0, fmt.Errorf("digest the target: %s", t.GetMsg())
 		}

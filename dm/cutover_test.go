@@ -126,7 +126,31 @@ func TestCutover(t *testing.T) {
 		return qs.GetSubTaskStatus()[0].GetCutover()
 	}
 
-	// A cutover that cannot catch up within 1 ms: fenced, not committed.
+	// A cutover that cannot catch up within 1 ms (the task throttled to a
+	// byte per second, its applier asleep after a group): fenced, not
+	// committed.
+	operate := func(op dmpb.TaskOp) {
+		t.Helper()
+		if r, err := ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: op}); err != nil || !r.GetResult() {
+			t.Fatalf("%v: %v %v", op, r, err)
+		}
+	}
+	throttle := func(rate int) {
+		t.Helper()
+		operate(dmpb.TaskOp_Pause)
+		if r, err := ctl.UpdateTask(ctx, &pb.StartTaskRequest{Task: fmt.Sprintf("%ssync:\n  throttle-bytes-per-sec: %d\n", task, rate)}); err != nil || !r.GetResult() {
+			t.Fatalf("update-task: %v %v", r, err)
+		}
+		operate(dmpb.TaskOp_Resume)
+	}
+	throttle(1)
+	applied := share(t, b, dst, "mig").GetCounters().GetOps()
+	testwait.Until(t, 30*time.Second, func() error {
+		if ops := share(t, b, dst, "mig").GetCounters().GetOps(); ops == applied {
+			return fmt.Errorf("no group applied since the throttle")
+		}
+		return nil
+	})
 	r, err := ctl.Cutover(ctx, &pb.CutoverRequest{Name: "mig", TimeoutMs: 1})
 	if err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "not synced after") || !strings.Contains(r.GetMsg(), "the source stays fenced") {
 		t.Fatalf("cutover with 1 ms to catch up: %v %v", r, err)
@@ -154,6 +178,7 @@ func TestCutover(t *testing.T) {
 	if st := clientWrite(t, a, a.Group, 9); st != cspb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS {
 		t.Fatalf("a write to the source after the abort answered %v", st)
 	}
+	throttle(0)
 	acked0, _ := w.counts()
 	testwait.Until(t, 30*time.Second, func() error {
 		if acked, _ := w.counts(); acked < acked0+20 {

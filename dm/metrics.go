@@ -16,6 +16,7 @@ type metrics struct {
 	lag        *prometheus.Desc
 	appliedOps *prometheus.CounterVec
 	appliedB   *prometheus.CounterVec
+	packetLag  *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -30,6 +31,9 @@ func newMetrics() *metrics {
 			Help: "Chunk ops this server's dm appliers proposed into target copysets, by task."}, []string{"task"}),
 		appliedB: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chunkraft_dm_applied_bytes_total",
 			Help: "Chunk data bytes this server's dm appliers wrote into target copysets, by task."}, []string{"task"}),
+		packetLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chunkraft_dm_packet_lag_seconds",
+			Help:    "For each binlog packet this server's dm appliers finished applying: from when its first op was appended on the source until then (the export's send interval included), by task.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 15, 30, 60}}, []string{"task"}),
 	}
 }
 
@@ -39,8 +43,16 @@ func (m *metrics) applied(task string, add *pb.Counters) {
 	m.appliedB.WithLabelValues(task).Add(float64(add.GetBytes()))
 }
 
+// packetApplied observes the lag of a binlog packet of task whose first op
+// was appended at firstMs, finished applying at now.
+func (m *metrics) packetApplied(task string, firstMs int64, now time.Time) {
+	if firstMs > 0 {
+		m.packetLag.WithLabelValues(task).Observe(max(0, float64(now.UnixMilli()-firstMs)/1000))
+	}
+}
+
 func (m *metrics) collectors(s *Service) []prometheus.Collector {
-	return []prometheus.Collector{&shareCollector{m: m, s: s}, m.appliedOps, m.appliedB}
+	return []prometheus.Collector{&shareCollector{m: m, s: s}, m.appliedOps, m.appliedB, m.packetLag}
 }
 
 type shareCollector struct {

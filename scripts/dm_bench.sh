@@ -12,8 +12,10 @@
 #      iodepth 64 (R); then chunkbench --rate R/2 on pool 1 without dm (A), with
 #      a dm task migrating pool 1 into pool 2 of the same cluster (a cluster
 #      source: the pool exports itself to a relay) caught up in Sync (B), and
-#      without again once the task is stopped (A); during B the servers'
-#      chunkraft_dm_lag_seconds is sampled every 0.25 s: p50, p99, max.
+#      without again once the task is stopped (A); the lag of the packets
+#      applied during B, from the servers' chunkraft_dm_packet_lag_seconds
+#      (each packet's oldest op, source append to target apply): the bucket
+#      bounds of p50 and p99, and the mean.
 #   3. Cutover: CUTOVERS times, a new source pool (copysets 1-4, 16 MiB each,
 #      prefilled) migrated into a new target pool, in Sync, with chunkbench
 #      --rate R/2 writing to it; `chunkctl dm cutover` then reports the write
@@ -21,7 +23,7 @@
 #
 #   scripts/dm_bench.sh            one run; prints a table and writes JSON to $OUT.json
 #
-# Environment: CLUSTER_DIR (default /tmp/chunkraft-dmbench), BASE_PORT (8400),
+# Environment: PHASES (default load,sync,cutover: which of 1-3 to run), CLUSTER_DIR (default /tmp/chunkraft-dmbench), BASE_PORT (8400),
 # METRICS_BASE_PORT (9400), RUNTIME (10s), SPAN (32m: pool 1 holds 16 x SPAN),
 # PAIRS (3), CUTOVERS (5), OUT (default /tmp/chunkraft-dmbench), POOL_FILES (80:
 # the chunk file pool, sized for the restores, as scripts/sync_bench.sh). The
@@ -36,6 +38,8 @@ SPAN=${SPAN:-32m}
 PAIRS=${PAIRS:-3}
 CUTOVERS=${CUTOVERS:-5}
 OUT=${OUT:-/tmp/chunkraft-dmbench}
+PHASES=${PHASES:-load,sync,cutover}
+phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 POOL_FILES=${POOL_FILES:-80}
 WORK=$CLUSTER_DIR-work
 export CHUNKSERVER_CONFIG=$OUT-config.yaml
@@ -64,6 +68,16 @@ trap cleanup EXIT
 scripts/cluster.sh up >/dev/null
 . scripts/lib/settle.sh
 now() { date +%s.%N; }
+# retry: a control call refused while a copyset elects a leader (the heavy
+# phases cost a few elections on a 2-core machine) is made again.
+retry() {
+    local i
+    for i in 1 2 3 4 5; do
+        "$@" >/dev/null && return 0
+        sleep 2
+    done
+    "$@"
+}
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 bytes_of() { python3 -c "import re; m=re.fullmatch(r'(\d+)([kmg]?)', '$1'.lower()); print(int(m.group(1)) * {'':1,'k':1<<10,'m':1<<20,'g':1<<30}[m.group(2)] * $2)"; }
 POOL_BYTES=$(bytes_of "$SPAN" 16)
@@ -103,6 +117,7 @@ settle
 echo "Load: restore and dm alternating, $PAIRS pairs" >&2
 restores=() loads=()
 pool=10
+phase load || PAIRS=0
 for i in $(seq 1 "$PAIRS"); do
     pool=$((pool + 1))
     pool_create "$pool" 1-16
@@ -114,55 +129,58 @@ for i in $(seq 1 "$PAIRS"); do
     printf 'name: load%d\ntask-mode: full\nsource:\n  pool: 1\n  export: file://%s\ntarget-pool: %d\n' "$i" "$EXPORT" "$pool" >"$WORK/load$i.yaml"
     settle
     t0=$(now)
-    "${CTL[@]}" dm start-task "$WORK/load$i.yaml" >/dev/null
+    retry "${CTL[@]}" dm start-task "$WORK/load$i.yaml"
     dm_wait "load$i" "st['stage'] == 'Finished'"
     t1=$(now)
     loads+=("$(python3 -c "print($POOL_BYTES / 1e6 / ($t1 - $t0))")")
-    "${CTL[@]}" dm stop-task "load$i" >/dev/null
+    retry "${CTL[@]}" dm stop-task "load$i"
     echo "  pair $i: restore ${restores[-1]} MB/s, dm Load ${loads[-1]} MB/s" >&2
 done
 
-echo "Sync under load" >&2
-randwrite() { "${BENCH[@]}" --pool 1 --copysets 1-16 --span "$SPAN" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json "$@"; }
-settle
-R=$(randwrite | json 'd["iops"]')
-HALF=$(python3 -c "print(round($R / 2))")
-settle
-a1=$(randwrite --rate "$HALF" | json 'd["iops"]')
-pool_create 2 1-16
-printf 'name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\n' "$SEEDS" "$WORK/relay" >"$WORK/mig.yaml"
-"${CTL[@]}" dm start-task "$WORK/mig.yaml" >/dev/null
-dm_wait mig "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
-settle
-LAGS=$WORK/lags
-(
-    while :; do
-        m=0
-        for p in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do
-            v=$(curl -s "127.0.0.1:$p/metrics" | awk '/^chunkraft_dm_lag_seconds\{task="mig"\}/ { print $2 }')
-            m=$(python3 -c "print(max($m, ${v:-0}))")
-        done
-        echo "$m"
-        sleep 0.25
-    done
-) >"$LAGS" &
-BG=$!
-b=$(randwrite --rate "$HALF" | json 'd["iops"]')
-kill "$BG"
-BG=
-"${CTL[@]}" dm stop-task mig >/dev/null
-settle
-a2=$(randwrite --rate "$HALF" | json 'd["iops"]')
+R=0 HALF=0 a1=0 a2=0 b=0
+: >"$WORK/lag0"
+: >"$WORK/lag1"
+if phase sync || phase cutover; then
+    randwrite() { "${BENCH[@]}" --pool 1 --copysets 1-16 --span "$SPAN" --rw randwrite --bs 4k --iodepth 64 --runtime "$RUNTIME" -o json "$@"; }
+    settle
+    R=$(randwrite | json 'd["iops"]')
+    HALF=$(python3 -c "print(round($R / 2))")
+fi
+if phase sync; then
+    echo "Sync under load" >&2
+    settle
+    a1=$(randwrite --rate "$HALF" | json 'd["iops"]')
+    pool_create 2 1-16
+    printf 'name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\n' "$SEEDS" "$WORK/relay" >"$WORK/mig.yaml"
+    retry "${CTL[@]}" dm start-task "$WORK/mig.yaml"
+    dm_wait mig "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
+    settle
+    # lag_hist: the servers' chunkraft_dm_packet_lag_seconds of task mig, the
+    # buckets summed over the three: "le count" lines, then "sum S".
+    lag_hist() {
+        for p in $(seq "$METRICS_BASE_PORT" $((METRICS_BASE_PORT + 2))); do curl -s "127.0.0.1:$p/metrics"; done |
+            awk 'index($0, "chunkraft_dm_packet_lag_seconds_bucket{task=\"mig\"") == 1 { match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5); n[le] += $2 }
+                 index($0, "chunkraft_dm_packet_lag_seconds_sum{task=\"mig\"}") == 1 { sum += $2 }
+                 END { for (le in n) print le, n[le]; print "sum", sum + 0 }'
+    }
+    lag_hist >"$WORK/lag0"
+    b=$(randwrite --rate "$HALF" | json 'd["iops"]')
+    lag_hist >"$WORK/lag1"
+    retry "${CTL[@]}" dm stop-task mig
+    settle
+    a2=$(randwrite --rate "$HALF" | json 'd["iops"]')
+fi
 
 echo "Cutover under load, $CUTOVERS times" >&2
 downs=()
+phase cutover || CUTOVERS=0
 for i in $(seq 1 "$CUTOVERS"); do
     src=$((30 + i)) dst=$((40 + i))
     pool_create "$src" 1-4
     pool_create "$dst" 1-4
     "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
     printf 'name: cut%d\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: %d\n  relay: file://%s\ntarget-pool: %d\n' "$i" "$SEEDS" "$src" "$WORK/relay$i" "$dst" >"$WORK/cut$i.yaml"
-    "${CTL[@]}" dm start-task "$WORK/cut$i.yaml" >/dev/null
+    retry "${CTL[@]}" dm start-task "$WORK/cut$i.yaml"
     dm_wait "cut$i" "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
     "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw randwrite --bs 4k --iodepth 64 --runtime 120s --rate "$HALF" >/dev/null 2>&1 &
     BG=$!
@@ -171,30 +189,41 @@ for i in $(seq 1 "$CUTOVERS"); do
     kill "$BG" 2>/dev/null || true
     wait "$BG" 2>/dev/null || true
     BG=
-    "${CTL[@]}" dm stop-task "cut$i" >/dev/null
+    retry "${CTL[@]}" dm stop-task "cut$i"
     downs+=("$d")
     echo "  cutover $i: write downtime $d ms" >&2
 done
 
-python3 - "$OUT.json" "$LAGS" <<PY
+python3 - "$OUT.json" "$WORK/lag0" "$WORK/lag1" <<PY
 import json, statistics, sys
-lags = sorted(float(x) for x in open(sys.argv[2]) if x.strip())
-def pct(xs, p):
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0.0
+def hist(path):
+    h = {}
+    for line in open(path):
+        k, v = line.split()
+        h[k] = float(v)
+    return h
+h0, h1 = hist(sys.argv[2]), hist(sys.argv[3])
+bounds = sorted((float(k), h1[k] - h0.get(k, 0)) for k in h1 if k != "sum")
+packets = bounds[-1][1] if bounds else 0
+def pct(p):
+    for le, n in bounds:
+        if n >= p * packets:
+            return le
+    return float("inf")
 restores, loads = [$(IFS=,; echo "${restores[*]}")], [$(IFS=,; echo "${loads[*]}")]
 downs = sorted([$(IFS=,; echo "${downs[*]}")])
 r = dict(config=open("$CHUNKSERVER_CONFIG").read(), pool_bytes=$POOL_BYTES, restore_mb_per_s=restores, dm_load_mb_per_s=loads,
-         load_share_of_restore=sum(loads) / sum(restores),
+         load_share_of_restore=sum(loads) / sum(restores) if restores else 0,
          randwrite_alone_iops=$R, rate=$HALF, randwrite_without=[$a1, $a2], randwrite_with=$b,
-         with_share_of_without=$b / (($a1 + $a2) / 2), lag_samples=len(lags),
-         lag_p50_s=pct(lags, 0.5), lag_p99_s=pct(lags, 0.99), lag_max_s=lags[-1] if lags else 0.0,
-         cutover_downtime_ms=downs, cutover_p50_ms=statistics.median(downs), cutover_max_ms=max(downs))
+         with_share_of_without=$b / (($a1 + $a2) / 2) if $a1 + $a2 else 0, lag_packets=packets,
+         lag_p50_le_s=pct(0.5), lag_p99_le_s=pct(0.99), lag_mean_s=(h1.get("sum", 0) - h0.get("sum", 0)) / packets if packets else 0.0,
+         cutover_downtime_ms=downs, cutover_p50_ms=statistics.median(downs) if downs else 0, cutover_max_ms=max(downs, default=0))
 json.dump(r, open(sys.argv[1], "w"), indent=1)
 print("servers' config:                 %s" % " ".join(r["config"].split()))
 print("Load of %d MiB, MB/s:           restore %s; dm %s: dm at %.0f%% of restore" % (r["pool_bytes"] >> 20,
       ", ".join("%.1f" % x for x in restores), ", ".join("%.1f" % x for x in loads), 100 * r["load_share_of_restore"]))
 print("4k randwrite iodepth 64 alone:   %.0f IOPS; at --rate %d: without dm %.0f, %.0f; with dm in Sync %.0f (%.0f%%)" % (
       r["randwrite_alone_iops"], r["rate"], $a1, $a2, $b, 100 * r["with_share_of_without"]))
-print("dm lag in Sync (%d samples):    p50 %.2f s, p99 %.2f s, max %.2f s" % (len(lags), r["lag_p50_s"], r["lag_p99_s"], r["lag_max_s"]))
+print("dm packet lag in Sync (%d):     p50 <= %.2f s, p99 <= %.2f s, mean %.2f s" % (packets, r["lag_p50_le_s"], r["lag_p99_le_s"], r["lag_mean_s"]))
 print("cutover write downtime, ms:      %s: p50 %.0f, max %.0f" % (", ".join("%d" % x for x in downs), r["cutover_p50_ms"], r["cutover_max_ms"]))
 PY
