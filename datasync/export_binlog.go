@@ -53,7 +53,7 @@ func (e *exporter) binlog(ctx context.Context, from uint64) error {
 		// but the fence owner's, and a cutover waits for the export to
 		// cover the fence).
 		flush bool
-		poll          = pollInterval
+		poll  = pollInterval
 	)
 	e.cover.period = max(pollInterval, e.opts.Idle/4)
 	for {

@@ -886,7 +886,7 @@ func TestExportFlushesAtAWriteFence(t *testing.T) {
 	go func() {
 		exported <- Export(ctx, s, binlogAt(6), 6, ExportOptions{Mode: dspb.SyncMode_kIncrementalByTimestamp, Idle: time.Hour, Linger: time.Hour}, c.send)
 	}()
-	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 1, 1, 0, blocks('a')))     // 6
+	s.add(chunkOp(t, cpb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 1, 1, 0, blocks('a')))  // 6
 	s.add(copyset.Op{Kind: kinds.WriteFence, Payload: []byte(`{"op":"set"}`)}) // 7
 	testwait.Until(t, 10*time.Second, func() error {
 		var covered uint64
