@@ -39,6 +39,7 @@ func parseStartTime(s string) (uint64, error) {
 func newSyncCreateCommand(a *app) *cobra.Command {
 	var pool uint32
 	var name, mode, start, dest string
+	var sendInterval time.Duration
 	var wait waitFlag
 	cmd := &cobra.Command{
 		Use:   "create --pool P --name N --mode full|incremental|continuous [--start-time T] --dest URL [--wait [D]]",
@@ -69,6 +70,12 @@ FAILED. The task is left as it is when the wait fails.`,
 				return fmt.Errorf("--mode %q: want full, incremental or continuous", mode)
 			}
 			req := &dspb.CreateSyncTaskRequest{Db: proto.String(strconv.FormatUint(uint64(pool), 10)), Name: &name, Mode: m.Enum(), Dest: &dest}
+			if cmd.Flags().Changed("send-interval") {
+				if sendInterval < 100*time.Millisecond || sendInterval > time.Hour {
+					return fmt.Errorf("--send-interval %v: want 100ms to 1h (without it: the servers' sync.send_interval)", sendInterval)
+				}
+				req.SendIntervalMs = proto.Uint32(uint32(sendInterval.Milliseconds()))
+			}
 			switch {
 			case m == dspb.SyncMode_kIncrementalByTimestamp && start == "":
 				return fmt.Errorf("--mode incremental needs --start-time")
@@ -108,6 +115,7 @@ FAILED. The task is left as it is when the wait fails.`,
 	}
 	f := cmd.Flags()
 	f.Uint32Var(&pool, "pool", 0, "logical pool id to export")
+	f.DurationVar(&sendInterval, "send-interval", 0, "this task's send interval: a caught-up continuous export sends a packet after waiting this long for more writes, and a heartbeat this often when idle (default: the servers' sync.send_interval)")
 	f.StringVar(&name, "name", "", "the task's name")
 	f.StringVar(&mode, "mode", "", "full, incremental or continuous")
 	f.StringVar(&start, "start-time", "", "incremental: RFC 3339 time or unix milliseconds")

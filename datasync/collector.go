@@ -263,6 +263,15 @@ func (s *Service) sendInterval() time.Duration {
 	return min(s.deps.SendInterval, s.deps.CheckPeriod/2)
 }
 
+// sendIntervalOf is a sub-task's send interval: its task's own, else the
+// server's; at most half the check period.
+func (s *Service) sendIntervalOf(p *dspb.AddSyncTaskRequest) time.Duration {
+	if ms := p.GetSendIntervalMs(); ms > 0 {
+		return min(time.Duration(ms)*time.Millisecond, s.deps.CheckPeriod/2)
+	}
+	return s.sendInterval()
+}
+
 // packetSender is the SyncTool a collector sends its packets to.
 type packetSender struct {
 	via  string // sendViaLocal or sendViaGRPC
@@ -331,7 +340,7 @@ func (s *Service) export(ctx context.Context, n *copyset.Node, rec *pb.SubTask) 
 	ref := recordRef(rec)
 	src := &nodeSource{n: n, chunks: chunks}
 	from := p.GetSyncPoint()
-	beat := s.sendInterval()
+	beat := s.sendIntervalOf(p)
 	opts := ExportOptions{
 		Mode: p.GetMode(), BinlogEnd: rec.GetBinlogEnd(),
 		Holder: "sync " + rec.GetName(), Idle: beat, Linger: beat, Gate: s.gate, StartStateMs: rec.GetStartStateMs(),

@@ -279,8 +279,17 @@ func TestSyncTwoTasks(t *testing.T) {
 	root := t.TempDir()
 	dirs := map[string]string{"backup": filepath.Join(root, "backup"), "migrate": filepath.Join(root, "migrate")}
 	mode := dspb.SyncMode_kFullAndContinuous.Enum()
+	tooOften := createReq("1", "migrate", mode, "file://"+dirs["migrate"])
+	tooOften.SendIntervalMs = proto.Uint32(datasync.MinSendIntervalMs - 1)
+	if r, err := c.syncTool(leader).CreateSyncTask(ctx, tooOften); err != nil || r.GetCode() != -1 || !strings.Contains(r.GetMsg(), "send_interval_ms 99") {
+		t.Fatalf("create with a send interval of 99 ms: %v %v", r, err)
+	}
 	for _, name := range []string{"backup", "migrate"} {
-		if r, err := c.syncTool(leader).CreateSyncTask(ctx, createReq("1", name, mode, "file://"+dirs[name])); err != nil || r.GetCode() != 0 {
+		req := createReq("1", name, mode, "file://"+dirs[name])
+		if name == "migrate" {
+			req.SendIntervalMs = proto.Uint32(200) // its own, sooner than the server's
+		}
+		if r, err := c.syncTool(leader).CreateSyncTask(ctx, req); err != nil || r.GetCode() != 0 {
 			t.Fatalf("create %s: %v %v", name, r, err)
 		}
 	}
@@ -290,7 +299,8 @@ func TestSyncTwoTasks(t *testing.T) {
 	migrate := c.waitTaskOf(t, "migrate", "exporting the log", inBinlog)
 	bp, mp := backup.task.GetProgress(), migrate.task.GetProgress()
 	if bp.GetToken() == mp.GetToken() || bp.GetExportId() == mp.GetExportId() || len(bp.GetExportId()) != datasync.ExportIDLen ||
-		backup.exportID != bp.GetExportId() || migrate.exportID != mp.GetExportId() || bp.GetDest() == mp.GetDest() {
+		backup.exportID != bp.GetExportId() || migrate.exportID != mp.GetExportId() || bp.GetDest() == mp.GetDest() ||
+		bp.GetSendIntervalMs() != 0 || mp.GetSendIntervalMs() != 200 {
 		t.Fatalf("two tasks: %v, %v", backup, migrate)
 	}
 

@@ -208,6 +208,10 @@ func NewExportID() string {
 // tasks, each of its own name. Nothing is created unless every check
 // passes; a failure half-way removes what was created (the sub-tasks of
 // this export id only).
+// MinSendIntervalMs is the shortest send interval a task may ask for: each
+// packet is a durable write on the dest and a replicated Advance.
+const MinSendIntervalMs = 100
+
 func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTaskRequest) (*dspb.GeneralResponse, error) {
 	s := t.s
 	pool, err := parsePool(req.GetDb())
@@ -221,6 +225,9 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 		return general(-1, "create sync task %s/%s: mode is missing or unknown (kFull, kIncrementalByTimestamp or kFullAndContinuous)", req.GetDb(), req.GetName()), nil
 	}
 	mode := req.GetMode()
+	if ms := req.GetSendIntervalMs(); ms != 0 && ms < MinSendIntervalMs {
+		return general(-1, "create sync task %s/%s: send_interval_ms %d: want 0 (the server's) or at least %d", req.GetDb(), req.GetName(), ms, MinSendIntervalMs), nil
+	}
 	if mode == dspb.SyncMode_kIncrementalByTimestamp && req.GetStartTs() == 0 {
 		return general(-1, "create sync task %s/%s: kIncrementalByTimestamp needs start_ts (unix ms)", req.GetDb(), req.GetName()), nil
 	}
@@ -272,6 +279,7 @@ func (t *toolService) CreateSyncTask(ctx context.Context, req *dspb.CreateSyncTa
 				TabletEndpoint: proto.String(addr), DesEndpoint: proto.String(addr),
 				Token: proto.String(newToken()), Dest: proto.String(u.String()),
 				TaskName: proto.String(req.GetName()), ExportId: proto.String(exportID),
+				SendIntervalMs: req.SendIntervalMs,
 			}}}}
 	})
 	for i, resp := range resps {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v3"
@@ -37,6 +38,9 @@ type SourceFile struct {
 	Pool    uint32   `yaml:"pool" toml:"pool"`
 	Relay   string   `yaml:"relay,omitempty" toml:"relay,omitempty"`
 	Export  string   `yaml:"export,omitempty" toml:"export,omitempty"`
+	// SendInterval (with Cluster): the relay task's send interval, a Go
+	// duration from 100ms to 1h; empty: the source servers'.
+	SendInterval string `yaml:"send-interval,omitempty" toml:"send-interval,omitempty"`
 }
 
 // SyncSettings are a task's settings that may change in the Sync unit:
@@ -132,6 +136,9 @@ func FileOf(c *pb.TaskConfig) TaskFile {
 			Relay: c.GetSource().GetRelay(), Export: c.GetSource().GetExport()},
 		Sync: SyncSettings{ThrottleBytesPerSec: c.GetSync().GetThrottleBytesPerSec()},
 	}
+	if ms := c.GetSource().GetSendIntervalMs(); ms > 0 {
+		f.Source.SendInterval = (time.Duration(ms) * time.Millisecond).String()
+	}
 	return f
 }
 
@@ -179,9 +186,19 @@ func (f TaskFile) Config() (*pb.TaskConfig, error) {
 			return nil, bad("source.relay", "%v", err)
 		}
 		c.Source.Relay = u.String()
+		if s.SendInterval != "" {
+			d, err := time.ParseDuration(s.SendInterval)
+			if err != nil || d < 100*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
+				return nil, bad("source.send-interval", "%q: want a duration from 100ms to 1h, in whole milliseconds", s.SendInterval)
+			}
+			c.Source.SendIntervalMs = uint32(d.Milliseconds())
+		}
 	case s.Export != "":
 		if s.Relay != "" {
 			return nil, bad("source.relay", "only with source.cluster")
+		}
+		if s.SendInterval != "" {
+			return nil, bad("source.send-interval", "only with source.cluster (an export's interval is its task's)")
 		}
 		u, err := dest.Parse(s.Export)
 		if err != nil {

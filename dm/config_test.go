@@ -15,6 +15,7 @@ source:
   cluster: ["127.0.0.1:8200", "127.0.0.1:8201"]
   pool: 1
   relay: file:///var/lib/relay/mig1/
+  send-interval: 0.5s
 target-pool: 2
 copysets: [3, 1, 2]
 sync:
@@ -27,7 +28,7 @@ func TestParseTaskYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &pb.TaskConfig{Name: "mig1", Mode: pb.Mode_ALL, TargetPool: 2, Copysets: []uint32{1, 2, 3},
-		Source: &pb.Source{Cluster: []string{"127.0.0.1:8200", "127.0.0.1:8201"}, Pool: 1, Relay: "file:///var/lib/relay/mig1"},
+		Source: &pb.Source{Cluster: []string{"127.0.0.1:8200", "127.0.0.1:8201"}, Pool: 1, Relay: "file:///var/lib/relay/mig1", SendIntervalMs: 500},
 		Sync:   &pb.SyncSettings{ThrottleBytesPerSec: 1 << 20}}
 	if !proto.Equal(c, want) {
 		t.Fatalf("parsed %v\nwant %v", c, want)
@@ -66,6 +67,8 @@ func TestParseTaskBad(t *testing.T) {
 		{"incremental without start", "name: a\ntask-mode: incremental\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\n", "incremental-from: required"},
 		{"start without incremental", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nincremental-from: file:///m\n", "only with task-mode incremental"},
 		{"unknown sync key", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {apply-concurrency: 4}\n", "field apply-concurrency not found"},
+		{"short send interval", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1'], relay: file:///r, send-interval: 10ms}\ntarget-pool: 2\n", "source.send-interval: \"10ms\": want a duration from 100ms to 1h"},
+		{"send interval of an export", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e, send-interval: 1s}\ntarget-pool: 2\n", "source.send-interval: only with source.cluster"},
 		{"bad throttle", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {throttle-bytes-per-sec: -1}\n", "cannot unmarshal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

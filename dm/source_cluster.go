@@ -75,6 +75,9 @@ func (s *Service) sourceClusterCopysets(ctx context.Context, cfg *pb.TaskConfig)
 func (s *Service) createRelayTask(ctx context.Context, cfg *pb.TaskConfig) error {
 	req := &dspb.CreateSyncTaskRequest{Db: proto.String(strconv.FormatUint(uint64(cfg.GetSource().GetPool()), 10)),
 		Name: proto.String(relayTaskName(cfg.GetName())), Mode: dspb.SyncMode_kFullAndContinuous.Enum(), Dest: proto.String(cfg.GetSource().GetRelay())}
+	if ms := cfg.GetSource().GetSendIntervalMs(); ms > 0 {
+		req.SendIntervalMs = proto.Uint32(ms)
+	}
 	return s.onSource(ctx, cfg, func(ctx context.Context, cc *grpc.ClientConn) error {
 		resp, err := dspb.NewSyncToolClient(cc).CreateSyncTask(ctx, req)
 		switch {

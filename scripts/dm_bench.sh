@@ -24,7 +24,8 @@
 #   scripts/dm_bench.sh            one run; prints a table and writes JSON to $OUT.json
 #
 # Environment: PHASES (default load,sync,cutover: which of 1-3 to run), CLUSTER_DIR (default /tmp/chunkraft-dmbench), BASE_PORT (8400),
-# METRICS_BASE_PORT (9400), RUNTIME (10s), SPAN (32m: pool 1 holds 16 x SPAN),
+# METRICS_BASE_PORT (9400), RUNTIME (10s), SEND_INTERVAL (500ms: the relay tasks'
+# source.send-interval), SPAN (32m: pool 1 holds 16 x SPAN),
 # PAIRS (3), CUTOVERS (5), OUT (default /tmp/chunkraft-dmbench), POOL_FILES (80:
 # the chunk file pool, sized for the restores, as scripts/sync_bench.sh). The
 # cluster and the exports are deleted at the end.
@@ -39,6 +40,7 @@ PAIRS=${PAIRS:-3}
 CUTOVERS=${CUTOVERS:-5}
 OUT=${OUT:-/tmp/chunkraft-dmbench}
 PHASES=${PHASES:-load,sync,cutover}
+SEND_INTERVAL=${SEND_INTERVAL:-500ms}
 phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 POOL_FILES=${POOL_FILES:-80}
 WORK=$CLUSTER_DIR-work
@@ -151,7 +153,7 @@ if phase sync; then
     settle
     a1=$(randwrite --rate "$HALF" | json 'd["iops"]')
     pool_create 2 1-16
-    printf 'name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\n' "$SEEDS" "$WORK/relay" >"$WORK/mig.yaml"
+    printf 'name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\n  send-interval: %s\ntarget-pool: 2\n' "$SEEDS" "$WORK/relay" "$SEND_INTERVAL" >"$WORK/mig.yaml"
     retry "${CTL[@]}" dm start-task "$WORK/mig.yaml"
     dm_wait mig "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
     settle
@@ -179,7 +181,7 @@ for i in $(seq 1 "$CUTOVERS"); do
     pool_create "$src" 1-4
     pool_create "$dst" 1-4
     "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
-    printf 'name: cut%d\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: %d\n  relay: file://%s\ntarget-pool: %d\n' "$i" "$SEEDS" "$src" "$WORK/relay$i" "$dst" >"$WORK/cut$i.yaml"
+    printf 'name: cut%d\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: %d\n  relay: file://%s\n  send-interval: %s\ntarget-pool: %d\n' "$i" "$SEEDS" "$src" "$WORK/relay$i" "$SEND_INTERVAL" "$dst" >"$WORK/cut$i.yaml"
     retry "${CTL[@]}" dm start-task "$WORK/cut$i.yaml"
     dm_wait "cut$i" "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
     "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw randwrite --bs 4k --iodepth 64 --runtime 120s --rate "$HALF" >/dev/null 2>&1 &
@@ -194,7 +196,7 @@ for i in $(seq 1 "$CUTOVERS"); do
     echo "  cutover $i: write downtime $d ms" >&2
 done
 
-python3 - "$OUT.json" "$WORK/lag0" "$WORK/lag1" <<PY
+python3 - "$OUT.json" "$WORK/lag0" "$WORK/lag1" "$SEND_INTERVAL" <<PY
 import json, statistics, sys
 def hist(path):
     h = {}
@@ -212,7 +214,7 @@ def pct(p):
     return float("inf")
 restores, loads = [$(IFS=,; echo "${restores[*]}")], [$(IFS=,; echo "${loads[*]}")]
 downs = sorted([$(IFS=,; echo "${downs[*]}")])
-r = dict(config=open("$CHUNKSERVER_CONFIG").read(), pool_bytes=$POOL_BYTES, restore_mb_per_s=restores, dm_load_mb_per_s=loads,
+r = dict(config=open("$CHUNKSERVER_CONFIG").read(), send_interval=sys.argv[4], pool_bytes=$POOL_BYTES, restore_mb_per_s=restores, dm_load_mb_per_s=loads,
          load_share_of_restore=sum(loads) / sum(restores) if restores else 0,
          randwrite_alone_iops=$R, rate=$HALF, randwrite_without=[$a1, $a2], randwrite_with=$b,
          with_share_of_without=$b / (($a1 + $a2) / 2) if $a1 + $a2 else 0, lag_packets=packets,
@@ -224,6 +226,6 @@ print("Load of %d MiB, MB/s:           restore %s; dm %s: dm at %.0f%% of restor
       ", ".join("%.1f" % x for x in restores), ", ".join("%.1f" % x for x in loads), 100 * r["load_share_of_restore"]))
 print("4k randwrite iodepth 64 alone:   %.0f IOPS; at --rate %d: without dm %.0f, %.0f; with dm in Sync %.0f (%.0f%%)" % (
       r["randwrite_alone_iops"], r["rate"], $a1, $a2, $b, 100 * r["with_share_of_without"]))
-print("dm packet lag in Sync (%d):     p50 <= %.2f s, p99 <= %.2f s, mean %.2f s" % (packets, r["lag_p50_le_s"], r["lag_p99_le_s"], r["lag_mean_s"]))
+print("dm packet lag in Sync (%d packets, send interval %s): p50 <= %.2f s, p99 <= %.2f s, mean %.2f s" % (packets, r["send_interval"], r["lag_p50_le_s"], r["lag_p99_le_s"], r["lag_mean_s"]))
 print("cutover write downtime, ms:      %s: p50 %.0f, max %.0f" % (", ".join("%d" % x for x in downs), r["cutover_p50_ms"], r["cutover_max_ms"]))
 PY

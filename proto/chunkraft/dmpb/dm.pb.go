@@ -317,9 +317,12 @@ type Source struct {
 	Relay   string   `protobuf:"bytes,3,opt,name=relay,proto3" json:"relay,omitempty"`
 	// export: a location (file://, s3://) holding an export of pool
 	// `pool` (docs/sync-format.md); exclusive with cluster.
-	Export        string `protobuf:"bytes,4,opt,name=export,proto3" json:"export,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Export string `protobuf:"bytes,4,opt,name=export,proto3" json:"export,omitempty"`
+	// send_interval_ms: with cluster, the relay task's send interval
+	// (CreateSyncTaskRequest.send_interval_ms; 0: the source servers').
+	SendIntervalMs uint32 `protobuf:"varint,5,opt,name=send_interval_ms,json=sendIntervalMs,proto3" json:"send_interval_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Source) Reset() {
@@ -378,6 +381,13 @@ func (x *Source) GetExport() string {
 		return x.Export
 	}
 	return ""
+}
+
+func (x *Source) GetSendIntervalMs() uint32 {
+	if x != nil {
+		return x.SendIntervalMs
+	}
+	return 0
 }
 
 // SyncSettings are the settings a task may change while in the Sync unit
@@ -3109,12 +3119,13 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"targetPool\x12\x1a\n" +
 	"\bcopysets\x18\x05 \x03(\rR\bcopysets\x12.\n" +
 	"\x04sync\x18\x06 \x01(\v2\x1a.chunkraft.dm.SyncSettingsR\x04sync\x12)\n" +
-	"\x10incremental_from\x18\a \x01(\tR\x0fincrementalFrom\"d\n" +
+	"\x10incremental_from\x18\a \x01(\tR\x0fincrementalFrom\"\x8e\x01\n" +
 	"\x06Source\x12\x18\n" +
 	"\acluster\x18\x01 \x03(\tR\acluster\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x14\n" +
 	"\x05relay\x18\x03 \x01(\tR\x05relay\x12\x16\n" +
-	"\x06export\x18\x04 \x01(\tR\x06export\"O\n" +
+	"\x06export\x18\x04 \x01(\tR\x06export\x12(\n" +
+	"\x10send_interval_ms\x18\x05 \x01(\rR\x0esendIntervalMs\"O\n" +
 	"\fSyncSettings\x123\n" +
 	"\x16throttle_bytes_per_sec\x18\x01 \x01(\x04R\x13throttleBytesPerSecJ\x04\b\x02\x10\x03J\x04\b\x03\x10\x04\"\xd0\x01\n" +
 	"\n" +

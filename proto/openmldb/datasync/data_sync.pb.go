@@ -6,6 +6,9 @@
 //     seed's misspelled DelelteSyncTask is kept as well, same types.
 //   - SendDataRequest.data = 100: upstream carries the rows in a brpc
 //     attachment; gRPC has none, so the bytes travel in this field.
+//   - CreateSyncTaskRequest.send_interval_ms = 100 and
+//     AddSyncTaskRequest.send_interval_ms = 102: a task's own send interval
+//     (a migration's relay sends sooner than a backup).
 //   - AddSyncTaskRequest.task_name = 100, export_id = 101 and
 //     SendDataRequest.task_name = 101, export_id = 102, written_at_ms = 103:
 //     a pool may have several named tasks, so a sub-task is (tid, pid,
@@ -293,9 +296,13 @@ type AddSyncTaskRequest struct {
 	// chunkraft: the id of the task's export (32 hex digits), which every
 	// packet carries: chosen when the task is created, kept when the
 	// sub-task is reassigned. Not part of upstream's message.
-	ExportId      *string `protobuf:"bytes,101,opt,name=export_id,json=exportId" json:"export_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ExportId *string `protobuf:"bytes,101,opt,name=export_id,json=exportId" json:"export_id,omitempty"`
+	// chunkraft: the task's send interval in milliseconds
+	// (CreateSyncTaskRequest.send_interval_ms; 0: the server's). Not part
+	// of upstream's message.
+	SendIntervalMs *uint32 `protobuf:"varint,102,opt,name=send_interval_ms,json=sendIntervalMs" json:"send_interval_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AddSyncTaskRequest) Reset() {
@@ -405,15 +412,28 @@ func (x *AddSyncTaskRequest) GetExportId() string {
 	return ""
 }
 
+func (x *AddSyncTaskRequest) GetSendIntervalMs() uint32 {
+	if x != nil && x.SendIntervalMs != nil {
+		return *x.SendIntervalMs
+	}
+	return 0
+}
+
 type CreateSyncTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Db            *string                `protobuf:"bytes,1,opt,name=db" json:"db,omitempty"`
-	Name          *string                `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
-	Mode          *SyncMode              `protobuf:"varint,3,opt,name=mode,enum=openmldb.datasync.SyncMode" json:"mode,omitempty"` // 3 modes
-	StartTs       *uint64                `protobuf:"varint,4,opt,name=start_ts,json=startTs" json:"start_ts,omitempty"`            // mode 1 INCREMENTAL_BY_TIMESTAMP start ts
-	Dest          *string                `protobuf:"bytes,5,opt,name=dest" json:"dest,omitempty"`                                  // offline path
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Db      *string                `protobuf:"bytes,1,opt,name=db" json:"db,omitempty"`
+	Name    *string                `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	Mode    *SyncMode              `protobuf:"varint,3,opt,name=mode,enum=openmldb.datasync.SyncMode" json:"mode,omitempty"` // 3 modes
+	StartTs *uint64                `protobuf:"varint,4,opt,name=start_ts,json=startTs" json:"start_ts,omitempty"`            // mode 1 INCREMENTAL_BY_TIMESTAMP start ts
+	Dest    *string                `protobuf:"bytes,5,opt,name=dest" json:"dest,omitempty"`                                  // offline path
+	// chunkraft: how long a caught-up continuous export of this task waits
+	// for more entries before it sends a packet, and how often an idle one
+	// sends a heartbeat, in milliseconds; 0: the server's sync.send_interval.
+	// At most half the server's sync.check_period is used. Not part of
+	// upstream's message.
+	SendIntervalMs *uint32 `protobuf:"varint,100,opt,name=send_interval_ms,json=sendIntervalMs" json:"send_interval_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateSyncTaskRequest) Reset() {
@@ -479,6 +499,13 @@ func (x *CreateSyncTaskRequest) GetDest() string {
 		return *x.Dest
 	}
 	return ""
+}
+
+func (x *CreateSyncTaskRequest) GetSendIntervalMs() uint32 {
+	if x != nil && x.SendIntervalMs != nil {
+		return *x.SendIntervalMs
+	}
+	return 0
 }
 
 // only one sync task per table
@@ -906,7 +933,7 @@ const file_openmldb_datasync_data_sync_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x02(\x0e2\x1b.openmldb.datasync.SyncTypeR\x04type\x12\x0e\n" +
 	"\x02pk\x18\x02 \x01(\tR\x02pk\x12\x0e\n" +
 	"\x02ts\x18\x03 \x01(\x04R\x02ts\x12\x16\n" +
-	"\x06offset\x18\x04 \x01(\x04R\x06offset\"\xf1\x02\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\"\x9b\x03\n" +
 	"\x12AddSyncTaskRequest\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\rR\x03tid\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\rR\x03pid\x12/\n" +
@@ -919,13 +946,15 @@ const file_openmldb_datasync_data_sync_proto_rawDesc = "" +
 	"\x05token\x18\b \x01(\tR\x05token\x12\x12\n" +
 	"\x04dest\x18\t \x01(\tR\x04dest\x12\x1b\n" +
 	"\ttask_name\x18d \x01(\tR\btaskName\x12\x1b\n" +
-	"\texport_id\x18e \x01(\tR\bexportId\"\x9b\x01\n" +
+	"\texport_id\x18e \x01(\tR\bexportId\x12(\n" +
+	"\x10send_interval_ms\x18f \x01(\rR\x0esendIntervalMs\"\xc5\x01\n" +
 	"\x15CreateSyncTaskRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x1b.openmldb.datasync.SyncModeR\x04mode\x12\x19\n" +
 	"\bstart_ts\x18\x04 \x01(\x04R\astartTs\x12\x12\n" +
-	"\x04dest\x18\x05 \x01(\tR\x04dest\";\n" +
+	"\x04dest\x18\x05 \x01(\tR\x04dest\x12(\n" +
+	"\x10send_interval_ms\x18d \x01(\rR\x0esendIntervalMs\";\n" +
 	"\x15DeleteSyncTaskRequest\x12\x0e\n" +
 	"\x02db\x18\x01 \x01(\tR\x02db\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"0\n" +

@@ -6,6 +6,9 @@
 //     seed's misspelled DelelteSyncTask is kept as well, same types.
 //   - SendDataRequest.data = 100: upstream carries the rows in a brpc
 //     attachment; gRPC has none, so the bytes travel in this field.
+//   - CreateSyncTaskRequest.send_interval_ms = 100 and
+//     AddSyncTaskRequest.send_interval_ms = 102: a task's own send interval
+//     (a migration's relay sends sooner than a backup).
 //   - AddSyncTaskRequest.task_name = 100, export_id = 101 and
 //     SendDataRequest.task_name = 101, export_id = 102, written_at_ms = 103:
 //     a pool may have several named tasks, so a sub-task is (tid, pid,
