@@ -301,13 +301,19 @@ func (a *applier) next(ctx context.Context) (*exportfmt.Packet, error) {
 }
 
 // laterPacket returns the first packet of the source copyset named after
-// name, "" when there is none.
+// name, "" when there is none or name itself is listed (the export wrote
+// it after the read that missed it: the listing holds every packet written
+// before it began).
 func (a *applier) laterPacket(ctx context.Context, name string) (string, error) {
 	infos, err := a.src.List(ctx, exportfmt.CopysetPrefix(a.srcPool, a.srcCs))
 	if err != nil {
 		return "", err
 	}
 	for _, info := range infos {
+		if info.Name == name {
+			// Written since the read that missed it: no gap.
+			return "", nil
+		}
 		if info.Name > name && strings.HasSuffix(info.Name, exportfmt.PacketSuffix) {
 			return info.Name, nil
 		}

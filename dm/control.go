@@ -362,6 +362,7 @@ func (c *controlService) OperateTask(ctx context.Context, req *pb.OperateTaskReq
 	if err != nil {
 		return refused("operate task %q: %v", name, err), nil
 	}
+	l = l.taskOnly()
 	if len(l.shares) == 0 {
 		msg := msgNoSubTask(name)
 		if len(l.unanswered) > 0 {
@@ -426,6 +427,7 @@ func (c *controlService) UpdateTask(ctx context.Context, req *pb.StartTaskReques
 	if err != nil {
 		return refused("update task %q: %v", name, err), nil
 	}
+	l = l.taskOnly()
 	switch {
 	case len(l.shares) == 0:
 		msg := msgNoSubTask(name)

@@ -86,6 +86,7 @@ func (c *controlService) Cutover(ctx context.Context, req *pb.CutoverRequest) (*
 	if err != nil {
 		return no("cutover of task %q: %v", name, err)
 	}
+	l = l.taskOnly()
 	if len(l.shares) == 0 {
 		msg := msgNoSubTask(name)
 		if len(l.unanswered) > 0 {

@@ -166,6 +166,27 @@ type listing struct {
 	// unanswered names the copysets of the cluster map (of the pool) that
 	// no leader answered for, and why.
 	unanswered []string
+	// unansweredPool is the pool of each of unanswered.
+	unansweredPool []uint32
+}
+
+// taskOnly keeps, of a task's listing, the copysets unanswered in the pool
+// of its shares (a task's shares are all in its target pool); with no
+// share found, every copyset unanswered may hold one.
+func (l *listing) taskOnly() *listing {
+	if len(l.shares) == 0 {
+		return l
+	}
+	pool := l.shares[0].GetPool()
+	var keep []string
+	var pools []uint32
+	for i, u := range l.unanswered {
+		if l.unansweredPool[i] == pool {
+			keep, pools = append(keep, u), append(pools, pool)
+		}
+	}
+	l.unanswered, l.unansweredPool = keep, pools
+	return l
 }
 
 // listAll asks every reachable server of the cluster map for the shares of
@@ -234,6 +255,7 @@ func (s *Service) listAll(ctx context.Context, pool uint32, name string) (*listi
 			}
 		}
 		l.unanswered = append(l.unanswered, fmt.Sprintf("copyset %d/%d (%s)", g.Pool(), g.Copyset(), why))
+		l.unansweredPool = append(l.unansweredPool, g.Pool())
 	}
 	return l, nil
 }
