@@ -53,10 +53,13 @@ import (
 // store decides it, and checked when the group has applied.
 
 // Units of a group: at most this many chunk ops (one more op, the Advance,
-// rides along) and this many bytes of chunk data.
+// rides along) and this many bytes of chunk data: a rebuild's write of 1
+// MiB (restore.DefaultMaxWrite) goes alone, as a restore sends it; groups
+// of 16 MiB loaded a pool at 55% of a restore's rate, of 1 MiB at 71%
+// (docs/benchmarks.md, "dm").
 const (
 	maxGroupOps   = copyset.MaxOpsPerEntry - 1
-	maxGroupBytes = copyset.MaxGroupBytes - 64<<10
+	maxGroupBytes = restore.DefaultMaxWrite
 )
 
 // pollMin and pollMax bound the wait for a packet the export does not have
