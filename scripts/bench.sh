@@ -22,7 +22,8 @@
 # with apt-get when missing and running as root; otherwise the document says
 # why it was skipped). Also recorded: the servers' CPU
 # when idle, and per run the cores used by the servers, by chunkbench and by
-# everything else on the machine.
+# everything else on the machine. Then the sync service (scripts/sync_bench.sh)
+# and the dm service (scripts/dm_bench.sh), each on a fresh cluster of its own.
 #
 # Environment:
 #   BENCH_RUNTIME      duration of every chunkbench and fio run (default 10s)
@@ -651,6 +652,49 @@ PY
 }
 
 # ---------------------------------------------------------------------------
+# the dm service (scripts/dm_bench.sh, its own fresh cluster)
+
+run_dm() {
+    log "dm service: scripts/dm_bench.sh"
+    CLUSTER_DIR="$CLUSTER_DIR-dm" BASE_PORT="$BASE_PORT" METRICS_BASE_PORT="$METRICS_BASE_PORT" \
+        RUNTIME="$RUNTIME" OUT="$RESULTS/dm" "$ROOT/scripts/dm_bench.sh" >"$RESULTS/dm.txt" 2>"$RESULTS/dm.log" ||
+        log "dm_bench.sh failed (see $RESULTS/dm.log)"
+}
+
+# write_dm_section writes the dm service's figures to stdout.
+write_dm_section() {
+    [[ -s "$RESULTS/dm.json" ]] || return 0
+    echo "## dm service, this run"
+    echo
+    echo "\`scripts/dm_bench.sh\` on a fresh three-server cluster like the one above: Load of a kFull export"
+    echo "of pool 1 (16 copysets x 32 MiB) by \`sync restore\` and by a dm task (task-mode full), alternating,"
+    echo "three pairs; 4 KiB randwrite at iodepth 64 paced at half the rate it reaches alone, without and"
+    echo "with a dm task in Sync (a cluster source, relay send interval 500 ms), and the lag of the packets"
+    echo "it applied (chunkraft_dm_packet_lag_seconds: first op appended on the source to applied on the"
+    echo "target); five cutovers of a 4-copyset pool under that load."
+    echo
+    python3 - "$RESULTS/dm.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+si = r["send_interval"]
+si_s = float(si[:-2]) / 1000 if si.endswith("ms") else float(si[:-1])
+print("| measure | value | target | met |")
+print("|---|---:|---|---|")
+print("| Load: dm / restore of the same export | %s / %s MB/s: %.0f%% | >= 90%% | %s |" % (
+    ", ".join("%.1f" % x for x in r["dm_load_mb_per_s"]), ", ".join("%.1f" % x for x in r["restore_mb_per_s"]),
+    100 * r["load_share_of_restore"], "yes" if r["load_share_of_restore"] >= 0.9 else "no"))
+print("| source randwrite at %d/s: without dm / with dm | %s / %.0f: %.0f%% | >= 80%% | %s |" % (
+    r["rate"], ", ".join("%.0f" % x for x in r["randwrite_without"]), r["randwrite_with"], 100 * r["with_share_of_without"],
+    "yes" if r["with_share_of_without"] >= 0.8 else "no"))
+print("| packet lag in Sync (%d packets): p50 / p99 (bucket bounds), mean | <= %.2f s / <= %.2f s, %.2f s | p99 <= 2 s + %s | %s |" % (
+    r["lag_packets"], r["lag_p50_le_s"], r["lag_p99_le_s"], r["lag_mean_s"], si, "yes" if r["lag_p99_le_s"] <= 2 + si_s else "no"))
+print("| cutover write downtime (%s ms) | p50 %.0f ms, max %.0f ms | <= 2 s | %s |" % (
+    ", ".join("%d" % x for x in r["cutover_downtime_ms"]), r["cutover_p50_ms"], r["cutover_max_ms"], "yes" if r["cutover_max_ms"] <= 2000 else "no"))
+PY
+    echo
+}
+
+# ---------------------------------------------------------------------------
 # the document
 
 # The hand-written part of the document: from the marker line to the end of
@@ -793,6 +837,8 @@ write_doc() {
 
         write_sync_section
 
+        write_dm_section
+
         if [[ -s "$RESULTS/profile.txt" ]]; then
             echo "## Where the time goes: CPU profile of cs0 during 4 KiB randwrite, iodepth 64"
             echo
@@ -838,6 +884,7 @@ write_doc() {
             done
         fi
         echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/sync_bench.sh   # the sync service"
+        echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/dm_bench.sh   # the dm service"
         echo '```'
         keep_handwritten
     } >"$OUT.tmp"
@@ -870,5 +917,6 @@ run_boltdb
 run_fio
 run_etcd
 run_sync
+run_dm
 write_doc
 log "wrote $OUT"
