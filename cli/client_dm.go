@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -109,4 +110,35 @@ func (c *Client) DMWorkerConfig(ctx context.Context) (string, error) {
 		return err
 	})
 	return resp.GetCfg(), err
+}
+
+// CopysetDigest is a copyset's digest (dm's: of every chunk's id, sn,
+// corrected sn, data and COW snapshot, as a client reads it) and chunk
+// count.
+type CopysetDigest struct {
+	Digest string
+	Chunks uint64
+}
+
+// CopysetDigests asks the leaders of copysets ids of pool for their
+// digests (the dm service's fence query, which changes nothing).
+func (c *Client) CopysetDigests(ctx context.Context, pool uint32, ids []uint32) (map[uint32]CopysetDigest, error) {
+	var resp *dmpb.SourceFenceResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmpb.NewDMInternalClient(cc).SourceFence(ctx, &dmpb.SourceFenceRequest{Pool: pool, Copysets: ids,
+			Op: dmpb.FenceOp_FENCE_GET, Digest: true})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("digest pool %d: %w", pool, err)
+	}
+	if resp.GetCode() != 0 {
+		return nil, fmt.Errorf("digest pool %d: %s", pool, resp.GetMsg())
+	}
+	out := map[uint32]CopysetDigest{}
+	for _, r := range resp.GetCopysets() {
+		out[r.GetCopyset()] = CopysetDigest{Digest: r.GetDigest(), Chunks: r.GetChunks()}
+	}
+	return out, nil
 }

@@ -24,6 +24,7 @@ const EnvS3Endpoint = "CHUNKCTL_S3_ENDPOINT"
 
 type syncRestoreFlags struct {
 	from, copysets, untilTime, progress string
+	marker                              string
 	s3Endpoint, s3Region, s3Lookup      string
 	s3Secure                            bool
 	pool, toPool                        uint32
@@ -34,7 +35,7 @@ type syncRestoreFlags struct {
 func newSyncRestoreCommand(a *app) *cobra.Command {
 	var f syncRestoreFlags
 	cmd := &cobra.Command{
-		Use:   "restore --from DEST --pool P [--to-pool Q] [--copysets LIST] [--until-index N | --until-time T]",
+		Use:   "restore --from DEST --pool P [--to-pool Q] [--copysets LIST] [--until-index N | --until-time T] [--marker LOCATION]",
 		Short: "Replay a sync export into a cluster whose target copysets exist and are empty",
 		Long: `Replays the export of pool P at DEST (file:///absolute/path or
 s3://bucket/prefix) into the cluster of --servers, through the ordinary
@@ -58,6 +59,13 @@ error names the earliest time that can, as RFC 3339 and Unix ms. An export
 written before exports recorded that time restores only times at or after
 one of its binlog records.
 
+--marker LOCATION (file:// or s3://) writes, once the restore is done, a
+restore marker per copyset there (pool-P/copyset-C/restore-marker.pb): the
+export and the index restored to, where in the export the next record is,
+and the digest of the restored copyset. A dm task in task-mode incremental
+(incremental-from: LOCATION) goes on from it, applying the export from the
+next record on, provided the restored copysets are unchanged since.
+
 An s3:// DEST uses --s3-endpoint (default $` + EnvS3Endpoint + `) and the
 credentials of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Progress goes to
 stderr on a terminal (--progress); the summary to stdout (-o json: as JSON).
@@ -75,6 +83,7 @@ The format and the rebuild are described in docs/sync-format.md.`,
 	fl.IntVar(&f.parallel, "parallel", restore.DefaultParallel, "copysets restored at once (each holds up to about 90 MB of packets and chunk images)")
 	fl.IntVar(&f.chunkParallel, "chunk-parallel", restore.DefaultChunkParallel, "binlog ops of different chunks of a copyset in flight at once (a chunk's own ops go one after the other)")
 	fl.IntVar(&f.writeDepth, "write-depth", restore.DefaultWriteDepth, "writes of one chunk's rebuild in flight at once (1 MiB each, to disjoint blocks at one sn); more is faster only while the target servers' disks keep up")
+	fl.StringVar(&f.marker, "marker", "", "write a restore marker per copyset to this location (file:///absolute/path or s3://bucket/prefix) for a dm task in task-mode incremental")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (on a terminal), always or never")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", os.Getenv(EnvS3Endpoint), "S3 endpoint of an s3:// --from (host:port or http(s)://host:port); $"+EnvS3Endpoint+" sets the default")
 	fl.StringVar(&f.s3Region, "s3-region", "", "S3 region (default: discovered)")
@@ -158,13 +167,30 @@ func runSyncRestore(cmd *cobra.Command, a *app, f *syncRestoreFlags) error {
 	if err != nil {
 		return err
 	}
+	var mu dest.URL
+	if f.marker != "" {
+		if mu, err = dest.Parse(f.marker); err != nil {
+			return fmt.Errorf("--marker: %w", err)
+		}
+		if mu.Scheme == dest.SchemeS3 && f.s3Endpoint == "" {
+			return fmt.Errorf("--marker %s: an s3 location needs --s3-endpoint (or $%s)", mu, EnvS3Endpoint)
+		}
+	}
 	return a.withClient(cmd, func(ctx context.Context, c *Client) error {
-		src, err := dest.Open(ctx, u, objstore.Config{S3: objstore.S3Config{
-			Endpoint: f.s3Endpoint, Region: f.s3Region, BucketLookup: f.s3Lookup, Secure: f.s3Secure}})
+		store := objstore.Config{S3: objstore.S3Config{
+			Endpoint: f.s3Endpoint, Region: f.s3Region, BucketLookup: f.s3Lookup, Secure: f.s3Secure}}
+		src, err := dest.Open(ctx, u, store)
 		if err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
 		defer src.Close()
+		var markers dest.Dest
+		if f.marker != "" {
+			if markers, err = dest.Open(ctx, mu, store); err != nil {
+				return fmt.Errorf("--marker: %w", err)
+			}
+			defer markers.Close()
+		}
 		o.Source = src
 		o.Target = &restoreTarget{c: c}
 		var line *progressLine
@@ -177,8 +203,44 @@ func runSyncRestore(cmd *cobra.Command, a *app, f *syncRestoreFlags) error {
 		if err != nil {
 			return err
 		}
+		if markers != nil {
+			if err := writeMarkers(ctx, c, markers, u, sum); err != nil {
+				return fmt.Errorf("the restore is done, but its markers are not: %w", err)
+			}
+			sum.MarkerLocation = mu.String()
+		}
 		return printRestoreSummary(a.printer(cmd), o, sum)
 	})
+}
+
+// writeMarkers writes the restore marker of every copyset of sum to dst,
+// with the export's location u and the restored copysets' digests.
+func writeMarkers(ctx context.Context, c *Client, dst dest.Dest, u dest.URL, sum *restore.Summary) error {
+	if len(sum.Copysets) == 0 {
+		return nil
+	}
+	to := sum.Copysets[0].ToPool
+	ids := make([]uint32, len(sum.Copysets))
+	for i, cs := range sum.Copysets {
+		ids[i] = cs.Copyset
+	}
+	digests, err := c.CopysetDigests(ctx, to, ids)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UnixMilli()
+	for _, cs := range sum.Copysets {
+		d, ok := digests[cs.Copyset]
+		if !ok {
+			return fmt.Errorf("copyset %d/%d: no digest", to, cs.Copyset)
+		}
+		m := cs.Marker
+		m.Export, m.Digest, m.Chunks, m.RestoredAtMs = u.String(), d.Digest, d.Chunks, now
+		if err := restore.WriteMarker(ctx, dst, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // restoreSummaryJSON is -o json's summary.
@@ -215,6 +277,9 @@ func printRestoreSummary(p *printer, o restore.Options, sum *restore.Summary) er
 	_, err := fmt.Fprintf(p.w, "restored %d copysets of pool %d into pool %d: %d chunks, %d records (%d skipped, %d refused as in the source), %.1f MB in %s (checked in %s), %.1f MB/s\n",
 		len(sum.Copysets), o.Pool, to, sum.Chunks, sum.Records, sum.Skipped, sum.Refused,
 		float64(sum.Bytes)/1e6, sum.Elapsed.Round(time.Millisecond), sum.Checked.Round(time.Millisecond), rate)
+	if err == nil && sum.MarkerLocation != "" {
+		_, err = fmt.Fprintf(p.w, "restore markers of the %d copysets written to %s\n", len(sum.Copysets), sum.MarkerLocation)
+	}
 	return err
 }
 

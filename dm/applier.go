@@ -100,6 +100,10 @@ func stopped(code int32, resumable bool, scope, msg, workaround string, cause er
 	return &applyError{pe: pe, resumable: resumable}
 }
 
+// afterGroupHook, nil but in tests, runs once a group applied, before
+// flush takes in its answer; its error is taken as the proposal's.
+var afterGroupHook func(ctx context.Context, n *copyset.Node, reqs []*cspb.ChunkRequest, adv *pb.Advance) error
+
 // errRestart: the run lost track of a group it proposed (its outcome is
 // unknown); the next run starts after a barrier.
 var errRestart = errors.New("dm: a group's outcome is unknown")
@@ -194,29 +198,15 @@ func replayOf(share *pb.SubTask, g restore.Geometry) *restore.Replay {
 	for id, p := range share.GetAsOf() {
 		rp.AsOf[id] = restore.Place{Index: p.GetIndex(), Op: p.GetOp()}
 	}
-	blocks := g.ChunkSize / g.BlockSize
 	for id, c := range share.GetClones() {
-		cl := restore.NewClone(c.GetSn(), c.GetCorrectedSn(), blocks)
-		for i := range cl.Written {
-			if i/8 < len(c.GetWritten()) && c.GetWritten()[i/8]&(1<<(i%8)) != 0 {
-				cl.Written[i] = true
-				cl.Left--
-			}
-		}
-		rp.Clones[id] = cl
+		rp.Clones[id] = restore.CloneFromBitmap(c.GetSn(), c.GetCorrectedSn(), g.ChunkSize/g.BlockSize, c.GetWritten())
 	}
 	return rp
 }
 
 // cloneProto is cl as a share holds it.
 func cloneProto(cl *restore.Clone) *pb.Clone {
-	w := make([]byte, (len(cl.Written)+7)/8)
-	for i, b := range cl.Written {
-		if b {
-			w[i/8] |= 1 << (i % 8)
-		}
-	}
-	return &pb.Clone{Sn: cl.Sn, CorrectedSn: cl.CorrectedSn, Written: w}
+	return &pb.Clone{Sn: cl.Sn, CorrectedSn: cl.CorrectedSn, Written: cl.Bitmap()}
 }
 
 func (a *applier) close() {
@@ -557,6 +547,9 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 			}
 			res = r
 		}
+	}
+	if err == nil && afterGroupHook != nil {
+		err = afterGroupHook(ctx, a.n, a.reqs, adv)
 	}
 	if err != nil {
 		return a.proposeError(err)

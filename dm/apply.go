@@ -114,6 +114,15 @@ func applyStart(st *pb.State, index uint64, op *pb.Start) (Result, bool) {
 		Stage: op.GetStage(), Unit: op.GetUnit(), Result: &dmpb.ProcessResult{IsCanceled: op.GetStage() == dmpb.Stage_Paused},
 		Checkpoint: &pb.Checkpoint{}, Counters: &pb.Counters{}, CreatedIndex: index, CreatedMs: op.GetNowMs(),
 	}
+	if cp := op.GetCheckpoint(); cp != nil {
+		s.Checkpoint = proto.CloneOf(cp)
+	}
+	for id, c := range op.GetClones() {
+		if s.Clones == nil {
+			s.Clones = map[uint64]*pb.Clone{}
+		}
+		s.Clones[id] = proto.CloneOf(c)
+	}
 	st.Subtasks = slices.Insert(st.Subtasks, i, s)
 	return changed(s, index, op.GetNowMs())
 }

@@ -227,6 +227,8 @@ func (f TaskFile) Config() (*pb.TaskConfig, error) {
 		return nil, bad("incremental-from", "required with task-mode incremental: a restore marker's location")
 	case mode != pb.Mode_INCREMENTAL && f.IncrementalFrom != "":
 		return nil, bad("incremental-from", "only with task-mode incremental")
+	case f.IncrementalFrom != "" && len(f.Source.Cluster) > 0:
+		return nil, bad("incremental-from", "task-mode incremental goes on in the export the restore read: give it as source.export (a source cluster's relay is a new export)")
 	case f.IncrementalFrom != "":
 		u, err := dest.Parse(f.IncrementalFrom)
 		if err != nil {

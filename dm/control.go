@@ -43,9 +43,6 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 	if err != nil {
 		return refused("%v", err), nil
 	}
-	if cfg.GetMode() == pb.Mode_INCREMENTAL {
-		return refused("task %q: task-mode incremental is not built yet; use all or full", cfg.GetName()), nil
-	}
 	targets, err := s.targets(ctx, cfg)
 	if err != nil {
 		return refused("task %q: %v", cfg.GetName(), err), nil
@@ -64,6 +61,15 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 	if err != nil {
 		return refused("task %q: %v", cfg.GetName(), err), nil
 	}
+	var (
+		markers   map[uint32]*markerStart
+		badMarker map[uint32]string
+	)
+	if cfg.GetMode() == pb.Mode_INCREMENTAL {
+		if markers, badMarker, err = s.markerStarts(ctx, cfg, targets, packets); err != nil {
+			return refused("task %q: %v", cfg.GetName(), err), nil
+		}
+	}
 	now := time.Now().UnixMilli()
 	starts := make([]*pb.Op, len(targets))
 	resp := &pb.ControlResponse{Result: true}
@@ -77,15 +83,28 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 			problems = append(problems, fmt.Sprintf("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.Msg))
 			continue
 		}
-		starts[i] = &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: cfg, Copyset: g.Copyset(), SourceCopyset: g.Copyset(),
-			Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Load, NowMs: now}}}
-		chk := s.routeCheck(ctx, g, starts[i].GetStart())
+		if msg, ok := badMarker[g.Copyset()]; ok {
+			r.Result, r.Msg = false, msg
+			problems = append(problems, fmt.Sprintf("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.Msg))
+			continue
+		}
+		start := &pb.Start{Config: cfg, Copyset: g.Copyset(), SourceCopyset: g.Copyset(),
+			Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Load, NowMs: now}
+		mk := markers[g.Copyset()]
+		if mk != nil {
+			start.Unit, start.Checkpoint, start.Clones, start.Digest = dmpb.UnitType_Sync, mk.checkpoint, mk.clones, mk.digest
+		}
+		starts[i] = &pb.Op{Op: &pb.Op_Start{Start: start}}
+		chk := s.routeCheck(ctx, g, start)
 		switch {
 		case chk.GetCode() != 0:
 			r.Result, r.Msg = false, chk.GetMsg()
 		case chk.GetSubtask() != nil:
 			r.Msg = fmt.Sprintf("already started: %v, %s", chk.GetSubtask().GetStage(), CheckpointString(chk.GetSubtask().GetCheckpoint()))
 			starts[i] = nil // nothing to do there
+		case mk != nil:
+			r.Msg = fmt.Sprintf("would apply copyset %d/%d of %s from %s (the restore left it at index %d; %d clone chunks)",
+				cfg.GetSource().GetPool(), g.Copyset(), sourceOf(cfg), CheckpointString(mk.checkpoint), mk.until, len(mk.clones))
 		case chk.GetChunks() > 0:
 			r.Result, r.Msg = false, fmt.Sprintf("holds %d chunks: task-mode %s migrates into empty copysets", chk.GetChunks(), ModeName(cfg.GetMode()))
 		case onSrc != nil:
@@ -220,7 +239,13 @@ func (s *Service) checkLocal(ctx context.Context, g copyset.GroupID, start *pb.S
 		return fail("%v", err)
 	}
 	out := &pb.CheckResponse{Chunks: uint64(len(st.ListChunks()))}
-	if sh := m.Get(name); sh != nil {
+	sh := m.Get(name)
+	if want := start.GetDigest(); want != "" && sh == nil {
+		if err := checkDigest(g, st, want); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if sh != nil {
 		r, _ := applyStart(&pb.State{Subtasks: []*pb.SubTask{sh}}, 0, start)
 		if r.Err != nil {
 			return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), r.Err)

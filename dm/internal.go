@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/chunkread"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 )
 
@@ -135,6 +136,14 @@ func (s *Service) proposeLocal(ctx context.Context, g copyset.GroupID, op *pb.Op
 				return &pb.ProposeResponse{Code: -1, Msg: err.Error(), NotLeader: true, Leader: string(leader)}
 			}
 			return fail("copyset %d/%d: %v", g.Pool(), g.Copyset(), err)
+		}
+		if err := s.checkFencedStart(n, g, st); err != nil {
+			// Nothing was started: the fence goes (the leader worker lifts
+			// it if this fails).
+			if lerr := s.deps.Chunks.LiftWriteFence(ctx, g, fenceOwner(name)); lerr != nil {
+				s.log.Warn("dm: lift the write fence of a start refused", "task", name, "pool", g.Pool(), "copyset", g.Copyset(), "error", lerr)
+			}
+			return fail("%v", err)
 		}
 	}
 	_, r, err := copyset.ProposeAs[Result](ctx, n, b)
@@ -268,4 +277,26 @@ func (s *Service) listRemote(ctx context.Context, addr string, pool uint32, name
 		return nil, err
 	}
 	return pb.NewDMInternalClient(conn).List(ctx, &pb.ListRequest{Pool: pool, Name: name})
+}
+
+// checkFencedStart checks, once the task's fence is set on copyset g (no
+// client write lands after it), what a new share needs of the copyset's
+// chunks: none for Load (task-mode all and full), exactly what the restore
+// left for task-mode incremental (the restore marker's digest). A share
+// that exists already (a Start again) needs nothing.
+func (s *Service) checkFencedStart(n *copyset.Node, g copyset.GroupID, st *pb.Start) error {
+	if m, ok := MachineOf(n); ok && m.Get(st.GetConfig().GetName()) != nil {
+		return nil
+	}
+	imgs, err := chunkread.Of(n)
+	if err != nil {
+		return err
+	}
+	if want := st.GetDigest(); want != "" {
+		return checkDigest(g, imgs, want)
+	}
+	if k := len(imgs.ListChunks()); k > 0 {
+		return fmt.Errorf("copyset %d/%d holds %d chunks: task-mode %s migrates into empty copysets", g.Pool(), g.Copyset(), k, ModeName(st.GetConfig().GetMode()))
+	}
+	return nil
 }

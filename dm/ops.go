@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
@@ -75,6 +76,15 @@ func ValidateOp(op *pb.Op) error {
 			return fmt.Errorf("dm start: stage %v: want Running or Paused", s.GetStage())
 		case !unitOK(s.GetUnit()):
 			return fmt.Errorf("dm start: unit %v: want Dump, Load or Sync", s.GetUnit())
+		case s.GetConfig().GetMode() == pb.Mode_INCREMENTAL:
+			if s.GetUnit() != dmpb.UnitType_Sync || s.GetCheckpoint().GetPoint() == nil {
+				return errors.New("dm start: task-mode incremental starts in Sync, at a checkpoint")
+			}
+			if _, err := exportfmt.ParsePoint(s.GetCheckpoint().GetPoint()); err != nil {
+				return fmt.Errorf("dm start: checkpoint: %w", err)
+			}
+		case s.GetCheckpoint() != nil || len(s.GetClones()) > 0:
+			return fmt.Errorf("dm start: task-mode %s starts at the start of the export", ModeName(s.GetConfig().GetMode()))
 		}
 		return nil
 	case *pb.Op_SetStage:

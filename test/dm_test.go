@@ -186,13 +186,19 @@ func TestDMMigrateExport(t *testing.T) {
 	}
 }
 
-// TestDMClusterSource: two clusters A and B; a dm task on B whose source
-// is pool 1 of A (written to all the while) has A export it to a relay
-// (sync task dm-mig, beside A's own backup task); a target leader on B is
+// TestDMClusterSource: a backup sync task and a dm task on the same
+// source pool at once, each restoring/migrating exactly. Two clusters A
+// and B; a dm task on B whose source is pool 1 of A (written to all the
+// while) has A export it to a relay (sync task dm-mig, beside A's own
+// continuous backup task to a file location); a target leader on B is
 // killed -9 right after start-task (in Load) and again in Sync; the writes
 // stop; chunkctl dm cutover commits and reports the write downtime; then
 // pool 2 of B equals pool 1 of A, A refuses writes to pool 1 and B takes
-// them; stop-task deletes A's relay task and keeps its backup.
+// them; the task applied each relay record exactly once; stop-task deletes
+// A's relay task and keeps its backup. Once the backup's covered index
+// (sync status) reaches what each copyset of A's fenced pool 1 applied,
+// chunkctl sync restore of the backup into an empty pool 3 of B gives
+// A's pool 1 exactly (chunk info, data, COW snapshot).
 func TestDMClusterSource(t *testing.T) {
 	a := startClusterWithConfig(t, 3, syncTestConfig)
 	b := startClusterWithConfig(t, 3, syncTestConfig)
@@ -203,7 +209,8 @@ func TestDMClusterSource(t *testing.T) {
 	}
 	mustCtl(t, b.addrs(), nil, "copyset", "create", "--pool", "2", "--copyset", "1-4", "--peers", strings.Join(b.addrs(), ","))
 	seedSyncChunks(t, a.client, src)
-	mustCtl(t, a.addrs(), nil, "sync", "create", "--pool", "1", "--name", "backup", "--mode", "continuous", "--dest", "file://"+filepath.Join(t.TempDir(), "backup"))
+	backup := filepath.Join(t.TempDir(), "backup")
+	mustCtl(t, a.addrs(), nil, "sync", "create", "--pool", "1", "--name", "backup", "--mode", "continuous", "--dest", "file://"+backup)
 	w := &syncWriter{c: a.client, copysets: src}
 	w.start(4)
 	relay := filepath.Join(t.TempDir(), "relay")
@@ -284,5 +291,51 @@ func TestDMClusterSource(t *testing.T) {
 	mustCtl(t, b.addrs(), nil, "dm", "stop-task", "mig")
 	if out := mustCtl(t, a.addrs(), nil, "sync", "status"); strings.Contains(out, "dm-mig") || !strings.Contains(out, "backup") {
 		t.Fatalf("the source's tasks after stop-task:\n%s", out)
+	}
+
+	// The backup, which ran beside the relay all along, restores A's pool
+	// 1 exactly too. The fences keep every client write out of pool 1, so
+	// what its leaders have applied by now holds every chunk op it will
+	// ever have; once each backup sub-task's covered index reaches that
+	// index, the export holds them all.
+	final := map[uint32]uint64{}
+	for _, cs := range src {
+		final[cs.Copyset] = leaderApplied(t, a.client, cs)
+	}
+	testwait.Until(t, 60*time.Second, func() error {
+		var subTasks int
+		for _, s := range syncStatusOf(t, a.addrs()) {
+			if s.Name != "backup" {
+				continue
+			}
+			if s.Status == "FAILED" {
+				t.Fatalf("backup sub-task %d/%d failed: %s", s.Pool, s.Copyset, s.Info)
+			}
+			if s.CoveredIndex < final[s.Copyset] {
+				return fmt.Errorf("the backup of copyset %d/%d covers index %d (point %s), pool 1 applied %d", s.Pool, s.Copyset, s.CoveredIndex, s.Point, final[s.Copyset])
+			}
+			subTasks++
+		}
+		if subTasks != len(src) {
+			return fmt.Errorf("%d backup sub-tasks, want %d", subTasks, len(src))
+		}
+		return nil
+	})
+	restored := make([]cli.CopysetID, len(src))
+	for i, cs := range src {
+		restored[i] = cli.CopysetID{Pool: 3, Copyset: cs.Copyset}
+	}
+	if _, err := b.client.CreateCopysets(ctx, restored, b.addrs()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range restored {
+		if _, err := b.client.GetLeader(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out = mustCtl(t, b.addrs(), nil, "sync", "restore", "--from", "file://"+backup, "--pool", "1", "--to-pool", "3", "--progress", "never")
+	t.Logf("sync restore of the backup into B's pool 3:\n%s", out)
+	if d := chunksDiffer(t, a.client, b.client, src, restored); d != "" {
+		t.Fatalf("the backup restored into B's pool 3 is not A's pool 1: %s", d)
 	}
 }

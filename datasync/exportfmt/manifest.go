@@ -1,11 +1,8 @@
 package exportfmt
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 )
@@ -135,40 +132,15 @@ func CheckManifest(m *syncpb.Manifest) (*Chain, error) {
 
 // EncodeManifest encodes m.
 func EncodeManifest(m *syncpb.Manifest) ([]byte, error) {
-	b, err := marshal.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("exportfmt: encode manifest: %w", err)
-	}
-	if len(b)+PrefixSize > MaxManifestSize {
-		return nil, fmt.Errorf("exportfmt: encode manifest: %d bytes, more than %d", len(b)+PrefixSize, MaxManifestSize)
-	}
-	out := make([]byte, 0, PrefixSize+len(b))
-	out = append(out, ManifestMagic...)
-	out = append(out, Version)
-	out = binary.LittleEndian.AppendUint32(out, Checksum(b))
-	return append(out, b...), nil
+	return encodeFramed("manifest", ManifestMagic, MaxManifestSize, m)
 }
 
 // DecodeManifest decodes a manifest, checking its magic, version and
 // checksum (not its chain: see CheckManifest).
 func DecodeManifest(b []byte) (*syncpb.Manifest, error) {
-	switch {
-	case len(b) > MaxManifestSize:
-		return nil, fmt.Errorf("exportfmt: decode manifest: %d bytes, more than %d", len(b), MaxManifestSize)
-	case len(b) < PrefixSize:
-		return nil, fmt.Errorf("exportfmt: decode manifest: truncated: %d bytes, shorter than the %d-byte prefix", len(b), PrefixSize)
-	case string(b[:len(ManifestMagic)]) != ManifestMagic:
-		return nil, fmt.Errorf("exportfmt: decode manifest: bad magic %q (want %q)", b[:len(ManifestMagic)], ManifestMagic)
-	case b[len(ManifestMagic)] != Version:
-		return nil, fmt.Errorf("exportfmt: decode manifest: unsupported format version %d (this reader knows %d)", b[len(ManifestMagic)], Version)
-	}
-	want := binary.LittleEndian.Uint32(b[len(ManifestMagic)+1:])
-	if got := Checksum(b[PrefixSize:]); got != want {
-		return nil, fmt.Errorf("exportfmt: decode manifest: crc32c is %08x, the prefix says %08x: the manifest is corrupt or truncated", got, want)
-	}
 	m := &syncpb.Manifest{}
-	if err := proto.Unmarshal(b[PrefixSize:], m); err != nil {
-		return nil, fmt.Errorf("exportfmt: decode manifest: %w", err)
+	if err := decodeFramed("manifest", ManifestMagic, MaxManifestSize, b, m); err != nil {
+		return nil, err
 	}
 	if m.FormatVersion != Version {
 		return nil, fmt.Errorf("exportfmt: decode manifest: it says format version %d, the prefix %d", m.FormatVersion, Version)

@@ -44,6 +44,31 @@ func NewClone(sn, cs uint64, blocks uint32) *Clone {
 	return &Clone{Sn: sn, CorrectedSn: cs, Written: make([]bool, blocks), Left: int(blocks)}
 }
 
+// Bitmap is c's written blocks as a bitmap: block i in bit i % 8 of byte
+// i / 8 (how a dm share and a restore marker keep them).
+func (c *Clone) Bitmap() []byte {
+	w := make([]byte, (len(c.Written)+7)/8)
+	for i, b := range c.Written {
+		if b {
+			w[i/8] |= 1 << (i % 8)
+		}
+	}
+	return w
+}
+
+// CloneFromBitmap is the clone chunk of blocks blocks with sn, corrected
+// sn cs and the written blocks of bitmap (Bitmap's form).
+func CloneFromBitmap(sn, cs uint64, blocks uint32, bitmap []byte) *Clone {
+	c := NewClone(sn, cs, blocks)
+	for i := range c.Written {
+		if i/8 < len(bitmap) && bitmap[i/8]&(1<<(i%8)) != 0 {
+			c.Written[i] = true
+			c.Left--
+		}
+	}
+	return c
+}
+
 // mark records that [off, off+n) was written; it reports whether every
 // block is (the source's chunk is a normal chunk from then on).
 func (c *Clone) mark(off, n, bs uint32) bool {

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,6 +139,10 @@ type CopysetSummary struct {
 	EarliestIndex  uint64 `json:"earliestIndex"`
 	EarliestTimeMs int64  `json:"earliestTimeMs,omitempty"`
 	Totals
+	// Marker is where the restore left the copyset (set once it is
+	// replayed completely): all of a RestoreMarker but the export's
+	// location, the digest and the time, which the caller adds.
+	Marker *syncpb.RestoreMarker `json:"-"`
 }
 
 // Summary is what a restore did: per copyset, and the totals.
@@ -148,6 +153,9 @@ type Summary struct {
 	// check pass took (reading and checking every packet, writing nothing).
 	Elapsed time.Duration `json:"-"`
 	Checked time.Duration `json:"-"`
+	// MarkerLocation is where the restore markers were written (set by
+	// the caller that wrote them; empty: none).
+	MarkerLocation string `json:"markerLocation,omitempty"`
 }
 
 // Restore restores the export (see the package documentation). On error
@@ -358,7 +366,15 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 		return first
 	}
 
-	var err error
+	// next, nextRecord: the first record after the until point (see
+	// syncpb.RestoreMarker); last the last binlog record replayed.
+	var (
+		err        error
+		next       exportfmt.Point
+		nextRecord int
+		nextFound  bool
+		last       Place
+	)
 	for _, name := range p.names {
 		// A snapshot-phase packet's buffer is reused: its chunks are
 		// rebuilt before the next read.
@@ -370,6 +386,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog && pkt.Start.Index > p.until {
+			next, nextFound = pkt.Start, true
 			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog {
@@ -377,11 +394,16 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 			if lanes == nil {
 				startLanes()
 			}
-			for _, rec := range pkt.Records {
+			for i, rec := range pkt.Records {
 				bl := rec.GetBinlog()
-				if bl.Index > p.until || ctx.Err() != nil {
+				if bl.Index > p.until {
+					next, nextRecord, nextFound = pkt.Start, i, true
 					break
 				}
+				if ctx.Err() != nil {
+					break
+				}
+				last = Place{bl.Index, bl.OpPosition}
 				select {
 				case queue[bl.Op.GetChunkId()%uint64(len(queue))] <- job{name, bl}:
 				case <-ctx.Done():
@@ -412,6 +434,9 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 		r.sum.Packets++
 		r.sum.Bytes += uint64(pkt.Size)
 		r.pr.packet(p.pool, p.copyset, pkt)
+		if nextFound {
+			break
+		}
 	}
 	if lerr := stopLanes(); lerr != nil {
 		err = lerr // a lane's failure is what cancelled the rest
@@ -419,7 +444,30 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	if err == nil {
 		err = ctx.Err() // stopped early, not done
 	}
+	if err == nil {
+		if !nextFound {
+			next, _ = chain.Next()
+		}
+		r.sum.Marker = r.marker(chain.ExportID(), next, nextRecord, last, append(lanes, snap))
+	}
 	return r.sum, err
+}
+
+// marker is the restore marker of the replayed copyset (without the
+// export's location, the digest and the time): the first record after the
+// until point is record nextRecord of the packet at next, last the last
+// record replayed, and the clone chunks those the lanes follow.
+func (r *replayer) marker(exportID string, next exportfmt.Point, nextRecord int, last Place, lanes []*lane) *syncpb.RestoreMarker {
+	m := &syncpb.RestoreMarker{FormatVersion: exportfmt.Version, LogicPoolId: r.p.pool, CopysetId: r.p.copyset,
+		ExportId: exportID, ToPool: r.o.ToPool, UntilIndex: r.p.until, LastIndex: last.Index, LastOpPosition: last.Op,
+		NextPoint: next.Proto(), NextRecord: uint32(nextRecord)}
+	for _, l := range lanes {
+		for id, cl := range l.rp.Clones {
+			m.Clones = append(m.Clones, &syncpb.MarkerClone{ChunkId: id, Sn: cl.Sn, CorrectedSn: cl.CorrectedSn, Written: cl.Bitmap()})
+		}
+	}
+	slices.SortFunc(m.Clones, func(a, b *syncpb.MarkerClone) int { return cmp.Compare(a.ChunkId, b.ChunkId) })
+	return m
 }
 
 // binlog replays one binlog record (Replay.Next says what it takes).

@@ -1372,9 +1372,18 @@ type Start struct {
 	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
 	SourceCopyset uint32                 `protobuf:"varint,3,opt,name=source_copyset,json=sourceCopyset,proto3" json:"source_copyset,omitempty"`
 	// stage is Running, or Paused to create it without running it.
-	Stage         pb.Stage    `protobuf:"varint,4,opt,name=stage,proto3,enum=pb.Stage" json:"stage,omitempty"`
-	Unit          pb.UnitType `protobuf:"varint,5,opt,name=unit,proto3,enum=pb.UnitType" json:"unit,omitempty"` // the first unit of the mode
-	NowMs         int64       `protobuf:"varint,6,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	Stage pb.Stage    `protobuf:"varint,4,opt,name=stage,proto3,enum=pb.Stage" json:"stage,omitempty"`
+	Unit  pb.UnitType `protobuf:"varint,5,opt,name=unit,proto3,enum=pb.UnitType" json:"unit,omitempty"` // the first unit of the mode
+	NowMs int64       `protobuf:"varint,6,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// checkpoint, clones: for mode incremental, where the share starts
+	// (the restore marker's next record and last place) and the clone
+	// chunks the restore left; empty for the other modes.
+	Checkpoint *Checkpoint       `protobuf:"bytes,7,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Clones     map[uint64]*Clone `protobuf:"bytes,8,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// digest: for mode incremental, the digest the target copyset must
+	// have (the restore marker's). The leader checks it, after fencing the
+	// copyset and before proposing; the apply does not read it.
+	Digest        string `protobuf:"bytes,9,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1449,6 +1458,27 @@ func (x *Start) GetNowMs() int64 {
 		return x.NowMs
 	}
 	return 0
+}
+
+func (x *Start) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *Start) GetClones() map[uint64]*Clone {
+	if x != nil {
+		return x.Clones
+	}
+	return nil
+}
+
+func (x *Start) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
 }
 
 // SetStage moves a share to stage: Running (resume), Paused or Stopped.
@@ -3214,14 +3244,22 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\n" +
 	"SetCutover\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
-	"\acutover\x18\x02 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\"\xd4\x01\n" +
+	"\acutover\x18\x02 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\"\xaf\x03\n" +
 	"\x05Start\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
 	"\x0esource_copyset\x18\x03 \x01(\rR\rsourceCopyset\x12\x1f\n" +
 	"\x05stage\x18\x04 \x01(\x0e2\t.pb.StageR\x05stage\x12 \n" +
 	"\x04unit\x18\x05 \x01(\x0e2\f.pb.UnitTypeR\x04unit\x12\x15\n" +
-	"\x06now_ms\x18\x06 \x01(\x03R\x05nowMs\"o\n" +
+	"\x06now_ms\x18\x06 \x01(\x03R\x05nowMs\x128\n" +
+	"\n" +
+	"checkpoint\x18\a \x01(\v2\x18.chunkraft.dm.CheckpointR\n" +
+	"checkpoint\x127\n" +
+	"\x06clones\x18\b \x03(\v2\x1f.chunkraft.dm.Start.ClonesEntryR\x06clones\x12\x16\n" +
+	"\x06digest\x18\t \x01(\tR\x06digest\x1aN\n" +
+	"\vClonesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"o\n" +
 	"\bSetStage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\t.pb.StageR\x05stage\x12\x17\n" +
@@ -3408,7 +3446,7 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(Mode)(0),                   // 0: chunkraft.dm.Mode
 	(CutoverStep)(0),            // 1: chunkraft.dm.CutoverStep
@@ -3451,24 +3489,25 @@ var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(*ProposeResponse)(nil),     // 38: chunkraft.dm.ProposeResponse
 	nil,                         // 39: chunkraft.dm.SubTask.AsOfEntry
 	nil,                         // 40: chunkraft.dm.SubTask.ClonesEntry
-	nil,                         // 41: chunkraft.dm.Advance.AsOfEntry
-	nil,                         // 42: chunkraft.dm.Advance.ClonesEntry
-	(*datasync.SyncPoint)(nil),  // 43: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),               // 44: pb.Stage
-	(pb.UnitType)(0),            // 45: pb.UnitType
-	(*pb.ProcessResult)(nil),    // 46: pb.ProcessResult
-	(*pb.ProcessError)(nil),     // 47: pb.ProcessError
-	(pb.TaskOp)(0),              // 48: pb.TaskOp
+	nil,                         // 41: chunkraft.dm.Start.ClonesEntry
+	nil,                         // 42: chunkraft.dm.Advance.AsOfEntry
+	nil,                         // 43: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil),  // 44: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),               // 45: pb.Stage
+	(pb.UnitType)(0),            // 46: pb.UnitType
+	(*pb.ProcessResult)(nil),    // 47: pb.ProcessResult
+	(*pb.ProcessError)(nil),     // 48: pb.ProcessError
+	(pb.TaskOp)(0),              // 49: pb.TaskOp
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
 	4,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
 	5,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	43, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	44, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
 	3,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	44, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	45, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	46, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	45, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	46, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	47, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
 	6,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
 	7,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
 	39, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
@@ -3487,57 +3526,60 @@ var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	15, // 23: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
 	9,  // 24: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
 	3,  // 25: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	44, // 26: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	45, // 27: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	44, // 28: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
-	6,  // 29: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
-	6,  // 30: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	45, // 31: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
-	7,  // 32: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	41, // 33: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
-	42, // 34: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
-	47, // 35: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
-	3,  // 36: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	2,  // 37: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	2,  // 38: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	23, // 39: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
-	16, // 40: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
-	8,  // 41: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
-	1,  // 42: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
-	33, // 43: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	48, // 44: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
-	33, // 45: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	8,  // 46: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	35, // 47: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	14, // 48: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	8,  // 49: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	10, // 50: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	11, // 51: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	10, // 52: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	11, // 53: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	34, // 54: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	37, // 55: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	26, // 56: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
-	22, // 57: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
-	24, // 58: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
-	30, // 59: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
-	31, // 60: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
-	30, // 61: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
-	28, // 62: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
-	36, // 63: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	38, // 64: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	27, // 65: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
-	23, // 66: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
-	25, // 67: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
-	32, // 68: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
-	32, // 69: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
-	32, // 70: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
-	29, // 71: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
-	63, // [63:72] is the sub-list for method output_type
-	54, // [54:63] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	45, // 26: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	46, // 27: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	6,  // 28: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	41, // 29: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
+	45, // 30: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	6,  // 31: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
+	6,  // 32: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
+	46, // 33: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	7,  // 34: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
+	42, // 35: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	43, // 36: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	48, // 37: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	3,  // 38: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
+	2,  // 39: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	2,  // 40: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	23, // 41: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
+	16, // 42: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
+	8,  // 43: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
+	1,  // 44: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
+	33, // 45: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	49, // 46: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
+	33, // 47: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	8,  // 48: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	35, // 49: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	14, // 50: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	8,  // 51: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	10, // 52: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	11, // 53: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	11, // 54: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	10, // 55: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	11, // 56: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	34, // 57: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	37, // 58: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	26, // 59: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
+	22, // 60: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
+	24, // 61: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
+	30, // 62: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
+	31, // 63: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
+	30, // 64: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
+	28, // 65: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
+	36, // 66: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	38, // 67: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	27, // 68: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	23, // 69: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
+	25, // 70: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
+	32, // 71: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	32, // 72: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	32, // 73: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
+	29, // 74: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
+	66, // [66:75] is the sub-list for method output_type
+	57, // [57:66] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -3560,7 +3602,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -925,6 +925,261 @@ func (x *ManifestEntry) GetLastAppendedAtMs() int64 {
 	return 0
 }
 
+// RestoreMarker is where a restore left one copyset: the export it
+// replayed, the raft index it restored to, where in that export the next
+// record is and the replay state going on from there needs, and the
+// restored copyset's digest right after the restore. `chunkctl sync
+// restore --marker LOCATION` writes one per copyset, as
+// pool-<P>/copyset-<C>/restore-marker.pb of LOCATION (P and C the
+// export's); a dm task in task-mode incremental goes on from it
+// (docs/sync-format.md, "The restore marker").
+type RestoreMarker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// format_version: the packet format version of the export (1).
+	FormatVersion uint32 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	// logic_pool_id, copyset_id: the exported copyset.
+	LogicPoolId uint32 `protobuf:"varint,2,opt,name=logic_pool_id,json=logicPoolId,proto3" json:"logic_pool_id,omitempty"`
+	CopysetId   uint32 `protobuf:"varint,3,opt,name=copyset_id,json=copysetId,proto3" json:"copyset_id,omitempty"`
+	// export_id: the export replayed (its packets' export_id).
+	ExportId string `protobuf:"bytes,4,opt,name=export_id,json=exportId,proto3" json:"export_id,omitempty"`
+	// export: the location the restore read the export from.
+	Export string `protobuf:"bytes,5,opt,name=export,proto3" json:"export,omitempty"`
+	// to_pool: the pool the copyset was restored into (copyset copyset_id
+	// of it).
+	ToPool uint32 `protobuf:"varint,6,opt,name=to_pool,json=toPool,proto3" json:"to_pool,omitempty"`
+	// until_index: every op of the copyset up to this raft index was
+	// restored, none after it.
+	UntilIndex uint64 `protobuf:"varint,7,opt,name=until_index,json=untilIndex,proto3" json:"until_index,omitempty"`
+	// last_index, last_op_position: the place of the last binlog record
+	// replayed (0, 0: none).
+	LastIndex      uint64 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	LastOpPosition uint32 `protobuf:"varint,9,opt,name=last_op_position,json=lastOpPosition,proto3" json:"last_op_position,omitempty"`
+	// next_point, next_record: the first record after until_index is
+	// record next_record (0-based) of the packet that starts at
+	// next_point; when the export had not written that packet yet,
+	// next_point is the next point of its last packet and next_record 0.
+	NextPoint  *datasync.SyncPoint `protobuf:"bytes,10,opt,name=next_point,json=nextPoint,proto3" json:"next_point,omitempty"`
+	NextRecord uint32              `protobuf:"varint,11,opt,name=next_record,json=nextRecord,proto3" json:"next_record,omitempty"`
+	// clones: the chunks the replay created from a CREATE_CLONE record
+	// that are still clone chunks in the source at until_index.
+	Clones []*MarkerClone `protobuf:"bytes,12,rep,name=clones,proto3" json:"clones,omitempty"`
+	// digest, chunks: the restored copyset's digest (of every chunk's id,
+	// sn, corrected sn, data and COW snapshot, as a client reads it) and
+	// chunk count right after the restore.
+	Digest string `protobuf:"bytes,13,opt,name=digest,proto3" json:"digest,omitempty"`
+	Chunks uint64 `protobuf:"varint,14,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// restored_at_ms: when the restore finished, Unix milliseconds.
+	RestoredAtMs  int64 `protobuf:"varint,15,opt,name=restored_at_ms,json=restoredAtMs,proto3" json:"restored_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreMarker) Reset() {
+	*x = RestoreMarker{}
+	mi := &file_chunkraft_syncpb_export_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMarker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMarker) ProtoMessage() {}
+
+func (x *RestoreMarker) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncpb_export_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMarker.ProtoReflect.Descriptor instead.
+func (*RestoreMarker) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncpb_export_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RestoreMarker) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetLogicPoolId() uint32 {
+	if x != nil {
+		return x.LogicPoolId
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetCopysetId() uint32 {
+	if x != nil {
+		return x.CopysetId
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetExportId() string {
+	if x != nil {
+		return x.ExportId
+	}
+	return ""
+}
+
+func (x *RestoreMarker) GetExport() string {
+	if x != nil {
+		return x.Export
+	}
+	return ""
+}
+
+func (x *RestoreMarker) GetToPool() uint32 {
+	if x != nil {
+		return x.ToPool
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetUntilIndex() uint64 {
+	if x != nil {
+		return x.UntilIndex
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetLastOpPosition() uint32 {
+	if x != nil {
+		return x.LastOpPosition
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetNextPoint() *datasync.SyncPoint {
+	if x != nil {
+		return x.NextPoint
+	}
+	return nil
+}
+
+func (x *RestoreMarker) GetNextRecord() uint32 {
+	if x != nil {
+		return x.NextRecord
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetClones() []*MarkerClone {
+	if x != nil {
+		return x.Clones
+	}
+	return nil
+}
+
+func (x *RestoreMarker) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *RestoreMarker) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *RestoreMarker) GetRestoredAtMs() int64 {
+	if x != nil {
+		return x.RestoredAtMs
+	}
+	return 0
+}
+
+// MarkerClone is a clone chunk of a RestoreMarker: its sn, corrected sn
+// and the blocks written since its CREATE_CLONE (block i in bit i % 8 of
+// byte i / 8).
+type MarkerClone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ChunkId       uint64                 `protobuf:"varint,1,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
+	Sn            uint64                 `protobuf:"varint,2,opt,name=sn,proto3" json:"sn,omitempty"`
+	CorrectedSn   uint64                 `protobuf:"varint,3,opt,name=corrected_sn,json=correctedSn,proto3" json:"corrected_sn,omitempty"`
+	Written       []byte                 `protobuf:"bytes,4,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkerClone) Reset() {
+	*x = MarkerClone{}
+	mi := &file_chunkraft_syncpb_export_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkerClone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkerClone) ProtoMessage() {}
+
+func (x *MarkerClone) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncpb_export_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkerClone.ProtoReflect.Descriptor instead.
+func (*MarkerClone) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncpb_export_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MarkerClone) GetChunkId() uint64 {
+	if x != nil {
+		return x.ChunkId
+	}
+	return 0
+}
+
+func (x *MarkerClone) GetSn() uint64 {
+	if x != nil {
+		return x.Sn
+	}
+	return 0
+}
+
+func (x *MarkerClone) GetCorrectedSn() uint64 {
+	if x != nil {
+		return x.CorrectedSn
+	}
+	return 0
+}
+
+func (x *MarkerClone) GetWritten() []byte {
+	if x != nil {
+		return x.Written
+	}
+	return nil
+}
+
 var File_chunkraft_syncpb_export_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncpb_export_proto_rawDesc = "" +
@@ -1010,7 +1265,34 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x1a\n" +
 	"\bfinished\x18\a \x01(\bR\bfinished\x12/\n" +
 	"\x14first_appended_at_ms\x18\b \x01(\x03R\x11firstAppendedAtMs\x12-\n" +
-	"\x13last_appended_at_ms\x18\t \x01(\x03R\x10lastAppendedAtMsB>Z<github.com/chunkraft/chunkraft/proto/chunkraft/syncpb;syncpbb\x06proto3"
+	"\x13last_appended_at_ms\x18\t \x01(\x03R\x10lastAppendedAtMs\"\x9a\x04\n" +
+	"\rRestoreMarker\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
+	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
+	"\n" +
+	"copyset_id\x18\x03 \x01(\rR\tcopysetId\x12\x1b\n" +
+	"\texport_id\x18\x04 \x01(\tR\bexportId\x12\x16\n" +
+	"\x06export\x18\x05 \x01(\tR\x06export\x12\x17\n" +
+	"\ato_pool\x18\x06 \x01(\rR\x06toPool\x12\x1f\n" +
+	"\vuntil_index\x18\a \x01(\x04R\n" +
+	"untilIndex\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\b \x01(\x04R\tlastIndex\x12(\n" +
+	"\x10last_op_position\x18\t \x01(\rR\x0elastOpPosition\x12;\n" +
+	"\n" +
+	"next_point\x18\n" +
+	" \x01(\v2\x1c.openmldb.datasync.SyncPointR\tnextPoint\x12\x1f\n" +
+	"\vnext_record\x18\v \x01(\rR\n" +
+	"nextRecord\x123\n" +
+	"\x06clones\x18\f \x03(\v2\x1b.chunkraft.sync.MarkerCloneR\x06clones\x12\x16\n" +
+	"\x06digest\x18\r \x01(\tR\x06digest\x12\x16\n" +
+	"\x06chunks\x18\x0e \x01(\x04R\x06chunks\x12$\n" +
+	"\x0erestored_at_ms\x18\x0f \x01(\x03R\frestoredAtMs\"u\n" +
+	"\vMarkerClone\x12\x19\n" +
+	"\bchunk_id\x18\x01 \x01(\x04R\achunkId\x12\x0e\n" +
+	"\x02sn\x18\x02 \x01(\x04R\x02sn\x12!\n" +
+	"\fcorrected_sn\x18\x03 \x01(\x04R\vcorrectedSn\x12\x18\n" +
+	"\awritten\x18\x04 \x01(\fR\awrittenB>Z<github.com/chunkraft/chunkraft/proto/chunkraft/syncpb;syncpbb\x06proto3"
 
 var (
 	file_chunkraft_syncpb_export_proto_rawDescOnce sync.Once
@@ -1024,7 +1306,7 @@ func file_chunkraft_syncpb_export_proto_rawDescGZIP() []byte {
 	return file_chunkraft_syncpb_export_proto_rawDescData
 }
 
-var file_chunkraft_syncpb_export_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_chunkraft_syncpb_export_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_chunkraft_syncpb_export_proto_goTypes = []any{
 	(*PacketHeader)(nil),             // 0: chunkraft.sync.PacketHeader
 	(*Body)(nil),                     // 1: chunkraft.sync.Body
@@ -1034,26 +1316,30 @@ var file_chunkraft_syncpb_export_proto_goTypes = []any{
 	(*BinlogRecord)(nil),             // 5: chunkraft.sync.BinlogRecord
 	(*Manifest)(nil),                 // 6: chunkraft.sync.Manifest
 	(*ManifestEntry)(nil),            // 7: chunkraft.sync.ManifestEntry
-	(*datasync.SyncPoint)(nil),       // 8: openmldb.datasync.SyncPoint
-	(*chunkserver.ChunkRequest)(nil), // 9: curve.chunkserver.ChunkRequest
+	(*RestoreMarker)(nil),            // 8: chunkraft.sync.RestoreMarker
+	(*MarkerClone)(nil),              // 9: chunkraft.sync.MarkerClone
+	(*datasync.SyncPoint)(nil),       // 10: openmldb.datasync.SyncPoint
+	(*chunkserver.ChunkRequest)(nil), // 11: curve.chunkserver.ChunkRequest
 }
 var file_chunkraft_syncpb_export_proto_depIdxs = []int32{
-	8,  // 0: chunkraft.sync.PacketHeader.start_point:type_name -> openmldb.datasync.SyncPoint
-	8,  // 1: chunkraft.sync.PacketHeader.next_point:type_name -> openmldb.datasync.SyncPoint
+	10, // 0: chunkraft.sync.PacketHeader.start_point:type_name -> openmldb.datasync.SyncPoint
+	10, // 1: chunkraft.sync.PacketHeader.next_point:type_name -> openmldb.datasync.SyncPoint
 	2,  // 2: chunkraft.sync.Body.records:type_name -> chunkraft.sync.Record
 	3,  // 3: chunkraft.sync.Record.snapshot:type_name -> chunkraft.sync.SnapshotRecord
 	4,  // 4: chunkraft.sync.Record.cow_snapshot:type_name -> chunkraft.sync.CowSnapshotRecord
 	5,  // 5: chunkraft.sync.Record.binlog:type_name -> chunkraft.sync.BinlogRecord
-	9,  // 6: chunkraft.sync.BinlogRecord.op:type_name -> curve.chunkserver.ChunkRequest
+	11, // 6: chunkraft.sync.BinlogRecord.op:type_name -> curve.chunkserver.ChunkRequest
 	7,  // 7: chunkraft.sync.Manifest.packets:type_name -> chunkraft.sync.ManifestEntry
 	7,  // 8: chunkraft.sync.Manifest.previous:type_name -> chunkraft.sync.ManifestEntry
-	8,  // 9: chunkraft.sync.ManifestEntry.start_point:type_name -> openmldb.datasync.SyncPoint
-	8,  // 10: chunkraft.sync.ManifestEntry.next_point:type_name -> openmldb.datasync.SyncPoint
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	10, // 9: chunkraft.sync.ManifestEntry.start_point:type_name -> openmldb.datasync.SyncPoint
+	10, // 10: chunkraft.sync.ManifestEntry.next_point:type_name -> openmldb.datasync.SyncPoint
+	10, // 11: chunkraft.sync.RestoreMarker.next_point:type_name -> openmldb.datasync.SyncPoint
+	9,  // 12: chunkraft.sync.RestoreMarker.clones:type_name -> chunkraft.sync.MarkerClone
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_syncpb_export_proto_init() }
@@ -1072,7 +1358,7 @@ func file_chunkraft_syncpb_export_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_syncpb_export_proto_rawDesc), len(file_chunkraft_syncpb_export_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
