@@ -193,11 +193,7 @@ func (s *Service) targets(ctx context.Context, cfg *pb.TaskConfig) ([]copyset.Gr
 
 // sourceCopysets lists the packets of each copyset of the task's source.
 func (s *Service) sourceCopysets(ctx context.Context, cfg *pb.TaskConfig) (map[uint32][]string, error) {
-	u, err := dest.Parse(sourceOf(cfg))
-	if err != nil {
-		return nil, err
-	}
-	src, err := dest.Open(ctx, u, s.deps.ObjectStore)
+	src, err := s.openLocation(ctx, sourceOf(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
@@ -210,6 +206,16 @@ func (s *Service) sourceCopysets(ctx context.Context, cfg *pb.TaskConfig) (map[u
 		return nil, fmt.Errorf("source %s has no packets of pool %d", src, cfg.GetSource().GetPool())
 	}
 	return m, nil
+}
+
+// openLocation opens a location (file://, s3://) on the server's object
+// store.
+func (s *Service) openLocation(ctx context.Context, loc string) (dest.Dest, error) {
+	u, err := dest.Parse(loc)
+	if err != nil {
+		return nil, err
+	}
+	return dest.Open(ctx, u, s.deps.ObjectStore)
 }
 
 // checkLocal answers Check on copyset g, which this server must lead.

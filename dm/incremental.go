@@ -41,16 +41,12 @@ type markerStart struct {
 // export (names: the source copysets' packets). A copyset whose marker is
 // missing or does not fit gets an error message instead.
 func (s *Service) markerStarts(ctx context.Context, cfg *pb.TaskConfig, targets []copyset.GroupID, names map[uint32][]string) (map[uint32]*markerStart, map[uint32]string, error) {
-	u, err := dest.Parse(cfg.GetIncrementalFrom())
-	if err != nil {
-		return nil, nil, fmt.Errorf("incremental-from: %w", err)
-	}
-	at, err := dest.Open(ctx, u, s.deps.ObjectStore)
+	at, err := s.openLocation(ctx, cfg.GetIncrementalFrom())
 	if err != nil {
 		return nil, nil, fmt.Errorf("incremental-from: %w", err)
 	}
 	defer at.Close()
-	src, err := dest.Open(ctx, mustParse(sourceOf(cfg)), s.deps.ObjectStore)
+	src, err := s.openLocation(ctx, sourceOf(cfg))
 	if err != nil {
 		return nil, nil, fmt.Errorf("source: %w", err)
 	}
@@ -65,13 +61,6 @@ func (s *Service) markerStarts(ctx context.Context, cfg *pb.TaskConfig, targets 
 		starts[g.Copyset()] = ms
 	}
 	return starts, bad, nil
-}
-
-// mustParse parses a location a task config holds (checked when the
-// config was made).
-func mustParse(loc string) dest.URL {
-	u, _ := dest.Parse(loc)
-	return u
 }
 
 // markerStartOf reads and checks copyset cs's restore marker.
