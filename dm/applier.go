@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -221,72 +222,151 @@ func (a *applier) reset() {
 	a.asOf, a.touched = map[uint64]*pb.Place{}, map[uint64]bool{}
 }
 
-// run applies packets until ctx ends or an error stops the share.
+// run applies packets until ctx ends or an error stops the share. The
+// packets are read one ahead, by a goroutine run owns (fetchAhead), so
+// that reading and decoding the next packet overlaps applying this one;
+// the groups themselves go one at a time. A packet is decoded in place
+// (its records' data alias the buffer it was read into): two buffers
+// take turns, each back to the reader once its packet's groups have all
+// applied.
 func (a *applier) run(ctx context.Context) error {
+	at, err := a.checkpointPoint()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ahead := make(chan fetched, 1)
+	free := make(chan []byte, 2)
+	free <- nil
+	free <- nil
+	var blocked atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.fetchAhead(ctx, at, ahead, free, &blocked)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
 	for {
-		pkt, err := a.next(ctx)
-		if err != nil {
+		var f fetched
+		select {
+		case f = <-ahead:
+		default:
+			blocked.Store(true)
+			select {
+			case f = <-ahead:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			blocked.Store(false)
+		}
+		if f.err != nil {
+			return f.err
+		}
+		// Its lag: since its first op was appended on the source (a
+		// binlog packet), else since it was written.
+		since := f.pkt.Header.GetFirstAppendedAtMs()
+		if since == 0 {
+			since = f.pkt.Header.GetWrittenAtMs()
+		}
+		a.prog.applying(since)
+		if err := a.packet(ctx, f.pkt); err != nil {
 			return err
 		}
-		if err := a.packet(ctx, pkt); err != nil {
-			return err
-		}
+		free <- f.buf // every group of the packet has applied
 		if a.share.GetStage() == dmpb.Stage_Finished {
 			return nil
 		}
 	}
 }
 
-// next reads the packet at the share's checkpoint, waiting while the
-// export does not have it yet. A later packet without it is a gap.
-func (a *applier) next(ctx context.Context) (*exportfmt.Packet, error) {
-	at, err := exportfmt.ParsePoint(a.share.GetCheckpoint().GetPoint())
+// fetched is a packet read ahead and the buffer it aliases, or why the
+// reading stopped.
+type fetched struct {
+	pkt *exportfmt.Packet
+	buf []byte
+	err error
+}
+
+// checkpointPoint is the point of the packet the share's checkpoint is in.
+func (a *applier) checkpointPoint() (exportfmt.Point, error) {
 	if a.share.GetCheckpoint().GetPoint() == nil {
-		at, err = exportfmt.StartPoint(), nil
+		return exportfmt.StartPoint(), nil
 	}
+	at, err := exportfmt.ParsePoint(a.share.GetCheckpoint().GetPoint())
 	if err != nil {
-		return nil, stopped(codeDivergence, false, "internal", fmt.Sprintf("checkpoint %s: %v", CheckpointString(a.share.GetCheckpoint()), err), "", err)
+		return at, stopped(codeDivergence, false, "internal", fmt.Sprintf("checkpoint %s: %v", CheckpointString(a.share.GetCheckpoint()), err), "", err)
 	}
+	return at, nil
+}
+
+// fetchAhead reads the packets of the chain from at on into out, each
+// into a buffer taken from free, until ctx ends or a read fails (its
+// error is the last thing sent). While the applier waits on it (blocked)
+// for a packet the export does not have yet, the share is synced.
+func (a *applier) fetchAhead(ctx context.Context, at exportfmt.Point, out chan<- fetched, free <-chan []byte, blocked *atomic.Bool) {
+	for {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+			return
+		}
+		pkt, buf, err := a.fetch(ctx, at, buf, blocked)
+		select {
+		case out <- fetched{pkt: pkt, buf: buf, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+		at = pkt.Next
+	}
+}
+
+// fetch reads the packet at point at into buf (or a larger buffer it
+// returns), waiting while the export does not have it yet. A later packet
+// without it is a gap.
+func (a *applier) fetch(ctx context.Context, at exportfmt.Point, buf []byte, blocked *atomic.Bool) (*exportfmt.Packet, []byte, error) {
 	name := exportfmt.PacketName(a.srcPool, a.srcCs, at)
 	wait := pollMin
 	for {
-		b, err := a.src.Get(ctx, name)
+		b, err := a.src.GetInto(ctx, name, buf)
 		switch {
 		case err == nil:
-			pkt, err := exportfmt.Decode(b)
+			buf = b
+			pkt, err := exportfmt.DecodeAlias(b)
 			if err != nil {
-				return nil, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s: %v", name, a.src, err),
+				return nil, buf, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s: %v", name, a.src, err),
 					"repair the export (write the packet again), then resume-task", err)
 			}
 			if pkt.Header.GetLogicPoolId() != a.srcPool || pkt.Header.GetCopysetId() != a.srcCs || pkt.Start.Compare(at) != 0 {
-				return nil, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s is of copyset %d/%d from %s, not %d/%d from %s",
+				return nil, buf, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s is of copyset %d/%d from %s, not %d/%d from %s",
 					name, a.src, pkt.Header.GetLogicPoolId(), pkt.Header.GetCopysetId(), pkt.Start, a.srcPool, a.srcCs, at),
 					"repair the export, then resume-task", nil)
 			}
-			// Its lag: since its first op was appended on the source (a
-			// binlog packet), else since it was written.
-			since := pkt.Header.GetFirstAppendedAtMs()
-			if since == 0 {
-				since = pkt.Header.GetWrittenAtMs()
-			}
-			a.prog.applying(since)
-			return pkt, nil
+			return pkt, buf, nil
 		case ctx.Err() != nil:
-			return nil, ctx.Err()
+			return nil, buf, ctx.Err()
 		case !errors.Is(err, objstore.ErrNotExist):
-			return nil, stopped(codeSource, true, "upstream", fmt.Sprintf("read packet %s of %s: %v", name, a.src, err),
+			return nil, buf, stopped(codeSource, true, "upstream", fmt.Sprintf("read packet %s of %s: %v", name, a.src, err),
 				"make the source readable; the task resumes by itself", err)
 		}
 		if later, err := a.laterPacket(ctx, name); err != nil {
-			return nil, stopped(codeSource, true, "upstream", fmt.Sprintf("list %s: %v", a.src, err), "make the source readable; the task resumes by itself", err)
+			return nil, buf, stopped(codeSource, true, "upstream", fmt.Sprintf("list %s: %v", a.src, err), "make the source readable; the task resumes by itself", err)
 		} else if later != "" {
-			return nil, stopped(codeExportGap, false, "upstream", fmt.Sprintf("the export %s has no packet %s (the next after %s) but has %s: a gap in the chain",
-				a.src, name, CheckpointString(a.share.GetCheckpoint()), later), "repair the export (write the missing packet), then resume-task", nil)
+			return nil, buf, stopped(codeExportGap, false, "upstream", fmt.Sprintf("the export %s has no packet %s (the next after %s) but has %s: a gap in the chain",
+				a.src, name, at, later), "repair the export (write the missing packet), then resume-task", nil)
 		}
-		a.prog.waiting()
+		if blocked.Load() {
+			a.prog.waiting()
+		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, buf, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, pollMax)

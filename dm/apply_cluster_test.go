@@ -511,4 +511,61 @@ func TestApplyAcrossSnapshotInstall(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The replica that took the snapshot leads on: the share goes on from
+	// the installed checkpoint, losing and repeating nothing.
+	testwait.Until(t, 60*time.Second, func() error {
+		l := leaderOf(t, c, dst)
+		if l == f {
+			return nil
+		}
+		if err := c.Servers[l].Copysets().Get(dst).TransferLeader(context.Background(), c.Servers[f].Local()); err != nil {
+			return fmt.Errorf("transfer the leadership to the installed replica: %w", err)
+		}
+		return fmt.Errorf("copyset %s led by server %d, want %d", dst, l, f)
+	})
+	for round := range 5 {
+		for i := range 3 {
+			write(t, c, src, uint64(2+i), 1, uint32(10+round), byte(100+round*3+i))
+		}
+	}
+	waitSame(t, c, src, dst)
+	testwait.Until(t, 30*time.Second, func() error {
+		sh := share(t, c, dst, "mig")
+		want, err := exportRecords(exportDir, sh)
+		if err != nil {
+			return err
+		}
+		if got := sh.GetCounters().GetRecords(); got != want {
+			return fmt.Errorf("the share counts %d records applied, the export holds %d before its checkpoint %s", got, want, dm.CheckpointString(sh.GetCheckpoint()))
+		}
+		return nil
+	})
+}
+
+// exportRecords counts the records of the export in dir (pool 1 copyset
+// 1) before share sh's checkpoint, which must be at a packet's start.
+func exportRecords(dir string, sh *pb.SubTask) (uint64, error) {
+	cp := sh.GetCheckpoint()
+	if cp.GetRecord() != 0 || cp.GetStep() != 0 {
+		return 0, fmt.Errorf("checkpoint %s inside a packet", dm.CheckpointString(cp))
+	}
+	end, err := exportfmt.ParsePoint(cp.GetPoint())
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for at := exportfmt.StartPoint(); at.Compare(end) != 0; {
+		b, err := os.ReadFile(filepath.Join(dir, exportfmt.PacketName(1, 1, at)))
+		if err != nil {
+			return 0, err
+		}
+		pkt, err := exportfmt.Decode(b)
+		if err != nil {
+			return 0, err
+		}
+		n += uint64(len(pkt.Records))
+		at = pkt.Next
+	}
+	return n, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chunkraft/chunkraft/chunkstore"
@@ -95,7 +96,22 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 			start.Unit, start.Checkpoint, start.Clones, start.Digest = dmpb.UnitType_Sync, mk.checkpoint, mk.clones, mk.digest
 		}
 		starts[i] = &pb.Op{Op: &pb.Op_Start{Start: start}}
-		chk := s.routeCheck(ctx, g, start)
+	}
+	// Every target copyset is checked at once.
+	checks := make([]*pb.CheckResponse, len(targets))
+	var wg sync.WaitGroup
+	for i, g := range targets {
+		if starts[i] != nil {
+			wg.Go(func() { checks[i] = s.routeCheck(ctx, g, starts[i].GetStart()) })
+		}
+	}
+	wg.Wait()
+	for i, g := range targets {
+		r, chk := resp.Copysets[i], checks[i]
+		if chk == nil {
+			continue // refused above
+		}
+		mk, n := markers[g.Copyset()], len(packets[g.Copyset()])
 		switch {
 		case chk.GetCode() != 0:
 			r.Result, r.Msg = false, chk.GetMsg()
@@ -130,18 +146,25 @@ func (c *controlService) StartTask(ctx context.Context, req *pb.StartTaskRequest
 			return resp, nil
 		}
 	}
+	// Started on every target copyset at once: each sets its fence, checks
+	// itself again and proposes its share.
+	proposed := make([]*pb.ProposeResponse, len(targets))
 	for i, g := range targets {
-		r := resp.Copysets[i]
-		if starts[i] == nil {
-			continue
+		if starts[i] != nil {
+			wg.Go(func() { proposed[i] = s.routePropose(ctx, g, starts[i]) })
 		}
-		p := s.routePropose(ctx, g, starts[i])
-		if p.GetCode() != 0 {
+	}
+	wg.Wait()
+	for i, p := range proposed {
+		r := resp.Copysets[i]
+		switch {
+		case p == nil:
+		case p.GetCode() != 0:
 			r.Result, r.Msg = false, p.GetMsg()
 			resp.Result = false
-			continue
+		default:
+			r.Msg = fmt.Sprintf("started: %v", p.GetSubtask().GetStage())
 		}
-		r.Msg = fmt.Sprintf("started: %v", p.GetSubtask().GetStage())
 	}
 	if !resp.Result {
 		resp.Msg = fmt.Sprintf("task %q: started on some copysets only; start-task again finishes it (a started copyset keeps its share)", cfg.GetName())
