@@ -142,3 +142,41 @@ func (c *Client) CopysetDigests(ctx context.Context, pool uint32, ids []uint32) 
 	}
 	return out, nil
 }
+
+// DMHandleError is pb.Worker's HandleError: op (skip, replace, inject,
+// revert, list) on task name at binlog position pos (P/C:index.op; ""
+// for the current apply error) with ops in the text form (replace,
+// inject). A refusal is a *DMError with the answer's message.
+func (c *Client) DMHandleError(ctx context.Context, name string, op dmworkerpb.ErrorOp, pos string, ops []string) (*dmworkerpb.CommonWorkerResponse, error) {
+	var resp *dmworkerpb.CommonWorkerResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmworkerpb.NewWorkerClient(cc).HandleError(ctx, &dmworkerpb.HandleWorkerErrorRequest{Op: op, Task: name, BinlogPos: pos, Sqls: ops})
+		return err
+	})
+	if err == nil && !resp.GetResult() {
+		return resp, &DMError{Msg: resp.GetMsg()}
+	}
+	return resp, err
+}
+
+// DMPurgeRelay is pb.Worker's PurgeRelay over the relays of dm's tasks:
+// exactly one of inactive, before (a time) or file (a packet name, with
+// subDir pool-P/copyset-C). A refusal is a *DMError with the answer's
+// message.
+func (c *Client) DMPurgeRelay(ctx context.Context, inactive bool, before time.Time, file, subDir string) (*dmworkerpb.CommonWorkerResponse, error) {
+	req := &dmworkerpb.PurgeRelayRequest{Inactive: inactive, Filename: file, SubDir: subDir}
+	if !before.IsZero() {
+		req.Time = before.Unix()
+	}
+	var resp *dmworkerpb.CommonWorkerResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmworkerpb.NewWorkerClient(cc).PurgeRelay(ctx, req)
+		return err
+	})
+	if err == nil && !resp.GetResult() {
+		return resp, &DMError{Msg: resp.GetMsg()}
+	}
+	return resp, err
+}

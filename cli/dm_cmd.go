@@ -32,14 +32,15 @@ has export itself to a relay location, or an export already written
 described by a task file (YAML; docs/dm.md lists its keys) and replicated in
 the target copysets: any server answers for any task. The commands mirror
 dmctl's: start-task, check-task, pause-task, resume-task, stop-task,
-update-task, query-status, get-config worker; cutover makes the target the
-live copy.`,
+update-task, query-status, get-config worker, binlog, purge-relay; cutover makes the
+target the live copy.`,
 	}
 	cmd.AddCommand(newDMStartCommand(a, false), newDMStartCommand(a, true),
 		newDMOperateCommand(a, "pause-task", dmworkerpb.TaskOp_Pause, "Pause a task: its appliers stop where they are; resume-task goes on from there (no auto-resume while paused by a user)"),
 		newDMOperateCommand(a, "resume-task", dmworkerpb.TaskOp_Resume, "Resume a paused or stopped-by-an-error task from its checkpoints (clears its errors)"),
 		newDMOperateCommand(a, "stop-task", dmworkerpb.TaskOp_Stop, "Stop a task and remove it (the data it applied stays; starting it again needs empty target copysets)"),
-		newDMUpdateCommand(a), newDMQueryStatusCommand(a), newDMGetConfigCommand(a), newDMCutoverCommand(a))
+		newDMUpdateCommand(a), newDMQueryStatusCommand(a), newDMGetConfigCommand(a), newDMCutoverCommand(a),
+		newDMBinlogCommand(a), newDMPurgeRelayCommand(a))
 	return cmd
 }
 
@@ -182,6 +183,22 @@ abort).`,
 	cmd.Flags().BoolVar(&abort, "abort", false, "abort a cutover that has not committed: the source pool takes writes again")
 	cmd.Flags().DurationVar(&wait, "timeout", 0, "how long to wait for the target to catch up with the fenced source (0: 5m)")
 	return cmd
+}
+
+// printDMAnswer prints a worker answer: all of it as JSON, else its
+// message (none when refused: the refusal is err, which it returns).
+func (a *app) printDMAnswer(cmd *cobra.Command, resp proto.Message, msg string, err error) error {
+	p := a.printer(cmd)
+	if p.isJSON() {
+		if perr := printProto(p.w, resp); perr != nil {
+			return perr
+		}
+		return err
+	}
+	if err == nil {
+		fmt.Fprintln(p.w, msg)
+	}
+	return err
 }
 
 // printControl prints a control answer: a row per copyset (JSON: the

@@ -75,6 +75,7 @@ const (
 type applyError struct {
 	pe        *dmpb.ProcessError
 	resumable bool
+	at        *pb.Place // the source position of the op that failed, if known
 }
 
 func (e *applyError) Error() string { return e.pe.GetMessage() }
@@ -128,6 +129,8 @@ type applier struct {
 	// Advance carries.
 	reqs    []*cspb.ChunkRequest
 	expect  []expect
+	places  []*pb.Place // the source position each op carries out (nil: a rebuild's)
+	opsDone []*pb.Place // operators the group carries out
 	bytes   int
 	add     *pb.Counters
 	asOf    map[uint64]*pb.Place
@@ -217,7 +220,7 @@ func (a *applier) close() {
 
 // reset empties the group being built.
 func (a *applier) reset() {
-	a.reqs, a.expect, a.bytes = nil, nil, 0
+	a.reqs, a.expect, a.places, a.opsDone, a.bytes = nil, nil, nil, nil, 0
 	a.add = &pb.Counters{}
 	a.asOf, a.touched = map[uint64]*pb.Place{}, map[uint64]bool{}
 }
@@ -399,6 +402,9 @@ func (a *applier) laterPacket(ctx context.Context, name string) (string, error) 
 type unit struct {
 	ops    []restore.Op
 	chunk  uint64
+	chunks []uint64 // each op's chunk when they differ (an operator's); nil: chunk
+	csn    []uint64 // each write's corrected sn (an operator's); nil: none
+	at     *pb.Place
 	expect []expect
 	// done changes the replay state and counters once the unit's last op
 	// is in a group.
@@ -444,8 +450,17 @@ func (a *applier) packet(ctx context.Context, pkt *exportfmt.Packet) error {
 					return err
 				}
 			}
-			a.reqs = append(a.reqs, a.request(u.chunk, u.ops[j]))
+			id := u.chunk
+			if u.chunks != nil {
+				id = u.chunks[j]
+			}
+			r := a.request(id, u.ops[j])
+			if u.csn != nil && u.csn[j] != 0 && u.ops[j].Kind == restore.OpWrite {
+				r.CorrectedSn = proto.Uint64(u.csn[j])
+			}
+			a.reqs = append(a.reqs, r)
 			a.expect = append(a.expect, u.expect[j])
+			a.places = append(a.places, u.at)
 			a.bytes += len(u.ops[j].Data)
 		}
 		u.done()
@@ -488,6 +503,85 @@ func (a *applier) binlogUnit(bl *syncpb.BinlogRecord, step int) (unit, error) {
 	if err := restore.CheckBinlog(a.geo, bl); err != nil {
 		return unit{}, err
 	}
+	at := &pb.Place{Index: bl.GetIndex(), Op: bl.GetOpPosition()}
+	o := a.operatorAt(at)
+	if o == nil || o.GetOp() == dmpb.ErrorOp_Inject {
+		u, err := a.recordUnit(bl, step)
+		if err != nil || o == nil {
+			u.at = at
+			return u, err
+		}
+		return a.withOperator(o, u), nil
+	}
+	// Skip or Replace: the record itself is not replayed.
+	return a.withOperator(o, unit{done: func() { a.add.Records++ }}), nil
+}
+
+// operatorAt is the share's operator at source position at, or nil.
+func (a *applier) operatorAt(at *pb.Place) *pb.Operator {
+	for _, o := range a.share.GetOperators() {
+		if proto.Equal(o.GetAt(), at) {
+			return o
+		}
+	}
+	return nil
+}
+
+// withOperator is unit u (what the record itself does: nothing for Skip
+// and Replace) after operator o's ops, which apply whatever the target
+// answers; the operator is done with the unit's last op.
+func (a *applier) withOperator(o *pb.Operator, u unit) unit {
+	out := unit{at: o.GetAt()}
+	for _, op := range o.GetOps() {
+		r, ok := chunkOpOf(op)
+		if !ok {
+			continue // noop
+		}
+		out.ops = append(out.ops, r)
+		out.chunks = append(out.chunks, op.GetChunk())
+		out.csn = append(out.csn, op.GetCorrectedSn())
+		out.expect = append(out.expect, anyOutcome)
+	}
+	for i, op := range u.ops {
+		out.ops = append(out.ops, op)
+		out.chunks = append(out.chunks, u.chunk)
+		out.csn = append(out.csn, 0)
+		out.expect = append(out.expect, u.expect[i])
+	}
+	n := len(out.ops) - len(u.ops)
+	out.done = func() {
+		a.add.Ops += uint64(n)
+		for _, op := range out.ops[:n] {
+			a.add.Bytes += uint64(len(op.Data))
+		}
+		a.opsDone = append(a.opsDone, o.GetAt())
+		if u.done != nil {
+			u.done()
+		}
+	}
+	return out
+}
+
+// chunkOpOf is an operator's chunk op as the applier proposes it; a noop
+// is none.
+func chunkOpOf(op *pb.ChunkOp) (restore.Op, bool) {
+	switch op.GetKind() {
+	case pb.ChunkOp_WRITE:
+		data := op.GetData()
+		if len(data) == 0 {
+			data = make([]byte, op.GetLength())
+		}
+		return restore.Op{Kind: restore.OpWrite, Offset: op.GetOffset(), Data: data, Sn: op.GetSn()}, true
+	case pb.ChunkOp_DELETE:
+		return restore.Op{Kind: restore.OpDelete, Sn: op.GetSn()}, true
+	case pb.ChunkOp_DELETE_SNAP:
+		return restore.Op{Kind: restore.OpCorrect, Sn: op.GetCorrectedSn()}, true
+	}
+	return restore.Op{}, false
+}
+
+// recordUnit is the replay of binlog record bl itself.
+func (a *applier) recordUnit(bl *syncpb.BinlogRecord, step int) (unit, error) {
 	id := bl.GetOp().GetChunkId()
 	counted := func() { a.add.Records++ }
 	st, err := a.rp.Next(bl)
@@ -590,7 +684,8 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 		to.SourceIndex, to.SourceOp = last.GetIndex(), last.GetOp()
 	}
 	to.WrittenAtMs = max(to.GetWrittenAtMs(), pkt.Header.GetLastAppendedAtMs())
-	adv := &pb.Advance{Name: a.name, From: from, To: to, Unit: unitType, Add: proto.CloneOf(a.add), AsOf: a.asOf, NowMs: time.Now().UnixMilli()}
+	adv := &pb.Advance{Name: a.name, From: from, To: to, Unit: unitType, Add: proto.CloneOf(a.add), AsOf: a.asOf, NowMs: time.Now().UnixMilli(),
+		OperatorsDone: a.opsDone}
 	adv.Add.Refused += a.lagging
 	for id := range a.touched {
 		if cl := a.rp.Clones[id]; cl != nil {
@@ -632,7 +727,11 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 		err = afterGroupHook(ctx, a.n, a.reqs, adv)
 	}
 	if err != nil {
-		return a.proposeError(err)
+		err = a.proposeError(err)
+		if ae, ok := err.(*applyError); ok {
+			ae.at = a.firstPlace()
+		}
+		return err
 	}
 	if res.Err != nil {
 		return stopped(codeDivergence, false, "internal", fmt.Sprintf("copyset %d/%d: the advance to %s was refused: %v", a.n.Group().Pool(), a.n.Group().Copyset(), CheckpointString(to), res.Err),
@@ -657,9 +756,11 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 		}
 		if !ok {
 			a.share = res.SubTask
-			return stopped(codeDivergence, false, "downstream", fmt.Sprintf("copyset %d/%d: %v of chunk %d in entry %d answered %v where the source's answer was expected: the target diverged",
+			ae := stopped(codeDivergence, false, "downstream", fmt.Sprintf("copyset %d/%d: %v of chunk %d in entry %d answered %v where the source's answer was expected: the target diverged",
 				a.n.Group().Pool(), a.n.Group().Copyset(), a.reqs[i].GetOpType(), a.reqs[i].GetChunkId(), res.SubTask.GetUpdatedIndex(), st),
 				"stop the task and migrate into an empty pool again", nil)
+			ae.at = a.places[i]
+			return ae
 		}
 	}
 	a.share = res.SubTask
@@ -671,6 +772,17 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 	bytes := a.bytes
 	a.reset()
 	return a.throttle(ctx, bytes)
+}
+
+// firstPlace is the source position of the group's first binlog op, or
+// nil.
+func (a *applier) firstPlace() *pb.Place {
+	for _, p := range a.places {
+		if p != nil {
+			return p
+		}
+	}
+	return nil
 }
 
 // pace is when n more bytes at rate bytes per second are applied, the

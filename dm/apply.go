@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
+	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
 
 // applyOp applies op at index to st and returns its result and whether st
@@ -43,6 +44,10 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 	case *pb.Op_SetCutover:
 		return withShare(st, o.SetCutover.GetName(), func(s *pb.SubTask) (Result, bool) {
 			return applySetCutover(s, index, o.SetCutover)
+		})
+	case *pb.Op_HandleError:
+		return withShare(st, o.HandleError.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applyHandleError(s, index, o.HandleError)
 		})
 	default: // *pb.Op_Delete: ValidateOp knows no other
 		name := o.(*pb.Op_Delete).Delete.GetName()
@@ -142,7 +147,7 @@ func applySetStage(s *pb.SubTask, index uint64, op *pb.SetStage) (Result, bool) 
 		if from == dmpb.Stage_Running {
 			return same(s)
 		}
-		s.Result, s.Resumable = &dmpb.ProcessResult{}, false
+		s.Result, s.Resumable, s.ErrorAt = &dmpb.ProcessResult{}, false, nil
 	case dmpb.Stage_Paused:
 		switch {
 		case from == dmpb.Stage_Stopped:
@@ -197,6 +202,9 @@ func applyAdvance(s *pb.SubTask, index uint64, op *pb.Advance) (Result, bool) {
 	for _, id := range op.GetClonesDone() {
 		delete(s.Clones, id)
 	}
+	for _, at := range op.GetOperatorsDone() {
+		s.Operators = slices.DeleteFunc(s.Operators, func(o *pb.Operator) bool { return proto.Equal(o.GetAt(), at) })
+	}
 	s.Unit = op.GetUnit()
 	if op.GetFinished() {
 		s.Stage = dmpb.Stage_Finished
@@ -229,8 +237,66 @@ func applyFail(s *pb.SubTask, index uint64, op *pb.Fail) (Result, bool) {
 	s.Stage = dmpb.Stage_Paused
 	s.Result = &dmpb.ProcessResult{Errors: []*dmpb.ProcessError{proto.CloneOf(op.GetError())}}
 	s.Resumable = op.GetResumable()
+	s.ErrorAt = proto.CloneOf(op.GetAt())
 	return changed(s, index, op.GetNowMs())
 }
+
+// applyHandleError sets (Skip, Replace, Inject) or removes (Revert) the
+// operator at a source position of a share in the Sync unit; setting one
+// needs a position the share has not applied, and replaces an operator
+// already there. A Paused share resumes, as upstream's worker resumes a
+// subtask after a handled error.
+func applyHandleError(s *pb.SubTask, index uint64, op *pb.HandleError) (Result, bool) {
+	name, at := s.GetConfig().GetName(), op.GetAt()
+	switch {
+	case s.GetStage() != dmpb.Stage_Running && s.GetStage() != dmpb.Stage_Paused:
+		return refuse(s, fmt.Errorf("%w: %s is %v", ErrStage, name, s.GetStage()))
+	case s.GetUnit() != dmpb.UnitType_Sync:
+		return refuse(s, fmt.Errorf("%w: %s is in the %v unit; operators work in the Sync unit only", ErrOperator, name, s.GetUnit()))
+	}
+	i := slices.IndexFunc(s.GetOperators(), func(o *pb.Operator) bool { return proto.Equal(o.GetAt(), at) })
+	if op.GetOp() == dmpb.ErrorOp_Revert {
+		if i < 0 {
+			return refuse(s, fmt.Errorf("%w: %s has no operator at %s", ErrOperator, name, PlaceString(at)))
+		}
+		s.Operators = slices.Delete(s.Operators, i, i+1)
+	} else {
+		cp := s.GetCheckpoint()
+		// Applied: at or before the last op applied, or before the
+		// binlog packet the share is in (the ops before it are in the
+		// chunk images or applied).
+		applied := comparePlace(at, &pb.Place{Index: cp.GetSourceIndex(), Op: cp.GetSourceOp()}) <= 0
+		if p := cp.GetPoint(); p.GetType() == dspb.SyncType_kBINLOG && at.GetIndex() < p.GetOffset() {
+			applied = true
+		}
+		if applied {
+			return refuse(s, fmt.Errorf("%w: %s has applied %d.%d already (it stands at %s)", ErrOperator, name,
+				at.GetIndex(), at.GetOp(), CheckpointString(cp)))
+		}
+		o := &pb.Operator{Op: op.GetOp(), At: proto.CloneOf(at), Ops: op.GetOps(), Text: op.GetText(), AddedMs: op.GetNowMs()}
+		if i >= 0 {
+			s.Operators[i] = o
+		} else {
+			j, _ := slices.BinarySearchFunc(s.Operators, at, func(o *pb.Operator, p *pb.Place) int { return comparePlace(o.GetAt(), p) })
+			s.Operators = slices.Insert(s.Operators, j, o)
+		}
+	}
+	if s.GetStage() == dmpb.Stage_Paused {
+		s.Stage, s.Result, s.Resumable, s.ErrorAt = dmpb.Stage_Running, &dmpb.ProcessResult{}, false, nil
+	}
+	return changed(s, index, op.GetNowMs())
+}
+
+// comparePlace orders source positions: by log index, then op.
+func comparePlace(a, b *pb.Place) int {
+	if c := cmp.Compare(a.GetIndex(), b.GetIndex()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.GetOp(), b.GetOp())
+}
+
+// PlaceString is a source position as index.op.
+func PlaceString(p *pb.Place) string { return fmt.Sprintf("%d.%d", p.GetIndex(), p.GetOp()) }
 
 // applyUpdate replaces a paused share's config by one that differs only
 // where CanUpdate allows.

@@ -453,22 +453,8 @@ func TestApplyAcrossSnapshotInstall(t *testing.T) {
 	})
 	src, dst := c.Group, copyset.NewGroupID(2, 1)
 	createCopyset(t, c, dst)
-	exportDir := filepath.Join(t.TempDir(), "export")
 	write(t, c, src, 1, 1, 0, 1)
-	cr, err := dspb.NewSyncToolClient(c.Conns[0]).CreateSyncTask(context.Background(), &dspb.CreateSyncTaskRequest{Db: proto.String("1"),
-		Name: proto.String("relay"), Mode: dspb.SyncMode_kFullAndContinuous.Enum(), Dest: proto.String("file://" + exportDir)})
-	if err != nil || cr.GetCode() != 0 {
-		t.Fatalf("create the export: %v %v", cr, err)
-	}
-	cfg, err := dm.TaskFile{Name: "mig", TaskMode: "all", TargetPool: 2, Source: dm.SourceFile{Pool: 1, Export: "file://" + exportDir}}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := propose(t, c, dst, &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: cfg, Copyset: 1, SourceCopyset: 1,
-		Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Load}}}); r.GetCode() != 0 {
-		t.Fatalf("start: %v", r)
-	}
-	waitSame(t, c, src, dst)
+	exportDir := startMigration(t, c, src, dst)
 	f := (leaderOf(t, c, dst) + 1) % 3
 	c.Stop(f)
 	// Rounds of writes, each applied on the target before the next: a
@@ -541,6 +527,30 @@ func TestApplyAcrossSnapshotInstall(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// startMigration makes pool 1 (copyset src) export itself continuously
+// to a new directory and starts task mig, task-mode all, applying that
+// export to copyset dst of pool 2; it returns once dst holds src's chunks,
+// with the export's directory.
+func startMigration(t *testing.T, c *chunkservertest.Cluster, src, dst copyset.GroupID) string {
+	t.Helper()
+	exportDir := filepath.Join(t.TempDir(), "export")
+	cr, err := dspb.NewSyncToolClient(c.Conns[0]).CreateSyncTask(context.Background(), &dspb.CreateSyncTaskRequest{Db: proto.String("1"),
+		Name: proto.String("relay"), Mode: dspb.SyncMode_kFullAndContinuous.Enum(), Dest: proto.String("file://" + exportDir)})
+	if err != nil || cr.GetCode() != 0 {
+		t.Fatalf("create the export: %v %v", cr, err)
+	}
+	cfg, err := dm.TaskFile{Name: "mig", TaskMode: "all", TargetPool: 2, Source: dm.SourceFile{Pool: 1, Export: "file://" + exportDir}}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := propose(t, c, dst, &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: cfg, Copyset: 1, SourceCopyset: 1,
+		Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Load}}}); r.GetCode() != 0 {
+		t.Fatalf("start: %v", r)
+	}
+	waitSame(t, c, src, dst)
+	return exportDir
 }
 
 // exportRecords counts the records of the export in dir (pool 1 copyset

@@ -79,3 +79,66 @@ func TestSetCutoverNeedsRunning(t *testing.T) {
 		t.Fatalf("a paused share's cutover: %v, changed %v", r.Err, changed)
 	}
 }
+
+// HandleError ops on a share: refused outside Sync, at a position applied,
+// a revert with no operator; set, replaced at the same position, kept in
+// position order, resuming a Paused share; an Advance carrying an
+// operator out removes it. Every refusal changes nothing.
+func TestHandleErrorOps(t *testing.T) {
+	st := &pb.State{}
+	if r, _ := applyOp(st, 1, &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: testConfig("t"), Copyset: 1, SourceCopyset: 1,
+		Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Load, NowMs: 1}}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	index := uint64(1)
+	apply := func(op *pb.Op, wantErr error) {
+		t.Helper()
+		index++
+		before := get(st, "t").String()
+		r, _ := applyOp(st, index, op)
+		if !errors.Is(r.Err, wantErr) {
+			t.Fatalf("%v: %v, want %v", op, r.Err, wantErr)
+		}
+		if r.Err != nil && get(st, "t").String() != before {
+			t.Fatalf("a refused %v changed the share", op)
+		}
+	}
+	handle := func(e dmpb.ErrorOp, index uint64, ops ...*pb.ChunkOp) *pb.Op {
+		return &pb.Op{Op: &pb.Op_HandleError{HandleError: &pb.HandleError{Name: "t", Op: e, At: &pb.Place{Index: index}, Ops: ops}}}
+	}
+	w := &pb.ChunkOp{Kind: pb.ChunkOp_WRITE, Chunk: 1, Length: 4096, Sn: 1}
+	apply(handle(dmpb.ErrorOp_Skip, 10), ErrOperator) // in Load
+	cp := &pb.Checkpoint{SourceIndex: 5}
+	apply(&pb.Op{Op: &pb.Op_Advance{Advance: &pb.Advance{Name: "t", From: get(st, "t").GetCheckpoint(), To: cp, Unit: dmpb.UnitType_Sync}}}, nil)
+	apply(handle(dmpb.ErrorOp_Skip, 5), ErrOperator)      // applied already
+	apply(handle(dmpb.ErrorOp_Revert, 10), ErrOperator)   // none there
+	apply(handle(dmpb.ErrorOp_Replace, 10), ErrInvalidOp) // no ops
+	apply(handle(dmpb.ErrorOp_Skip, 10, w), ErrInvalidOp) // skip takes none
+	apply(handle(dmpb.ErrorOp_List, 10), ErrInvalidOp)    // not replicated
+	apply(handle(dmpb.ErrorOp_Inject, 10, &pb.ChunkOp{Kind: pb.ChunkOp_WRITE, Length: 100}), ErrInvalidOp)
+	apply(&pb.Op{Op: &pb.Op_Fail{Fail: &pb.Fail{Name: "t", Error: &dmpb.ProcessError{Message: "NOSPACE"}, Resumable: true, At: &pb.Place{Index: 9}}}}, nil)
+	if sh := get(st, "t"); sh.GetStage() != dmpb.Stage_Paused || sh.GetErrorAt().GetIndex() != 9 {
+		t.Fatalf("failed: %v", sh)
+	}
+	apply(handle(dmpb.ErrorOp_Replace, 9, w), nil)
+	if sh := get(st, "t"); sh.GetStage() != dmpb.Stage_Running || sh.GetErrorAt() != nil || len(sh.GetResult().GetErrors()) != 0 ||
+		len(sh.GetOperators()) != 1 || sh.GetOperators()[0].GetOp() != dmpb.ErrorOp_Replace {
+		t.Fatalf("replace resumes the share: %v", sh)
+	}
+	apply(handle(dmpb.ErrorOp_Inject, 20, w), nil)
+	apply(handle(dmpb.ErrorOp_Skip, 9), nil) // replaces the operator at 9
+	apply(handle(dmpb.ErrorOp_Skip, 12), nil)
+	var at []uint64
+	for _, o := range get(st, "t").GetOperators() {
+		at = append(at, o.GetAt().GetIndex())
+	}
+	if len(at) != 3 || at[0] != 9 || at[1] != 12 || at[2] != 20 || get(st, "t").GetOperators()[0].GetOp() != dmpb.ErrorOp_Skip {
+		t.Fatalf("operators at %v: %v", at, get(st, "t").GetOperators())
+	}
+	apply(handle(dmpb.ErrorOp_Revert, 20), nil)
+	apply(&pb.Op{Op: &pb.Op_Advance{Advance: &pb.Advance{Name: "t", From: cp, To: &pb.Checkpoint{SourceIndex: 12}, Unit: dmpb.UnitType_Sync,
+		OperatorsDone: []*pb.Place{{Index: 9}, {Index: 12}}}}}, nil)
+	if ops := get(st, "t").GetOperators(); len(ops) != 0 {
+		t.Fatalf("operators left after they were carried out: %v", ops)
+	}
+}

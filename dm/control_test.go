@@ -3,7 +3,9 @@ package dm_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/chunkserver/chunkservertest"
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	cspb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
@@ -168,7 +171,8 @@ func clientWrite(t *testing.T, c *chunkservertest.Cluster, g copyset.GroupID, ch
 // A task whose source is a pool of another cluster: start-task makes the
 // source export it to the relay (sync task dm-<task>, beside the source
 // pool's own backup task), the target follows the relay until it equals
-// the source; stop-task deletes the relay task and leaves the backup.
+// the source; PurgeRelay deletes what the task has applied of it (see
+// purgeRelay); stop-task deletes the relay task and leaves the backup.
 func TestClusterSource(t *testing.T) {
 	a := chunkservertest.Start(t, 3)
 	b := chunkservertest.Start(t, 3)
@@ -188,7 +192,8 @@ func TestClusterSource(t *testing.T) {
 	for _, srv := range a.Servers {
 		seeds = append(seeds, "'"+srv.Local().Addr()+"'")
 	}
-	relay := "file://" + filepath.Join(t.TempDir(), "relay")
+	relayDir := filepath.Join(t.TempDir(), "relay")
+	relay := "file://" + relayDir
 	task := fmt.Sprintf("name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: %s\ntarget-pool: 2\n", strings.Join(seeds, ", "), relay)
 	ctl := pb.NewDMControlClient(b.Conns[0])
 	if r, err := ctl.StartTask(ctx, &pb.StartTaskRequest{Task: task}); err != nil || !r.GetResult() {
@@ -223,6 +228,7 @@ func TestClusterSource(t *testing.T) {
 		}
 		return nil
 	})
+	purgeRelay(t, a, b, relayDir)
 	if r, err := ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Stop}); err != nil || !r.GetResult() {
 		t.Fatalf("stop-task: %v %v", r, err)
 	}
@@ -230,4 +236,142 @@ func TestClusterSource(t *testing.T) {
 	if strings.Contains(got, "dm-mig") || !strings.Contains(got, "backup") {
 		t.Fatalf("the source's tasks after stop-task:\n%s", got)
 	}
+}
+
+// purgeRelay checks PurgeRelay on task mig's relay (a file export in
+// relayDir of pool 1 copyset 1 of cluster a, applied in b): bad requests
+// and a paused task are refused and change nothing; the filename strategy
+// deletes the packets before the one named, the time strategy those
+// written before the time, the inactive one every packet before the
+// share's, and none past it nor the newest; the target follows the source
+// on after the purge.
+func purgeRelay(t *testing.T, a, b *chunkservertest.Cluster, relayDir string) {
+	t.Helper()
+	ctx := context.Background()
+	w := dmpb.NewWorkerClient(b.Conns[1])
+	ctl := pb.NewDMControlClient(b.Conns[0])
+	packets := func() []string {
+		t.Helper()
+		ents, err := os.ReadDir(filepath.Join(relayDir, "pool-1", "copyset-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), exportfmt.PacketSuffix) {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	purge := func(req *dmpb.PurgeRelayRequest) *dmpb.CommonWorkerResponse {
+		t.Helper()
+		r, err := w.PurgeRelay(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Packets enough, the share past the third.
+	var all []string
+	round := 0
+	testwait.Until(t, 60*time.Second, func() error {
+		all = packets()
+		if len(all) >= 4 {
+			sh := share(t, b, copyset.NewGroupID(2, 1), "mig")
+			at, err := exportfmt.ParsePoint(sh.GetCheckpoint().GetPoint())
+			if err != nil {
+				return err
+			}
+			if strings.TrimPrefix(exportfmt.PacketName(1, 1, at), "pool-1/copyset-1/") > all[2] {
+				return nil
+			}
+			return fmt.Errorf("the share is at %v", at)
+		}
+		round++
+		write(t, a, a.Group, 6, 1, uint32(round%64), byte(round))
+		return fmt.Errorf("the relay holds %d packets", len(all))
+	})
+	for _, tc := range []struct {
+		req  *dmpb.PurgeRelayRequest
+		want string
+	}{
+		{&dmpb.PurgeRelayRequest{}, "names no strategy"},
+		{&dmpb.PurgeRelayRequest{Inactive: true, Time: 5}, "names several strategies"},
+		{&dmpb.PurgeRelayRequest{Filename: all[1]}, "needs its sub-dir"},
+		{&dmpb.PurgeRelayRequest{Filename: "relay.000001", SubDir: "pool-1/copyset-1"}, "not a packet name"},
+		{&dmpb.PurgeRelayRequest{Filename: all[1], SubDir: "pool-1/copyset-9"}, "no relay of a dm task has the copyset pool-1/copyset-9"},
+	} {
+		if r := purge(tc.req); r.GetResult() || !strings.Contains(r.GetMsg(), tc.want) {
+			t.Errorf("PurgeRelay %v: %v, want a refusal saying %q", tc.req, r, tc.want)
+		}
+	}
+	if r, err := ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Pause}); err != nil || !r.GetResult() {
+		t.Fatalf("pause-task: %v %v", r, err)
+	}
+	if r := purge(&dmpb.PurgeRelayRequest{Inactive: true}); r.GetResult() || !strings.Contains(r.GetMsg(), "relay log purge is forbidden temporarily, because sub task mig current stage is Paused") {
+		t.Errorf("PurgeRelay of a paused task: %v", r)
+	}
+	if got := packets(); !slices.Equal(got, all) {
+		t.Fatalf("refused purges deleted packets: %v, had %v", got, all)
+	}
+	if r, err := ctl.OperateTask(ctx, &pb.OperateTaskRequest{Name: "mig", Op: dmpb.TaskOp_Resume}); err != nil || !r.GetResult() {
+		t.Fatalf("resume-task: %v %v", r, err)
+	}
+	// time: nothing was written before 1970-01-01T00:00:01Z.
+	if r := purge(&dmpb.PurgeRelayRequest{Time: 1}); !r.GetResult() || !strings.Contains(r.GetMsg(), "purged 0 packets") {
+		t.Fatalf("PurgeRelay by time: %v", r)
+	}
+	// filename: the packets before all[1].
+	if r := purge(&dmpb.PurgeRelayRequest{Filename: all[1], SubDir: "pool-1/copyset-1/"}); !r.GetResult() || !strings.Contains(r.GetMsg(), "purged 1 packets") {
+		t.Fatalf("PurgeRelay to %s: %v", all[1], r)
+	}
+	if got := packets(); !slices.Equal(got, all[1:]) {
+		t.Fatalf("after the purge to %s: %v", all[1], got)
+	}
+	// inactive: every packet before the share's, never past it.
+	testwait.Until(t, 30*time.Second, func() error {
+		if r := purge(&dmpb.PurgeRelayRequest{Inactive: true}); !r.GetResult() {
+			return fmt.Errorf("PurgeRelay inactive: %v", r)
+		}
+		sh := share(t, b, copyset.NewGroupID(2, 1), "mig")
+		at, err := exportfmt.ParsePoint(sh.GetCheckpoint().GetPoint())
+		if err != nil {
+			return err
+		}
+		active := strings.TrimPrefix(exportfmt.PacketName(1, 1, at), "pool-1/copyset-1/")
+		// The share's packet, or the newest when the share has applied
+		// every packet (the export goes on from it), comes first.
+		got := packets()
+		if len(got) == 0 || got[0] > active {
+			return fmt.Errorf("the relay holds %v, the share is at %s: purged past it", got, active)
+		}
+		if got[0] != active && len(got) > 1 {
+			return fmt.Errorf("the relay holds %v before the share's %s", got[:1], active)
+		}
+		return nil
+	})
+	rec, err := os.ReadFile(filepath.Join(relayDir, exportfmt.PurgeName(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := exportfmt.DecodePurge(rec); err != nil || r.GetPackets() < 1 || r.GetBy() != "dm task mig" {
+		t.Fatalf("purge record: %v %v", r, err)
+	}
+	// The relay goes on: a write on the source reaches the target.
+	write(t, a, a.Group, 5, 1, 0, 5)
+	testwait.Until(t, 60*time.Second, func() error {
+		sa, err := poolState(a, a.Group)
+		if err != nil {
+			return err
+		}
+		sb, err := poolState(b, copyset.NewGroupID(2, 1))
+		if err != nil {
+			return err
+		}
+		if sa != sb {
+			return fmt.Errorf("source:\n%s\ntarget:\n%s", sa, sb)
+		}
+		return nil
+	})
 }

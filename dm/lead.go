@@ -139,7 +139,7 @@ func (s *Service) applyShare(ctx context.Context, n *copyset.Node, m *Machine, s
 		name := sh.GetConfig().GetName()
 		s.log.Warn("dm sub task stopped", "task", name, "pool", n.Group().Pool(), "copyset", n.Group().Copyset(),
 			"resumable", ae.resumable, "error", ae.pe.GetMessage())
-		op := &pb.Op{Op: &pb.Op_Fail{Fail: &pb.Fail{Name: name, Error: ae.pe, Resumable: ae.resumable, NowMs: time.Now().UnixMilli()}}}
+		op := &pb.Op{Op: &pb.Op_Fail{Fail: &pb.Fail{Name: name, Error: ae.pe, Resumable: ae.resumable, NowMs: time.Now().UnixMilli(), At: ae.at}}}
 		if r := s.proposeLocal(ctx, n.Group(), op); r.GetCode() != 0 {
 			return fmt.Errorf("%w: pausing %s: %s", errRestart, name, r.GetMsg())
 		}

@@ -34,6 +34,9 @@ var (
 	ErrCutover = errors.New("the cutover step is not allowed")
 	// ErrInvalidOp: an op in the log that admission would have refused.
 	ErrInvalidOp = errors.New("invalid dm op")
+	// ErrOperator: a HandleError the share cannot take (not in Sync, a
+	// position already applied, no operator to revert).
+	ErrOperator = errors.New("the error operator is not allowed")
 )
 
 // Result is the apply result of every dm op.
@@ -124,8 +127,59 @@ func ValidateOp(op *pb.Op) error {
 			return fmt.Errorf("dm update: config of task %q for task %q", o.Update.GetConfig().GetName(), o.Update.GetName())
 		}
 		return nil
+	case *pb.Op_HandleError:
+		if err := validHandleError(o.HandleError); err != nil {
+			return fmt.Errorf("dm handle error: %w", err)
+		}
+		return named("handle error", o.HandleError.GetName())
 	}
 	return errors.New("dm op: none of the known ops")
+}
+
+// validHandleError checks a HandleError op on its own.
+func validHandleError(h *pb.HandleError) error {
+	if h.GetAt().GetIndex() == 0 {
+		return errors.New("no source position")
+	}
+	switch h.GetOp() {
+	case dmpb.ErrorOp_Skip, dmpb.ErrorOp_Revert:
+		if len(h.GetOps()) > 0 {
+			return fmt.Errorf("%v takes no ops", h.GetOp())
+		}
+	case dmpb.ErrorOp_Replace, dmpb.ErrorOp_Inject:
+		if len(h.GetOps()) == 0 {
+			return fmt.Errorf("%v needs at least one op", h.GetOp())
+		}
+	default:
+		return fmt.Errorf("operator %v: want Skip, Replace, Inject or Revert", h.GetOp())
+	}
+	for i, op := range h.GetOps() {
+		if err := validChunkOp(op); err != nil {
+			return fmt.Errorf("op %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// validChunkOp checks an operator's chunk op as ParseChunkOps would have
+// made it.
+func validChunkOp(op *pb.ChunkOp) error {
+	switch op.GetKind() {
+	case pb.ChunkOp_NOOP:
+		return nil
+	case pb.ChunkOp_WRITE:
+		n, off := op.GetLength(), op.GetOffset()
+		switch {
+		case off%opBlock != 0 || n == 0 || n%opBlock != 0 || n > maxOpWrite || uint64(off)+uint64(n) > opChunkSize:
+			return fmt.Errorf("write at %d of %d bytes: not whole blocks of one chunk, at most %d bytes", off, n, maxOpWrite)
+		case len(op.GetData()) != 0 && len(op.GetData()) != int(n):
+			return fmt.Errorf("write of %d bytes carries %d", n, len(op.GetData()))
+		}
+	case pb.ChunkOp_DELETE, pb.ChunkOp_DELETE_SNAP:
+	default:
+		return fmt.Errorf("kind %v", op.GetKind())
+	}
+	return nil
 }
 
 func unitOK(u dmpb.UnitType) bool {

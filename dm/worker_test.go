@@ -73,8 +73,12 @@ func TestWorkerRPCs(t *testing.T) {
 		t.Fatalf("OperateV1Meta without an op: %v %v", v1, err)
 	}
 	purge, err := w.PurgeRelay(ctx, &dmpb.PurgeRelayRequest{Inactive: true})
-	if err != nil || purge.GetResult() || !strings.Contains(purge.GetMsg(), "not built yet") {
-		t.Fatalf("PurgeRelay: %v %v", purge, err)
+	if err != nil || !purge.GetResult() || !strings.Contains(purge.GetMsg(), "no relay to purge") {
+		t.Fatalf("PurgeRelay with no task: %v %v", purge, err)
+	}
+	schema, err := w.OperateSchema(ctx, &dmpb.OperateWorkerSchemaRequest{})
+	if err != nil || schema.GetResult() || !strings.Contains(schema.GetMsg(), "not built yet") {
+		t.Fatalf("OperateSchema: %v %v", schema, err)
 	}
 
 	task := exportTask("mig")

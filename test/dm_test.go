@@ -103,7 +103,8 @@ func chunksDiffer(t *testing.T, sc, dc *cli.Client, src, dst []cli.CopysetID) st
 // while, is exported continuously and migrated by a dm task into pool 2
 // (chunkctl dm start-task); the leader of a target copyset is killed -9
 // right after start-task (in Load, or just past it: the pool is small) and
-// again once the task is in Sync. Once the writes stop, every chunk of
+// again once the task is in Sync, with an operator set (chunkctl dm
+// binlog inject), which the kill loses nothing of. Once the writes stop, every chunk of
 // pool 2 equals pool 1's (info, data, COW snapshot); client writes to pool
 // 2 are refused until stop-task, and accepted after it.
 func TestDMMigrateExport(t *testing.T) {
@@ -152,7 +153,36 @@ func TestDMMigrateExport(t *testing.T) {
 		}
 		return nil
 	})
+	// An operator set with chunkctl survives the kill of the leader.
+	ahead := "1/1:999999999.0"
+	// (A copyset electing a leader after the kill is named and nothing set:
+	// set it again.)
+	testwait.Until(t, 60*time.Second, func() error {
+		if _, stderr, code := chunkctl(t, c.addrs(), nil, "dm", "binlog", "inject", "mig", "--binlog-pos", ahead, "write 9 0 4096 sn=1 data=zero"); code != 0 {
+			return fmt.Errorf("dm binlog inject: exit %d: %s", code, stderr)
+		}
+		return nil
+	})
 	kill("Sync")
+	testwait.Until(t, 60*time.Second, func() error {
+		out, stderr, code := chunkctl(t, c.addrs(), nil, "-o", "json", "dm", "binlog", "list", "mig")
+		if code != 0 {
+			return fmt.Errorf("dm binlog list: exit %d: %s", code, stderr)
+		}
+		var ops []struct {
+			Position string   `json:"position"`
+			Op       string   `json:"op"`
+			Ops      []string `json:"ops"`
+		}
+		if err := json.Unmarshal([]byte(out), &ops); err != nil {
+			return fmt.Errorf("dm binlog list -o json: %w\n%s", err, out)
+		}
+		if len(ops) != 1 || ops[0].Position != ahead || ops[0].Op != "Inject" || len(ops[0].Ops) != 1 {
+			return fmt.Errorf("operators after the kill: %+v", ops)
+		}
+		return nil
+	})
+	mustCtl(t, c.addrs(), nil, "dm", "binlog", "revert", "mig", "--binlog-pos", ahead)
 	w.halt()
 	if w.n.Load() == 0 {
 		t.Fatal("no write succeeded during the migration")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/datasync/dest"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
@@ -144,6 +145,9 @@ func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name
 // it and the chain, and fixes the until point (see the package
 // documentation). progress is called after each packet.
 func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint32, names []string, u until, progress func(pkt *exportfmt.Packet)) (*plan, error) {
+	if err := checkPurged(ctx, src, pool, cs); err != nil {
+		return nil, err
+	}
 	p := &plan{pool: pool, copyset: cs, names: names}
 	chain := exportfmt.NewChain(pool, cs)
 	sc := free.get()
@@ -319,6 +323,27 @@ func GroupByChunk(recs []*syncpb.Record) []ChunkRecords {
 type packetSum struct {
 	crc  uint32
 	size uint64
+}
+
+// checkPurged refuses a copyset whose first packets were purged (its
+// purge record, exportfmt.PurgeName): what is left starts past the chunk
+// images a replay starts from.
+func checkPurged(ctx context.Context, src dest.Dest, pool, cs uint32) error {
+	name := exportfmt.PurgeName(pool, cs)
+	b, err := src.Get(ctx, name)
+	switch {
+	case errors.Is(err, objstore.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	r, err := exportfmt.DecodePurge(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	first, _ := exportfmt.ParsePoint(r.GetFirstKept())
+	return fmt.Errorf("the export's first %d packets, every one before %s, were purged (by %s at %s): a restore replays a copyset from its start, so this export cannot be restored; restore from an export that holds them",
+		r.GetPackets(), exportfmt.PacketName(pool, cs, first), r.GetBy(), time.UnixMilli(r.GetPurgedAtMs()).UTC().Format(time.RFC3339))
 }
 
 // checkManifest compares the copyset's manifest, if it has one, with its

@@ -206,6 +206,58 @@ func (FenceOp) EnumDescriptor() ([]byte, []int) {
 	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{2}
 }
 
+type ChunkOp_Kind int32
+
+const (
+	ChunkOp_NOOP        ChunkOp_Kind = 0
+	ChunkOp_WRITE       ChunkOp_Kind = 1
+	ChunkOp_DELETE      ChunkOp_Kind = 2
+	ChunkOp_DELETE_SNAP ChunkOp_Kind = 3
+)
+
+// Enum value maps for ChunkOp_Kind.
+var (
+	ChunkOp_Kind_name = map[int32]string{
+		0: "NOOP",
+		1: "WRITE",
+		2: "DELETE",
+		3: "DELETE_SNAP",
+	}
+	ChunkOp_Kind_value = map[string]int32{
+		"NOOP":        0,
+		"WRITE":       1,
+		"DELETE":      2,
+		"DELETE_SNAP": 3,
+	}
+)
+
+func (x ChunkOp_Kind) Enum() *ChunkOp_Kind {
+	p := new(ChunkOp_Kind)
+	*p = x
+	return p
+}
+
+func (x ChunkOp_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChunkOp_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_chunkraft_dmpb_dm_proto_enumTypes[3].Descriptor()
+}
+
+func (ChunkOp_Kind) Type() protoreflect.EnumType {
+	return &file_chunkraft_dmpb_dm_proto_enumTypes[3]
+}
+
+func (x ChunkOp_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChunkOp_Kind.Descriptor instead.
+func (ChunkOp_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6, 0}
+}
+
 // TaskConfig is a task as its task file states it, in canonical form
 // (dm/config.go parses and checks the file).
 type TaskConfig struct {
@@ -645,7 +697,13 @@ type SubTask struct {
 	// still clone chunks in the source.
 	Clones map[uint64]*Clone `protobuf:"bytes,15,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// cutover: the task's cutover on this share (none before one starts).
-	Cutover       *Cutover `protobuf:"bytes,16,opt,name=cutover,proto3" json:"cutover,omitempty"`
+	Cutover *Cutover `protobuf:"bytes,16,opt,name=cutover,proto3" json:"cutover,omitempty"`
+	// operators: what HandleError asked to do at source positions the
+	// share has not applied yet (each consumed as the share applies it).
+	Operators []*Operator `protobuf:"bytes,17,rep,name=operators,proto3" json:"operators,omitempty"`
+	// error_at: the source position of the op whose apply paused the
+	// share (binlog phase; none when the error is not at an op).
+	ErrorAt       *Place `protobuf:"bytes,18,opt,name=error_at,json=errorAt,proto3" json:"error_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +850,193 @@ func (x *SubTask) GetCutover() *Cutover {
 	return nil
 }
 
+func (x *SubTask) GetOperators() []*Operator {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+func (x *SubTask) GetErrorAt() *Place {
+	if x != nil {
+		return x.ErrorAt
+	}
+	return nil
+}
+
+// ChunkOp is a chunk op of an operator (replace, inject); docs/dm.md
+// gives its one-line text form.
+type ChunkOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          ChunkOp_Kind           `protobuf:"varint,1,opt,name=kind,proto3,enum=chunkraft.dm.ChunkOp_Kind" json:"kind,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Offset        uint32                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint32                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Sn            uint64                 `protobuf:"varint,5,opt,name=sn,proto3" json:"sn,omitempty"`
+	CorrectedSn   uint64                 `protobuf:"varint,6,opt,name=corrected_sn,json=correctedSn,proto3" json:"corrected_sn,omitempty"`
+	Data          []byte                 `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"` // a WRITE's length bytes; empty: zeros
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkOp) Reset() {
+	*x = ChunkOp{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkOp) ProtoMessage() {}
+
+func (x *ChunkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkOp.ProtoReflect.Descriptor instead.
+func (*ChunkOp) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChunkOp) GetKind() ChunkOp_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return ChunkOp_NOOP
+}
+
+func (x *ChunkOp) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ChunkOp) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ChunkOp) GetLength() uint32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ChunkOp) GetSn() uint64 {
+	if x != nil {
+		return x.Sn
+	}
+	return 0
+}
+
+func (x *ChunkOp) GetCorrectedSn() uint64 {
+	if x != nil {
+		return x.CorrectedSn
+	}
+	return 0
+}
+
+func (x *ChunkOp) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// Operator is a HandleError operator waiting at source position at: skip
+// the op there, replace it by ops, or inject ops before it. text is the
+// ops as they were given.
+type Operator struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            pb.ErrorOp             `protobuf:"varint,1,opt,name=op,proto3,enum=pb.ErrorOp" json:"op,omitempty"`
+	At            *Place                 `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	Ops           []*ChunkOp             `protobuf:"bytes,3,rep,name=ops,proto3" json:"ops,omitempty"`
+	Text          []string               `protobuf:"bytes,4,rep,name=text,proto3" json:"text,omitempty"`
+	AddedMs       int64                  `protobuf:"varint,5,opt,name=added_ms,json=addedMs,proto3" json:"added_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operator) Reset() {
+	*x = Operator{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operator) ProtoMessage() {}
+
+func (x *Operator) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operator.ProtoReflect.Descriptor instead.
+func (*Operator) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Operator) GetOp() pb.ErrorOp {
+	if x != nil {
+		return x.Op
+	}
+	return pb.ErrorOp(0)
+}
+
+func (x *Operator) GetAt() *Place {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *Operator) GetOps() []*ChunkOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *Operator) GetText() []string {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *Operator) GetAddedMs() int64 {
+	if x != nil {
+		return x.AddedMs
+	}
+	return 0
+}
+
 // Cutover is a share's cutover: its step and when each was reached (unix
 // milliseconds, the driver's clock).
 type Cutover struct {
@@ -814,7 +1059,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1071,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1084,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Cutover) GetStep() CutoverStep {
@@ -923,7 +1168,7 @@ type Place struct {
 
 func (x *Place) Reset() {
 	*x = Place{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1180,7 @@ func (x *Place) String() string {
 func (*Place) ProtoMessage() {}
 
 func (x *Place) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1193,7 @@ func (x *Place) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Place.ProtoReflect.Descriptor instead.
 func (*Place) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Place) GetIndex() uint64 {
@@ -979,7 +1224,7 @@ type Clone struct {
 
 func (x *Clone) Reset() {
 	*x = Clone{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1236,7 @@ func (x *Clone) String() string {
 func (*Clone) ProtoMessage() {}
 
 func (x *Clone) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1249,7 @@ func (x *Clone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clone.ProtoReflect.Descriptor instead.
 func (*Clone) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Clone) GetSn() uint64 {
@@ -1040,7 +1285,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1297,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1310,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *State) GetApplied() uint64 {
@@ -1095,7 +1340,7 @@ type Line struct {
 
 func (x *Line) Reset() {
 	*x = Line{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1352,7 @@ func (x *Line) String() string {
 func (*Line) ProtoMessage() {}
 
 func (x *Line) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1365,7 @@ func (x *Line) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Line.ProtoReflect.Descriptor instead.
 func (*Line) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Line) GetBase() *State {
@@ -1156,6 +1401,7 @@ type Op struct {
 	//	*Op_Delete
 	//	*Op_Update
 	//	*Op_SetCutover
+	//	*Op_HandleError
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1163,7 +1409,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1421,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1434,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1261,6 +1507,15 @@ func (x *Op) GetSetCutover() *SetCutover {
 	return nil
 }
 
+func (x *Op) GetHandleError() *HandleError {
+	if x != nil {
+		if x, ok := x.Op.(*Op_HandleError); ok {
+			return x.HandleError
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1293,6 +1548,10 @@ type Op_SetCutover struct {
 	SetCutover *SetCutover `protobuf:"bytes,7,opt,name=set_cutover,json=setCutover,proto3,oneof"`
 }
 
+type Op_HandleError struct {
+	HandleError *HandleError `protobuf:"bytes,8,opt,name=handle_error,json=handleError,proto3,oneof"`
+}
+
 func (*Op_Start) isOp_Op() {}
 
 func (*Op_SetStage) isOp_Op() {}
@@ -1306,6 +1565,95 @@ func (*Op_Delete) isOp_Op() {}
 func (*Op_Update) isOp_Op() {}
 
 func (*Op_SetCutover) isOp_Op() {}
+
+func (*Op_HandleError) isOp_Op() {}
+
+// HandleError sets (Skip, Replace, Inject) or removes (Revert) the
+// operator at source position at of a share in the Sync unit; a Paused
+// share resumes.
+type HandleError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Op            pb.ErrorOp             `protobuf:"varint,2,opt,name=op,proto3,enum=pb.ErrorOp" json:"op,omitempty"`
+	At            *Place                 `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	Ops           []*ChunkOp             `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	Text          []string               `protobuf:"bytes,5,rep,name=text,proto3" json:"text,omitempty"`
+	NowMs         int64                  `protobuf:"varint,6,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandleError) Reset() {
+	*x = HandleError{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandleError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandleError) ProtoMessage() {}
+
+func (x *HandleError) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandleError.ProtoReflect.Descriptor instead.
+func (*HandleError) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HandleError) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HandleError) GetOp() pb.ErrorOp {
+	if x != nil {
+		return x.Op
+	}
+	return pb.ErrorOp(0)
+}
+
+func (x *HandleError) GetAt() *Place {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *HandleError) GetOps() []*ChunkOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *HandleError) GetText() []string {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *HandleError) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
 
 // SetCutover moves a share's cutover to cutover.step (the fields of that
 // step taken from cutover): forward one step at a time, to the step it is
@@ -1321,7 +1669,7 @@ type SetCutover struct {
 
 func (x *SetCutover) Reset() {
 	*x = SetCutover{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1681,7 @@ func (x *SetCutover) String() string {
 func (*SetCutover) ProtoMessage() {}
 
 func (x *SetCutover) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1694,7 @@ func (x *SetCutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCutover.ProtoReflect.Descriptor instead.
 func (*SetCutover) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetCutover) GetName() string {
@@ -1390,7 +1738,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1750,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1763,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Start) GetConfig() *TaskConfig {
@@ -1495,7 +1843,7 @@ type SetStage struct {
 
 func (x *SetStage) Reset() {
 	*x = SetStage{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1855,7 @@ func (x *SetStage) String() string {
 func (*SetStage) ProtoMessage() {}
 
 func (x *SetStage) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1868,7 @@ func (x *SetStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStage.ProtoReflect.Descriptor instead.
 func (*SetStage) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetStage) GetName() string {
@@ -1570,15 +1918,18 @@ type Advance struct {
 	ClearAsOf bool              `protobuf:"varint,9,opt,name=clear_as_of,json=clearAsOf,proto3" json:"clear_as_of,omitempty"`
 	// clones: clone chunks created or changed; clones_done: chunks that
 	// are clone chunks no more.
-	Clones        map[uint64]*Clone `protobuf:"bytes,10,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	ClonesDone    []uint64          `protobuf:"varint,11,rep,packed,name=clones_done,json=clonesDone,proto3" json:"clones_done,omitempty"`
+	Clones     map[uint64]*Clone `protobuf:"bytes,10,rep,name=clones,proto3" json:"clones,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ClonesDone []uint64          `protobuf:"varint,11,rep,packed,name=clones_done,json=clonesDone,proto3" json:"clones_done,omitempty"`
+	// operators_done: the positions of the operators these ops carried
+	// out (they leave the share).
+	OperatorsDone []*Place `protobuf:"bytes,12,rep,name=operators_done,json=operatorsDone,proto3" json:"operators_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1941,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1954,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Advance) GetName() string {
@@ -1683,6 +2034,13 @@ func (x *Advance) GetClonesDone() []uint64 {
 	return nil
 }
 
+func (x *Advance) GetOperatorsDone() []*Place {
+	if x != nil {
+		return x.OperatorsDone
+	}
+	return nil
+}
+
 // Fail pauses a running share with error; resumable says auto-resume may
 // resume it.
 type Fail struct {
@@ -1691,13 +2049,14 @@ type Fail struct {
 	Error         *pb.ProcessError       `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	Resumable     bool                   `protobuf:"varint,3,opt,name=resumable,proto3" json:"resumable,omitempty"`
 	NowMs         int64                  `protobuf:"varint,4,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	At            *Place                 `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"` // the source position of the op that failed, if known
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2068,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2081,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Fail) GetName() string {
@@ -1753,6 +2112,13 @@ func (x *Fail) GetNowMs() int64 {
 	return 0
 }
 
+func (x *Fail) GetAt() *Place {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 // Delete removes a share (stop-task).
 type Delete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1763,7 +2129,7 @@ type Delete struct {
 
 func (x *Delete) Reset() {
 	*x = Delete{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +2141,7 @@ func (x *Delete) String() string {
 func (*Delete) ProtoMessage() {}
 
 func (x *Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +2154,7 @@ func (x *Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delete.ProtoReflect.Descriptor instead.
 func (*Delete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Delete) GetName() string {
@@ -1811,7 +2177,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2189,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2202,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Update) GetName() string {
@@ -1879,7 +2245,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2257,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2270,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FenceRequest) GetPool() uint32 {
@@ -1978,7 +2344,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2356,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2369,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FenceResponse) GetCode() int32 {
@@ -2098,7 +2464,7 @@ type SourceFenceRequest struct {
 
 func (x *SourceFenceRequest) Reset() {
 	*x = SourceFenceRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2476,7 @@ func (x *SourceFenceRequest) String() string {
 func (*SourceFenceRequest) ProtoMessage() {}
 
 func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2489,7 @@ func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceFenceRequest.ProtoReflect.Descriptor instead.
 func (*SourceFenceRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SourceFenceRequest) GetPool() uint32 {
@@ -2188,7 +2554,7 @@ type SourceFenceResponse struct {
 
 func (x *SourceFenceResponse) Reset() {
 	*x = SourceFenceResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2566,7 @@ func (x *SourceFenceResponse) String() string {
 func (*SourceFenceResponse) ProtoMessage() {}
 
 func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2579,7 @@ func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceFenceResponse.ProtoReflect.Descriptor instead.
 func (*SourceFenceResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SourceFenceResponse) GetCode() int32 {
@@ -2250,7 +2616,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2628,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2641,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckRequest) GetPool() uint32 {
@@ -2316,7 +2682,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2694,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2707,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckResponse) GetCode() int32 {
@@ -2399,7 +2765,7 @@ type CutoverRequest struct {
 
 func (x *CutoverRequest) Reset() {
 	*x = CutoverRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2777,7 @@ func (x *CutoverRequest) String() string {
 func (*CutoverRequest) ProtoMessage() {}
 
 func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2790,7 @@ func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverRequest.ProtoReflect.Descriptor instead.
 func (*CutoverRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CutoverRequest) GetName() string {
@@ -2465,7 +2831,7 @@ type CutoverResponse struct {
 
 func (x *CutoverResponse) Reset() {
 	*x = CutoverResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2843,7 @@ func (x *CutoverResponse) String() string {
 func (*CutoverResponse) ProtoMessage() {}
 
 func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2856,7 @@ func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverResponse.ProtoReflect.Descriptor instead.
 func (*CutoverResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CutoverResponse) GetResult() bool {
@@ -2547,7 +2913,7 @@ type StartTaskRequest struct {
 
 func (x *StartTaskRequest) Reset() {
 	*x = StartTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2925,7 @@ func (x *StartTaskRequest) String() string {
 func (*StartTaskRequest) ProtoMessage() {}
 
 func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2938,7 @@ func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTaskRequest.ProtoReflect.Descriptor instead.
 func (*StartTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StartTaskRequest) GetTask() string {
@@ -2601,7 +2967,7 @@ type OperateTaskRequest struct {
 
 func (x *OperateTaskRequest) Reset() {
 	*x = OperateTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2979,7 @@ func (x *OperateTaskRequest) String() string {
 func (*OperateTaskRequest) ProtoMessage() {}
 
 func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2992,7 @@ func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperateTaskRequest.ProtoReflect.Descriptor instead.
 func (*OperateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OperateTaskRequest) GetName() string {
@@ -2656,7 +3022,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +3034,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +3047,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ControlResponse) GetResult() bool {
@@ -2717,7 +3083,7 @@ type CopysetResult struct {
 
 func (x *CopysetResult) Reset() {
 	*x = CopysetResult{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +3095,7 @@ func (x *CopysetResult) String() string {
 func (*CopysetResult) ProtoMessage() {}
 
 func (x *CopysetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +3108,7 @@ func (x *CopysetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopysetResult.ProtoReflect.Descriptor instead.
 func (*CopysetResult) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CopysetResult) GetPool() uint32 {
@@ -2785,7 +3151,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +3163,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +3176,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRequest) GetPool() uint32 {
@@ -2850,7 +3216,7 @@ type Located struct {
 
 func (x *Located) Reset() {
 	*x = Located{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3228,7 @@ func (x *Located) String() string {
 func (*Located) ProtoMessage() {}
 
 func (x *Located) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3241,7 @@ func (x *Located) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Located.ProtoReflect.Descriptor instead.
 func (*Located) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Located) GetPool() uint32 {
@@ -2953,7 +3319,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3331,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3344,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListResponse) GetSubtasks() []*Located {
@@ -3008,7 +3374,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3386,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3399,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProposeRequest) GetPool() uint32 {
@@ -3072,7 +3438,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3450,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3463,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProposeResponse) GetCode() int32 {
@@ -3172,7 +3538,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x10\n" +
 	"\x03ops\x18\x04 \x01(\x04R\x03ops\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x18\n" +
-	"\arefused\x18\x06 \x01(\x04R\arefused\"\xbe\x06\n" +
+	"\arefused\x18\x06 \x01(\x04R\arefused\"\xa4\a\n" +
 	"\aSubTask\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
@@ -3194,13 +3560,35 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\tresumable\x18\r \x01(\bR\tresumable\x124\n" +
 	"\x05as_of\x18\x0e \x03(\v2\x1f.chunkraft.dm.SubTask.AsOfEntryR\x04asOf\x129\n" +
 	"\x06clones\x18\x0f \x03(\v2!.chunkraft.dm.SubTask.ClonesEntryR\x06clones\x12/\n" +
-	"\acutover\x18\x10 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\x1aL\n" +
+	"\acutover\x18\x10 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\x124\n" +
+	"\toperators\x18\x11 \x03(\v2\x16.chunkraft.dm.OperatorR\toperators\x12.\n" +
+	"\berror_at\x18\x12 \x01(\v2\x13.chunkraft.dm.PlaceR\aerrorAt\x1aL\n" +
 	"\tAsOfEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
 	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
 	"\vClonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
-	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"\xca\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"\x80\x02\n" +
+	"\aChunkOp\x12.\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.chunkraft.dm.ChunkOp.KindR\x04kind\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\x04R\x05chunk\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\rR\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\rR\x06length\x12\x0e\n" +
+	"\x02sn\x18\x05 \x01(\x04R\x02sn\x12!\n" +
+	"\fcorrected_sn\x18\x06 \x01(\x04R\vcorrectedSn\x12\x12\n" +
+	"\x04data\x18\a \x01(\fR\x04data\"8\n" +
+	"\x04Kind\x12\b\n" +
+	"\x04NOOP\x10\x00\x12\t\n" +
+	"\x05WRITE\x10\x01\x12\n" +
+	"\n" +
+	"\x06DELETE\x10\x02\x12\x0f\n" +
+	"\vDELETE_SNAP\x10\x03\"\xa4\x01\n" +
+	"\bOperator\x12\x1b\n" +
+	"\x02op\x18\x01 \x01(\x0e2\v.pb.ErrorOpR\x02op\x12#\n" +
+	"\x02at\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x02at\x12'\n" +
+	"\x03ops\x18\x03 \x03(\v2\x15.chunkraft.dm.ChunkOpR\x03ops\x12\x12\n" +
+	"\x04text\x18\x04 \x03(\tR\x04text\x12\x19\n" +
+	"\badded_ms\x18\x05 \x01(\x03R\aaddedMs\"\xca\x02\n" +
 	"\aCutover\x12-\n" +
 	"\x04step\x18\x01 \x01(\x0e2\x19.chunkraft.dm.CutoverStepR\x04step\x12\x1f\n" +
 	"\vfence_index\x18\x02 \x01(\x04R\n" +
@@ -3230,7 +3618,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04Line\x12'\n" +
 	"\x04base\x18\x01 \x01(\v2\x13.chunkraft.dm.StateR\x04base\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12 \n" +
-	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xe8\x02\n" +
+	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xa8\x03\n" +
 	"\x02Op\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.chunkraft.dm.StartH\x00R\x05start\x125\n" +
 	"\tset_stage\x18\x02 \x01(\v2\x16.chunkraft.dm.SetStageH\x00R\bsetStage\x121\n" +
@@ -3239,8 +3627,16 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06delete\x18\x05 \x01(\v2\x14.chunkraft.dm.DeleteH\x00R\x06delete\x12.\n" +
 	"\x06update\x18\x06 \x01(\v2\x14.chunkraft.dm.UpdateH\x00R\x06update\x12;\n" +
 	"\vset_cutover\x18\a \x01(\v2\x18.chunkraft.dm.SetCutoverH\x00R\n" +
-	"setCutoverB\x04\n" +
-	"\x02op\"Q\n" +
+	"setCutover\x12>\n" +
+	"\fhandle_error\x18\b \x01(\v2\x19.chunkraft.dm.HandleErrorH\x00R\vhandleErrorB\x04\n" +
+	"\x02op\"\xb7\x01\n" +
+	"\vHandleError\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\x02op\x18\x02 \x01(\x0e2\v.pb.ErrorOpR\x02op\x12#\n" +
+	"\x02at\x18\x03 \x01(\v2\x13.chunkraft.dm.PlaceR\x02at\x12'\n" +
+	"\x03ops\x18\x04 \x03(\v2\x15.chunkraft.dm.ChunkOpR\x03ops\x12\x12\n" +
+	"\x04text\x18\x05 \x03(\tR\x04text\x12\x15\n" +
+	"\x06now_ms\x18\x06 \x01(\x03R\x05nowMs\"Q\n" +
 	"\n" +
 	"SetCutover\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -3264,7 +3660,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\t.pb.StageR\x05stage\x12\x17\n" +
 	"\aby_user\x18\x03 \x01(\bR\x06byUser\x12\x15\n" +
-	"\x06now_ms\x18\x04 \x01(\x03R\x05nowMs\"\xc4\x04\n" +
+	"\x06now_ms\x18\x04 \x01(\x03R\x05nowMs\"\x80\x05\n" +
 	"\aAdvance\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x04from\x18\x02 \x01(\v2\x18.chunkraft.dm.CheckpointR\x04from\x12(\n" +
@@ -3278,18 +3674,20 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06clones\x18\n" +
 	" \x03(\v2!.chunkraft.dm.Advance.ClonesEntryR\x06clones\x12\x1f\n" +
 	"\vclones_done\x18\v \x03(\x04R\n" +
-	"clonesDone\x1aL\n" +
+	"clonesDone\x12:\n" +
+	"\x0eoperators_done\x18\f \x03(\v2\x13.chunkraft.dm.PlaceR\roperatorsDone\x1aL\n" +
 	"\tAsOfEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
 	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
 	"\vClonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
-	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"w\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"\x9c\x01\n" +
 	"\x04Fail\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05error\x18\x02 \x01(\v2\x10.pb.ProcessErrorR\x05error\x12\x1c\n" +
 	"\tresumable\x18\x03 \x01(\bR\tresumable\x12\x15\n" +
-	"\x06now_ms\x18\x04 \x01(\x03R\x05nowMs\"\x1c\n" +
+	"\x06now_ms\x18\x04 \x01(\x03R\x05nowMs\x12#\n" +
+	"\x02at\x18\x05 \x01(\v2\x13.chunkraft.dm.PlaceR\x02at\"\x1c\n" +
 	"\x06Delete\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"e\n" +
 	"\x06Update\x12\x12\n" +
@@ -3445,141 +3843,158 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 	return file_chunkraft_dmpb_dm_proto_rawDescData
 }
 
-var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(Mode)(0),                   // 0: chunkraft.dm.Mode
 	(CutoverStep)(0),            // 1: chunkraft.dm.CutoverStep
 	(FenceOp)(0),                // 2: chunkraft.dm.FenceOp
-	(*TaskConfig)(nil),          // 3: chunkraft.dm.TaskConfig
-	(*Source)(nil),              // 4: chunkraft.dm.Source
-	(*SyncSettings)(nil),        // 5: chunkraft.dm.SyncSettings
-	(*Checkpoint)(nil),          // 6: chunkraft.dm.Checkpoint
-	(*Counters)(nil),            // 7: chunkraft.dm.Counters
-	(*SubTask)(nil),             // 8: chunkraft.dm.SubTask
-	(*Cutover)(nil),             // 9: chunkraft.dm.Cutover
-	(*Place)(nil),               // 10: chunkraft.dm.Place
-	(*Clone)(nil),               // 11: chunkraft.dm.Clone
-	(*State)(nil),               // 12: chunkraft.dm.State
-	(*Line)(nil),                // 13: chunkraft.dm.Line
-	(*Op)(nil),                  // 14: chunkraft.dm.Op
-	(*SetCutover)(nil),          // 15: chunkraft.dm.SetCutover
-	(*Start)(nil),               // 16: chunkraft.dm.Start
-	(*SetStage)(nil),            // 17: chunkraft.dm.SetStage
-	(*Advance)(nil),             // 18: chunkraft.dm.Advance
-	(*Fail)(nil),                // 19: chunkraft.dm.Fail
-	(*Delete)(nil),              // 20: chunkraft.dm.Delete
-	(*Update)(nil),              // 21: chunkraft.dm.Update
-	(*FenceRequest)(nil),        // 22: chunkraft.dm.FenceRequest
-	(*FenceResponse)(nil),       // 23: chunkraft.dm.FenceResponse
-	(*SourceFenceRequest)(nil),  // 24: chunkraft.dm.SourceFenceRequest
-	(*SourceFenceResponse)(nil), // 25: chunkraft.dm.SourceFenceResponse
-	(*CheckRequest)(nil),        // 26: chunkraft.dm.CheckRequest
-	(*CheckResponse)(nil),       // 27: chunkraft.dm.CheckResponse
-	(*CutoverRequest)(nil),      // 28: chunkraft.dm.CutoverRequest
-	(*CutoverResponse)(nil),     // 29: chunkraft.dm.CutoverResponse
-	(*StartTaskRequest)(nil),    // 30: chunkraft.dm.StartTaskRequest
-	(*OperateTaskRequest)(nil),  // 31: chunkraft.dm.OperateTaskRequest
-	(*ControlResponse)(nil),     // 32: chunkraft.dm.ControlResponse
-	(*CopysetResult)(nil),       // 33: chunkraft.dm.CopysetResult
-	(*ListRequest)(nil),         // 34: chunkraft.dm.ListRequest
-	(*Located)(nil),             // 35: chunkraft.dm.Located
-	(*ListResponse)(nil),        // 36: chunkraft.dm.ListResponse
-	(*ProposeRequest)(nil),      // 37: chunkraft.dm.ProposeRequest
-	(*ProposeResponse)(nil),     // 38: chunkraft.dm.ProposeResponse
-	nil,                         // 39: chunkraft.dm.SubTask.AsOfEntry
-	nil,                         // 40: chunkraft.dm.SubTask.ClonesEntry
-	nil,                         // 41: chunkraft.dm.Start.ClonesEntry
-	nil,                         // 42: chunkraft.dm.Advance.AsOfEntry
-	nil,                         // 43: chunkraft.dm.Advance.ClonesEntry
-	(*datasync.SyncPoint)(nil),  // 44: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),               // 45: pb.Stage
-	(pb.UnitType)(0),            // 46: pb.UnitType
-	(*pb.ProcessResult)(nil),    // 47: pb.ProcessResult
-	(*pb.ProcessError)(nil),     // 48: pb.ProcessError
-	(pb.TaskOp)(0),              // 49: pb.TaskOp
+	(ChunkOp_Kind)(0),           // 3: chunkraft.dm.ChunkOp.Kind
+	(*TaskConfig)(nil),          // 4: chunkraft.dm.TaskConfig
+	(*Source)(nil),              // 5: chunkraft.dm.Source
+	(*SyncSettings)(nil),        // 6: chunkraft.dm.SyncSettings
+	(*Checkpoint)(nil),          // 7: chunkraft.dm.Checkpoint
+	(*Counters)(nil),            // 8: chunkraft.dm.Counters
+	(*SubTask)(nil),             // 9: chunkraft.dm.SubTask
+	(*ChunkOp)(nil),             // 10: chunkraft.dm.ChunkOp
+	(*Operator)(nil),            // 11: chunkraft.dm.Operator
+	(*Cutover)(nil),             // 12: chunkraft.dm.Cutover
+	(*Place)(nil),               // 13: chunkraft.dm.Place
+	(*Clone)(nil),               // 14: chunkraft.dm.Clone
+	(*State)(nil),               // 15: chunkraft.dm.State
+	(*Line)(nil),                // 16: chunkraft.dm.Line
+	(*Op)(nil),                  // 17: chunkraft.dm.Op
+	(*HandleError)(nil),         // 18: chunkraft.dm.HandleError
+	(*SetCutover)(nil),          // 19: chunkraft.dm.SetCutover
+	(*Start)(nil),               // 20: chunkraft.dm.Start
+	(*SetStage)(nil),            // 21: chunkraft.dm.SetStage
+	(*Advance)(nil),             // 22: chunkraft.dm.Advance
+	(*Fail)(nil),                // 23: chunkraft.dm.Fail
+	(*Delete)(nil),              // 24: chunkraft.dm.Delete
+	(*Update)(nil),              // 25: chunkraft.dm.Update
+	(*FenceRequest)(nil),        // 26: chunkraft.dm.FenceRequest
+	(*FenceResponse)(nil),       // 27: chunkraft.dm.FenceResponse
+	(*SourceFenceRequest)(nil),  // 28: chunkraft.dm.SourceFenceRequest
+	(*SourceFenceResponse)(nil), // 29: chunkraft.dm.SourceFenceResponse
+	(*CheckRequest)(nil),        // 30: chunkraft.dm.CheckRequest
+	(*CheckResponse)(nil),       // 31: chunkraft.dm.CheckResponse
+	(*CutoverRequest)(nil),      // 32: chunkraft.dm.CutoverRequest
+	(*CutoverResponse)(nil),     // 33: chunkraft.dm.CutoverResponse
+	(*StartTaskRequest)(nil),    // 34: chunkraft.dm.StartTaskRequest
+	(*OperateTaskRequest)(nil),  // 35: chunkraft.dm.OperateTaskRequest
+	(*ControlResponse)(nil),     // 36: chunkraft.dm.ControlResponse
+	(*CopysetResult)(nil),       // 37: chunkraft.dm.CopysetResult
+	(*ListRequest)(nil),         // 38: chunkraft.dm.ListRequest
+	(*Located)(nil),             // 39: chunkraft.dm.Located
+	(*ListResponse)(nil),        // 40: chunkraft.dm.ListResponse
+	(*ProposeRequest)(nil),      // 41: chunkraft.dm.ProposeRequest
+	(*ProposeResponse)(nil),     // 42: chunkraft.dm.ProposeResponse
+	nil,                         // 43: chunkraft.dm.SubTask.AsOfEntry
+	nil,                         // 44: chunkraft.dm.SubTask.ClonesEntry
+	nil,                         // 45: chunkraft.dm.Start.ClonesEntry
+	nil,                         // 46: chunkraft.dm.Advance.AsOfEntry
+	nil,                         // 47: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil),  // 48: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),               // 49: pb.Stage
+	(pb.UnitType)(0),            // 50: pb.UnitType
+	(*pb.ProcessResult)(nil),    // 51: pb.ProcessResult
+	(pb.ErrorOp)(0),             // 52: pb.ErrorOp
+	(*pb.ProcessError)(nil),     // 53: pb.ProcessError
+	(pb.TaskOp)(0),              // 54: pb.TaskOp
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
-	4,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
-	5,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	44, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
-	3,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	45, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	46, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	47, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
-	6,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
-	7,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
-	39, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
-	40, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
-	9,  // 12: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
-	1,  // 13: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
-	8,  // 14: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
-	12, // 15: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
-	14, // 16: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
-	16, // 17: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
-	17, // 18: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
-	18, // 19: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
-	19, // 20: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
-	20, // 21: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
-	21, // 22: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
-	15, // 23: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
-	9,  // 24: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
-	3,  // 25: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	45, // 26: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	46, // 27: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	6,  // 28: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
-	41, // 29: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
-	45, // 30: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
-	6,  // 31: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
-	6,  // 32: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	46, // 33: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
-	7,  // 34: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	42, // 35: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
-	43, // 36: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
-	48, // 37: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
-	3,  // 38: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	2,  // 39: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	2,  // 40: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	23, // 41: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
-	16, // 42: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
-	8,  // 43: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
-	1,  // 44: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
-	33, // 45: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	49, // 46: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
-	33, // 47: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	8,  // 48: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	35, // 49: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	14, // 50: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	8,  // 51: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	10, // 52: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	11, // 53: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	11, // 54: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	10, // 55: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	11, // 56: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	34, // 57: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	37, // 58: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	26, // 59: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
-	22, // 60: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
-	24, // 61: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
-	30, // 62: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
-	31, // 63: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
-	30, // 64: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
-	28, // 65: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
-	36, // 66: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	38, // 67: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	27, // 68: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
-	23, // 69: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
-	25, // 70: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
-	32, // 71: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
-	32, // 72: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
-	32, // 73: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
-	29, // 74: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
-	66, // [66:75] is the sub-list for method output_type
-	57, // [57:66] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	5,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
+	6,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
+	48, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	4,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
+	49, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	50, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	51, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	7,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	8,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
+	43, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
+	44, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
+	12, // 12: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
+	11, // 13: chunkraft.dm.SubTask.operators:type_name -> chunkraft.dm.Operator
+	13, // 14: chunkraft.dm.SubTask.error_at:type_name -> chunkraft.dm.Place
+	3,  // 15: chunkraft.dm.ChunkOp.kind:type_name -> chunkraft.dm.ChunkOp.Kind
+	52, // 16: chunkraft.dm.Operator.op:type_name -> pb.ErrorOp
+	13, // 17: chunkraft.dm.Operator.at:type_name -> chunkraft.dm.Place
+	10, // 18: chunkraft.dm.Operator.ops:type_name -> chunkraft.dm.ChunkOp
+	1,  // 19: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
+	9,  // 20: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
+	15, // 21: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
+	17, // 22: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
+	20, // 23: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
+	21, // 24: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
+	22, // 25: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
+	23, // 26: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
+	24, // 27: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
+	25, // 28: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
+	19, // 29: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
+	18, // 30: chunkraft.dm.Op.handle_error:type_name -> chunkraft.dm.HandleError
+	52, // 31: chunkraft.dm.HandleError.op:type_name -> pb.ErrorOp
+	13, // 32: chunkraft.dm.HandleError.at:type_name -> chunkraft.dm.Place
+	10, // 33: chunkraft.dm.HandleError.ops:type_name -> chunkraft.dm.ChunkOp
+	12, // 34: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
+	4,  // 35: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
+	49, // 36: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	50, // 37: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	7,  // 38: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	45, // 39: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
+	49, // 40: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	7,  // 41: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
+	7,  // 42: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
+	50, // 43: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	8,  // 44: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
+	46, // 45: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	47, // 46: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	13, // 47: chunkraft.dm.Advance.operators_done:type_name -> chunkraft.dm.Place
+	53, // 48: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	13, // 49: chunkraft.dm.Fail.at:type_name -> chunkraft.dm.Place
+	4,  // 50: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
+	2,  // 51: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	2,  // 52: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	27, // 53: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
+	20, // 54: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
+	9,  // 55: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
+	1,  // 56: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
+	37, // 57: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	54, // 58: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
+	37, // 59: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	9,  // 60: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	39, // 61: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	17, // 62: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	9,  // 63: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	13, // 64: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	14, // 65: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	14, // 66: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	13, // 67: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	14, // 68: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	38, // 69: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	41, // 70: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	30, // 71: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
+	26, // 72: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
+	28, // 73: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
+	34, // 74: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
+	35, // 75: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
+	34, // 76: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
+	32, // 77: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
+	40, // 78: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	42, // 79: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	31, // 80: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	27, // 81: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
+	29, // 82: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
+	36, // 83: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	36, // 84: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	36, // 85: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
+	33, // 86: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
+	78, // [78:87] is the sub-list for method output_type
+	69, // [69:78] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -3587,7 +4002,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 	if File_chunkraft_dmpb_dm_proto != nil {
 		return
 	}
-	file_chunkraft_dmpb_dm_proto_msgTypes[11].OneofWrappers = []any{
+	file_chunkraft_dmpb_dm_proto_msgTypes[13].OneofWrappers = []any{
 		(*Op_Start)(nil),
 		(*Op_SetStage)(nil),
 		(*Op_Advance)(nil),
@@ -3595,14 +4010,15 @@ func file_chunkraft_dmpb_dm_proto_init() {
 		(*Op_Delete)(nil),
 		(*Op_Update)(nil),
 		(*Op_SetCutover)(nil),
+		(*Op_HandleError)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   41,
+			NumEnums:      4,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1180,6 +1180,110 @@ func (x *MarkerClone) GetWritten() []byte {
 	return nil
 }
 
+// PurgeRecord says that the first packets of one copyset's export were
+// deleted (a dm task's relay purge, `chunkctl dm purge-relay`): every
+// packet before first_kept. It is written, as
+// pool-<P>/copyset-<C>/purged.pb, before the first packet is deleted, so
+// that a restore of the export says why it cannot restore rather than
+// replay what is left (docs/sync-format.md, "Purged packets").
+type PurgeRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// format_version: the packet format version of the export (1).
+	FormatVersion uint32 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	LogicPoolId   uint32 `protobuf:"varint,2,opt,name=logic_pool_id,json=logicPoolId,proto3" json:"logic_pool_id,omitempty"`
+	CopysetId     uint32 `protobuf:"varint,3,opt,name=copyset_id,json=copysetId,proto3" json:"copyset_id,omitempty"`
+	// first_kept: the start point of the first packet kept; every packet
+	// before it is deleted, or being deleted.
+	FirstKept *datasync.SyncPoint `protobuf:"bytes,4,opt,name=first_kept,json=firstKept,proto3" json:"first_kept,omitempty"`
+	// packets: how many packets were purged in all.
+	Packets uint64 `protobuf:"varint,5,opt,name=packets,proto3" json:"packets,omitempty"`
+	// purged_at_ms: when the last purge was made (unix milliseconds).
+	PurgedAtMs int64 `protobuf:"varint,6,opt,name=purged_at_ms,json=purgedAtMs,proto3" json:"purged_at_ms,omitempty"`
+	// by: who purged (the dm task: "dm task mig").
+	By            string `protobuf:"bytes,7,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeRecord) Reset() {
+	*x = PurgeRecord{}
+	mi := &file_chunkraft_syncpb_export_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeRecord) ProtoMessage() {}
+
+func (x *PurgeRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_syncpb_export_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeRecord.ProtoReflect.Descriptor instead.
+func (*PurgeRecord) Descriptor() ([]byte, []int) {
+	return file_chunkraft_syncpb_export_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PurgeRecord) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *PurgeRecord) GetLogicPoolId() uint32 {
+	if x != nil {
+		return x.LogicPoolId
+	}
+	return 0
+}
+
+func (x *PurgeRecord) GetCopysetId() uint32 {
+	if x != nil {
+		return x.CopysetId
+	}
+	return 0
+}
+
+func (x *PurgeRecord) GetFirstKept() *datasync.SyncPoint {
+	if x != nil {
+		return x.FirstKept
+	}
+	return nil
+}
+
+func (x *PurgeRecord) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *PurgeRecord) GetPurgedAtMs() int64 {
+	if x != nil {
+		return x.PurgedAtMs
+	}
+	return 0
+}
+
+func (x *PurgeRecord) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 var File_chunkraft_syncpb_export_proto protoreflect.FileDescriptor
 
 const file_chunkraft_syncpb_export_proto_rawDesc = "" +
@@ -1292,7 +1396,18 @@ const file_chunkraft_syncpb_export_proto_rawDesc = "" +
 	"\bchunk_id\x18\x01 \x01(\x04R\achunkId\x12\x0e\n" +
 	"\x02sn\x18\x02 \x01(\x04R\x02sn\x12!\n" +
 	"\fcorrected_sn\x18\x03 \x01(\x04R\vcorrectedSn\x12\x18\n" +
-	"\awritten\x18\x04 \x01(\fR\awrittenB>Z<github.com/chunkraft/chunkraft/proto/chunkraft/syncpb;syncpbb\x06proto3"
+	"\awritten\x18\x04 \x01(\fR\awritten\"\x80\x02\n" +
+	"\vPurgeRecord\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\"\n" +
+	"\rlogic_pool_id\x18\x02 \x01(\rR\vlogicPoolId\x12\x1d\n" +
+	"\n" +
+	"copyset_id\x18\x03 \x01(\rR\tcopysetId\x12;\n" +
+	"\n" +
+	"first_kept\x18\x04 \x01(\v2\x1c.openmldb.datasync.SyncPointR\tfirstKept\x12\x18\n" +
+	"\apackets\x18\x05 \x01(\x04R\apackets\x12 \n" +
+	"\fpurged_at_ms\x18\x06 \x01(\x03R\n" +
+	"purgedAtMs\x12\x0e\n" +
+	"\x02by\x18\a \x01(\tR\x02byB>Z<github.com/chunkraft/chunkraft/proto/chunkraft/syncpb;syncpbb\x06proto3"
 
 var (
 	file_chunkraft_syncpb_export_proto_rawDescOnce sync.Once
@@ -1306,7 +1421,7 @@ func file_chunkraft_syncpb_export_proto_rawDescGZIP() []byte {
 	return file_chunkraft_syncpb_export_proto_rawDescData
 }
 
-var file_chunkraft_syncpb_export_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_chunkraft_syncpb_export_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_chunkraft_syncpb_export_proto_goTypes = []any{
 	(*PacketHeader)(nil),             // 0: chunkraft.sync.PacketHeader
 	(*Body)(nil),                     // 1: chunkraft.sync.Body
@@ -1318,28 +1433,30 @@ var file_chunkraft_syncpb_export_proto_goTypes = []any{
 	(*ManifestEntry)(nil),            // 7: chunkraft.sync.ManifestEntry
 	(*RestoreMarker)(nil),            // 8: chunkraft.sync.RestoreMarker
 	(*MarkerClone)(nil),              // 9: chunkraft.sync.MarkerClone
-	(*datasync.SyncPoint)(nil),       // 10: openmldb.datasync.SyncPoint
-	(*chunkserver.ChunkRequest)(nil), // 11: curve.chunkserver.ChunkRequest
+	(*PurgeRecord)(nil),              // 10: chunkraft.sync.PurgeRecord
+	(*datasync.SyncPoint)(nil),       // 11: openmldb.datasync.SyncPoint
+	(*chunkserver.ChunkRequest)(nil), // 12: curve.chunkserver.ChunkRequest
 }
 var file_chunkraft_syncpb_export_proto_depIdxs = []int32{
-	10, // 0: chunkraft.sync.PacketHeader.start_point:type_name -> openmldb.datasync.SyncPoint
-	10, // 1: chunkraft.sync.PacketHeader.next_point:type_name -> openmldb.datasync.SyncPoint
+	11, // 0: chunkraft.sync.PacketHeader.start_point:type_name -> openmldb.datasync.SyncPoint
+	11, // 1: chunkraft.sync.PacketHeader.next_point:type_name -> openmldb.datasync.SyncPoint
 	2,  // 2: chunkraft.sync.Body.records:type_name -> chunkraft.sync.Record
 	3,  // 3: chunkraft.sync.Record.snapshot:type_name -> chunkraft.sync.SnapshotRecord
 	4,  // 4: chunkraft.sync.Record.cow_snapshot:type_name -> chunkraft.sync.CowSnapshotRecord
 	5,  // 5: chunkraft.sync.Record.binlog:type_name -> chunkraft.sync.BinlogRecord
-	11, // 6: chunkraft.sync.BinlogRecord.op:type_name -> curve.chunkserver.ChunkRequest
+	12, // 6: chunkraft.sync.BinlogRecord.op:type_name -> curve.chunkserver.ChunkRequest
 	7,  // 7: chunkraft.sync.Manifest.packets:type_name -> chunkraft.sync.ManifestEntry
 	7,  // 8: chunkraft.sync.Manifest.previous:type_name -> chunkraft.sync.ManifestEntry
-	10, // 9: chunkraft.sync.ManifestEntry.start_point:type_name -> openmldb.datasync.SyncPoint
-	10, // 10: chunkraft.sync.ManifestEntry.next_point:type_name -> openmldb.datasync.SyncPoint
-	10, // 11: chunkraft.sync.RestoreMarker.next_point:type_name -> openmldb.datasync.SyncPoint
+	11, // 9: chunkraft.sync.ManifestEntry.start_point:type_name -> openmldb.datasync.SyncPoint
+	11, // 10: chunkraft.sync.ManifestEntry.next_point:type_name -> openmldb.datasync.SyncPoint
+	11, // 11: chunkraft.sync.RestoreMarker.next_point:type_name -> openmldb.datasync.SyncPoint
 	9,  // 12: chunkraft.sync.RestoreMarker.clones:type_name -> chunkraft.sync.MarkerClone
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 13: chunkraft.sync.PurgeRecord.first_kept:type_name -> openmldb.datasync.SyncPoint
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_syncpb_export_proto_init() }
@@ -1358,7 +1475,7 @@ func file_chunkraft_syncpb_export_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_syncpb_export_proto_rawDesc), len(file_chunkraft_syncpb_export_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
