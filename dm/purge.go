@@ -220,18 +220,12 @@ func lastPacket(infos []objstore.ObjectInfo) string {
 
 // firstKept is the start point of the packet after packet last: its next
 // point.
-func firstKept(ctx context.Context, d interface {
-	Get(ctx context.Context, name string) ([]byte, error)
-}, last string) (exportfmt.Point, error) {
-	b, err := d.Get(ctx, last)
-	if err != nil {
-		return exportfmt.Point{}, fmt.Errorf("read %s: %w", last, err)
-	}
-	pkt, err := exportfmt.Verify(b)
+func firstKept(ctx context.Context, d exportfmt.HeadReader, last string) (exportfmt.Point, error) {
+	_, _, next, err := exportfmt.ReadHead(ctx, d, last)
 	if err != nil {
 		return exportfmt.Point{}, fmt.Errorf("packet %s: %w", last, err)
 	}
-	return pkt.Next, nil
+	return next, nil
 }
 
 // writePurge writes (or moves on) copyset (pool, cs)'s purge record:

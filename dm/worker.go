@@ -140,16 +140,13 @@ func (s *Service) relayStatus(ctx context.Context, shares []*pb.Located) *dmpb.R
 		if lastN == "" {
 			continue
 		}
-		// How far it reaches: the last packet's next point.
-		b, err := src.Get(ctx, lastN)
-		if err != nil {
-			return relayErr(err)
-		}
-		pkt, err := exportfmt.Decode(b)
+		// How far it reaches: the last packet's next point (in its
+		// header: the body, up to 64 MiB, is not read).
+		_, _, next, err := exportfmt.ReadHead(ctx, src, lastN)
 		if err != nil {
 			return relayErr(fmt.Errorf("packet %s: %w", lastN, err))
 		}
-		master = append(master, fmt.Sprintf("%d/%d:%s", pool, cs, pkt.Next))
+		master = append(master, fmt.Sprintf("%d/%d:%s", pool, cs, next))
 	}
 	out.MasterBinlog = strings.Join(master, ",")
 	return out

@@ -32,6 +32,9 @@ type Dest interface {
 	// object's size + 1), so that a reader of many objects reuses one
 	// buffer; the result aliases buf then.
 	GetInto(ctx context.Context, name string, buf []byte) ([]byte, error)
+	// GetHead returns the first n bytes of object name, fewer when it is
+	// shorter; a missing object is an error wrapping objstore.ErrNotExist.
+	GetHead(ctx context.Context, name string, n int) ([]byte, error)
 	// List returns the objects whose names start with prefix, sorted by
 	// name.
 	List(ctx context.Context, prefix string) ([]objstore.ObjectInfo, error)
@@ -100,6 +103,15 @@ const getAttempts = 3
 
 func (d *storeDest) Get(ctx context.Context, name string) ([]byte, error) {
 	return d.GetInto(ctx, name, nil)
+}
+
+func (d *storeDest) GetHead(ctx context.Context, name string, n int) ([]byte, error) {
+	p := make([]byte, n)
+	k, err := d.store.ReadAt(ctx, name, p, 0)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, fmt.Errorf("dest %s: %w", d.desc, err)
+	}
+	return p[:k], nil
 }
 
 func (d *storeDest) GetInto(ctx context.Context, name string, buf []byte) ([]byte, error) {

@@ -115,6 +115,16 @@ func exercise(t *testing.T, d Dest) {
 	if b, err := d.GetInto(ctx, name, small); err != nil || string(b) != "first, again and longer" || &b[0] == &small[:1][0] {
 		t.Errorf("GetInto a buffer too small: %q, %v", b, err)
 	}
+	// GetHead reads the first bytes, or the whole of a shorter object.
+	if b, err := d.GetHead(ctx, name, 5); err != nil || string(b) != "first" {
+		t.Errorf("GetHead 5: %q, %v", b, err)
+	}
+	if b, err := d.GetHead(ctx, name, 100); err != nil || string(b) != "first, again and longer" {
+		t.Errorf("GetHead past the end: %q, %v", b, err)
+	}
+	if _, err := d.GetHead(ctx, "pool-1/copyset-2/empty", 5); !errors.Is(err, objstore.ErrNotExist) {
+		t.Errorf("GetHead of a missing object = %v; want ErrNotExist", err)
+	}
 }
 
 func TestFileDest(t *testing.T) {

@@ -1,6 +1,7 @@
 package exportfmt
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -174,20 +175,54 @@ func Verify(b []byte) (*Packet, error) {
 	return p, nil
 }
 
-// How decode decodes the records.
-type decodeMode int
+// HeadSize is how many leading bytes of a packet DecodeHead is given to
+// find its header in, as a rule (a header is about a hundred bytes).
+const HeadSize = 4 << 10
 
-const (
-	decodeCopy     decodeMode = iota // proto.Unmarshal: the data copied
-	decodeStripped                   // without their data fields; hasData tells which had data
-	decodeAlias                      // the data aliasing b (recordsStripped with alias)
-)
-
-// decode decodes b, its records as mode says.
-func decode(b []byte, mode decodeMode) (*Packet, error) {
-	if len(b) > MaxPacketSize {
-		return nil, fmt.Errorf("packet is %d bytes, more than the %d-byte limit", len(b), MaxPacketSize)
+// DecodeHead decodes the prefix and header of a packet from its first
+// bytes b and checks them and its points; the body is neither read nor
+// checked. A header longer than b is an error naming the size needed.
+func DecodeHead(b []byte) (*syncpb.PacketHeader, Point, Point, error) {
+	bad := func(err error) (*syncpb.PacketHeader, Point, Point, error) {
+		return nil, Point{}, Point{}, fmt.Errorf("exportfmt: decode packet header: %w", err)
 	}
+	hdr, err := decodeHeader(b)
+	if err != nil {
+		return bad(err)
+	}
+	start, next, err := checkPoints(hdr)
+	if err != nil {
+		return bad(err)
+	}
+	return hdr, start, next, nil
+}
+
+// HeadReader reads the first bytes of an object (dest.Dest does).
+type HeadReader interface {
+	GetHead(ctx context.Context, name string, n int) ([]byte, error)
+}
+
+// ReadHead reads and decodes the header of packet name (DecodeHead),
+// reading only its first bytes: a reader that wants where a packet ends
+// (its next point) does not read its body.
+func ReadHead(ctx context.Context, r HeadReader, name string) (*syncpb.PacketHeader, Point, Point, error) {
+	b, err := r.GetHead(ctx, name, HeadSize)
+	if err != nil {
+		return nil, Point{}, Point{}, err
+	}
+	if len(b) >= PrefixSize {
+		if n := PrefixSize + int(binary.LittleEndian.Uint32(b[len(Magic)+1:])); n > len(b) && n <= PrefixSize+MaxHeaderSize {
+			if b, err = r.GetHead(ctx, name, n); err != nil {
+				return nil, Point{}, Point{}, err
+			}
+		}
+	}
+	return DecodeHead(b)
+}
+
+// decodeHeader decodes and checks the prefix and the header at the start
+// of b.
+func decodeHeader(b []byte) (*syncpb.PacketHeader, error) {
 	if len(b) < PrefixSize {
 		return nil, fmt.Errorf("truncated: %d bytes, shorter than the %d-byte prefix", len(b), PrefixSize)
 	}
@@ -211,7 +246,28 @@ func decode(b []byte, mode decodeMode) (*Packet, error) {
 	if hdr.FormatVersion != Version {
 		return nil, fmt.Errorf("header says format version %d, the prefix %d", hdr.FormatVersion, Version)
 	}
-	body := b[PrefixSize+int(hlen):]
+	return hdr, nil
+}
+
+// How decode decodes the records.
+type decodeMode int
+
+const (
+	decodeCopy     decodeMode = iota // proto.Unmarshal: the data copied
+	decodeStripped                   // without their data fields; hasData tells which had data
+	decodeAlias                      // the data aliasing b (recordsStripped with alias)
+)
+
+// decode decodes b, its records as mode says.
+func decode(b []byte, mode decodeMode) (*Packet, error) {
+	if len(b) > MaxPacketSize {
+		return nil, fmt.Errorf("packet is %d bytes, more than the %d-byte limit", len(b), MaxPacketSize)
+	}
+	hdr, err := decodeHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	body := b[PrefixSize+int(binary.LittleEndian.Uint32(b[len(Magic)+1:])):]
 	if uint64(len(body)) != hdr.BodyLength {
 		if uint64(len(body)) < hdr.BodyLength {
 			return nil, fmt.Errorf("truncated: body is %d bytes, the header says %d", len(body), hdr.BodyLength)

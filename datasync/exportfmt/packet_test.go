@@ -2,6 +2,7 @@ package exportfmt
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -321,4 +322,46 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded packet differs: %v vs %v", q.Header, p.Header)
 		}
 	})
+}
+
+// headReader serves the first bytes of one packet, counting what it read.
+type headReader struct {
+	b    []byte
+	read int
+}
+
+func (h *headReader) GetHead(_ context.Context, _ string, n int) ([]byte, error) {
+	n = min(n, len(h.b))
+	h.read += n
+	return h.b[:n], nil
+}
+
+// ReadHead decodes a packet's header and points from its first bytes, the
+// same as Decode, without reading the body; a header cut short or a bad
+// prefix is an error.
+func TestReadHead(t *testing.T) {
+	for i, s := range samplePackets() {
+		b := mustEncode(t, s.h, s.records)
+		p, err := Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &headReader{b: b}
+		hdr, start, next, err := ReadHead(context.Background(), r, "x")
+		if err != nil || !proto.Equal(hdr, p.Header) || start != p.Start || next != p.Next {
+			t.Errorf("packet %d: ReadHead %v %v %v %v; Decode %v %v %v", i, hdr, start, next, err, p.Header, p.Start, p.Next)
+		}
+		if r.read > HeadSize {
+			t.Errorf("packet %d: ReadHead read %d bytes", i, r.read)
+		}
+	}
+	s := samplePackets()[0]
+	b := mustEncode(t, s.h, s.records)
+	if _, _, _, err := DecodeHead(b[:PrefixSize+2]); err == nil || !strings.Contains(err.Error(), "the header alone needs") {
+		t.Errorf("a cut header: %v", err)
+	}
+	bad := append([]byte("XXXXXX"), b[6:]...)
+	if _, _, _, err := DecodeHead(bad); err == nil || !strings.Contains(err.Error(), "bad magic") {
+		t.Errorf("a bad magic: %v", err)
+	}
 }
