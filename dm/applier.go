@@ -403,7 +403,7 @@ type unit struct {
 	ops    []restore.Op
 	chunk  uint64
 	chunks []uint64 // each op's chunk when they differ (an operator's); nil: chunk
-	csn    []uint64 // each write's corrected sn (an operator's); nil: none
+	csn    []uint64 // each op's corrected sn for its request (an operator's writes); nil: none
 	at     *pb.Place
 	expect []expect
 	// done changes the replay state and counters once the unit's last op
@@ -455,7 +455,7 @@ func (a *applier) packet(ctx context.Context, pkt *exportfmt.Packet) error {
 				id = u.chunks[j]
 			}
 			r := a.request(id, u.ops[j])
-			if u.csn != nil && u.csn[j] != 0 && u.ops[j].Kind == restore.OpWrite {
+			if u.csn != nil && u.csn[j] != 0 {
 				r.CorrectedSn = proto.Uint64(u.csn[j])
 			}
 			a.reqs = append(a.reqs, r)
@@ -537,9 +537,13 @@ func (a *applier) withOperator(o *pb.Operator, u unit) unit {
 		if !ok {
 			continue // noop
 		}
+		csn := uint64(0) // a delete-snap's corrected sn is its op's Sn
+		if op.GetKind() == pb.ChunkOp_WRITE {
+			csn = op.GetCorrectedSn()
+		}
 		out.ops = append(out.ops, r)
 		out.chunks = append(out.chunks, op.GetChunk())
-		out.csn = append(out.csn, op.GetCorrectedSn())
+		out.csn = append(out.csn, csn)
 		out.expect = append(out.expect, anyOutcome)
 	}
 	for i, op := range u.ops {

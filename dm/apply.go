@@ -8,10 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/datasync"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
-	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
 )
 
 // applyOp applies op at index to st and returns its result and whether st
@@ -266,7 +266,7 @@ func applyHandleError(s *pb.SubTask, index uint64, op *pb.HandleError) (Result, 
 		// binlog packet the share is in (the ops before it are in the
 		// chunk images or applied).
 		applied := comparePlace(at, &pb.Place{Index: cp.GetSourceIndex(), Op: cp.GetSourceOp()}) <= 0
-		if p := cp.GetPoint(); p.GetType() == dspb.SyncType_kBINLOG && at.GetIndex() < p.GetOffset() {
+		if p, err := exportfmt.ParsePoint(cp.GetPoint()); err == nil && p.Phase == exportfmt.PhaseBinlog && at.GetIndex() < p.Index {
 			applied = true
 		}
 		if applied {

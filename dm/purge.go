@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chunkraft/chunkraft/datasync/dest"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
@@ -114,7 +115,7 @@ func (s *Service) purgeRelay(ctx context.Context, req *dmpb.PurgeRelayRequest) (
 	for _, name := range names {
 		r, err := s.purgeTask(ctx, name, tasks[name], st)
 		if err != nil {
-			return strings.Join(append(out, err.Error()), "; "), fmt.Errorf("purge relay: %s", strings.Join(append(out, err.Error()), "; "))
+			return "", fmt.Errorf("purge relay: %s", strings.Join(append(out, err.Error()), "; "))
 		}
 		matched = matched || r.matched
 		out = append(out, r.msg)
@@ -220,7 +221,7 @@ func lastPacket(infos []objstore.ObjectInfo) string {
 
 // firstKept is the start point of the packet after packet last: its next
 // point.
-func firstKept(ctx context.Context, d exportfmt.HeadReader, last string) (exportfmt.Point, error) {
+func firstKept(ctx context.Context, d dest.Dest, last string) (exportfmt.Point, error) {
 	_, _, next, err := exportfmt.ReadHead(ctx, d, last)
 	if err != nil {
 		return exportfmt.Point{}, fmt.Errorf("packet %s: %w", last, err)
@@ -230,10 +231,7 @@ func firstKept(ctx context.Context, d exportfmt.HeadReader, last string) (export
 
 // writePurge writes (or moves on) copyset (pool, cs)'s purge record:
 // every packet before keep is purged, n more than it said.
-func writePurge(ctx context.Context, d interface {
-	Get(ctx context.Context, name string) ([]byte, error)
-	Put(ctx context.Context, name string, data []byte) error
-}, pool, cs uint32, keep exportfmt.Point, n int, by string) error {
+func writePurge(ctx context.Context, d dest.Dest, pool, cs uint32, keep exportfmt.Point, n int, by string) error {
 	name := exportfmt.PurgeName(pool, cs)
 	r := &syncpb.PurgeRecord{FormatVersion: exportfmt.Version, LogicPoolId: pool, CopysetId: cs}
 	switch b, err := d.Get(ctx, name); {

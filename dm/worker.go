@@ -10,7 +10,6 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/chunkraft/chunkraft/datasync"
-	"github.com/chunkraft/chunkraft/datasync/dest"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/datasync/restore"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
@@ -113,11 +112,7 @@ func (s *Service) relayStatus(ctx context.Context, shares []*pb.Located) *dmpb.R
 			ErrLevel: "low", Message: err.Error()}}}
 		return out
 	}
-	u, err := dest.Parse(sourceOf(cfg))
-	if err != nil {
-		return relayErr(err)
-	}
-	src, err := dest.Open(ctx, u, s.deps.ObjectStore)
+	src, err := s.openLocation(ctx, sourceOf(cfg))
 	if err != nil {
 		return relayErr(err)
 	}

@@ -186,7 +186,7 @@ func DecodeHead(b []byte) (*syncpb.PacketHeader, Point, Point, error) {
 	bad := func(err error) (*syncpb.PacketHeader, Point, Point, error) {
 		return nil, Point{}, Point{}, fmt.Errorf("exportfmt: decode packet header: %w", err)
 	}
-	hdr, err := decodeHeader(b)
+	hdr, _, err := decodeHeader(b)
 	if err != nil {
 		return bad(err)
 	}
@@ -211,7 +211,7 @@ func ReadHead(ctx context.Context, r HeadReader, name string) (*syncpb.PacketHea
 		return nil, Point{}, Point{}, err
 	}
 	if len(b) >= PrefixSize {
-		if n := PrefixSize + int(binary.LittleEndian.Uint32(b[len(Magic)+1:])); n > len(b) && n <= PrefixSize+MaxHeaderSize {
+		if n := headerEnd(b); n > len(b) && n <= PrefixSize+MaxHeaderSize {
 			if b, err = r.GetHead(ctx, name, n); err != nil {
 				return nil, Point{}, Point{}, err
 			}
@@ -220,33 +220,39 @@ func ReadHead(ctx context.Context, r HeadReader, name string) (*syncpb.PacketHea
 	return DecodeHead(b)
 }
 
+// headerEnd is where the header of a packet ends, read from the prefix at
+// the start of b (at least PrefixSize bytes).
+func headerEnd(b []byte) int {
+	return PrefixSize + int(binary.LittleEndian.Uint32(b[len(Magic)+1:]))
+}
+
 // decodeHeader decodes and checks the prefix and the header at the start
-// of b.
-func decodeHeader(b []byte) (*syncpb.PacketHeader, error) {
+// of b, and returns where the header ends.
+func decodeHeader(b []byte) (*syncpb.PacketHeader, int, error) {
 	if len(b) < PrefixSize {
-		return nil, fmt.Errorf("truncated: %d bytes, shorter than the %d-byte prefix", len(b), PrefixSize)
+		return nil, 0, fmt.Errorf("truncated: %d bytes, shorter than the %d-byte prefix", len(b), PrefixSize)
 	}
 	if string(b[:len(Magic)]) != Magic {
-		return nil, fmt.Errorf("bad magic %q (want %q): not a chunkraft sync packet", b[:len(Magic)], Magic)
+		return nil, 0, fmt.Errorf("bad magic %q (want %q): not a chunkraft sync packet", b[:len(Magic)], Magic)
 	}
 	if v := b[len(Magic)]; v != Version {
-		return nil, fmt.Errorf("unsupported format version %d (this reader knows %d)", v, Version)
+		return nil, 0, fmt.Errorf("unsupported format version %d (this reader knows %d)", v, Version)
 	}
-	hlen := uint64(binary.LittleEndian.Uint32(b[len(Magic)+1:]))
-	if hlen > MaxHeaderSize {
-		return nil, fmt.Errorf("header length %d is more than %d", hlen, MaxHeaderSize)
+	end := headerEnd(b)
+	if hlen := end - PrefixSize; hlen > MaxHeaderSize {
+		return nil, 0, fmt.Errorf("header length %d is more than %d", hlen, MaxHeaderSize)
 	}
-	if uint64(len(b)-PrefixSize) < hlen {
-		return nil, fmt.Errorf("truncated: %d bytes, the header alone needs %d", len(b), uint64(PrefixSize)+hlen)
+	if len(b) < end {
+		return nil, 0, fmt.Errorf("truncated: %d bytes, the header alone needs %d", len(b), end)
 	}
 	hdr := &syncpb.PacketHeader{}
-	if err := proto.Unmarshal(b[PrefixSize:PrefixSize+int(hlen)], hdr); err != nil {
-		return nil, fmt.Errorf("header: %w", err)
+	if err := proto.Unmarshal(b[PrefixSize:end], hdr); err != nil {
+		return nil, 0, fmt.Errorf("header: %w", err)
 	}
 	if hdr.FormatVersion != Version {
-		return nil, fmt.Errorf("header says format version %d, the prefix %d", hdr.FormatVersion, Version)
+		return nil, 0, fmt.Errorf("header says format version %d, the prefix %d", hdr.FormatVersion, Version)
 	}
-	return hdr, nil
+	return hdr, end, nil
 }
 
 // How decode decodes the records.
@@ -263,11 +269,11 @@ func decode(b []byte, mode decodeMode) (*Packet, error) {
 	if len(b) > MaxPacketSize {
 		return nil, fmt.Errorf("packet is %d bytes, more than the %d-byte limit", len(b), MaxPacketSize)
 	}
-	hdr, err := decodeHeader(b)
+	hdr, end, err := decodeHeader(b)
 	if err != nil {
 		return nil, err
 	}
-	body := b[PrefixSize+int(binary.LittleEndian.Uint32(b[len(Magic)+1:])):]
+	body := b[end:]
 	if uint64(len(body)) != hdr.BodyLength {
 		if uint64(len(body)) < hdr.BodyLength {
 			return nil, fmt.Errorf("truncated: body is %d bytes, the header says %d", len(body), hdr.BodyLength)
