@@ -127,16 +127,18 @@ func (s *chunkService) group(ctx context.Context, g copyset.GroupID, owner strin
 		}
 		return GroupResult{}, 0, &StatusError{Status: resp.GetStatus(), Leader: resp.GetRedirect(), Err: why}
 	}
-	ops := make([][]byte, 0, len(reqs)+len(tail))
+	ops := make([][][]byte, 0, len(reqs)+len(tail))
 	for i, req := range reqs {
-		op, err := chunkop.EncodeOwned(req, req.GetData(), preImage(m, req, req.GetData()), owner)
+		op, err := chunkop.EncodeOwnedParts(req, req.GetData(), preImage(m, req, req.GetData()), owner)
 		if err != nil {
 			return GroupResult{}, 0, invalid(fmt.Errorf("chunk op %d: %w", i, err))
 		}
 		ops = append(ops, op)
 	}
-	ops = append(ops, tail...)
-	index, results, err := n.ProposeGroup(ctx, ops)
+	for i := range tail {
+		ops = append(ops, tail[i:i+1:i+1])
+	}
+	index, results, err := n.ProposeGroupParts(ctx, ops)
 	switch {
 	case errors.Is(err, copyset.ErrInvalidGroup):
 		return GroupResult{}, 0, invalid(err)

@@ -82,6 +82,32 @@ func TestGroupRules(t *testing.T) {
 		{"a solo machine", [][]byte{opOf(kindBatch, "a"), opOf(kindSolo, "s")}, "solo (kind 2) is neither Batch nor Group"},
 		{"a group machine twice", [][]byte{opOf(kindGroup, "c"), opOf(kindBatch, "a"), opOf(kindGroup, "d")}, "op 2: a second op of machine checkpoint"},
 	} {
+		whole := make([][][]byte, len(tc.ops))
+		for i := range tc.ops {
+			whole[i] = tc.ops[i : i+1]
+		}
+		err := reg.checkGroup(whole)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, ErrInvalidGroup) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got %v, want ErrInvalidGroup mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	// An op in parts: its header must be in its first part, its size is
+	// all of them.
+	a := opOf(kindBatch, "abc")
+	half := strings.Repeat("x", MaxGroupBytes/2)
+	for _, tc := range []struct {
+		name string
+		ops  [][][]byte
+		want string
+	}{
+		{"an op in parts", [][][]byte{{a[:OpHeaderLen], a[OpHeaderLen:]}, {opOf(kindGroup, "c")}}, ""},
+		{"a header split over parts", [][][]byte{{a[:1], a[1:]}}, "op 0: decode op"},
+		{"an op of no parts", [][][]byte{{opOf(kindGroup, "c")}, nil}, "op 1: empty"},
+		{"too many bytes in parts", [][][]byte{{opOf(kindBatch, half), []byte(half), []byte("y")}}, "bytes of ops"},
+	} {
 		err := reg.checkGroup(tc.ops)
 		switch {
 		case tc.want == "" && err != nil:

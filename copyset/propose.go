@@ -1,6 +1,7 @@
 package copyset
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -107,18 +108,40 @@ const MaxOpsPerEntry = 256
 // encodeBatch packs ops into one envelope: at least two from the
 // batcher, one or more for a group (group.go).
 func encodeBatch(ops [][]byte) []byte {
-	size := 1 + binary.MaxVarintLen64
-	for _, op := range ops {
-		size += binary.MaxVarintLen64 + len(op)
+	parts := make([][][]byte, len(ops))
+	for i := range ops {
+		parts[i] = ops[i : i+1 : i+1]
 	}
-	buf := make([]byte, 0, size)
-	buf = append(buf, opBatchVersion)
-	buf = binary.AppendUvarint(buf, uint64(len(ops)))
+	return encodeBatchParts(parts)
+}
+
+// encodeBatchParts is encodeBatch of ops each given as its parts. The
+// envelope is allocated at its exact size without being cleared first
+// (bytes.Join), where a make would zero a large payload only to overwrite
+// it, and each byte of the ops is copied once.
+func encodeBatchParts(ops [][][]byte) []byte {
+	pieces := 1
 	for _, op := range ops {
-		buf = binary.AppendUvarint(buf, uint64(len(op)))
-		buf = append(buf, op...)
+		pieces += 1 + len(op)
 	}
-	return buf
+	// The envelope's own bytes (version, count, each op's length) are
+	// appended to heads, sized so that it never moves: pieces alias it.
+	heads := make([]byte, 0, 1+binary.MaxVarintLen64*(1+len(ops)))
+	heads = append(heads, opBatchVersion)
+	heads = binary.AppendUvarint(heads, uint64(len(ops)))
+	all := make([][]byte, 0, pieces)
+	all = append(all, heads)
+	for _, op := range ops {
+		size := 0
+		for _, p := range op {
+			size += len(p)
+		}
+		at := len(heads)
+		heads = binary.AppendUvarint(heads, uint64(size))
+		all = append(all, heads[at:])
+		all = append(all, op...)
+	}
+	return bytes.Join(all, nil)
 }
 
 // decodeBatch splits an envelope into its ops; they alias data.

@@ -47,6 +47,16 @@ func chunkOp(payload string) []byte {
 	return append(op, payload...)
 }
 
+// An op given in parts makes the envelope of the same op given whole.
+func TestBatchEnvelopeParts(t *testing.T) {
+	big := chunkOp(string(bytes.Repeat([]byte{5}, 200)))
+	ops := [][]byte{chunkOp("a"), big, chunkOp("")}
+	parts := [][][]byte{{ops[0]}, {big[:OpHeaderLen], big[OpHeaderLen : OpHeaderLen+7], nil, big[OpHeaderLen+7:]}, {ops[2]}}
+	if got, want := encodeBatchParts(parts), encodeBatch(ops); !bytes.Equal(got, want) {
+		t.Fatalf("envelope of parts %x, want %x", got, want)
+	}
+}
+
 func TestBatchEnvelopeRoundTrip(t *testing.T) {
 	ops := [][]byte{chunkOp("a"), chunkOp(""), chunkOp(string(bytes.Repeat([]byte{7}, 300)))}
 	got, err := decodeBatch(encodeBatch(ops))

@@ -63,6 +63,10 @@ const (
 	maxGroupBytes = restore.DefaultMaxWrite
 )
 
+// packetReads is how many packets the appliers of one server read and
+// check at once (applier.fetch).
+const packetReads = 1
+
 // pollMin and pollMax bound the wait for a packet the export does not have
 // yet.
 const (
@@ -337,15 +341,30 @@ func (a *applier) fetch(ctx context.Context, at exportfmt.Point, buf []byte, blo
 	name := exportfmt.PacketName(a.srcPool, a.srcCs, at)
 	wait := pollMin
 	for {
+		// Reading and checking a packet of up to 64 MiB is a burst of
+		// memory work: one at a time per server, so that the appliers of
+		// many copysets starting at once do not starve the server's raft
+		// traffic (docs/benchmarks.md, dm).
+		select {
+		case a.s.reads <- struct{}{}:
+		case <-ctx.Done():
+			return nil, buf, ctx.Err()
+		}
+		var (
+			pkt *exportfmt.Packet
+			bad error
+		)
 		b, err := a.src.GetInto(ctx, name, buf)
-		switch {
-		case err == nil:
+		if err == nil {
 			buf = b
-			pkt, err := exportfmt.DecodeAlias(b)
-			if err != nil {
-				return nil, buf, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s: %v", name, a.src, err),
-					"repair the export (write the packet again), then resume-task", err)
-			}
+			pkt, bad = exportfmt.DecodeAlias(b)
+		}
+		<-a.s.reads
+		switch {
+		case err == nil && bad != nil:
+			return nil, buf, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s: %v", name, a.src, bad),
+				"repair the export (write the packet again), then resume-task", bad)
+		case err == nil:
 			if pkt.Header.GetLogicPoolId() != a.srcPool || pkt.Header.GetCopysetId() != a.srcCs || pkt.Start.Compare(at) != 0 {
 				return nil, buf, stopped(codeBadPacket, false, "upstream", fmt.Sprintf("packet %s of %s is of copyset %d/%d from %s, not %d/%d from %s",
 					name, a.src, pkt.Header.GetLogicPoolId(), pkt.Header.GetCopysetId(), pkt.Start, a.srcPool, a.srcCs, at),

@@ -79,6 +79,9 @@ type Service struct {
 	metrics  *metrics
 	applying atomic.Int64 // appliers running on this server
 	worker   copyset.WorkerSlot
+	// reads holds a slot while an applier reads and checks a packet
+	// (applier.fetch): packetReads at once on this server.
+	reads chan struct{}
 
 	startMu sync.Mutex
 	starts  map[startKey]int // Starts in flight on this server (fence.go)
@@ -89,7 +92,7 @@ type Service struct {
 
 // New returns the dm service; Attach gives it the copysets.
 func New(d Deps) *Service {
-	return &Service{deps: d, log: d.Logger.With("component", "dm"), metrics: newMetrics()}
+	return &Service{deps: d, log: d.Logger.With("component", "dm"), metrics: newMetrics(), reads: make(chan struct{}, packetReads)}
 }
 
 // Name implements the host's Tenant.

@@ -50,9 +50,61 @@ func Encode(req *pb.ChunkRequest, data []byte, pre *PreImage) ([]byte, error) {
 // that every replica decides alike whether the fence in force at its
 // index lets it through. An empty owner is Encode's op, byte for byte.
 func EncodeOwned(req *pb.ChunkRequest, data []byte, pre *PreImage, owner string) ([]byte, error) {
+	if pre != nil || owner != "" {
+		parts, err := EncodeOwnedParts(req, data, pre, owner)
+		if err != nil {
+			return nil, err
+		}
+		return bytes.Join(parts, nil), nil
+	}
+	head, err := encodeHead(req, 0)
+	if err != nil || len(data) == 0 {
+		return head, err
+	}
+	// bytes.Join allocates exactly the op without clearing it first, where a
+	// make would zero a 1 MiB payload only to overwrite it.
+	return bytes.Join([][]byte{head, data}, nil), nil
+}
+
+// EncodeOwnedParts is EncodeOwned's op as the parts it is the
+// concatenation of, the first holding its op header; data and pre.Data
+// are parts of their own, not copied (copyset.Node.ProposeGroupParts
+// copies them once, into the entry).
+func EncodeOwnedParts(req *pb.ChunkRequest, data []byte, pre *PreImage, owner string) ([][]byte, error) {
 	if len(owner) > MaxOwner {
 		return nil, fmt.Errorf("encode chunk op: owner of %d bytes, at most %d", len(owner), MaxOwner)
 	}
+	var flags uint32
+	if pre != nil {
+		flags |= preFlag
+	}
+	if owner != "" {
+		flags |= ownerFlag
+	}
+	head, err := encodeHead(req, flags)
+	if err != nil {
+		return nil, err
+	}
+	parts := append(make([][]byte, 0, 6), head)
+	if len(data) > 0 || flags != 0 {
+		parts = append(parts, data)
+	}
+	if pre != nil {
+		foot := binary.BigEndian.AppendUint64(make([]byte, 0, preFooter), pre.ViewSeq)
+		foot = binary.BigEndian.AppendUint32(foot, pre.Lo)
+		foot = binary.BigEndian.AppendUint32(foot, uint32(len(pre.Data)))
+		parts = append(parts, pre.Data, foot)
+	}
+	if owner != "" {
+		parts = append(parts, []byte(owner), binary.BigEndian.AppendUint16(nil, uint16(len(owner))))
+	}
+	return parts, nil
+}
+
+// encodeHead is an op's op header, its request's length word with flags,
+// and the request marshalled without its data field (set aside for the
+// call: req is left as it was).
+func encodeHead(req *pb.ChunkRequest, flags uint32) ([]byte, error) {
 	saved := req.Data
 	req.Data = nil
 	size := proto.Size(req)
@@ -63,32 +115,8 @@ func EncodeOwned(req *pb.ChunkRequest, data []byte, pre *PreImage, owner string)
 		return nil, fmt.Errorf("encode chunk op: %w", err)
 	}
 	copyset.PutOpHeader(head, kinds.Chunk)
-	n := uint32(len(head) - copyset.OpHeaderLen - 4)
-	if owner != "" {
-		n |= ownerFlag
-	}
-	if pre == nil && owner == "" {
-		binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], n)
-		if len(data) == 0 {
-			return head, nil
-		}
-		// bytes.Join allocates exactly the op without clearing it first, where a
-		// make would zero a 1 MiB payload only to overwrite it.
-		return bytes.Join([][]byte{head, data}, nil), nil
-	}
-	parts := append(make([][]byte, 0, 6), head, data)
-	if pre != nil {
-		n |= preFlag
-		foot := binary.BigEndian.AppendUint64(make([]byte, 0, preFooter), pre.ViewSeq)
-		foot = binary.BigEndian.AppendUint32(foot, pre.Lo)
-		foot = binary.BigEndian.AppendUint32(foot, uint32(len(pre.Data)))
-		parts = append(parts, pre.Data, foot)
-	}
-	if owner != "" {
-		parts = append(parts, []byte(owner), binary.BigEndian.AppendUint16(nil, uint16(len(owner))))
-	}
-	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], n)
-	return bytes.Join(parts, nil), nil
+	binary.BigEndian.PutUint32(head[copyset.OpHeaderLen:], uint32(len(head)-copyset.OpHeaderLen-4)|flags)
+	return head, nil
 }
 
 // Decode is the inverse of Encode on the payload (without the

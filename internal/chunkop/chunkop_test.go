@@ -56,6 +56,34 @@ func TestOwnerRoundTrip(t *testing.T) {
 	}
 }
 
+// EncodeOwnedParts joined is EncodeOwned's op, with and without data,
+// pre-image and owner; the data is a part of its own, not a copy.
+func TestEncodeParts(t *testing.T) {
+	for _, data := range [][]byte{nil, []byte("8 bytes!")} {
+		for _, pre := range []*PreImage{nil, {ViewSeq: 9, Lo: 1, Data: []byte("pre")}} {
+			for _, owner := range []string{"", "dm:t"} {
+				whole, err := EncodeOwned(writeReq(), data, pre, owner)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parts, err := EncodeOwnedParts(writeReq(), data, pre, owner)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := bytes.Join(parts, nil); !bytes.Equal(got, whole) {
+					t.Fatalf("data %q pre %v owner %q: parts join to %x, want %x", data, pre != nil, owner, got, whole)
+				}
+				if len(data) > 0 && &parts[1][0] != &data[0] {
+					t.Fatalf("data %q pre %v owner %q: the data part is a copy", data, pre != nil, owner)
+				}
+				if len(parts[0]) < copyset.OpHeaderLen {
+					t.Fatalf("first part of %d bytes holds no op header", len(parts[0]))
+				}
+			}
+		}
+	}
+}
+
 // A cut or damaged owner trailer is an error, never a panic nor an owner
 // made of other bytes.
 func TestOwnerTrailerChecked(t *testing.T) {
