@@ -160,6 +160,22 @@ func (c *Client) DMHandleError(ctx context.Context, name string, op dmworkerpb.E
 	return resp, err
 }
 
+// DMOperateSchema is pb.Worker's OperateSchema: op on task name's chunk
+// table (an id) of database (a source copyset, pool-P/copyset-C); schema
+// is SetSchema's text. A refusal is a *DMError with the answer's message.
+func (c *Client) DMOperateSchema(ctx context.Context, req *dmworkerpb.OperateWorkerSchemaRequest) (*dmworkerpb.CommonWorkerResponse, error) {
+	var resp *dmworkerpb.CommonWorkerResponse
+	err := c.onAnyServerWithin(ctx, c.timeout, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		var err error
+		resp, err = dmworkerpb.NewWorkerClient(cc).OperateSchema(ctx, req)
+		return err
+	})
+	if err == nil && !resp.GetResult() {
+		return resp, &DMError{Msg: resp.GetMsg()}
+	}
+	return resp, err
+}
+
 // DMPurgeRelay is pb.Worker's PurgeRelay over the relays of dm's tasks:
 // exactly one of inactive, before (a time) or file (a packet name, with
 // subDir pool-P/copyset-C). A refusal is a *DMError with the answer's

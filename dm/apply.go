@@ -49,6 +49,10 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 		return withShare(st, o.HandleError.GetName(), func(s *pb.SubTask) (Result, bool) {
 			return applyHandleError(s, index, o.HandleError)
 		})
+	case *pb.Op_SetSchema:
+		return withShare(st, o.SetSchema.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applySetSchema(s, index, o.SetSchema)
+		})
 	default: // *pb.Op_Delete: ValidateOp knows no other
 		name := o.(*pb.Op_Delete).Delete.GetName()
 		i, ok := find(st, name)
@@ -285,6 +289,58 @@ func applyHandleError(s *pb.SubTask, index uint64, op *pb.HandleError) (Result, 
 		s.Stage, s.Result, s.Resumable, s.ErrorAt = dmpb.Stage_Running, &dmpb.ProcessResult{}, false, nil
 	}
 	return changed(s, index, op.GetNowMs())
+}
+
+// applySetSchema sets or removes the operator's override of the state a
+// Paused share in the Sync unit tracks for a chunk (OperateSchema). The
+// first override keeps what the share tracked before; a removal restores
+// it, while the share stands where it stood when the override was set.
+func applySetSchema(s *pb.SubTask, index uint64, op *pb.SetSchema) (Result, bool) {
+	name, id := s.GetConfig().GetName(), op.GetChunk()
+	switch {
+	case s.GetStage() != dmpb.Stage_Paused:
+		return refuse(s, fmt.Errorf("%w: current stage is %v but not paused, invalid", ErrSchema, s.GetStage()))
+	case s.GetUnit() != dmpb.UnitType_Sync:
+		return refuse(s, fmt.Errorf("%w: operation SetSchema only supported for sync unit, but now is %v", ErrSchema, s.GetUnit()))
+	}
+	ov := s.GetSchemas()[id]
+	if op.GetRemove() {
+		switch {
+		case ov == nil:
+			return refuse(s, fmt.Errorf("%w: %s has no schema set for chunk %d", ErrSchema, name, id))
+		case !proto.Equal(ov.GetAt(), s.GetCheckpoint()):
+			return refuse(s, fmt.Errorf("%w: %s has applied past the schema set for chunk %d (set at %s, now at %s); set the schema again instead",
+				ErrSchema, name, id, CheckpointString(ov.GetAt()), CheckpointString(s.GetCheckpoint())))
+		}
+		setClone(s, id, ov.GetHadClone(), ov.GetPrior())
+		delete(s.Schemas, id)
+		return changed(s, index, op.GetNowMs())
+	}
+	n := &pb.SchemaOverride{Clone: op.GetClone(), Text: op.GetText(), SetMs: op.GetNowMs(), At: proto.CloneOf(s.GetCheckpoint())}
+	if ov != nil {
+		n.HadClone, n.Prior = ov.GetHadClone(), ov.GetPrior()
+	} else if c, ok := s.GetClones()[id]; ok {
+		n.HadClone, n.Prior = true, proto.CloneOf(c)
+	}
+	setClone(s, id, op.GetClone() != nil, op.GetClone())
+	if s.Schemas == nil {
+		s.Schemas = map[uint64]*pb.SchemaOverride{}
+	}
+	s.Schemas[id] = n
+	return changed(s, index, op.GetNowMs())
+}
+
+// setClone makes chunk id of share s a clone chunk with state c (clone),
+// or a normal chunk.
+func setClone(s *pb.SubTask, id uint64, clone bool, c *pb.Clone) {
+	if !clone {
+		delete(s.Clones, id)
+		return
+	}
+	if s.Clones == nil {
+		s.Clones = map[uint64]*pb.Clone{}
+	}
+	s.Clones[id] = proto.CloneOf(c)
 }
 
 // comparePlace orders source positions: by log index, then op.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
@@ -140,5 +142,71 @@ func TestHandleErrorOps(t *testing.T) {
 		OperatorsDone: []*pb.Place{{Index: 9}, {Index: 12}}}}}, nil)
 	if ops := get(st, "t").GetOperators(); len(ops) != 0 {
 		t.Fatalf("operators left after they were carried out: %v", ops)
+	}
+}
+
+// SetSchema on a share: only Paused in the Sync unit; the first override
+// keeps what the share tracked, a second keeps that too; a removal
+// restores it while the share stands where it did, and is refused once
+// it has applied past; every refusal changes nothing.
+func TestSetSchemaOps(t *testing.T) {
+	st := &pb.State{}
+	if r, _ := applyOp(st, 1, &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: testConfig("t"), Copyset: 1, SourceCopyset: 1,
+		Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Sync, NowMs: 1}}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	index := uint64(1)
+	apply := func(op *pb.Op, wantErr error) {
+		t.Helper()
+		index++
+		before := get(st, "t").String()
+		r, changed := applyOp(st, index, op)
+		if !errors.Is(r.Err, wantErr) || changed != (wantErr == nil) {
+			t.Fatalf("%v: %v, changed %v; want %v", op, r.Err, changed, wantErr)
+		}
+		if r.Err != nil && get(st, "t").String() != before {
+			t.Fatalf("a refused %v changed the share", op)
+		}
+	}
+	clone := func(sn uint64) *pb.Clone {
+		return &pb.Clone{Sn: sn, CorrectedSn: 1, Written: make([]byte, schemaBlocks/8)}
+	}
+	set := func(chunk uint64, c *pb.Clone) *pb.Op {
+		return &pb.Op{Op: &pb.Op_SetSchema{SetSchema: &pb.SetSchema{Name: "t", Chunk: chunk, Clone: c, Text: SchemaString(c), NowMs: 5}}}
+	}
+	remove := func(chunk uint64) *pb.Op {
+		return &pb.Op{Op: &pb.Op_SetSchema{SetSchema: &pb.SetSchema{Name: "t", Chunk: chunk, Remove: true}}}
+	}
+	apply(set(7, clone(3)), ErrSchema) // Running
+	apply(&pb.Op{Op: &pb.Op_SetStage{SetStage: &pb.SetStage{Name: "t", Stage: dmpb.Stage_Paused, NowMs: 2}}}, nil)
+	sh := get(st, "t")
+	sh.Clones = map[uint64]*pb.Clone{7: clone(2)}
+
+	apply(remove(7), ErrSchema) // nothing set
+	apply(set(7, nil), nil)     // a normal chunk now
+	if _, ok := sh.GetClones()[7]; ok || !proto.Equal(sh.GetSchemas()[7].GetPrior(), clone(2)) || !sh.GetSchemas()[7].GetHadClone() {
+		t.Fatalf("after set normal: clones %v, schemas %v", sh.GetClones(), sh.GetSchemas())
+	}
+	apply(set(7, clone(4)), nil) // again: the prior stays the tracked one
+	if !proto.Equal(sh.GetClones()[7], clone(4)) || !proto.Equal(sh.GetSchemas()[7].GetPrior(), clone(2)) {
+		t.Fatalf("after set clone: clones %v, schemas %v", sh.GetClones(), sh.GetSchemas())
+	}
+	apply(remove(7), nil)
+	if !proto.Equal(sh.GetClones()[7], clone(2)) || len(sh.GetSchemas()) != 0 {
+		t.Fatalf("after remove: clones %v, schemas %v", sh.GetClones(), sh.GetSchemas())
+	}
+	apply(set(8, clone(5)), nil) // a chunk it did not track
+	sh.Checkpoint = &pb.Checkpoint{Record: 9}
+	apply(remove(8), ErrSchema) // applied past
+	if !proto.Equal(sh.GetClones()[8], clone(5)) {
+		t.Fatalf("a refused removal changed chunk 8: %v", sh.GetClones())
+	}
+	sh.Unit = dmpb.UnitType_Load
+	apply(set(9, nil), ErrSchema) // not in Sync
+	if err := ValidateOp(set(1, &pb.Clone{Sn: 1, Written: []byte{1}})); err == nil {
+		t.Fatal("a bitmap of the wrong size was admitted")
+	}
+	if err := ValidateOp(&pb.Op{Op: &pb.Op_SetSchema{SetSchema: &pb.SetSchema{Name: "t", Chunk: 1, Remove: true, Clone: clone(1)}}}); err == nil {
+		t.Fatal("a removal with a clone state was admitted")
 	}
 }

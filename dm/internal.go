@@ -37,6 +37,10 @@ func (is *internalService) Fence(ctx context.Context, req *pb.FenceRequest) (*pb
 	return is.s.fenceLocal(ctx, req), nil
 }
 
+func (is *internalService) Chunks(ctx context.Context, req *pb.ChunksRequest) (*pb.ChunksResponse, error) {
+	return is.s.chunksLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetChunk()), nil
+}
+
 func (is *internalService) SourceFence(ctx context.Context, req *pb.SourceFenceRequest) (*pb.SourceFenceResponse, error) {
 	return is.s.sourceFence(ctx, req), nil
 }

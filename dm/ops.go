@@ -37,6 +37,9 @@ var (
 	// ErrOperator: a HandleError the share cannot take (not in Sync, a
 	// position already applied, no operator to revert).
 	ErrOperator = errors.New("the error operator is not allowed")
+	// ErrSchema: a SetSchema the share cannot take (not Paused in Sync,
+	// no override to remove, one applied past).
+	ErrSchema = errors.New("the schema operation is not allowed")
 )
 
 // Result is the apply result of every dm op.
@@ -132,8 +135,29 @@ func ValidateOp(op *pb.Op) error {
 			return fmt.Errorf("dm handle error: %w", err)
 		}
 		return named("handle error", o.HandleError.GetName())
+	case *pb.Op_SetSchema:
+		if err := validSetSchema(o.SetSchema); err != nil {
+			return fmt.Errorf("dm set schema: %w", err)
+		}
+		return named("set schema", o.SetSchema.GetName())
 	}
 	return errors.New("dm op: none of the known ops")
+}
+
+// validSetSchema checks a SetSchema op on its own.
+func validSetSchema(op *pb.SetSchema) error {
+	c := op.GetClone()
+	switch {
+	case op.GetRemove() && c != nil:
+		return errors.New("a removal carries no clone state")
+	case c == nil:
+		return nil
+	case c.GetSn() == 0:
+		return errors.New("a clone's sn is at least 1")
+	case len(c.GetWritten()) != schemaBlocks/8:
+		return fmt.Errorf("a clone's written blocks are a bitmap of %d bytes, not %d", schemaBlocks/8, len(c.GetWritten()))
+	}
+	return nil
 }
 
 // validHandleError checks a HandleError op on its own.

@@ -312,10 +312,6 @@ func (w *workerService) OperateV1Meta(_ context.Context, req *dmpb.OperateV1Meta
 	return &dmpb.OperateV1MetaResponse{Result: false, Msg: fmt.Sprintf("invalid op %v: want GetV1Meta or RemoveV1Meta", req.GetOp())}, nil
 }
 
-func (w *workerService) OperateSchema(context.Context, *dmpb.OperateWorkerSchemaRequest) (*dmpb.CommonWorkerResponse, error) {
-	return &dmpb.CommonWorkerResponse{Msg: notBuilt("OperateSchema", "schema tracker"), Worker: string(w.s.deps.Local)}, nil
-}
-
 func (w *workerService) GetWorkerValidatorStatus(context.Context, *dmpb.GetValidationStatusRequest) (*dmpb.GetValidationStatusResponse, error) {
 	return &dmpb.GetValidationStatusResponse{Msg: notBuilt("GetWorkerValidatorStatus", "validator")}, nil
 }

@@ -193,6 +193,39 @@ func TestDMMigrateExport(t *testing.T) {
 		}
 		return nil
 	})
+	// binlog-schema on the paused task: the copysets, a chunk's schema, an
+	// override and its removal; a malformed schema changes nothing.
+	mustCtl(t, c.addrs(), nil, "dm", "pause-task", "mig")
+	if out := mustCtl(t, c.addrs(), nil, "-o", "json", "dm", "binlog-schema", "list", "mig"); !strings.Contains(out, `"pool-1/copyset-4"`) {
+		t.Fatalf("dm binlog-schema list: %s", out)
+	}
+	schemaOf := func() string {
+		t.Helper()
+		var v struct {
+			Exists bool   `json:"exists"`
+			Schema string `json:"schema"`
+		}
+		out := mustCtl(t, c.addrs(), nil, "-o", "json", "dm", "binlog-schema", "get", "mig", "pool-1/copyset-1", "1")
+		if err := json.Unmarshal([]byte(out), &v); err != nil || !v.Exists {
+			t.Fatalf("dm binlog-schema get: %v\n%s", err, out)
+		}
+		return v.Schema
+	}
+	if s := schemaOf(); s != "normal" {
+		t.Fatalf("chunk 1's schema %q", s)
+	}
+	if out, code := ctl(t, c.addrs(), "dm", "binlog-schema", "update", "mig", "pool-1/copyset-1", "1", "clone sn=0 csn=1"); code == 0 || !strings.Contains(out, "sn is at least 1") {
+		t.Fatalf("a malformed schema: exit %d\n%s", code, out)
+	}
+	mustCtl(t, c.addrs(), nil, "dm", "binlog-schema", "update", "mig", "pool-1/copyset-1", "1", "clone sn=9 csn=1 written=0-7")
+	if s := schemaOf(); s != "clone sn=9 csn=1 written=0-7" {
+		t.Fatalf("chunk 1's schema after update %q", s)
+	}
+	mustCtl(t, c.addrs(), nil, "dm", "binlog-schema", "delete", "mig", "pool-1/copyset-1", "1")
+	if s := schemaOf(); s != "normal" {
+		t.Fatalf("chunk 1's schema after delete %q", s)
+	}
+	mustCtl(t, c.addrs(), nil, "dm", "resume-task", "mig")
 	st := dmQueryStatus(t, c.addrs())
 	if !st.Result || len(st.SubTaskStatus) != 1 || st.SubTaskStatus[0].Stage != "Running" || len(st.SubTaskStatus[0].Result.Errors) > 0 {
 		t.Fatalf("dm query-status after the migration: %+v", st)

@@ -255,7 +255,7 @@ func (x ChunkOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChunkOp_Kind.Descriptor instead.
 func (ChunkOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6, 0}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7, 0}
 }
 
 // TaskConfig is a task as its task file states it, in canonical form
@@ -703,7 +703,10 @@ type SubTask struct {
 	Operators []*Operator `protobuf:"bytes,17,rep,name=operators,proto3" json:"operators,omitempty"`
 	// error_at: the source position of the op whose apply paused the
 	// share (binlog phase; none when the error is not at an op).
-	ErrorAt       *Place `protobuf:"bytes,18,opt,name=error_at,json=errorAt,proto3" json:"error_at,omitempty"`
+	ErrorAt *Place `protobuf:"bytes,18,opt,name=error_at,json=errorAt,proto3" json:"error_at,omitempty"`
+	// schemas: the chunks whose tracked state an operator set
+	// (OperateSchema SetSchema), by chunk id.
+	Schemas       map[uint64]*SchemaOverride `protobuf:"bytes,19,rep,name=schemas,proto3" json:"schemas,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -864,6 +867,104 @@ func (x *SubTask) GetErrorAt() *Place {
 	return nil
 }
 
+func (x *SubTask) GetSchemas() map[uint64]*SchemaOverride {
+	if x != nil {
+		return x.Schemas
+	}
+	return nil
+}
+
+// SchemaOverride is an operator's SetSchema of a chunk: what the share
+// tracks for it now came from the operator. prior is what the share
+// tracked before the first override (had_clone: whether the chunk was a
+// clone chunk then), which RemoveSchema restores while the share has not
+// applied past at, its checkpoint when the override was set.
+type SchemaOverride struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// clone: the clone state set; none: the chunk is tracked as a normal
+	// chunk.
+	Clone         *Clone      `protobuf:"bytes,1,opt,name=clone,proto3" json:"clone,omitempty"`
+	HadClone      bool        `protobuf:"varint,2,opt,name=had_clone,json=hadClone,proto3" json:"had_clone,omitempty"`
+	Prior         *Clone      `protobuf:"bytes,3,opt,name=prior,proto3" json:"prior,omitempty"`
+	Text          string      `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"` // the schema as the operator gave it
+	SetMs         int64       `protobuf:"varint,5,opt,name=set_ms,json=setMs,proto3" json:"set_ms,omitempty"`
+	At            *Checkpoint `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchemaOverride) Reset() {
+	*x = SchemaOverride{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchemaOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchemaOverride) ProtoMessage() {}
+
+func (x *SchemaOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchemaOverride.ProtoReflect.Descriptor instead.
+func (*SchemaOverride) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SchemaOverride) GetClone() *Clone {
+	if x != nil {
+		return x.Clone
+	}
+	return nil
+}
+
+func (x *SchemaOverride) GetHadClone() bool {
+	if x != nil {
+		return x.HadClone
+	}
+	return false
+}
+
+func (x *SchemaOverride) GetPrior() *Clone {
+	if x != nil {
+		return x.Prior
+	}
+	return nil
+}
+
+func (x *SchemaOverride) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *SchemaOverride) GetSetMs() int64 {
+	if x != nil {
+		return x.SetMs
+	}
+	return 0
+}
+
+func (x *SchemaOverride) GetAt() *Checkpoint {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 // ChunkOp is a chunk op of an operator (replace, inject); docs/dm.md
 // gives its one-line text form.
 type ChunkOp struct {
@@ -881,7 +982,7 @@ type ChunkOp struct {
 
 func (x *ChunkOp) Reset() {
 	*x = ChunkOp{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +994,7 @@ func (x *ChunkOp) String() string {
 func (*ChunkOp) ProtoMessage() {}
 
 func (x *ChunkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1007,7 @@ func (x *ChunkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkOp.ProtoReflect.Descriptor instead.
 func (*ChunkOp) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ChunkOp) GetKind() ChunkOp_Kind {
@@ -974,7 +1075,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1087,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1100,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Operator) GetOp() pb.ErrorOp {
@@ -1059,7 +1160,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1172,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1185,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Cutover) GetStep() CutoverStep {
@@ -1168,7 +1269,7 @@ type Place struct {
 
 func (x *Place) Reset() {
 	*x = Place{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1281,7 @@ func (x *Place) String() string {
 func (*Place) ProtoMessage() {}
 
 func (x *Place) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1294,7 @@ func (x *Place) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Place.ProtoReflect.Descriptor instead.
 func (*Place) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Place) GetIndex() uint64 {
@@ -1224,7 +1325,7 @@ type Clone struct {
 
 func (x *Clone) Reset() {
 	*x = Clone{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1337,7 @@ func (x *Clone) String() string {
 func (*Clone) ProtoMessage() {}
 
 func (x *Clone) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1350,7 @@ func (x *Clone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clone.ProtoReflect.Descriptor instead.
 func (*Clone) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Clone) GetSn() uint64 {
@@ -1285,7 +1386,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1398,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1411,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *State) GetApplied() uint64 {
@@ -1340,7 +1441,7 @@ type Line struct {
 
 func (x *Line) Reset() {
 	*x = Line{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1453,7 @@ func (x *Line) String() string {
 func (*Line) ProtoMessage() {}
 
 func (x *Line) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1466,7 @@ func (x *Line) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Line.ProtoReflect.Descriptor instead.
 func (*Line) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Line) GetBase() *State {
@@ -1402,6 +1503,7 @@ type Op struct {
 	//	*Op_Update
 	//	*Op_SetCutover
 	//	*Op_HandleError
+	//	*Op_SetSchema
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1409,7 +1511,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1523,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1536,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1516,6 +1618,15 @@ func (x *Op) GetHandleError() *HandleError {
 	return nil
 }
 
+func (x *Op) GetSetSchema() *SetSchema {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetSchema); ok {
+			return x.SetSchema
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1552,6 +1663,10 @@ type Op_HandleError struct {
 	HandleError *HandleError `protobuf:"bytes,8,opt,name=handle_error,json=handleError,proto3,oneof"`
 }
 
+type Op_SetSchema struct {
+	SetSchema *SetSchema `protobuf:"bytes,9,opt,name=set_schema,json=setSchema,proto3,oneof"`
+}
+
 func (*Op_Start) isOp_Op() {}
 
 func (*Op_SetStage) isOp_Op() {}
@@ -1567,6 +1682,96 @@ func (*Op_Update) isOp_Op() {}
 func (*Op_SetCutover) isOp_Op() {}
 
 func (*Op_HandleError) isOp_Op() {}
+
+func (*Op_SetSchema) isOp_Op() {}
+
+// SetSchema sets (or, remove, drops) the operator's override of the
+// state a Paused share in the Sync unit tracks for chunk: a clone chunk
+// with clone's sn, corrected sn and written blocks, or (no clone) a
+// normal chunk. text is the schema as given.
+type SetSchema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Clone         *Clone                 `protobuf:"bytes,3,opt,name=clone,proto3" json:"clone,omitempty"`
+	Remove        bool                   `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	Text          string                 `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	NowMs         int64                  `protobuf:"varint,6,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSchema) Reset() {
+	*x = SetSchema{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchema) ProtoMessage() {}
+
+func (x *SetSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
+func (*SetSchema) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetSchema) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetSchema) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *SetSchema) GetClone() *Clone {
+	if x != nil {
+		return x.Clone
+	}
+	return nil
+}
+
+func (x *SetSchema) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+func (x *SetSchema) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *SetSchema) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
 
 // HandleError sets (Skip, Replace, Inject) or removes (Revert) the
 // operator at source position at of a share in the Sync unit; a Paused
@@ -1585,7 +1790,7 @@ type HandleError struct {
 
 func (x *HandleError) Reset() {
 	*x = HandleError{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1802,7 @@ func (x *HandleError) String() string {
 func (*HandleError) ProtoMessage() {}
 
 func (x *HandleError) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1815,7 @@ func (x *HandleError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleError.ProtoReflect.Descriptor instead.
 func (*HandleError) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandleError) GetName() string {
@@ -1669,7 +1874,7 @@ type SetCutover struct {
 
 func (x *SetCutover) Reset() {
 	*x = SetCutover{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1886,7 @@ func (x *SetCutover) String() string {
 func (*SetCutover) ProtoMessage() {}
 
 func (x *SetCutover) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1899,7 @@ func (x *SetCutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCutover.ProtoReflect.Descriptor instead.
 func (*SetCutover) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetCutover) GetName() string {
@@ -1738,7 +1943,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +1955,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +1968,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Start) GetConfig() *TaskConfig {
@@ -1843,7 +2048,7 @@ type SetStage struct {
 
 func (x *SetStage) Reset() {
 	*x = SetStage{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2060,7 @@ func (x *SetStage) String() string {
 func (*SetStage) ProtoMessage() {}
 
 func (x *SetStage) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2073,7 @@ func (x *SetStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStage.ProtoReflect.Descriptor instead.
 func (*SetStage) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetStage) GetName() string {
@@ -1929,7 +2134,7 @@ type Advance struct {
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2146,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2159,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Advance) GetName() string {
@@ -2056,7 +2261,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2273,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2286,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Fail) GetName() string {
@@ -2129,7 +2334,7 @@ type Delete struct {
 
 func (x *Delete) Reset() {
 	*x = Delete{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2346,7 @@ func (x *Delete) String() string {
 func (*Delete) ProtoMessage() {}
 
 func (x *Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2359,7 @@ func (x *Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delete.ProtoReflect.Descriptor instead.
 func (*Delete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Delete) GetName() string {
@@ -2177,7 +2382,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2394,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2407,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Update) GetName() string {
@@ -2245,7 +2450,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2462,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2475,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FenceRequest) GetPool() uint32 {
@@ -2344,7 +2549,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2561,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2574,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FenceResponse) GetCode() int32 {
@@ -2464,7 +2669,7 @@ type SourceFenceRequest struct {
 
 func (x *SourceFenceRequest) Reset() {
 	*x = SourceFenceRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2681,7 @@ func (x *SourceFenceRequest) String() string {
 func (*SourceFenceRequest) ProtoMessage() {}
 
 func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2694,7 @@ func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceFenceRequest.ProtoReflect.Descriptor instead.
 func (*SourceFenceRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SourceFenceRequest) GetPool() uint32 {
@@ -2554,7 +2759,7 @@ type SourceFenceResponse struct {
 
 func (x *SourceFenceResponse) Reset() {
 	*x = SourceFenceResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2771,7 @@ func (x *SourceFenceResponse) String() string {
 func (*SourceFenceResponse) ProtoMessage() {}
 
 func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2784,7 @@ func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceFenceResponse.ProtoReflect.Descriptor instead.
 func (*SourceFenceResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SourceFenceResponse) GetCode() int32 {
@@ -2616,7 +2821,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2833,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2846,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckRequest) GetPool() uint32 {
@@ -2682,7 +2887,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2899,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2912,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckResponse) GetCode() int32 {
@@ -2765,7 +2970,7 @@ type CutoverRequest struct {
 
 func (x *CutoverRequest) Reset() {
 	*x = CutoverRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2982,7 @@ func (x *CutoverRequest) String() string {
 func (*CutoverRequest) ProtoMessage() {}
 
 func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2995,7 @@ func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverRequest.ProtoReflect.Descriptor instead.
 func (*CutoverRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CutoverRequest) GetName() string {
@@ -2831,7 +3036,7 @@ type CutoverResponse struct {
 
 func (x *CutoverResponse) Reset() {
 	*x = CutoverResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +3048,7 @@ func (x *CutoverResponse) String() string {
 func (*CutoverResponse) ProtoMessage() {}
 
 func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3061,7 @@ func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverResponse.ProtoReflect.Descriptor instead.
 func (*CutoverResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CutoverResponse) GetResult() bool {
@@ -2913,7 +3118,7 @@ type StartTaskRequest struct {
 
 func (x *StartTaskRequest) Reset() {
 	*x = StartTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3130,7 @@ func (x *StartTaskRequest) String() string {
 func (*StartTaskRequest) ProtoMessage() {}
 
 func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3143,7 @@ func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTaskRequest.ProtoReflect.Descriptor instead.
 func (*StartTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StartTaskRequest) GetTask() string {
@@ -2967,7 +3172,7 @@ type OperateTaskRequest struct {
 
 func (x *OperateTaskRequest) Reset() {
 	*x = OperateTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3184,7 @@ func (x *OperateTaskRequest) String() string {
 func (*OperateTaskRequest) ProtoMessage() {}
 
 func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3197,7 @@ func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperateTaskRequest.ProtoReflect.Descriptor instead.
 func (*OperateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OperateTaskRequest) GetName() string {
@@ -3022,7 +3227,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3239,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3252,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ControlResponse) GetResult() bool {
@@ -3083,7 +3288,7 @@ type CopysetResult struct {
 
 func (x *CopysetResult) Reset() {
 	*x = CopysetResult{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3300,7 @@ func (x *CopysetResult) String() string {
 func (*CopysetResult) ProtoMessage() {}
 
 func (x *CopysetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3313,7 @@ func (x *CopysetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopysetResult.ProtoReflect.Descriptor instead.
 func (*CopysetResult) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CopysetResult) GetPool() uint32 {
@@ -3151,7 +3356,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3368,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3381,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListRequest) GetPool() uint32 {
@@ -3191,6 +3396,223 @@ func (x *ListRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+// ChunksRequest: the chunks of copyset (pool, copyset), which the server
+// must lead: their ids (chunk 0), or chunk's state.
+type ChunksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunksRequest) Reset() {
+	*x = ChunksRequest{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunksRequest) ProtoMessage() {}
+
+func (x *ChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunksRequest.ProtoReflect.Descriptor instead.
+func (*ChunksRequest) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ChunksRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *ChunksRequest) GetCopyset() uint32 {
+	if x != nil {
+		return x.Copyset
+	}
+	return 0
+}
+
+func (x *ChunksRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+// ChunkState is a chunk as a client reads it: its sn and corrected sn,
+// and its COW snapshot's sn (0: none).
+type ChunkState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Sn            uint64                 `protobuf:"varint,2,opt,name=sn,proto3" json:"sn,omitempty"`
+	CorrectedSn   uint64                 `protobuf:"varint,3,opt,name=corrected_sn,json=correctedSn,proto3" json:"corrected_sn,omitempty"`
+	SnapSn        uint64                 `protobuf:"varint,4,opt,name=snap_sn,json=snapSn,proto3" json:"snap_sn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkState) Reset() {
+	*x = ChunkState{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkState) ProtoMessage() {}
+
+func (x *ChunkState) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkState.ProtoReflect.Descriptor instead.
+func (*ChunkState) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ChunkState) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ChunkState) GetSn() uint64 {
+	if x != nil {
+		return x.Sn
+	}
+	return 0
+}
+
+func (x *ChunkState) GetCorrectedSn() uint64 {
+	if x != nil {
+		return x.CorrectedSn
+	}
+	return 0
+}
+
+func (x *ChunkState) GetSnapSn() uint64 {
+	if x != nil {
+		return x.SnapSn
+	}
+	return 0
+}
+
+type ChunksResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Code      int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Msg       string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	NotLeader bool                   `protobuf:"varint,3,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	Leader    string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	Ids       []uint64               `protobuf:"varint,5,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// state: the chunk asked for; none when it does not exist.
+	State         *ChunkState `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunksResponse) Reset() {
+	*x = ChunksResponse{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunksResponse) ProtoMessage() {}
+
+func (x *ChunksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunksResponse.ProtoReflect.Descriptor instead.
+func (*ChunksResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ChunksResponse) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ChunksResponse) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *ChunksResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *ChunksResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *ChunksResponse) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *ChunksResponse) GetState() *ChunkState {
+	if x != nil {
+		return x.State
+	}
+	return nil
 }
 
 // Located is a share with the copyset it is on.
@@ -3216,7 +3638,7 @@ type Located struct {
 
 func (x *Located) Reset() {
 	*x = Located{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3650,7 @@ func (x *Located) String() string {
 func (*Located) ProtoMessage() {}
 
 func (x *Located) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3663,7 @@ func (x *Located) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Located.ProtoReflect.Descriptor instead.
 func (*Located) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Located) GetPool() uint32 {
@@ -3319,7 +3741,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3753,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3766,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{36}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListResponse) GetSubtasks() []*Located {
@@ -3374,7 +3796,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3808,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3821,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{37}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ProposeRequest) GetPool() uint32 {
@@ -3438,7 +3860,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3872,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3885,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{38}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProposeResponse) GetCode() int32 {
@@ -3538,7 +3960,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x10\n" +
 	"\x03ops\x18\x04 \x01(\x04R\x03ops\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x18\n" +
-	"\arefused\x18\x06 \x01(\x04R\arefused\"\xa4\a\n" +
+	"\arefused\x18\x06 \x01(\x04R\arefused\"\xbc\b\n" +
 	"\aSubTask\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
@@ -3562,13 +3984,24 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06clones\x18\x0f \x03(\v2!.chunkraft.dm.SubTask.ClonesEntryR\x06clones\x12/\n" +
 	"\acutover\x18\x10 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\x124\n" +
 	"\toperators\x18\x11 \x03(\v2\x16.chunkraft.dm.OperatorR\toperators\x12.\n" +
-	"\berror_at\x18\x12 \x01(\v2\x13.chunkraft.dm.PlaceR\aerrorAt\x1aL\n" +
+	"\berror_at\x18\x12 \x01(\v2\x13.chunkraft.dm.PlaceR\aerrorAt\x12<\n" +
+	"\aschemas\x18\x13 \x03(\v2\".chunkraft.dm.SubTask.SchemasEntryR\aschemas\x1aL\n" +
 	"\tAsOfEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
 	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
 	"\vClonesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
-	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\"\x80\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\x1aX\n" +
+	"\fSchemasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x122\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.chunkraft.dm.SchemaOverrideR\x05value:\x028\x01\"\xd8\x01\n" +
+	"\x0eSchemaOverride\x12)\n" +
+	"\x05clone\x18\x01 \x01(\v2\x13.chunkraft.dm.CloneR\x05clone\x12\x1b\n" +
+	"\thad_clone\x18\x02 \x01(\bR\bhadClone\x12)\n" +
+	"\x05prior\x18\x03 \x01(\v2\x13.chunkraft.dm.CloneR\x05prior\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x15\n" +
+	"\x06set_ms\x18\x05 \x01(\x03R\x05setMs\x12(\n" +
+	"\x02at\x18\x06 \x01(\v2\x18.chunkraft.dm.CheckpointR\x02at\"\x80\x02\n" +
 	"\aChunkOp\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.chunkraft.dm.ChunkOp.KindR\x04kind\x12\x14\n" +
 	"\x05chunk\x18\x02 \x01(\x04R\x05chunk\x12\x16\n" +
@@ -3618,7 +4051,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04Line\x12'\n" +
 	"\x04base\x18\x01 \x01(\v2\x13.chunkraft.dm.StateR\x04base\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12 \n" +
-	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xa8\x03\n" +
+	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xe2\x03\n" +
 	"\x02Op\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.chunkraft.dm.StartH\x00R\x05start\x125\n" +
 	"\tset_stage\x18\x02 \x01(\v2\x16.chunkraft.dm.SetStageH\x00R\bsetStage\x121\n" +
@@ -3628,8 +4061,17 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06update\x18\x06 \x01(\v2\x14.chunkraft.dm.UpdateH\x00R\x06update\x12;\n" +
 	"\vset_cutover\x18\a \x01(\v2\x18.chunkraft.dm.SetCutoverH\x00R\n" +
 	"setCutover\x12>\n" +
-	"\fhandle_error\x18\b \x01(\v2\x19.chunkraft.dm.HandleErrorH\x00R\vhandleErrorB\x04\n" +
-	"\x02op\"\xb7\x01\n" +
+	"\fhandle_error\x18\b \x01(\v2\x19.chunkraft.dm.HandleErrorH\x00R\vhandleError\x128\n" +
+	"\n" +
+	"set_schema\x18\t \x01(\v2\x17.chunkraft.dm.SetSchemaH\x00R\tsetSchemaB\x04\n" +
+	"\x02op\"\xa3\x01\n" +
+	"\tSetSchema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\x04R\x05chunk\x12)\n" +
+	"\x05clone\x18\x03 \x01(\v2\x13.chunkraft.dm.CloneR\x05clone\x12\x16\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x15\n" +
+	"\x06now_ms\x18\x06 \x01(\x03R\x05nowMs\"\xb7\x01\n" +
 	"\vHandleError\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\x02op\x18\x02 \x01(\x0e2\v.pb.ErrorOpR\x02op\x12#\n" +
@@ -3774,7 +4216,25 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x03msg\x18\x04 \x01(\tR\x03msg\"5\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x87\x02\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"S\n" +
+	"\rChunksRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
+	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x14\n" +
+	"\x05chunk\x18\x03 \x01(\x04R\x05chunk\"h\n" +
+	"\n" +
+	"ChunkState\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x0e\n" +
+	"\x02sn\x18\x02 \x01(\x04R\x02sn\x12!\n" +
+	"\fcorrected_sn\x18\x03 \x01(\x04R\vcorrectedSn\x12\x17\n" +
+	"\asnap_sn\x18\x04 \x01(\x04R\x06snapSn\"\xaf\x01\n" +
+	"\x0eChunksResponse\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x03 \x01(\bR\tnotLeader\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x10\n" +
+	"\x03ids\x18\x05 \x03(\x04R\x03ids\x12.\n" +
+	"\x05state\x18\x06 \x01(\v2\x18.chunkraft.dm.ChunkStateR\x05state\"\x87\x02\n" +
 	"\aLocated\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x16\n" +
@@ -3816,13 +4276,14 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\tFENCE_GET\x10\x00\x12\r\n" +
 	"\tFENCE_SET\x10\x01\x12\x0e\n" +
 	"\n" +
-	"FENCE_LIFT\x10\x022\xeb\x02\n" +
+	"FENCE_LIFT\x10\x022\xb0\x03\n" +
 	"\n" +
 	"DMInternal\x12=\n" +
 	"\x04List\x12\x19.chunkraft.dm.ListRequest\x1a\x1a.chunkraft.dm.ListResponse\x12F\n" +
 	"\aPropose\x12\x1c.chunkraft.dm.ProposeRequest\x1a\x1d.chunkraft.dm.ProposeResponse\x12@\n" +
 	"\x05Check\x12\x1a.chunkraft.dm.CheckRequest\x1a\x1b.chunkraft.dm.CheckResponse\x12@\n" +
-	"\x05Fence\x12\x1a.chunkraft.dm.FenceRequest\x1a\x1b.chunkraft.dm.FenceResponse\x12R\n" +
+	"\x05Fence\x12\x1a.chunkraft.dm.FenceRequest\x1a\x1b.chunkraft.dm.FenceResponse\x12C\n" +
+	"\x06Chunks\x12\x1b.chunkraft.dm.ChunksRequest\x1a\x1c.chunkraft.dm.ChunksResponse\x12R\n" +
 	"\vSourceFence\x12 .chunkraft.dm.SourceFenceRequest\x1a!.chunkraft.dm.SourceFenceResponse2\xbc\x02\n" +
 	"\tDMControl\x12J\n" +
 	"\tStartTask\x12\x1e.chunkraft.dm.StartTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12N\n" +
@@ -3844,7 +4305,7 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(Mode)(0),                   // 0: chunkraft.dm.Mode
 	(CutoverStep)(0),            // 1: chunkraft.dm.CutoverStep
@@ -3856,145 +4317,161 @@ var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(*Checkpoint)(nil),          // 7: chunkraft.dm.Checkpoint
 	(*Counters)(nil),            // 8: chunkraft.dm.Counters
 	(*SubTask)(nil),             // 9: chunkraft.dm.SubTask
-	(*ChunkOp)(nil),             // 10: chunkraft.dm.ChunkOp
-	(*Operator)(nil),            // 11: chunkraft.dm.Operator
-	(*Cutover)(nil),             // 12: chunkraft.dm.Cutover
-	(*Place)(nil),               // 13: chunkraft.dm.Place
-	(*Clone)(nil),               // 14: chunkraft.dm.Clone
-	(*State)(nil),               // 15: chunkraft.dm.State
-	(*Line)(nil),                // 16: chunkraft.dm.Line
-	(*Op)(nil),                  // 17: chunkraft.dm.Op
-	(*HandleError)(nil),         // 18: chunkraft.dm.HandleError
-	(*SetCutover)(nil),          // 19: chunkraft.dm.SetCutover
-	(*Start)(nil),               // 20: chunkraft.dm.Start
-	(*SetStage)(nil),            // 21: chunkraft.dm.SetStage
-	(*Advance)(nil),             // 22: chunkraft.dm.Advance
-	(*Fail)(nil),                // 23: chunkraft.dm.Fail
-	(*Delete)(nil),              // 24: chunkraft.dm.Delete
-	(*Update)(nil),              // 25: chunkraft.dm.Update
-	(*FenceRequest)(nil),        // 26: chunkraft.dm.FenceRequest
-	(*FenceResponse)(nil),       // 27: chunkraft.dm.FenceResponse
-	(*SourceFenceRequest)(nil),  // 28: chunkraft.dm.SourceFenceRequest
-	(*SourceFenceResponse)(nil), // 29: chunkraft.dm.SourceFenceResponse
-	(*CheckRequest)(nil),        // 30: chunkraft.dm.CheckRequest
-	(*CheckResponse)(nil),       // 31: chunkraft.dm.CheckResponse
-	(*CutoverRequest)(nil),      // 32: chunkraft.dm.CutoverRequest
-	(*CutoverResponse)(nil),     // 33: chunkraft.dm.CutoverResponse
-	(*StartTaskRequest)(nil),    // 34: chunkraft.dm.StartTaskRequest
-	(*OperateTaskRequest)(nil),  // 35: chunkraft.dm.OperateTaskRequest
-	(*ControlResponse)(nil),     // 36: chunkraft.dm.ControlResponse
-	(*CopysetResult)(nil),       // 37: chunkraft.dm.CopysetResult
-	(*ListRequest)(nil),         // 38: chunkraft.dm.ListRequest
-	(*Located)(nil),             // 39: chunkraft.dm.Located
-	(*ListResponse)(nil),        // 40: chunkraft.dm.ListResponse
-	(*ProposeRequest)(nil),      // 41: chunkraft.dm.ProposeRequest
-	(*ProposeResponse)(nil),     // 42: chunkraft.dm.ProposeResponse
-	nil,                         // 43: chunkraft.dm.SubTask.AsOfEntry
-	nil,                         // 44: chunkraft.dm.SubTask.ClonesEntry
-	nil,                         // 45: chunkraft.dm.Start.ClonesEntry
-	nil,                         // 46: chunkraft.dm.Advance.AsOfEntry
-	nil,                         // 47: chunkraft.dm.Advance.ClonesEntry
-	(*datasync.SyncPoint)(nil),  // 48: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),               // 49: pb.Stage
-	(pb.UnitType)(0),            // 50: pb.UnitType
-	(*pb.ProcessResult)(nil),    // 51: pb.ProcessResult
-	(pb.ErrorOp)(0),             // 52: pb.ErrorOp
-	(*pb.ProcessError)(nil),     // 53: pb.ProcessError
-	(pb.TaskOp)(0),              // 54: pb.TaskOp
+	(*SchemaOverride)(nil),      // 10: chunkraft.dm.SchemaOverride
+	(*ChunkOp)(nil),             // 11: chunkraft.dm.ChunkOp
+	(*Operator)(nil),            // 12: chunkraft.dm.Operator
+	(*Cutover)(nil),             // 13: chunkraft.dm.Cutover
+	(*Place)(nil),               // 14: chunkraft.dm.Place
+	(*Clone)(nil),               // 15: chunkraft.dm.Clone
+	(*State)(nil),               // 16: chunkraft.dm.State
+	(*Line)(nil),                // 17: chunkraft.dm.Line
+	(*Op)(nil),                  // 18: chunkraft.dm.Op
+	(*SetSchema)(nil),           // 19: chunkraft.dm.SetSchema
+	(*HandleError)(nil),         // 20: chunkraft.dm.HandleError
+	(*SetCutover)(nil),          // 21: chunkraft.dm.SetCutover
+	(*Start)(nil),               // 22: chunkraft.dm.Start
+	(*SetStage)(nil),            // 23: chunkraft.dm.SetStage
+	(*Advance)(nil),             // 24: chunkraft.dm.Advance
+	(*Fail)(nil),                // 25: chunkraft.dm.Fail
+	(*Delete)(nil),              // 26: chunkraft.dm.Delete
+	(*Update)(nil),              // 27: chunkraft.dm.Update
+	(*FenceRequest)(nil),        // 28: chunkraft.dm.FenceRequest
+	(*FenceResponse)(nil),       // 29: chunkraft.dm.FenceResponse
+	(*SourceFenceRequest)(nil),  // 30: chunkraft.dm.SourceFenceRequest
+	(*SourceFenceResponse)(nil), // 31: chunkraft.dm.SourceFenceResponse
+	(*CheckRequest)(nil),        // 32: chunkraft.dm.CheckRequest
+	(*CheckResponse)(nil),       // 33: chunkraft.dm.CheckResponse
+	(*CutoverRequest)(nil),      // 34: chunkraft.dm.CutoverRequest
+	(*CutoverResponse)(nil),     // 35: chunkraft.dm.CutoverResponse
+	(*StartTaskRequest)(nil),    // 36: chunkraft.dm.StartTaskRequest
+	(*OperateTaskRequest)(nil),  // 37: chunkraft.dm.OperateTaskRequest
+	(*ControlResponse)(nil),     // 38: chunkraft.dm.ControlResponse
+	(*CopysetResult)(nil),       // 39: chunkraft.dm.CopysetResult
+	(*ListRequest)(nil),         // 40: chunkraft.dm.ListRequest
+	(*ChunksRequest)(nil),       // 41: chunkraft.dm.ChunksRequest
+	(*ChunkState)(nil),          // 42: chunkraft.dm.ChunkState
+	(*ChunksResponse)(nil),      // 43: chunkraft.dm.ChunksResponse
+	(*Located)(nil),             // 44: chunkraft.dm.Located
+	(*ListResponse)(nil),        // 45: chunkraft.dm.ListResponse
+	(*ProposeRequest)(nil),      // 46: chunkraft.dm.ProposeRequest
+	(*ProposeResponse)(nil),     // 47: chunkraft.dm.ProposeResponse
+	nil,                         // 48: chunkraft.dm.SubTask.AsOfEntry
+	nil,                         // 49: chunkraft.dm.SubTask.ClonesEntry
+	nil,                         // 50: chunkraft.dm.SubTask.SchemasEntry
+	nil,                         // 51: chunkraft.dm.Start.ClonesEntry
+	nil,                         // 52: chunkraft.dm.Advance.AsOfEntry
+	nil,                         // 53: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil),  // 54: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),               // 55: pb.Stage
+	(pb.UnitType)(0),            // 56: pb.UnitType
+	(*pb.ProcessResult)(nil),    // 57: pb.ProcessResult
+	(pb.ErrorOp)(0),             // 58: pb.ErrorOp
+	(*pb.ProcessError)(nil),     // 59: pb.ProcessError
+	(pb.TaskOp)(0),              // 60: pb.TaskOp
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
 	5,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
 	6,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	48, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	54, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
 	4,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	49, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	50, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	51, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	55, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	56, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	57, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
 	7,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
 	8,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
-	43, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
-	44, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
-	12, // 12: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
-	11, // 13: chunkraft.dm.SubTask.operators:type_name -> chunkraft.dm.Operator
-	13, // 14: chunkraft.dm.SubTask.error_at:type_name -> chunkraft.dm.Place
-	3,  // 15: chunkraft.dm.ChunkOp.kind:type_name -> chunkraft.dm.ChunkOp.Kind
-	52, // 16: chunkraft.dm.Operator.op:type_name -> pb.ErrorOp
-	13, // 17: chunkraft.dm.Operator.at:type_name -> chunkraft.dm.Place
-	10, // 18: chunkraft.dm.Operator.ops:type_name -> chunkraft.dm.ChunkOp
-	1,  // 19: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
-	9,  // 20: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
-	15, // 21: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
-	17, // 22: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
-	20, // 23: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
-	21, // 24: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
-	22, // 25: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
-	23, // 26: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
-	24, // 27: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
-	25, // 28: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
-	19, // 29: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
-	18, // 30: chunkraft.dm.Op.handle_error:type_name -> chunkraft.dm.HandleError
-	52, // 31: chunkraft.dm.HandleError.op:type_name -> pb.ErrorOp
-	13, // 32: chunkraft.dm.HandleError.at:type_name -> chunkraft.dm.Place
-	10, // 33: chunkraft.dm.HandleError.ops:type_name -> chunkraft.dm.ChunkOp
-	12, // 34: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
-	4,  // 35: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	49, // 36: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	50, // 37: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	7,  // 38: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
-	45, // 39: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
-	49, // 40: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
-	7,  // 41: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
-	7,  // 42: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	50, // 43: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
-	8,  // 44: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	46, // 45: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
-	47, // 46: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
-	13, // 47: chunkraft.dm.Advance.operators_done:type_name -> chunkraft.dm.Place
-	53, // 48: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
-	13, // 49: chunkraft.dm.Fail.at:type_name -> chunkraft.dm.Place
-	4,  // 50: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	2,  // 51: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	2,  // 52: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	27, // 53: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
-	20, // 54: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
-	9,  // 55: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
-	1,  // 56: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
-	37, // 57: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	54, // 58: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
-	37, // 59: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	9,  // 60: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	39, // 61: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	17, // 62: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	9,  // 63: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	13, // 64: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	14, // 65: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	14, // 66: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	13, // 67: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	14, // 68: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	38, // 69: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	41, // 70: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	30, // 71: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
-	26, // 72: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
-	28, // 73: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
-	34, // 74: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
-	35, // 75: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
-	34, // 76: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
-	32, // 77: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
-	40, // 78: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	42, // 79: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	31, // 80: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
-	27, // 81: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
-	29, // 82: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
-	36, // 83: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
-	36, // 84: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
-	36, // 85: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
-	33, // 86: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
-	78, // [78:87] is the sub-list for method output_type
-	69, // [69:78] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	48, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
+	49, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
+	13, // 12: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
+	12, // 13: chunkraft.dm.SubTask.operators:type_name -> chunkraft.dm.Operator
+	14, // 14: chunkraft.dm.SubTask.error_at:type_name -> chunkraft.dm.Place
+	50, // 15: chunkraft.dm.SubTask.schemas:type_name -> chunkraft.dm.SubTask.SchemasEntry
+	15, // 16: chunkraft.dm.SchemaOverride.clone:type_name -> chunkraft.dm.Clone
+	15, // 17: chunkraft.dm.SchemaOverride.prior:type_name -> chunkraft.dm.Clone
+	7,  // 18: chunkraft.dm.SchemaOverride.at:type_name -> chunkraft.dm.Checkpoint
+	3,  // 19: chunkraft.dm.ChunkOp.kind:type_name -> chunkraft.dm.ChunkOp.Kind
+	58, // 20: chunkraft.dm.Operator.op:type_name -> pb.ErrorOp
+	14, // 21: chunkraft.dm.Operator.at:type_name -> chunkraft.dm.Place
+	11, // 22: chunkraft.dm.Operator.ops:type_name -> chunkraft.dm.ChunkOp
+	1,  // 23: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
+	9,  // 24: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
+	16, // 25: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
+	18, // 26: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
+	22, // 27: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
+	23, // 28: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
+	24, // 29: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
+	25, // 30: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
+	26, // 31: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
+	27, // 32: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
+	21, // 33: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
+	20, // 34: chunkraft.dm.Op.handle_error:type_name -> chunkraft.dm.HandleError
+	19, // 35: chunkraft.dm.Op.set_schema:type_name -> chunkraft.dm.SetSchema
+	15, // 36: chunkraft.dm.SetSchema.clone:type_name -> chunkraft.dm.Clone
+	58, // 37: chunkraft.dm.HandleError.op:type_name -> pb.ErrorOp
+	14, // 38: chunkraft.dm.HandleError.at:type_name -> chunkraft.dm.Place
+	11, // 39: chunkraft.dm.HandleError.ops:type_name -> chunkraft.dm.ChunkOp
+	13, // 40: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
+	4,  // 41: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
+	55, // 42: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	56, // 43: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	7,  // 44: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	51, // 45: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
+	55, // 46: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	7,  // 47: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
+	7,  // 48: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
+	56, // 49: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	8,  // 50: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
+	52, // 51: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	53, // 52: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	14, // 53: chunkraft.dm.Advance.operators_done:type_name -> chunkraft.dm.Place
+	59, // 54: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	14, // 55: chunkraft.dm.Fail.at:type_name -> chunkraft.dm.Place
+	4,  // 56: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
+	2,  // 57: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	2,  // 58: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	29, // 59: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
+	22, // 60: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
+	9,  // 61: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
+	1,  // 62: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
+	39, // 63: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	60, // 64: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
+	39, // 65: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	42, // 66: chunkraft.dm.ChunksResponse.state:type_name -> chunkraft.dm.ChunkState
+	9,  // 67: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	44, // 68: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	18, // 69: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	9,  // 70: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	14, // 71: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	15, // 72: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	10, // 73: chunkraft.dm.SubTask.SchemasEntry.value:type_name -> chunkraft.dm.SchemaOverride
+	15, // 74: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	14, // 75: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	15, // 76: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	40, // 77: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	46, // 78: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	32, // 79: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
+	28, // 80: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
+	41, // 81: chunkraft.dm.DMInternal.Chunks:input_type -> chunkraft.dm.ChunksRequest
+	30, // 82: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
+	36, // 83: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
+	37, // 84: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
+	36, // 85: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
+	34, // 86: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
+	45, // 87: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	47, // 88: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	33, // 89: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	29, // 90: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
+	43, // 91: chunkraft.dm.DMInternal.Chunks:output_type -> chunkraft.dm.ChunksResponse
+	31, // 92: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
+	38, // 93: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	38, // 94: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	38, // 95: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
+	35, // 96: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
+	87, // [87:97] is the sub-list for method output_type
+	77, // [77:87] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -4002,7 +4479,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 	if File_chunkraft_dmpb_dm_proto != nil {
 		return
 	}
-	file_chunkraft_dmpb_dm_proto_msgTypes[13].OneofWrappers = []any{
+	file_chunkraft_dmpb_dm_proto_msgTypes[14].OneofWrappers = []any{
 		(*Op_Start)(nil),
 		(*Op_SetStage)(nil),
 		(*Op_Advance)(nil),
@@ -4011,6 +4488,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 		(*Op_Update)(nil),
 		(*Op_SetCutover)(nil),
 		(*Op_HandleError)(nil),
+		(*Op_SetSchema)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4018,7 +4496,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   44,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,7 @@ const (
 	DMInternal_Propose_FullMethodName     = "/chunkraft.dm.DMInternal/Propose"
 	DMInternal_Check_FullMethodName       = "/chunkraft.dm.DMInternal/Check"
 	DMInternal_Fence_FullMethodName       = "/chunkraft.dm.DMInternal/Fence"
+	DMInternal_Chunks_FullMethodName      = "/chunkraft.dm.DMInternal/Chunks"
 	DMInternal_SourceFence_FullMethodName = "/chunkraft.dm.DMInternal/SourceFence"
 )
 
@@ -49,6 +50,9 @@ type DMInternalClient interface {
 	// Fence sets, lifts or reads the write fence of one copyset of this
 	// cluster, on its leader, and may digest the copyset's chunks.
 	Fence(ctx context.Context, in *FenceRequest, opts ...grpc.CallOption) (*FenceResponse, error)
+	// Chunks lists the chunks of a copyset the server leads, or reads one
+	// chunk's state (OperateSchema).
+	Chunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error)
 	// SourceFence is Fence on every copyset of a pool (or those listed),
 	// answered by any server: what a cutover asks of its source cluster.
 	SourceFence(ctx context.Context, in *SourceFenceRequest, opts ...grpc.CallOption) (*SourceFenceResponse, error)
@@ -102,6 +106,16 @@ func (c *dMInternalClient) Fence(ctx context.Context, in *FenceRequest, opts ...
 	return out, nil
 }
 
+func (c *dMInternalClient) Chunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChunksResponse)
+	err := c.cc.Invoke(ctx, DMInternal_Chunks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *dMInternalClient) SourceFence(ctx context.Context, in *SourceFenceRequest, opts ...grpc.CallOption) (*SourceFenceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SourceFenceResponse)
@@ -125,6 +139,9 @@ type DMInternalServer interface {
 	// Fence sets, lifts or reads the write fence of one copyset of this
 	// cluster, on its leader, and may digest the copyset's chunks.
 	Fence(context.Context, *FenceRequest) (*FenceResponse, error)
+	// Chunks lists the chunks of a copyset the server leads, or reads one
+	// chunk's state (OperateSchema).
+	Chunks(context.Context, *ChunksRequest) (*ChunksResponse, error)
 	// SourceFence is Fence on every copyset of a pool (or those listed),
 	// answered by any server: what a cutover asks of its source cluster.
 	SourceFence(context.Context, *SourceFenceRequest) (*SourceFenceResponse, error)
@@ -149,6 +166,9 @@ func (UnimplementedDMInternalServer) Check(context.Context, *CheckRequest) (*Che
 }
 func (UnimplementedDMInternalServer) Fence(context.Context, *FenceRequest) (*FenceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fence not implemented")
+}
+func (UnimplementedDMInternalServer) Chunks(context.Context, *ChunksRequest) (*ChunksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Chunks not implemented")
 }
 func (UnimplementedDMInternalServer) SourceFence(context.Context, *SourceFenceRequest) (*SourceFenceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SourceFence not implemented")
@@ -246,6 +266,24 @@ func _DMInternal_Fence_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DMInternal_Chunks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChunksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMInternalServer).Chunks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMInternal_Chunks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMInternalServer).Chunks(ctx, req.(*ChunksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _DMInternal_SourceFence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SourceFenceRequest)
 	if err := dec(in); err != nil {
@@ -286,6 +324,10 @@ var DMInternal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fence",
 			Handler:    _DMInternal_Fence_Handler,
+		},
+		{
+			MethodName: "Chunks",
+			Handler:    _DMInternal_Chunks_Handler,
 		},
 		{
 			MethodName: "SourceFence",
