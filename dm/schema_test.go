@@ -96,12 +96,19 @@ func TestOperateSchema(t *testing.T) {
 	if r := schema(&dmpb.OperateWorkerSchemaRequest{Op: dmpb.SchemaOp_ListTable, Database: db}); !r.GetResult() || r.GetMsg() != `["1","3"]` {
 		t.Fatalf("list table: %v", r)
 	}
-	get := func(chunk string) dm.SchemaView {
-		t.Helper()
+	tryGet := func(chunk string) (dm.SchemaView, error) {
 		r := schema(&dmpb.OperateWorkerSchemaRequest{Op: dmpb.SchemaOp_GetSchema, Database: db, Table: chunk})
 		var v dm.SchemaView
-		if err := json.Unmarshal([]byte(r.GetMsg()), &v); err != nil || !r.GetResult() {
-			t.Fatalf("get schema of chunk %s: %v (%v)", chunk, r, err)
+		if !r.GetResult() {
+			return v, fmt.Errorf("get schema of chunk %s: %v", chunk, r)
+		}
+		return v, json.Unmarshal([]byte(r.GetMsg()), &v)
+	}
+	get := func(chunk string) dm.SchemaView {
+		t.Helper()
+		v, err := tryGet(chunk)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return v
 	}
@@ -120,7 +127,10 @@ func TestOperateSchema(t *testing.T) {
 	c.Stop(leader)
 	c.Restart(leader)
 	testwait.Until(t, 30*time.Second, func() error {
-		v := get("3")
+		v, err := tryGet("3")
+		if err != nil {
+			return err
+		}
 		if v.Schema != "clone sn=5 csn=4 written=0-9" || v.Unwritten != "10-4095" || v.Override == nil || v.Override.Prior != "normal" {
 			return fmt.Errorf("chunk 3 after the restart: %+v", v)
 		}

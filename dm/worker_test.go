@@ -77,8 +77,12 @@ func TestWorkerRPCs(t *testing.T) {
 		t.Fatalf("PurgeRelay with no task: %v %v", purge, err)
 	}
 	schema, err := w.OperateSchema(ctx, &dmpb.OperateWorkerSchemaRequest{})
-	if err != nil || schema.GetResult() || !strings.Contains(schema.GetMsg(), "not built yet") {
-		t.Fatalf("OperateSchema: %v %v", schema, err)
+	if err != nil || schema.GetResult() || !strings.Contains(schema.GetMsg(), "no task name") {
+		t.Fatalf("OperateSchema without a task: %v %v", schema, err)
+	}
+	schema, err = w.OperateSchema(ctx, &dmpb.OperateWorkerSchemaRequest{Op: dmpb.SchemaOp_ListSchema, Task: "mig"})
+	if err != nil || schema.GetResult() || !strings.Contains(schema.GetMsg(), "no sub task with name mig has started") {
+		t.Fatalf("OperateSchema of no task: %v %v", schema, err)
 	}
 
 	task := exportTask("mig")
