@@ -24,6 +24,9 @@ type chunkMachine struct {
 	// gate is the copyset's write fence, published by its write fence
 	// machine (write_fence.go); nil: none.
 	gate atomic.Pointer[fenceGate]
+	// last is the sequence number (opSeq) of the last chunk op applied
+	// since the machine opened; 0 before the first.
+	last atomic.Uint64
 }
 
 var (
@@ -33,7 +36,7 @@ var (
 
 // ChunkStore implements chunkread.Provider: the store as tenants read it.
 func (m *chunkMachine) ChunkStore() chunkread.Store {
-	return reader{store: m.store, sources: m.sources, gate: &m.gate}
+	return reader{store: m.store, sources: m.sources, gate: &m.gate, last: &m.last}
 }
 
 // opSeq returns the sequence number of the chunk op at position pos of log
@@ -89,6 +92,7 @@ func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
 	if err != nil {
 		return &copyset.FatalError{Err: err}
 	}
+	m.last.Store(seq)
 	switch req.GetOpType() {
 	case pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE:
 		var dpre *datastore.PreImage

@@ -22,9 +22,23 @@ type reader struct {
 	sources *cloneSource // nil: clone chunks cannot be materialised
 	// gate is the copyset's write fence (chunkMachine.gate); nil: none.
 	gate *atomic.Pointer[fenceGate]
+	// last is chunkMachine.last; nil: not known.
+	last *atomic.Uint64
 }
 
-var _ chunkread.Store = reader{}
+var (
+	_ chunkread.Store  = reader{}
+	_ chunkread.LastOp = reader{}
+)
+
+// LastChunkOp implements chunkread.LastOp.
+func (r reader) LastChunkOp() (uint64, uint32) {
+	if r.last == nil {
+		return 0, 0
+	}
+	seq := r.last.Load()
+	return SeqIndex(seq), SeqOp(seq)
+}
 
 // cloneFillTimeout bounds the reads of one clone chunk's source.
 const cloneFillTimeout = time.Minute

@@ -40,7 +40,7 @@ target the live copy.`,
 		newDMOperateCommand(a, "resume-task", dmworkerpb.TaskOp_Resume, "Resume a paused or stopped-by-an-error task from its checkpoints (clears its errors)"),
 		newDMOperateCommand(a, "stop-task", dmworkerpb.TaskOp_Stop, "Stop a task and remove it (the data it applied stays; starting it again needs empty target copysets)"),
 		newDMUpdateCommand(a), newDMQueryStatusCommand(a), newDMGetConfigCommand(a), newDMCutoverCommand(a),
-		newDMBinlogCommand(a), newDMBinlogSchemaCommand(a), newDMPurgeRelayCommand(a))
+		newDMBinlogCommand(a), newDMBinlogSchemaCommand(a), newDMValidationCommand(a), newDMPurgeRelayCommand(a))
 	return cmd
 }
 

@@ -183,6 +183,7 @@ func (s *Service) newApplier(ctx context.Context, n *copyset.Node, m *Machine, s
 	a.rp = replayOf(share, a.geo)
 	a.prog, a.dropProg = s.progressFor(n.Group(), a.name)
 	a.prog.sample(time.Now(), share.GetCounters())
+	a.prog.begin(share)
 	a.reset()
 	// The share's copyset is fenced for its task (fence.go); a share
 	// found without its fence gets it before anything is applied.
@@ -788,6 +789,7 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 	}
 	a.share = res.SubTask
 	a.prog.sample(time.Now(), a.share.GetCounters())
+	a.prog.advanced(a.share, a.changedChunks())
 	a.s.metrics.applied(a.name, adv.GetAdd())
 	if packetDone && pkt.Start.Phase == exportfmt.PhaseBinlog {
 		a.s.metrics.packetApplied(a.name, pkt.Header.GetFirstAppendedAtMs(), time.Now())
@@ -795,6 +797,37 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 	bytes := a.bytes
 	a.reset()
 	return a.throttle(ctx, bytes)
+}
+
+// changedChunks is each chunk the group changed and the source index its
+// state now reflects: its op's (a binlog op), its image's place (a chunk
+// image), else the index the checkpoint covers.
+func (a *applier) changedChunks() map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	at := covered(a.share.GetCheckpoint())
+	for i, r := range a.reqs {
+		id, idx := r.GetChunkId(), at
+		if i < len(a.places) && a.places[i] != nil {
+			idx = a.places[i].GetIndex()
+		} else if p := a.asOf[id]; p != nil {
+			idx = p.GetIndex()
+		}
+		out[id] = max(out[id], idx)
+	}
+	return out
+}
+
+// covered is the source index up to which share checkpoint cp has applied
+// every op: the entries before its packet, and before its last op's.
+func covered(cp *pb.Checkpoint) uint64 {
+	c := cp.GetSourceIndex()
+	if c > 0 {
+		c--
+	}
+	if p, err := exportfmt.ParsePoint(cp.GetPoint()); err == nil && p.Phase == exportfmt.PhaseBinlog && p.Index > 0 {
+		c = max(c, p.Index-1)
+	}
+	return c
 }
 
 // firstPlace is the source position of the group's first binlog op, or

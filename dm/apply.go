@@ -53,6 +53,10 @@ func applyOp(st *pb.State, index uint64, op *pb.Op) (Result, bool) {
 		return withShare(st, o.SetSchema.GetName(), func(s *pb.SubTask) (Result, bool) {
 			return applySetSchema(s, index, o.SetSchema)
 		})
+	case *pb.Op_Validator:
+		return withShare(st, o.Validator.GetName(), func(s *pb.SubTask) (Result, bool) {
+			return applyValidator(s, index, o.Validator)
+		})
 	default: // *pb.Op_Delete: ValidateOp knows no other
 		name := o.(*pb.Op_Delete).Delete.GetName()
 		i, ok := find(st, name)

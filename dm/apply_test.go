@@ -210,3 +210,74 @@ func TestSetSchemaOps(t *testing.T) {
 		t.Fatal("a removal with a clone state was admitted")
 	}
 }
+
+// Validator ops on a share: rows numbered at the apply, one open row per
+// chunk, states and clears by id or all, the cutover point, the
+// checkpoint only forward; every refusal changes nothing.
+func TestValidatorOps(t *testing.T) {
+	st := &pb.State{}
+	if r, _ := applyOp(st, 1, &pb.Op{Op: &pb.Op_Start{Start: &pb.Start{Config: testConfig("t"), Copyset: 3, SourceCopyset: 3,
+		Stage: dmpb.Stage_Running, Unit: dmpb.UnitType_Sync, NowMs: 1}}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	index := uint64(1)
+	apply := func(o *pb.ValidatorOp, wantErr error) {
+		t.Helper()
+		index++
+		o.Name = "t"
+		before := get(st, "t").String()
+		r, _ := applyOp(st, index, &pb.Op{Op: &pb.Op_Validator{Validator: o}})
+		if !errors.Is(r.Err, wantErr) {
+			t.Fatalf("%v: %v, want %v", o, r.Err, wantErr)
+		}
+		if r.Err != nil && get(st, "t").String() != before {
+			t.Fatalf("a refused %v changed the share", o)
+		}
+	}
+	add := func(chunk uint64) *pb.ValidatorOp {
+		return &pb.ValidatorOp{NowMs: 9, Op: &pb.ValidatorOp_Add{Add: &pb.ValidationRow{Chunk: chunk, ErrorType: "different data"}}}
+	}
+	set := func(s dmpb.ValidateErrorState, all bool, ids ...uint64) *pb.ValidatorOp {
+		return &pb.ValidatorOp{Op: &pb.ValidatorOp_Set{Set: &pb.RowState{Ids: ids, All: all, State: s}}}
+	}
+	rows := func() []*pb.ValidationRow { return get(st, "t").GetValidation().GetRows() }
+	apply(add(7), nil)
+	apply(add(8), nil)
+	if r := rows(); len(r) != 2 || r[0].GetId() != 3<<32|1 || r[1].GetId() != 3<<32|2 || r[0].GetState() != dmpb.ValidateErrorState_NewErr || r[0].GetTimeMs() != 9 {
+		t.Fatalf("rows %v", r)
+	}
+	apply(add(7), ErrValidator) // an open row of chunk 7
+	apply(set(dmpb.ValidateErrorState_IgnoredErr, false, 3<<32|1), nil)
+	apply(add(7), ErrValidator) // ignored is open
+	apply(set(dmpb.ValidateErrorState_ResolvedErr, true), nil)
+	apply(add(7), nil) // resolved: a new row
+	if r := rows(); len(r) != 3 || r[2].GetId() != 3<<32|3 || r[0].GetState() != dmpb.ValidateErrorState_ResolvedErr {
+		t.Fatalf("rows %v", r)
+	}
+	apply(set(dmpb.ValidateErrorState_IgnoredErr, false, 99), ErrValidator)
+	apply(&pb.ValidatorOp{Op: &pb.ValidatorOp_Clear{Clear: &pb.RowState{Ids: []uint64{3<<32 | 2}}}}, nil)
+	if r := rows(); len(r) != 2 || r[1].GetId() != 3<<32|3 {
+		t.Fatalf("rows after a clear %v", r)
+	}
+	apply(&pb.ValidatorOp{Op: &pb.ValidatorOp_Clear{Clear: &pb.RowState{All: true}}}, nil)
+	if r := rows(); len(r) != 0 {
+		t.Fatalf("rows after clearing all %v", r)
+	}
+	apply(&pb.ValidatorOp{Op: &pb.ValidatorOp_Cutover{Cutover: "1/3:50.0"}}, nil)
+	apply(&pb.ValidatorOp{NowMs: 20, Op: &pb.ValidatorOp_Checkpoint{Checkpoint: &pb.ValidatedAt{Index: 60, CutoverReached: true}}}, nil)
+	apply(&pb.ValidatorOp{NowMs: 30, Op: &pb.ValidatorOp_Checkpoint{Checkpoint: &pb.ValidatedAt{Index: 40}}}, nil) // backwards: kept
+	if v := get(st, "t").GetValidation(); v.GetValidatedIndex() != 60 || v.GetValidatedMs() != 20 || !v.GetCutoverReached() || v.GetCutover() != "1/3:50.0" {
+		t.Fatalf("validation %v", v)
+	}
+	for _, bad := range []*pb.ValidatorOp{
+		{Name: "t", Op: &pb.ValidatorOp_Add{Add: &pb.ValidationRow{Chunk: 1}}},
+		{Name: "t", Op: &pb.ValidatorOp_Set{Set: &pb.RowState{All: true}}},
+		{Name: "t", Op: &pb.ValidatorOp_Clear{Clear: &pb.RowState{}}},
+		{Name: "t", Op: &pb.ValidatorOp_Cutover{Cutover: "1/3"}},
+		{Name: "t"},
+	} {
+		if err := ValidateOp(&pb.Op{Op: &pb.Op_Validator{Validator: bad}}); err == nil {
+			t.Errorf("%v was admitted", bad)
+		}
+	}
+}

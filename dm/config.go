@@ -22,14 +22,27 @@ import (
 // or a subtask config in TOML (CheckSubtasksCanUpdate): the same keys in
 // both. Unknown keys are an error.
 type TaskFile struct {
-	Name            string       `yaml:"name" toml:"name"`
-	TaskMode        string       `yaml:"task-mode" toml:"task-mode"`
-	Source          SourceFile   `yaml:"source" toml:"source"`
-	TargetPool      uint32       `yaml:"target-pool" toml:"target-pool"`
-	Copysets        []uint32     `yaml:"copysets,omitempty" toml:"copysets,omitempty"`
-	IncrementalFrom string       `yaml:"incremental-from,omitempty" toml:"incremental-from,omitempty"`
-	Sync            SyncSettings `yaml:"sync,omitempty" toml:"sync,omitempty"`
+	Name            string        `yaml:"name" toml:"name"`
+	TaskMode        string        `yaml:"task-mode" toml:"task-mode"`
+	Source          SourceFile    `yaml:"source" toml:"source"`
+	TargetPool      uint32        `yaml:"target-pool" toml:"target-pool"`
+	Copysets        []uint32      `yaml:"copysets,omitempty" toml:"copysets,omitempty"`
+	IncrementalFrom string        `yaml:"incremental-from,omitempty" toml:"incremental-from,omitempty"`
+	Sync            SyncSettings  `yaml:"sync,omitempty" toml:"sync,omitempty"`
+	Validator       ValidatorFile `yaml:"validator,omitempty" toml:"validator,omitempty"`
 }
+
+// ValidatorFile is a task file's validator: mode none, fast or full, and
+// how long a chunk must keep differing before it is an error row (a Go
+// duration; default 30m).
+type ValidatorFile struct {
+	Mode          string `yaml:"mode,omitempty" toml:"mode,omitempty"`
+	RowErrorDelay string `yaml:"row-error-delay,omitempty" toml:"row-error-delay,omitempty"`
+}
+
+// DefaultRowErrorDelay is the validator's row-error-delay by default
+// (upstream's).
+const DefaultRowErrorDelay = 30 * time.Minute
 
 // SourceFile is a task file's source: a cluster's pool exported to a
 // relay, or an export.
@@ -139,6 +152,12 @@ func FileOf(c *pb.TaskConfig) TaskFile {
 	if ms := c.GetSource().GetSendIntervalMs(); ms > 0 {
 		f.Source.SendInterval = (time.Duration(ms) * time.Millisecond).String()
 	}
+	if v := c.GetValidator(); v.GetMode() != "" {
+		f.Validator.Mode = v.GetMode()
+		if ms := v.GetRowErrorDelayMs(); ms > 0 {
+			f.Validator.RowErrorDelay = (time.Duration(ms) * time.Millisecond).String()
+		}
+	}
 	return f
 }
 
@@ -237,5 +256,25 @@ func (f TaskFile) Config() (*pb.TaskConfig, error) {
 		c.IncrementalFrom = u.String()
 	}
 	c.Sync.ThrottleBytesPerSec = f.Sync.ThrottleBytesPerSec
+	switch v := f.Validator; v.Mode {
+	case "", "none":
+		if v.RowErrorDelay != "" {
+			return nil, bad("validator.row-error-delay", "only with validator.mode fast or full")
+		}
+	case "fast", "full":
+		if len(f.Source.Cluster) == 0 {
+			return nil, bad("validator.mode", "%s compares with the live source cluster: it needs source.cluster (an export has no chunks to compare with)", v.Mode)
+		}
+		c.Validator = &pb.Validator{Mode: v.Mode}
+		if v.RowErrorDelay != "" {
+			d, err := time.ParseDuration(v.RowErrorDelay)
+			if err != nil || d < time.Second || d%time.Millisecond != 0 {
+				return nil, bad("validator.row-error-delay", "%q: want a duration of at least 1s, in whole milliseconds", v.RowErrorDelay)
+			}
+			c.Validator.RowErrorDelayMs = uint64(d.Milliseconds())
+		}
+	default:
+		return nil, bad("validator.mode", "%q is not one of none, fast, full", v.Mode)
+	}
 	return c, nil
 }

@@ -20,6 +20,9 @@ target-pool: 2
 copysets: [3, 1, 2]
 sync:
   throttle-bytes-per-sec: 1048576
+validator:
+  mode: full
+  row-error-delay: 2s
 `
 
 func TestParseTaskYAML(t *testing.T) {
@@ -29,7 +32,7 @@ func TestParseTaskYAML(t *testing.T) {
 	}
 	want := &pb.TaskConfig{Name: "mig1", Mode: pb.Mode_ALL, TargetPool: 2, Copysets: []uint32{1, 2, 3},
 		Source: &pb.Source{Cluster: []string{"127.0.0.1:8200", "127.0.0.1:8201"}, Pool: 1, Relay: "file:///var/lib/relay/mig1", SendIntervalMs: 500},
-		Sync:   &pb.SyncSettings{ThrottleBytesPerSec: 1 << 20}}
+		Sync:   &pb.SyncSettings{ThrottleBytesPerSec: 1 << 20}, Validator: &pb.Validator{Mode: "full", RowErrorDelayMs: 2000}}
 	if !proto.Equal(c, want) {
 		t.Fatalf("parsed %v\nwant %v", c, want)
 	}
@@ -58,6 +61,10 @@ func TestParseTaskBad(t *testing.T) {
 		{"no source pool", "name: a\ntask-mode: all\nsource: {export: file:///e}\ntarget-pool: 2\n", "source.pool: required"},
 		{"no target", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\n", "target-pool: required"},
 		{"no source", "name: a\ntask-mode: all\nsource: {pool: 1}\ntarget-pool: 2\n", "one of cluster (with relay) or export"},
+		{"validator of an export", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nvalidator: {mode: fast}\n", "validator.mode: fast compares with the live source cluster"},
+		{"validator mode", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1'], relay: file:///r}\ntarget-pool: 2\nvalidator: {mode: slow}\n", `validator.mode: "slow" is not one of none, fast, full`},
+		{"row delay", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1'], relay: file:///r}\ntarget-pool: 2\nvalidator: {mode: full, row-error-delay: 10ms}\n", "validator.row-error-delay: \"10ms\": want a duration of at least 1s"},
+		{"row delay without mode", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1'], relay: file:///r}\ntarget-pool: 2\nvalidator: {row-error-delay: 1m}\n", "only with validator.mode fast or full"},
 		{"both sources", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e, cluster: ['h:1']}\ntarget-pool: 2\n", "exclude each other"},
 		{"cluster without relay", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1']}\ntarget-pool: 2\n", "source.relay: required"},
 		{"bad seed", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h'], relay: file:///r}\ntarget-pool: 2\n", "not host:port"},

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/chunkread"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
@@ -38,7 +40,11 @@ func (is *internalService) Fence(ctx context.Context, req *pb.FenceRequest) (*pb
 }
 
 func (is *internalService) Chunks(ctx context.Context, req *pb.ChunksRequest) (*pb.ChunksResponse, error) {
-	return is.s.chunksLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req.GetChunk()), nil
+	return is.s.chunksLocal(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), req), nil
+}
+
+func (is *internalService) SourceChunks(ctx context.Context, req *pb.ChunksRequest) (*pb.ChunksResponse, error) {
+	return is.s.routeChunksReq(ctx, copyset.NewGroupID(req.GetPool(), req.GetCopyset()), proto.CloneOf(req)), nil
 }
 
 func (is *internalService) SourceFence(ctx context.Context, req *pb.SourceFenceRequest) (*pb.SourceFenceResponse, error) {

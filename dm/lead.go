@@ -129,6 +129,18 @@ func (s *Service) applyShare(ctx context.Context, n *copyset.Node, m *Machine, s
 	a, err := s.newApplier(ctx, n, m, sh)
 	if err == nil {
 		defer a.close()
+		if validating(sh.GetConfig()) {
+			vctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				s.validate(vctx, n, sh, a.prog)
+			}()
+			defer func() {
+				stop()
+				<-done
+			}()
+		}
 		err = a.run(ctx)
 	}
 	var ae *applyError

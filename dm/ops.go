@@ -40,6 +40,9 @@ var (
 	// ErrSchema: a SetSchema the share cannot take (not Paused in Sync,
 	// no override to remove, one applied past).
 	ErrSchema = errors.New("the schema operation is not allowed")
+	// ErrValidator: a validator op naming a row the share does not have,
+	// or a second open row of a chunk.
+	ErrValidator = errors.New("the validation operation is not allowed")
 )
 
 // Result is the apply result of every dm op.
@@ -140,8 +143,44 @@ func ValidateOp(op *pb.Op) error {
 			return fmt.Errorf("dm set schema: %w", err)
 		}
 		return named("set schema", o.SetSchema.GetName())
+	case *pb.Op_Validator:
+		if err := validValidatorOp(o.Validator); err != nil {
+			return fmt.Errorf("dm validator: %w", err)
+		}
+		return named("validator", o.Validator.GetName())
 	}
 	return errors.New("dm op: none of the known ops")
+}
+
+// validValidatorOp checks a validator op on its own.
+func validValidatorOp(op *pb.ValidatorOp) error {
+	switch o := op.GetOp().(type) {
+	case *pb.ValidatorOp_Add:
+		if o.Add.GetErrorType() == "" {
+			return errors.New("a row without its error type")
+		}
+	case *pb.ValidatorOp_Set:
+		switch o.Set.GetState() {
+		case dmpb.ValidateErrorState_NewErr, dmpb.ValidateErrorState_IgnoredErr, dmpb.ValidateErrorState_ResolvedErr:
+		default:
+			return fmt.Errorf("row state %v: want NewErr, IgnoredErr or ResolvedErr", o.Set.GetState())
+		}
+		if !o.Set.GetAll() && len(o.Set.GetIds()) == 0 {
+			return errors.New("no rows named")
+		}
+	case *pb.ValidatorOp_Clear:
+		if !o.Clear.GetAll() && len(o.Clear.GetIds()) == 0 {
+			return errors.New("no rows named")
+		}
+	case *pb.ValidatorOp_Cutover:
+		if _, err := ParsePosition(o.Cutover); err != nil {
+			return err
+		}
+	case *pb.ValidatorOp_Checkpoint:
+	default:
+		return errors.New("none of the known validator ops")
+	}
+	return nil
 }
 
 // validSetSchema checks a SetSchema op on its own.

@@ -1,11 +1,15 @@
 package dm
 
 import (
+	"maps"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chunkraft/chunkraft/copyset"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
+	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
 
 // progress is what the applier of a share on this server knows beyond the
@@ -23,6 +27,17 @@ type progress struct {
 	at                 time.Time
 	ops, bytes         uint64
 	opsRate, bytesRate float64
+	// For the validator (validator.go): the share's checkpoint and unit
+	// after the last group; per chunk, the source index its state
+	// reflects, for the chunks a group of this run changed (lastOp), and
+	// for the others at most floor (the checkpoint's source index when the
+	// run began) or their image's place (asOf); the validator's last pass.
+	cp     *pb.Checkpoint
+	unit   dmpb.UnitType
+	lastOp map[uint64]uint64
+	floor  uint64
+	asOf   map[uint64]uint64
+	val    *pb.ValidatorLive
 }
 
 // sampleEvery is the shortest time between two samples of the rates.
@@ -59,6 +74,55 @@ func (s *Service) progressOf(g copyset.GroupID, name string) *progress {
 	s.progMu.Lock()
 	defer s.progMu.Unlock()
 	return s.progs[progressKey{g, name}]
+}
+
+// begin notes the share a run starts from.
+func (p *progress) begin(sh *pb.SubTask) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cp, p.unit, p.floor = proto.CloneOf(sh.GetCheckpoint()), sh.GetUnit(), sh.GetCheckpoint().GetSourceIndex()
+	p.lastOp, p.asOf = map[uint64]uint64{}, map[uint64]uint64{}
+	for id, at := range sh.GetAsOf() {
+		p.asOf[id] = at.GetIndex()
+	}
+}
+
+// advanced notes the share after a group that changed chunks (each at
+// the source index given).
+func (p *progress) advanced(sh *pb.SubTask, chunks map[uint64]uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cp, p.unit = proto.CloneOf(sh.GetCheckpoint()), sh.GetUnit()
+	for id, at := range chunks {
+		p.lastOp[id] = max(p.lastOp[id], at)
+	}
+}
+
+// view is what the validator needs of the applier at one moment.
+type view struct {
+	cp     *pb.Checkpoint
+	unit   dmpb.UnitType
+	lastOp func(chunk uint64) uint64
+}
+
+// now returns the applier's state now.
+func (p *progress) now() view {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, floor, asOf := maps.Clone(p.lastOp), p.floor, maps.Clone(p.asOf)
+	return view{cp: p.cp, unit: p.unit, lastOp: func(chunk uint64) uint64 {
+		if at, ok := last[chunk]; ok {
+			return at
+		}
+		return max(floor, asOf[chunk])
+	}}
+}
+
+// validated notes the validator's last pass.
+func (p *progress) validated(v *pb.ValidatorLive) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.val = v
 }
 
 // applying notes that the applier applies a packet that began at sinceMs.
@@ -106,4 +170,5 @@ func (p *progress) fill(l *pb.Located, now time.Time) {
 	if now.Sub(p.at) < 3*sampleEvery {
 		l.OpsPerSec, l.BytesPerSec = p.opsRate, p.bytesRate
 	}
+	l.Validator = p.val
 }

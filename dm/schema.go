@@ -337,9 +337,15 @@ func (s *Service) migrateTargets(ctx context.Context, srcPool uint32, shares []*
 // routeChunks asks copyset g's leader for its chunks (chunk 0) or one
 // chunk's state.
 func (s *Service) routeChunks(ctx context.Context, g copyset.GroupID, chunk uint64) *pb.ChunksResponse {
-	return routeTo(ctx, s, g, func(ctx context.Context) *pb.ChunksResponse { return s.chunksLocal(ctx, g, chunk) },
+	return s.routeChunksReq(ctx, g, &pb.ChunksRequest{Chunk: chunk})
+}
+
+// routeChunksReq runs Chunks (req) on copyset g's leader.
+func (s *Service) routeChunksReq(ctx context.Context, g copyset.GroupID, req *pb.ChunksRequest) *pb.ChunksResponse {
+	req.Pool, req.Copyset = g.Pool(), g.Copyset()
+	return routeTo(ctx, s, g, func(ctx context.Context) *pb.ChunksResponse { return s.chunksLocal(ctx, g, req) },
 		func(ctx context.Context, c pb.DMInternalClient) (*pb.ChunksResponse, error) {
-			return c.Chunks(ctx, &pb.ChunksRequest{Pool: g.Pool(), Copyset: g.Copyset(), Chunk: chunk})
+			return c.Chunks(ctx, req)
 		},
 		func(msg string, notLeader bool) *pb.ChunksResponse {
 			return &pb.ChunksResponse{Code: -1, Msg: msg, NotLeader: notLeader}
@@ -347,8 +353,9 @@ func (s *Service) routeChunks(ctx context.Context, g copyset.GroupID, chunk uint
 }
 
 // chunksLocal answers Chunks on copyset g, which this server must lead,
-// past a read barrier.
-func (s *Service) chunksLocal(ctx context.Context, g copyset.GroupID, chunk uint64) *pb.ChunksResponse {
+// past a read barrier: its chunk ids, one chunk's state, or (states)
+// every chunk's, each read between two readings of the last chunk op.
+func (s *Service) chunksLocal(ctx context.Context, g copyset.GroupID, req *pb.ChunksRequest) *pb.ChunksResponse {
 	n, _, no := s.led(g)
 	if no != nil {
 		return &pb.ChunksResponse{Code: -1, Msg: no.msg, NotLeader: no.notLeader, Leader: no.leader}
@@ -367,15 +374,58 @@ func (s *Service) chunksLocal(ctx context.Context, g copyset.GroupID, chunk uint
 	if err != nil {
 		return fail(err)
 	}
-	if chunk == 0 {
+	// last is the index of the last chunk op applied (the applied index
+	// where the store does not say, or before its first op).
+	last := func() uint64 {
+		if lo, ok := st.(chunkread.LastOp); ok {
+			if i, _ := lo.LastChunkOp(); i != 0 {
+				return i
+			}
+		}
+		return n.AppliedIndex()
+	}
+	state := func(id uint64) (*pb.ChunkState, error) {
+		m, ok, err := st.ChunkMeta(id)
+		if err != nil || !ok {
+			return nil, err
+		}
+		cs := &pb.ChunkState{Id: id, Sn: m.Sn, CorrectedSn: m.CorrectedSn, SnapSn: m.SnapSn}
+		if req.GetHash() {
+			if h, err := st.GetChunkHash(id, 0, st.ChunkSize()); err != nil {
+				cs.HashError = err.Error()
+			} else {
+				cs.Hash = h
+			}
+		}
+		return cs, nil
+	}
+	switch {
+	case req.GetStates():
+		out := &pb.ChunksResponse{FromIndex: last()}
+		out.Ids = st.ListChunks()
+		out.ToIndex = last()
+		for _, id := range out.Ids {
+			if ctx.Err() != nil {
+				return fail(ctx.Err())
+			}
+			from := last()
+			cs, err := state(id)
+			if err != nil {
+				return fail(fmt.Errorf("chunk %d: %w", id, err))
+			}
+			if cs == nil {
+				continue // deleted since the listing
+			}
+			cs.FromIndex, cs.ToIndex = from, last()
+			out.States = append(out.States, cs)
+		}
+		return out
+	case req.GetChunk() == 0:
 		return &pb.ChunksResponse{Ids: st.ListChunks()}
 	}
-	m, ok, err := st.ChunkMeta(chunk)
-	switch {
-	case err != nil:
-		return fail(fmt.Errorf("chunk %d: %w", chunk, err))
-	case !ok:
-		return &pb.ChunksResponse{}
+	cs, err := state(req.GetChunk())
+	if err != nil {
+		return fail(fmt.Errorf("chunk %d: %w", req.GetChunk(), err))
 	}
-	return &pb.ChunksResponse{State: &pb.ChunkState{Id: chunk, Sn: m.Sn, CorrectedSn: m.CorrectedSn, SnapSn: m.SnapSn}}
+	return &pb.ChunksResponse{State: cs}
 }

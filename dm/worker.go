@@ -31,12 +31,6 @@ func msgNoSubTask(name string) string {
 	return fmt.Sprintf("no sub task with name %s has started", name)
 }
 
-// notBuilt is the answer of the Worker RPCs whose tools chunkraft's dm
-// does not have.
-func notBuilt(rpc, what string) string {
-	return fmt.Sprintf("%s is not built yet: chunkraft's dm has no %s", rpc, what)
-}
-
 type workerService struct {
 	dmpb.UnimplementedWorkerServer
 	s *Service
@@ -310,20 +304,4 @@ func (w *workerService) OperateV1Meta(_ context.Context, req *dmpb.OperateV1Meta
 		return &dmpb.OperateV1MetaResponse{Result: true}, nil
 	}
 	return &dmpb.OperateV1MetaResponse{Result: false, Msg: fmt.Sprintf("invalid op %v: want GetV1Meta or RemoveV1Meta", req.GetOp())}, nil
-}
-
-func (w *workerService) GetWorkerValidatorStatus(context.Context, *dmpb.GetValidationStatusRequest) (*dmpb.GetValidationStatusResponse, error) {
-	return &dmpb.GetValidationStatusResponse{Msg: notBuilt("GetWorkerValidatorStatus", "validator")}, nil
-}
-
-func (w *workerService) GetValidatorError(context.Context, *dmpb.GetValidationErrorRequest) (*dmpb.GetValidationErrorResponse, error) {
-	return &dmpb.GetValidationErrorResponse{Msg: notBuilt("GetValidatorError", "validator")}, nil
-}
-
-func (w *workerService) OperateValidatorError(context.Context, *dmpb.OperateValidationErrorRequest) (*dmpb.OperateValidationErrorResponse, error) {
-	return &dmpb.OperateValidationErrorResponse{Msg: notBuilt("OperateValidatorError", "validator")}, nil
-}
-
-func (w *workerService) UpdateValidator(context.Context, *dmpb.UpdateValidationWorkerRequest) (*dmpb.CommonWorkerResponse, error) {
-	return &dmpb.CommonWorkerResponse{Msg: notBuilt("UpdateValidator", "validator"), Worker: string(w.s.deps.Local)}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/chunkserver/chunkservertest"
@@ -83,6 +85,9 @@ func TestWorkerRPCs(t *testing.T) {
 	schema, err = w.OperateSchema(ctx, &dmpb.OperateWorkerSchemaRequest{Op: dmpb.SchemaOp_ListSchema, Task: "mig"})
 	if err != nil || schema.GetResult() || !strings.Contains(schema.GetMsg(), "no sub task with name mig has started") {
 		t.Fatalf("OperateSchema of no task: %v %v", schema, err)
+	}
+	if _, err := w.GetWorkerValidatorStatus(ctx, &dmpb.GetValidationStatusRequest{TaskName: "mig"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetWorkerValidatorStatus of no task: %v, want NotFound", err)
 	}
 
 	task := exportTask("mig")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/cli"
+	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/testwait"
 )
@@ -225,6 +226,13 @@ func TestDMMigrateExport(t *testing.T) {
 	if s := schemaOf(); s != "normal" {
 		t.Fatalf("chunk 1's schema after delete %q", s)
 	}
+	// An export source has no validator: the validation commands say so.
+	if out, code := ctl(t, c.addrs(), "dm", "validation", "status", "mig"); code == 0 || !strings.Contains(out, "validator not found for task mig") {
+		t.Fatalf("dm validation status of a task without a validator: exit %d\n%s", code, out)
+	}
+	if out, code := ctl(t, c.addrs(), "dm", "validation", "show-error", "mig", "--error", "some"); code == 0 || !strings.Contains(out, `--error "some"`) {
+		t.Fatalf("dm validation show-error --error some: exit %d\n%s", code, out)
+	}
 	mustCtl(t, c.addrs(), nil, "dm", "resume-task", "mig")
 	st := dmQueryStatus(t, c.addrs())
 	if !st.Result || len(st.SubTaskStatus) != 1 || st.SubTaskStatus[0].Stage != "Running" || len(st.SubTaskStatus[0].Result.Errors) > 0 {
@@ -278,7 +286,7 @@ func TestDMClusterSource(t *testing.T) {
 	w.start(4)
 	relay := filepath.Join(t.TempDir(), "relay")
 	task := filepath.Join(t.TempDir(), "task.yaml")
-	if err := os.WriteFile(task, fmt.Appendf(nil, "name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\n",
+	if err := os.WriteFile(task, fmt.Appendf(nil, "name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\ntarget-pool: 2\nvalidator:\n  mode: full\n  row-error-delay: 2s\n",
 		strings.Join(a.addrs(), ", "), relay), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +324,7 @@ func TestDMClusterSource(t *testing.T) {
 	if w.n.Load() == 0 {
 		t.Fatal("no write succeeded during the migration")
 	}
+	checkValidator(t, ctx, a, b, src[0], kill)
 	// The cutover waits for the leaders B elects after the kill.
 	var out string
 	testwait.Until(t, 90*time.Second, func() error {
@@ -400,5 +409,109 @@ func TestDMClusterSource(t *testing.T) {
 	t.Logf("sync restore of the backup into B's pool 3:\n%s", out)
 	if d := chunksDiffer(t, a.client, b.client, src, restored); d != "" {
 		t.Fatalf("the backup restored into B's pool 3 is not A's pool 1: %s", d)
+	}
+}
+
+// checkValidator: task mig's validator (mode full, row-error-delay 2s),
+// once the writes have stopped, finds every chunk equal; one byte changed
+// on every replica of a chunk of 2/1 gives exactly one error row, which a
+// kill -9 of 2/1's leader keeps; the block written again on the source
+// heals the chunk, and clear-error removes the row.
+func checkValidator(t *testing.T, ctx context.Context, a, b *cluster, src cli.CopysetID, kill func(cli.CopysetID, string)) {
+	t.Helper()
+	type validator struct {
+		Source    string `json:"source"`
+		Stage     string `json:"stage"`
+		Processed string `json:"processedRowsStatus"`
+		Pending   string `json:"pendingRowsStatus"`
+	}
+	caughtUp := func() {
+		t.Helper()
+		testwait.Until(t, 90*time.Second, func() error {
+			out, stderr, code := chunkctl(t, b.addrs(), nil, "-o", "json", "dm", "validation", "status", "mig")
+			if code != 0 {
+				return fmt.Errorf("dm validation status: exit %d: %s", code, stderr)
+			}
+			var st struct {
+				Validators []validator `json:"validators"`
+			}
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				return fmt.Errorf("%w\n%s", err, out)
+			}
+			if len(st.Validators) != 4 {
+				return fmt.Errorf("validators %+v", st.Validators)
+			}
+			for _, v := range st.Validators {
+				var n, eq uint64
+				if _, err := fmt.Sscanf(v.Processed, "compared %d, equal %d", &n, &eq); err != nil || n == 0 || n != eq ||
+					!strings.HasPrefix(v.Pending, "pending 0, differing 0") || v.Stage != "Running" {
+					return fmt.Errorf("validator %+v", v)
+				}
+			}
+			return nil
+		})
+	}
+	type row struct {
+		ID       string `json:"id"`
+		Source   string `json:"source"`
+		SrcTable string `json:"srcTable"`
+		Status   string `json:"status"`
+	}
+	rows := func(which string) ([]row, error) {
+		out, stderr, code := chunkctl(t, b.addrs(), nil, "-o", "json", "dm", "validation", "show-error", "mig", "--error", which)
+		if code != 0 {
+			return nil, fmt.Errorf("dm validation show-error: exit %d: %s", code, stderr)
+		}
+		var r struct {
+			Error []row `json:"error"`
+		}
+		err := json.Unmarshal([]byte(out), &r)
+		return r.Error, err
+	}
+	caughtUp()
+	g := copyset.NewGroupID(2, src.Copyset)
+	for _, p := range b.procs {
+		path := filepath.Join(p.DataDir, "copysets", g.String(), "data", "chunk_2")
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var one [1]byte
+		const at = 4096 + 7 // a byte of the chunk's first block
+		if _, err := f.ReadAt(one[:], at); err != nil {
+			t.Fatal(err)
+		}
+		one[0] ^= 0xff
+		if _, err := f.WriteAt(one[:], at); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	var first row
+	testwait.Until(t, 60*time.Second, func() error {
+		got, err := rows("unprocessed")
+		if err == nil && (len(got) != 1 || got[0].SrcTable != "2" || got[0].Source != fmt.Sprintf("pool-1/copyset-%d", src.Copyset)) {
+			err = fmt.Errorf("rows %+v", got)
+		}
+		if err == nil {
+			first = got[0]
+		}
+		return err
+	})
+	kill(cli.CopysetID{Pool: 2, Copyset: src.Copyset}, "the validator's error row")
+	testwait.Until(t, 60*time.Second, func() error {
+		got, err := rows("all")
+		if err == nil && (len(got) != 1 || got[0] != first) {
+			err = fmt.Errorf("rows after the kill %+v, want %+v", got, first)
+		}
+		return err
+	})
+	if err := a.client.WriteChunk(ctx, cli.ChunkID{CopysetID: src, Chunk: 2}, 0, bytes.Repeat([]byte{2}, cli.BlockSize), 1); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp()
+	mustCtl(t, b.addrs(), nil, "dm", "validation", "clear-error", "mig", "--all")
+	if got, err := rows("all"); err != nil || len(got) != 0 {
+		t.Fatalf("rows after clear-error: %+v %v", got, err)
 	}
 }

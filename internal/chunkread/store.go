@@ -22,6 +22,15 @@ type Chunks interface {
 	ChunkMeta(id uint64) (Meta, bool, error)
 }
 
+// LastOp is a chunk store that knows the last chunk op it applied: its
+// log index and position in its entry (0, 0: none since the replica
+// opened). Every chunk's state read after it returns reflects the ops up
+// to that op; a reader that reads it before and after a chunk and gets
+// the same answer read the chunk as of that op.
+type LastOp interface {
+	LastChunkOp() (index uint64, op uint32)
+}
+
 // Images is a chunk store as the sync export reads it: whole chunks with
 // clone chunks materialised from their sources, so that an export never
 // depends on the source cluster.

@@ -255,7 +255,7 @@ func (x ChunkOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChunkOp_Kind.Descriptor instead.
 func (ChunkOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7, 0}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // TaskConfig is a task as its task file states it, in canonical form
@@ -274,7 +274,8 @@ type TaskConfig struct {
 	// incremental_from: for mode incremental, where Sync starts: a
 	// restore marker's location (`chunkctl sync restore --until-index`
 	// leaves one); empty for the other modes.
-	IncrementalFrom string `protobuf:"bytes,7,opt,name=incremental_from,json=incrementalFrom,proto3" json:"incremental_from,omitempty"`
+	IncrementalFrom string     `protobuf:"bytes,7,opt,name=incremental_from,json=incrementalFrom,proto3" json:"incremental_from,omitempty"`
+	Validator       *Validator `protobuf:"bytes,8,opt,name=validator,proto3" json:"validator,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -358,6 +359,72 @@ func (x *TaskConfig) GetIncrementalFrom() string {
 	return ""
 }
 
+func (x *TaskConfig) GetValidator() *Validator {
+	if x != nil {
+		return x.Validator
+	}
+	return nil
+}
+
+// Validator is a task's validator (upstream's validators: mode and
+// row-error-delay): while the task is in Sync, the leader of each target
+// copyset compares its chunks with the source cluster's.
+type Validator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode: "none" (or empty), "fast" (existence, sn and corrected sn) or
+	// "full" (also the data's hash).
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// row_error_delay_ms: how long a chunk must keep differing before it
+	// is an error row (0: the default, 30 minutes).
+	RowErrorDelayMs uint64 `protobuf:"varint,2,opt,name=row_error_delay_ms,json=rowErrorDelayMs,proto3" json:"row_error_delay_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Validator) Reset() {
+	*x = Validator{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Validator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Validator) ProtoMessage() {}
+
+func (x *Validator) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Validator.ProtoReflect.Descriptor instead.
+func (*Validator) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Validator) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *Validator) GetRowErrorDelayMs() uint64 {
+	if x != nil {
+		return x.RowErrorDelayMs
+	}
+	return 0
+}
+
 // Source is where a task reads from: the export of a pool of another
 // cluster (cluster and relay), or an export already written (export).
 type Source struct {
@@ -379,7 +446,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[1]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +458,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[1]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +471,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{1}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Source) GetCluster() []string {
@@ -455,7 +522,7 @@ type SyncSettings struct {
 
 func (x *SyncSettings) Reset() {
 	*x = SyncSettings{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[2]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +534,7 @@ func (x *SyncSettings) String() string {
 func (*SyncSettings) ProtoMessage() {}
 
 func (x *SyncSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[2]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +547,7 @@ func (x *SyncSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncSettings.ProtoReflect.Descriptor instead.
 func (*SyncSettings) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{2}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SyncSettings) GetThrottleBytesPerSec() uint64 {
@@ -512,7 +579,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[3]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +591,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[3]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +604,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{3}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Checkpoint) GetPoint() *datasync.SyncPoint {
@@ -597,7 +664,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[4]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +676,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[4]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +689,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{4}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -706,14 +773,16 @@ type SubTask struct {
 	ErrorAt *Place `protobuf:"bytes,18,opt,name=error_at,json=errorAt,proto3" json:"error_at,omitempty"`
 	// schemas: the chunks whose tracked state an operator set
 	// (OperateSchema SetSchema), by chunk id.
-	Schemas       map[uint64]*SchemaOverride `protobuf:"bytes,19,rep,name=schemas,proto3" json:"schemas,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Schemas map[uint64]*SchemaOverride `protobuf:"bytes,19,rep,name=schemas,proto3" json:"schemas,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// validation: the validator's error rows and checkpoints.
+	Validation    *Validation `protobuf:"bytes,20,opt,name=validation,proto3" json:"validation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubTask) Reset() {
 	*x = SubTask{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[5]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +794,7 @@ func (x *SubTask) String() string {
 func (*SubTask) ProtoMessage() {}
 
 func (x *SubTask) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[5]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +807,7 @@ func (x *SubTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubTask.ProtoReflect.Descriptor instead.
 func (*SubTask) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{5}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubTask) GetConfig() *TaskConfig {
@@ -874,6 +943,212 @@ func (x *SubTask) GetSchemas() map[uint64]*SchemaOverride {
 	return nil
 }
 
+func (x *SubTask) GetValidation() *Validation {
+	if x != nil {
+		return x.Validation
+	}
+	return nil
+}
+
+// Validation is a share's validator state: its error rows, its
+// checkpoint (validated_index: the source index at which every chunk was
+// last compared, or found still changing) and the cutover point
+// UpdateValidator set (a source position P/C:index.op).
+type Validation struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Rows           []*ValidationRow       `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	NextRow        uint64                 `protobuf:"varint,2,opt,name=next_row,json=nextRow,proto3" json:"next_row,omitempty"`
+	ValidatedIndex uint64                 `protobuf:"varint,3,opt,name=validated_index,json=validatedIndex,proto3" json:"validated_index,omitempty"`
+	ValidatedMs    int64                  `protobuf:"varint,4,opt,name=validated_ms,json=validatedMs,proto3" json:"validated_ms,omitempty"`
+	Cutover        string                 `protobuf:"bytes,5,opt,name=cutover,proto3" json:"cutover,omitempty"`
+	CutoverReached bool                   `protobuf:"varint,6,opt,name=cutover_reached,json=cutoverReached,proto3" json:"cutover_reached,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Validation) Reset() {
+	*x = Validation{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Validation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Validation) ProtoMessage() {}
+
+func (x *Validation) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Validation.ProtoReflect.Descriptor instead.
+func (*Validation) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Validation) GetRows() []*ValidationRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *Validation) GetNextRow() uint64 {
+	if x != nil {
+		return x.NextRow
+	}
+	return 0
+}
+
+func (x *Validation) GetValidatedIndex() uint64 {
+	if x != nil {
+		return x.ValidatedIndex
+	}
+	return 0
+}
+
+func (x *Validation) GetValidatedMs() int64 {
+	if x != nil {
+		return x.ValidatedMs
+	}
+	return 0
+}
+
+func (x *Validation) GetCutover() string {
+	if x != nil {
+		return x.Cutover
+	}
+	return ""
+}
+
+func (x *Validation) GetCutoverReached() bool {
+	if x != nil {
+		return x.CutoverReached
+	}
+	return false
+}
+
+// ValidationRow is a chunk that kept differing from the source's for the
+// task's row_error_delay: id (unique in the task: the target copyset in
+// the high 32 bits), what each side held, how it differs, its state.
+type ValidationRow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Src           string                 `protobuf:"bytes,3,opt,name=src,proto3" json:"src,omitempty"`
+	Dst           string                 `protobuf:"bytes,4,opt,name=dst,proto3" json:"dst,omitempty"`
+	ErrorType     string                 `protobuf:"bytes,5,opt,name=error_type,json=errorType,proto3" json:"error_type,omitempty"`
+	State         pb.ValidateErrorState  `protobuf:"varint,6,opt,name=state,proto3,enum=pb.ValidateErrorState" json:"state,omitempty"`
+	FirstMs       int64                  `protobuf:"varint,7,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"`
+	TimeMs        int64                  `protobuf:"varint,8,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	Message       string                 `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidationRow) Reset() {
+	*x = ValidationRow{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidationRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidationRow) ProtoMessage() {}
+
+func (x *ValidationRow) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidationRow.ProtoReflect.Descriptor instead.
+func (*ValidationRow) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ValidationRow) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ValidationRow) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ValidationRow) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *ValidationRow) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *ValidationRow) GetErrorType() string {
+	if x != nil {
+		return x.ErrorType
+	}
+	return ""
+}
+
+func (x *ValidationRow) GetState() pb.ValidateErrorState {
+	if x != nil {
+		return x.State
+	}
+	return pb.ValidateErrorState(0)
+}
+
+func (x *ValidationRow) GetFirstMs() int64 {
+	if x != nil {
+		return x.FirstMs
+	}
+	return 0
+}
+
+func (x *ValidationRow) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+func (x *ValidationRow) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // SchemaOverride is an operator's SetSchema of a chunk: what the share
 // tracks for it now came from the operator. prior is what the share
 // tracked before the first override (had_clone: whether the chunk was a
@@ -895,7 +1170,7 @@ type SchemaOverride struct {
 
 func (x *SchemaOverride) Reset() {
 	*x = SchemaOverride{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1182,7 @@ func (x *SchemaOverride) String() string {
 func (*SchemaOverride) ProtoMessage() {}
 
 func (x *SchemaOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[6]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1195,7 @@ func (x *SchemaOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchemaOverride.ProtoReflect.Descriptor instead.
 func (*SchemaOverride) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SchemaOverride) GetClone() *Clone {
@@ -982,7 +1257,7 @@ type ChunkOp struct {
 
 func (x *ChunkOp) Reset() {
 	*x = ChunkOp{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1269,7 @@ func (x *ChunkOp) String() string {
 func (*ChunkOp) ProtoMessage() {}
 
 func (x *ChunkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[7]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1282,7 @@ func (x *ChunkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkOp.ProtoReflect.Descriptor instead.
 func (*ChunkOp) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ChunkOp) GetKind() ChunkOp_Kind {
@@ -1075,7 +1350,7 @@ type Operator struct {
 
 func (x *Operator) Reset() {
 	*x = Operator{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1362,7 @@ func (x *Operator) String() string {
 func (*Operator) ProtoMessage() {}
 
 func (x *Operator) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[8]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1375,7 @@ func (x *Operator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operator.ProtoReflect.Descriptor instead.
 func (*Operator) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operator) GetOp() pb.ErrorOp {
@@ -1160,7 +1435,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1447,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[9]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1460,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Cutover) GetStep() CutoverStep {
@@ -1269,7 +1544,7 @@ type Place struct {
 
 func (x *Place) Reset() {
 	*x = Place{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1556,7 @@ func (x *Place) String() string {
 func (*Place) ProtoMessage() {}
 
 func (x *Place) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[10]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1569,7 @@ func (x *Place) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Place.ProtoReflect.Descriptor instead.
 func (*Place) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Place) GetIndex() uint64 {
@@ -1325,7 +1600,7 @@ type Clone struct {
 
 func (x *Clone) Reset() {
 	*x = Clone{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1612,7 @@ func (x *Clone) String() string {
 func (*Clone) ProtoMessage() {}
 
 func (x *Clone) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[11]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1625,7 @@ func (x *Clone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clone.ProtoReflect.Descriptor instead.
 func (*Clone) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Clone) GetSn() uint64 {
@@ -1386,7 +1661,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1673,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[12]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1686,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *State) GetApplied() uint64 {
@@ -1441,7 +1716,7 @@ type Line struct {
 
 func (x *Line) Reset() {
 	*x = Line{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1728,7 @@ func (x *Line) String() string {
 func (*Line) ProtoMessage() {}
 
 func (x *Line) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[13]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1741,7 @@ func (x *Line) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Line.ProtoReflect.Descriptor instead.
 func (*Line) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Line) GetBase() *State {
@@ -1504,6 +1779,7 @@ type Op struct {
 	//	*Op_SetCutover
 	//	*Op_HandleError
 	//	*Op_SetSchema
+	//	*Op_Validator
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1511,7 +1787,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1799,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[14]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1812,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1627,6 +1903,15 @@ func (x *Op) GetSetSchema() *SetSchema {
 	return nil
 }
 
+func (x *Op) GetValidator() *ValidatorOp {
+	if x != nil {
+		if x, ok := x.Op.(*Op_Validator); ok {
+			return x.Validator
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1667,6 +1952,10 @@ type Op_SetSchema struct {
 	SetSchema *SetSchema `protobuf:"bytes,9,opt,name=set_schema,json=setSchema,proto3,oneof"`
 }
 
+type Op_Validator struct {
+	Validator *ValidatorOp `protobuf:"bytes,10,opt,name=validator,proto3,oneof"`
+}
+
 func (*Op_Start) isOp_Op() {}
 
 func (*Op_SetStage) isOp_Op() {}
@@ -1684,6 +1973,272 @@ func (*Op_SetCutover) isOp_Op() {}
 func (*Op_HandleError) isOp_Op() {}
 
 func (*Op_SetSchema) isOp_Op() {}
+
+func (*Op_Validator) isOp_Op() {}
+
+// ValidatorOp changes a share's validator state: add a row (its id is
+// given at the apply), set rows' state, clear rows, set the cutover point,
+// or move the checkpoint.
+type ValidatorOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	NowMs int64                  `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ValidatorOp_Add
+	//	*ValidatorOp_Set
+	//	*ValidatorOp_Clear
+	//	*ValidatorOp_Cutover
+	//	*ValidatorOp_Checkpoint
+	Op            isValidatorOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidatorOp) Reset() {
+	*x = ValidatorOp{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidatorOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidatorOp) ProtoMessage() {}
+
+func (x *ValidatorOp) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidatorOp.ProtoReflect.Descriptor instead.
+func (*ValidatorOp) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ValidatorOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ValidatorOp) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
+
+func (x *ValidatorOp) GetOp() isValidatorOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ValidatorOp) GetAdd() *ValidationRow {
+	if x != nil {
+		if x, ok := x.Op.(*ValidatorOp_Add); ok {
+			return x.Add
+		}
+	}
+	return nil
+}
+
+func (x *ValidatorOp) GetSet() *RowState {
+	if x != nil {
+		if x, ok := x.Op.(*ValidatorOp_Set); ok {
+			return x.Set
+		}
+	}
+	return nil
+}
+
+func (x *ValidatorOp) GetClear() *RowState {
+	if x != nil {
+		if x, ok := x.Op.(*ValidatorOp_Clear); ok {
+			return x.Clear
+		}
+	}
+	return nil
+}
+
+func (x *ValidatorOp) GetCutover() string {
+	if x != nil {
+		if x, ok := x.Op.(*ValidatorOp_Cutover); ok {
+			return x.Cutover
+		}
+	}
+	return ""
+}
+
+func (x *ValidatorOp) GetCheckpoint() *ValidatedAt {
+	if x != nil {
+		if x, ok := x.Op.(*ValidatorOp_Checkpoint); ok {
+			return x.Checkpoint
+		}
+	}
+	return nil
+}
+
+type isValidatorOp_Op interface {
+	isValidatorOp_Op()
+}
+
+type ValidatorOp_Add struct {
+	Add *ValidationRow `protobuf:"bytes,3,opt,name=add,proto3,oneof"`
+}
+
+type ValidatorOp_Set struct {
+	Set *RowState `protobuf:"bytes,4,opt,name=set,proto3,oneof"`
+}
+
+type ValidatorOp_Clear struct {
+	Clear *RowState `protobuf:"bytes,5,opt,name=clear,proto3,oneof"`
+}
+
+type ValidatorOp_Cutover struct {
+	Cutover string `protobuf:"bytes,6,opt,name=cutover,proto3,oneof"`
+}
+
+type ValidatorOp_Checkpoint struct {
+	Checkpoint *ValidatedAt `protobuf:"bytes,7,opt,name=checkpoint,proto3,oneof"`
+}
+
+func (*ValidatorOp_Add) isValidatorOp_Op() {}
+
+func (*ValidatorOp_Set) isValidatorOp_Op() {}
+
+func (*ValidatorOp_Clear) isValidatorOp_Op() {}
+
+func (*ValidatorOp_Cutover) isValidatorOp_Op() {}
+
+func (*ValidatorOp_Checkpoint) isValidatorOp_Op() {}
+
+// RowState names rows (ids, or all) and, to set, their new state.
+type RowState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []uint64               `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	All           bool                   `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	State         pb.ValidateErrorState  `protobuf:"varint,3,opt,name=state,proto3,enum=pb.ValidateErrorState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RowState) Reset() {
+	*x = RowState{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RowState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RowState) ProtoMessage() {}
+
+func (x *RowState) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RowState.ProtoReflect.Descriptor instead.
+func (*RowState) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RowState) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RowState) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *RowState) GetState() pb.ValidateErrorState {
+	if x != nil {
+		return x.State
+	}
+	return pb.ValidateErrorState(0)
+}
+
+// ValidatedAt is a validator checkpoint: every chunk compared at source
+// index `index`; cutover_reached once it is at or past the cutover point.
+type ValidatedAt struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Index          uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	CutoverReached bool                   `protobuf:"varint,2,opt,name=cutover_reached,json=cutoverReached,proto3" json:"cutover_reached,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ValidatedAt) Reset() {
+	*x = ValidatedAt{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidatedAt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidatedAt) ProtoMessage() {}
+
+func (x *ValidatedAt) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidatedAt.ProtoReflect.Descriptor instead.
+func (*ValidatedAt) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ValidatedAt) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ValidatedAt) GetCutoverReached() bool {
+	if x != nil {
+		return x.CutoverReached
+	}
+	return false
+}
 
 // SetSchema sets (or, remove, drops) the operator's override of the
 // state a Paused share in the Sync unit tracks for chunk: a clone chunk
@@ -1703,7 +2258,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +2270,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[15]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +2283,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{15}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetSchema) GetName() string {
@@ -1790,7 +2345,7 @@ type HandleError struct {
 
 func (x *HandleError) Reset() {
 	*x = HandleError{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2357,7 @@ func (x *HandleError) String() string {
 func (*HandleError) ProtoMessage() {}
 
 func (x *HandleError) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[16]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2370,7 @@ func (x *HandleError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleError.ProtoReflect.Descriptor instead.
 func (*HandleError) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{16}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HandleError) GetName() string {
@@ -1874,7 +2429,7 @@ type SetCutover struct {
 
 func (x *SetCutover) Reset() {
 	*x = SetCutover{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2441,7 @@ func (x *SetCutover) String() string {
 func (*SetCutover) ProtoMessage() {}
 
 func (x *SetCutover) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[17]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2454,7 @@ func (x *SetCutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCutover.ProtoReflect.Descriptor instead.
 func (*SetCutover) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{17}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetCutover) GetName() string {
@@ -1943,7 +2498,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2510,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[18]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2523,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{18}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Start) GetConfig() *TaskConfig {
@@ -2048,7 +2603,7 @@ type SetStage struct {
 
 func (x *SetStage) Reset() {
 	*x = SetStage{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2615,7 @@ func (x *SetStage) String() string {
 func (*SetStage) ProtoMessage() {}
 
 func (x *SetStage) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[19]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2628,7 @@ func (x *SetStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStage.ProtoReflect.Descriptor instead.
 func (*SetStage) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{19}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetStage) GetName() string {
@@ -2134,7 +2689,7 @@ type Advance struct {
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2701,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[20]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2714,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{20}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Advance) GetName() string {
@@ -2261,7 +2816,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2828,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[21]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2841,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{21}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Fail) GetName() string {
@@ -2334,7 +2889,7 @@ type Delete struct {
 
 func (x *Delete) Reset() {
 	*x = Delete{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2901,7 @@ func (x *Delete) String() string {
 func (*Delete) ProtoMessage() {}
 
 func (x *Delete) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[22]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2914,7 @@ func (x *Delete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delete.ProtoReflect.Descriptor instead.
 func (*Delete) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{22}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Delete) GetName() string {
@@ -2382,7 +2937,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2949,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[23]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2962,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{23}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Update) GetName() string {
@@ -2450,7 +3005,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +3017,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[24]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +3030,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{24}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FenceRequest) GetPool() uint32 {
@@ -2549,7 +3104,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +3116,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[25]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +3129,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{25}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FenceResponse) GetCode() int32 {
@@ -2669,7 +3224,7 @@ type SourceFenceRequest struct {
 
 func (x *SourceFenceRequest) Reset() {
 	*x = SourceFenceRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +3236,7 @@ func (x *SourceFenceRequest) String() string {
 func (*SourceFenceRequest) ProtoMessage() {}
 
 func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[26]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +3249,7 @@ func (x *SourceFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceFenceRequest.ProtoReflect.Descriptor instead.
 func (*SourceFenceRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{26}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SourceFenceRequest) GetPool() uint32 {
@@ -2759,7 +3314,7 @@ type SourceFenceResponse struct {
 
 func (x *SourceFenceResponse) Reset() {
 	*x = SourceFenceResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3326,7 @@ func (x *SourceFenceResponse) String() string {
 func (*SourceFenceResponse) ProtoMessage() {}
 
 func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[27]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3339,7 @@ func (x *SourceFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceFenceResponse.ProtoReflect.Descriptor instead.
 func (*SourceFenceResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{27}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SourceFenceResponse) GetCode() int32 {
@@ -2821,7 +3376,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3388,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[28]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3401,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{28}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CheckRequest) GetPool() uint32 {
@@ -2887,7 +3442,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3454,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[29]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3467,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{29}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CheckResponse) GetCode() int32 {
@@ -2970,7 +3525,7 @@ type CutoverRequest struct {
 
 func (x *CutoverRequest) Reset() {
 	*x = CutoverRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3537,7 @@ func (x *CutoverRequest) String() string {
 func (*CutoverRequest) ProtoMessage() {}
 
 func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[30]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3550,7 @@ func (x *CutoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverRequest.ProtoReflect.Descriptor instead.
 func (*CutoverRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{30}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CutoverRequest) GetName() string {
@@ -3036,7 +3591,7 @@ type CutoverResponse struct {
 
 func (x *CutoverResponse) Reset() {
 	*x = CutoverResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3603,7 @@ func (x *CutoverResponse) String() string {
 func (*CutoverResponse) ProtoMessage() {}
 
 func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[31]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3616,7 @@ func (x *CutoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverResponse.ProtoReflect.Descriptor instead.
 func (*CutoverResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{31}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CutoverResponse) GetResult() bool {
@@ -3118,7 +3673,7 @@ type StartTaskRequest struct {
 
 func (x *StartTaskRequest) Reset() {
 	*x = StartTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3685,7 @@ func (x *StartTaskRequest) String() string {
 func (*StartTaskRequest) ProtoMessage() {}
 
 func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[32]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3698,7 @@ func (x *StartTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTaskRequest.ProtoReflect.Descriptor instead.
 func (*StartTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{32}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartTaskRequest) GetTask() string {
@@ -3172,7 +3727,7 @@ type OperateTaskRequest struct {
 
 func (x *OperateTaskRequest) Reset() {
 	*x = OperateTaskRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3739,7 @@ func (x *OperateTaskRequest) String() string {
 func (*OperateTaskRequest) ProtoMessage() {}
 
 func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[33]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3752,7 @@ func (x *OperateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperateTaskRequest.ProtoReflect.Descriptor instead.
 func (*OperateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{33}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OperateTaskRequest) GetName() string {
@@ -3227,7 +3782,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3794,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[34]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3807,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{34}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ControlResponse) GetResult() bool {
@@ -3288,7 +3843,7 @@ type CopysetResult struct {
 
 func (x *CopysetResult) Reset() {
 	*x = CopysetResult{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3855,7 @@ func (x *CopysetResult) String() string {
 func (*CopysetResult) ProtoMessage() {}
 
 func (x *CopysetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[35]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3868,7 @@ func (x *CopysetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopysetResult.ProtoReflect.Descriptor instead.
 func (*CopysetResult) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{35}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CopysetResult) GetPool() uint32 {
@@ -3356,7 +3911,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3923,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[36]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3936,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{36}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListRequest) GetPool() uint32 {
@@ -3401,17 +3956,21 @@ func (x *ListRequest) GetName() string {
 // ChunksRequest: the chunks of copyset (pool, copyset), which the server
 // must lead: their ids (chunk 0), or chunk's state.
 type ChunksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Copyset       uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
-	Chunk         uint64                 `protobuf:"varint,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pool    uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Copyset uint32                 `protobuf:"varint,2,opt,name=copyset,proto3" json:"copyset,omitempty"`
+	Chunk   uint64                 `protobuf:"varint,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// states: every chunk's state (ChunksResponse.states), with its data's
+	// hash when hash is set (the validator).
+	States        bool `protobuf:"varint,4,opt,name=states,proto3" json:"states,omitempty"`
+	Hash          bool `protobuf:"varint,5,opt,name=hash,proto3" json:"hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChunksRequest) Reset() {
 	*x = ChunksRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3982,7 @@ func (x *ChunksRequest) String() string {
 func (*ChunksRequest) ProtoMessage() {}
 
 func (x *ChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[37]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3995,7 @@ func (x *ChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunksRequest.ProtoReflect.Descriptor instead.
 func (*ChunksRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{37}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ChunksRequest) GetPool() uint32 {
@@ -3460,21 +4019,44 @@ func (x *ChunksRequest) GetChunk() uint64 {
 	return 0
 }
 
+func (x *ChunksRequest) GetStates() bool {
+	if x != nil {
+		return x.States
+	}
+	return false
+}
+
+func (x *ChunksRequest) GetHash() bool {
+	if x != nil {
+		return x.Hash
+	}
+	return false
+}
+
 // ChunkState is a chunk as a client reads it: its sn and corrected sn,
 // and its COW snapshot's sn (0: none).
 type ChunkState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Sn            uint64                 `protobuf:"varint,2,opt,name=sn,proto3" json:"sn,omitempty"`
-	CorrectedSn   uint64                 `protobuf:"varint,3,opt,name=corrected_sn,json=correctedSn,proto3" json:"corrected_sn,omitempty"`
-	SnapSn        uint64                 `protobuf:"varint,4,opt,name=snap_sn,json=snapSn,proto3" json:"snap_sn,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Sn          uint64                 `protobuf:"varint,2,opt,name=sn,proto3" json:"sn,omitempty"`
+	CorrectedSn uint64                 `protobuf:"varint,3,opt,name=corrected_sn,json=correctedSn,proto3" json:"corrected_sn,omitempty"`
+	SnapSn      uint64                 `protobuf:"varint,4,opt,name=snap_sn,json=snapSn,proto3" json:"snap_sn,omitempty"`
+	// hash: CRC-32C of the chunk's data, decimal (GetChunkHash's), when
+	// asked; hash_error: why it could not be read.
+	Hash      string `protobuf:"bytes,5,opt,name=hash,proto3" json:"hash,omitempty"`
+	HashError string `protobuf:"bytes,6,opt,name=hash_error,json=hashError,proto3" json:"hash_error,omitempty"`
+	// from_index, to_index: with states, the log index of the last chunk
+	// op the copyset had applied before and after this chunk was read
+	// (chunkread.LastOp; its applied index where none is known).
+	FromIndex     uint64 `protobuf:"varint,7,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	ToIndex       uint64 `protobuf:"varint,8,opt,name=to_index,json=toIndex,proto3" json:"to_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChunkState) Reset() {
 	*x = ChunkState{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +4068,7 @@ func (x *ChunkState) String() string {
 func (*ChunkState) ProtoMessage() {}
 
 func (x *ChunkState) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[38]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +4081,7 @@ func (x *ChunkState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkState.ProtoReflect.Descriptor instead.
 func (*ChunkState) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{38}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ChunkState) GetId() uint64 {
@@ -3530,6 +4112,34 @@ func (x *ChunkState) GetSnapSn() uint64 {
 	return 0
 }
 
+func (x *ChunkState) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *ChunkState) GetHashError() string {
+	if x != nil {
+		return x.HashError
+	}
+	return ""
+}
+
+func (x *ChunkState) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *ChunkState) GetToIndex() uint64 {
+	if x != nil {
+		return x.ToIndex
+	}
+	return 0
+}
+
 type ChunksResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Code      int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -3538,14 +4148,20 @@ type ChunksResponse struct {
 	Leader    string                 `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
 	Ids       []uint64               `protobuf:"varint,5,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	// state: the chunk asked for; none when it does not exist.
-	State         *ChunkState `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	State *ChunkState `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// states: every chunk's, asked for with states (ids: the chunks
+	// listed, between the last chunk ops from_index and to_index, as each
+	// state's).
+	States        []*ChunkState `protobuf:"bytes,7,rep,name=states,proto3" json:"states,omitempty"`
+	FromIndex     uint64        `protobuf:"varint,8,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	ToIndex       uint64        `protobuf:"varint,9,opt,name=to_index,json=toIndex,proto3" json:"to_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChunksResponse) Reset() {
 	*x = ChunksResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[39]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +4173,7 @@ func (x *ChunksResponse) String() string {
 func (*ChunksResponse) ProtoMessage() {}
 
 func (x *ChunksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[39]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +4186,7 @@ func (x *ChunksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunksResponse.ProtoReflect.Descriptor instead.
 func (*ChunksResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{39}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ChunksResponse) GetCode() int32 {
@@ -3615,6 +4231,27 @@ func (x *ChunksResponse) GetState() *ChunkState {
 	return nil
 }
 
+func (x *ChunksResponse) GetStates() []*ChunkState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ChunksResponse) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *ChunksResponse) GetToIndex() uint64 {
+	if x != nil {
+		return x.ToIndex
+	}
+	return 0
+}
+
 // Located is a share with the copyset it is on.
 type Located struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3627,18 +4264,20 @@ type Located struct {
 	// lag_ms, how long ago the first op of the packet it applies was
 	// appended on the source (or, without ops, the packet written; 0 when
 	// synced); its recent rates of chunk ops and data bytes applied.
-	Live          bool    `protobuf:"varint,5,opt,name=live,proto3" json:"live,omitempty"`
-	Synced        bool    `protobuf:"varint,6,opt,name=synced,proto3" json:"synced,omitempty"`
-	LagMs         int64   `protobuf:"varint,7,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
-	OpsPerSec     float64 `protobuf:"fixed64,8,opt,name=ops_per_sec,json=opsPerSec,proto3" json:"ops_per_sec,omitempty"`
-	BytesPerSec   float64 `protobuf:"fixed64,9,opt,name=bytes_per_sec,json=bytesPerSec,proto3" json:"bytes_per_sec,omitempty"`
+	Live        bool    `protobuf:"varint,5,opt,name=live,proto3" json:"live,omitempty"`
+	Synced      bool    `protobuf:"varint,6,opt,name=synced,proto3" json:"synced,omitempty"`
+	LagMs       int64   `protobuf:"varint,7,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	OpsPerSec   float64 `protobuf:"fixed64,8,opt,name=ops_per_sec,json=opsPerSec,proto3" json:"ops_per_sec,omitempty"`
+	BytesPerSec float64 `protobuf:"fixed64,9,opt,name=bytes_per_sec,json=bytesPerSec,proto3" json:"bytes_per_sec,omitempty"`
+	// The leader's validator (live): its last pass's figures.
+	Validator     *ValidatorLive `protobuf:"bytes,10,opt,name=validator,proto3" json:"validator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Located) Reset() {
 	*x = Located{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[40]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +4289,7 @@ func (x *Located) String() string {
 func (*Located) ProtoMessage() {}
 
 func (x *Located) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[40]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +4302,7 @@ func (x *Located) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Located.ProtoReflect.Descriptor instead.
 func (*Located) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{40}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Located) GetPool() uint32 {
@@ -3729,6 +4368,119 @@ func (x *Located) GetBytesPerSec() float64 {
 	return 0
 }
 
+func (x *Located) GetValidator() *ValidatorLive {
+	if x != nil {
+		return x.Validator
+	}
+	return nil
+}
+
+// ValidatorLive is what a leader's validator saw in its last pass over a
+// copyset's chunks: compared, and equal of them; pending (not comparable
+// yet: one side still changing); differing (for less than the row delay,
+// or with a row); error, why the pass failed.
+type ValidatorLive struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Running   bool                   `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	Compared  uint64                 `protobuf:"varint,2,opt,name=compared,proto3" json:"compared,omitempty"`
+	Equal     uint64                 `protobuf:"varint,3,opt,name=equal,proto3" json:"equal,omitempty"`
+	Pending   uint64                 `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	Differing uint64                 `protobuf:"varint,5,opt,name=differing,proto3" json:"differing,omitempty"`
+	PassMs    int64                  `protobuf:"varint,6,opt,name=pass_ms,json=passMs,proto3" json:"pass_ms,omitempty"`
+	Error     string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// passes: how many passes this leader's validator has made of the
+	// share since its run began.
+	Passes        uint64 `protobuf:"varint,8,opt,name=passes,proto3" json:"passes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidatorLive) Reset() {
+	*x = ValidatorLive{}
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidatorLive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidatorLive) ProtoMessage() {}
+
+func (x *ValidatorLive) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidatorLive.ProtoReflect.Descriptor instead.
+func (*ValidatorLive) Descriptor() ([]byte, []int) {
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ValidatorLive) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *ValidatorLive) GetCompared() uint64 {
+	if x != nil {
+		return x.Compared
+	}
+	return 0
+}
+
+func (x *ValidatorLive) GetEqual() uint64 {
+	if x != nil {
+		return x.Equal
+	}
+	return 0
+}
+
+func (x *ValidatorLive) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *ValidatorLive) GetDiffering() uint64 {
+	if x != nil {
+		return x.Differing
+	}
+	return 0
+}
+
+func (x *ValidatorLive) GetPassMs() int64 {
+	if x != nil {
+		return x.PassMs
+	}
+	return 0
+}
+
+func (x *ValidatorLive) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ValidatorLive) GetPasses() uint64 {
+	if x != nil {
+		return x.Passes
+	}
+	return 0
+}
+
 type ListResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Subtasks []*Located             `protobuf:"bytes,1,rep,name=subtasks,proto3" json:"subtasks,omitempty"`
@@ -3741,7 +4493,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[41]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +4505,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[41]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +4518,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{41}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListResponse) GetSubtasks() []*Located {
@@ -3796,7 +4548,7 @@ type ProposeRequest struct {
 
 func (x *ProposeRequest) Reset() {
 	*x = ProposeRequest{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[42]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +4560,7 @@ func (x *ProposeRequest) String() string {
 func (*ProposeRequest) ProtoMessage() {}
 
 func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[42]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +4573,7 @@ func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
 func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{42}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ProposeRequest) GetPool() uint32 {
@@ -3860,7 +4612,7 @@ type ProposeResponse struct {
 
 func (x *ProposeResponse) Reset() {
 	*x = ProposeResponse{}
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[43]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3872,7 +4624,7 @@ func (x *ProposeResponse) String() string {
 func (*ProposeResponse) ProtoMessage() {}
 
 func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[43]
+	mi := &file_chunkraft_dmpb_dm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3885,7 +4637,7 @@ func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
 func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{43}
+	return file_chunkraft_dmpb_dm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProposeResponse) GetCode() int32 {
@@ -3927,7 +4679,7 @@ var File_chunkraft_dmpb_dm_proto protoreflect.FileDescriptor
 
 const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\n" +
-	"\x17chunkraft/dmpb/dm.proto\x12\fchunkraft.dm\x1a\x14dm/pb/dmworker.proto\x1a!openmldb/datasync/data_sync.proto\"\x8e\x02\n" +
+	"\x17chunkraft/dmpb/dm.proto\x12\fchunkraft.dm\x1a\x14dm/pb/dmworker.proto\x1a!openmldb/datasync/data_sync.proto\"\xc5\x02\n" +
 	"\n" +
 	"TaskConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
@@ -3937,7 +4689,11 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"targetPool\x12\x1a\n" +
 	"\bcopysets\x18\x05 \x03(\rR\bcopysets\x12.\n" +
 	"\x04sync\x18\x06 \x01(\v2\x1a.chunkraft.dm.SyncSettingsR\x04sync\x12)\n" +
-	"\x10incremental_from\x18\a \x01(\tR\x0fincrementalFrom\"\x8e\x01\n" +
+	"\x10incremental_from\x18\a \x01(\tR\x0fincrementalFrom\x125\n" +
+	"\tvalidator\x18\b \x01(\v2\x17.chunkraft.dm.ValidatorR\tvalidator\"L\n" +
+	"\tValidator\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12+\n" +
+	"\x12row_error_delay_ms\x18\x02 \x01(\x04R\x0frowErrorDelayMs\"\x8e\x01\n" +
 	"\x06Source\x12\x18\n" +
 	"\acluster\x18\x01 \x03(\tR\acluster\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x14\n" +
@@ -3960,7 +4716,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06chunks\x18\x03 \x01(\x04R\x06chunks\x12\x10\n" +
 	"\x03ops\x18\x04 \x01(\x04R\x03ops\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x18\n" +
-	"\arefused\x18\x06 \x01(\x04R\arefused\"\xbc\b\n" +
+	"\arefused\x18\x06 \x01(\x04R\arefused\"\xf6\b\n" +
 	"\aSubTask\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.chunkraft.dm.TaskConfigR\x06config\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12%\n" +
@@ -3985,7 +4741,10 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\acutover\x18\x10 \x01(\v2\x15.chunkraft.dm.CutoverR\acutover\x124\n" +
 	"\toperators\x18\x11 \x03(\v2\x16.chunkraft.dm.OperatorR\toperators\x12.\n" +
 	"\berror_at\x18\x12 \x01(\v2\x13.chunkraft.dm.PlaceR\aerrorAt\x12<\n" +
-	"\aschemas\x18\x13 \x03(\v2\".chunkraft.dm.SubTask.SchemasEntryR\aschemas\x1aL\n" +
+	"\aschemas\x18\x13 \x03(\v2\".chunkraft.dm.SubTask.SchemasEntryR\aschemas\x128\n" +
+	"\n" +
+	"validation\x18\x14 \x01(\v2\x18.chunkraft.dm.ValidationR\n" +
+	"validation\x1aL\n" +
 	"\tAsOfEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
 	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.PlaceR\x05value:\x028\x01\x1aN\n" +
@@ -3994,7 +4753,26 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x13.chunkraft.dm.CloneR\x05value:\x028\x01\x1aX\n" +
 	"\fSchemasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x122\n" +
-	"\x05value\x18\x02 \x01(\v2\x1c.chunkraft.dm.SchemaOverrideR\x05value:\x028\x01\"\xd8\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.chunkraft.dm.SchemaOverrideR\x05value:\x028\x01\"\xe7\x01\n" +
+	"\n" +
+	"Validation\x12/\n" +
+	"\x04rows\x18\x01 \x03(\v2\x1b.chunkraft.dm.ValidationRowR\x04rows\x12\x19\n" +
+	"\bnext_row\x18\x02 \x01(\x04R\anextRow\x12'\n" +
+	"\x0fvalidated_index\x18\x03 \x01(\x04R\x0evalidatedIndex\x12!\n" +
+	"\fvalidated_ms\x18\x04 \x01(\x03R\vvalidatedMs\x12\x18\n" +
+	"\acutover\x18\x05 \x01(\tR\acutover\x12'\n" +
+	"\x0fcutover_reached\x18\x06 \x01(\bR\x0ecutoverReached\"\xf4\x01\n" +
+	"\rValidationRow\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\x04R\x05chunk\x12\x10\n" +
+	"\x03src\x18\x03 \x01(\tR\x03src\x12\x10\n" +
+	"\x03dst\x18\x04 \x01(\tR\x03dst\x12\x1d\n" +
+	"\n" +
+	"error_type\x18\x05 \x01(\tR\terrorType\x12,\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x16.pb.ValidateErrorStateR\x05state\x12\x19\n" +
+	"\bfirst_ms\x18\a \x01(\x03R\afirstMs\x12\x17\n" +
+	"\atime_ms\x18\b \x01(\x03R\x06timeMs\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\xd8\x01\n" +
 	"\x0eSchemaOverride\x12)\n" +
 	"\x05clone\x18\x01 \x01(\v2\x13.chunkraft.dm.CloneR\x05clone\x12\x1b\n" +
 	"\thad_clone\x18\x02 \x01(\bR\bhadClone\x12)\n" +
@@ -4051,7 +4829,7 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x04Line\x12'\n" +
 	"\x04base\x18\x01 \x01(\v2\x13.chunkraft.dm.StateR\x04base\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12 \n" +
-	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\xe2\x03\n" +
+	"\x02op\x18\x03 \x01(\v2\x10.chunkraft.dm.OpR\x02op\"\x9d\x04\n" +
 	"\x02Op\x12+\n" +
 	"\x05start\x18\x01 \x01(\v2\x13.chunkraft.dm.StartH\x00R\x05start\x125\n" +
 	"\tset_stage\x18\x02 \x01(\v2\x16.chunkraft.dm.SetStageH\x00R\bsetStage\x121\n" +
@@ -4063,8 +4841,28 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"setCutover\x12>\n" +
 	"\fhandle_error\x18\b \x01(\v2\x19.chunkraft.dm.HandleErrorH\x00R\vhandleError\x128\n" +
 	"\n" +
-	"set_schema\x18\t \x01(\v2\x17.chunkraft.dm.SetSchemaH\x00R\tsetSchemaB\x04\n" +
-	"\x02op\"\xa3\x01\n" +
+	"set_schema\x18\t \x01(\v2\x17.chunkraft.dm.SetSchemaH\x00R\tsetSchema\x129\n" +
+	"\tvalidator\x18\n" +
+	" \x01(\v2\x19.chunkraft.dm.ValidatorOpH\x00R\tvalidatorB\x04\n" +
+	"\x02op\"\xa4\x02\n" +
+	"\vValidatorOp\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
+	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12/\n" +
+	"\x03add\x18\x03 \x01(\v2\x1b.chunkraft.dm.ValidationRowH\x00R\x03add\x12*\n" +
+	"\x03set\x18\x04 \x01(\v2\x16.chunkraft.dm.RowStateH\x00R\x03set\x12.\n" +
+	"\x05clear\x18\x05 \x01(\v2\x16.chunkraft.dm.RowStateH\x00R\x05clear\x12\x1a\n" +
+	"\acutover\x18\x06 \x01(\tH\x00R\acutover\x12;\n" +
+	"\n" +
+	"checkpoint\x18\a \x01(\v2\x19.chunkraft.dm.ValidatedAtH\x00R\n" +
+	"checkpointB\x04\n" +
+	"\x02op\"\\\n" +
+	"\bRowState\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x04R\x03ids\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\x12,\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x16.pb.ValidateErrorStateR\x05state\"L\n" +
+	"\vValidatedAt\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12'\n" +
+	"\x0fcutover_reached\x18\x02 \x01(\bR\x0ecutoverReached\"\xa3\x01\n" +
 	"\tSetSchema\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05chunk\x18\x02 \x01(\x04R\x05chunk\x12)\n" +
@@ -4216,17 +5014,25 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x03msg\x18\x04 \x01(\tR\x03msg\"5\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"S\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x7f\n" +
 	"\rChunksRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x14\n" +
-	"\x05chunk\x18\x03 \x01(\x04R\x05chunk\"h\n" +
+	"\x05chunk\x18\x03 \x01(\x04R\x05chunk\x12\x16\n" +
+	"\x06states\x18\x04 \x01(\bR\x06states\x12\x12\n" +
+	"\x04hash\x18\x05 \x01(\bR\x04hash\"\xd5\x01\n" +
 	"\n" +
 	"ChunkState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x0e\n" +
 	"\x02sn\x18\x02 \x01(\x04R\x02sn\x12!\n" +
 	"\fcorrected_sn\x18\x03 \x01(\x04R\vcorrectedSn\x12\x17\n" +
-	"\asnap_sn\x18\x04 \x01(\x04R\x06snapSn\"\xaf\x01\n" +
+	"\asnap_sn\x18\x04 \x01(\x04R\x06snapSn\x12\x12\n" +
+	"\x04hash\x18\x05 \x01(\tR\x04hash\x12\x1d\n" +
+	"\n" +
+	"hash_error\x18\x06 \x01(\tR\thashError\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\a \x01(\x04R\tfromIndex\x12\x19\n" +
+	"\bto_index\x18\b \x01(\x04R\atoIndex\"\x9b\x02\n" +
 	"\x0eChunksResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x10\n" +
 	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x1d\n" +
@@ -4234,7 +5040,11 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"not_leader\x18\x03 \x01(\bR\tnotLeader\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x10\n" +
 	"\x03ids\x18\x05 \x03(\x04R\x03ids\x12.\n" +
-	"\x05state\x18\x06 \x01(\v2\x18.chunkraft.dm.ChunkStateR\x05state\"\x87\x02\n" +
+	"\x05state\x18\x06 \x01(\v2\x18.chunkraft.dm.ChunkStateR\x05state\x120\n" +
+	"\x06states\x18\a \x03(\v2\x18.chunkraft.dm.ChunkStateR\x06states\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\b \x01(\x04R\tfromIndex\x12\x19\n" +
+	"\bto_index\x18\t \x01(\x04R\atoIndex\"\xc2\x02\n" +
 	"\aLocated\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x18\n" +
 	"\acopyset\x18\x02 \x01(\rR\acopyset\x12\x16\n" +
@@ -4244,7 +5054,18 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\x06synced\x18\x06 \x01(\bR\x06synced\x12\x15\n" +
 	"\x06lag_ms\x18\a \x01(\x03R\x05lagMs\x12\x1e\n" +
 	"\vops_per_sec\x18\b \x01(\x01R\topsPerSec\x12\"\n" +
-	"\rbytes_per_sec\x18\t \x01(\x01R\vbytesPerSec\"S\n" +
+	"\rbytes_per_sec\x18\t \x01(\x01R\vbytesPerSec\x129\n" +
+	"\tvalidator\x18\n" +
+	" \x01(\v2\x1b.chunkraft.dm.ValidatorLiveR\tvalidator\"\xda\x01\n" +
+	"\rValidatorLive\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\x12\x1a\n" +
+	"\bcompared\x18\x02 \x01(\x04R\bcompared\x12\x14\n" +
+	"\x05equal\x18\x03 \x01(\x04R\x05equal\x12\x18\n" +
+	"\apending\x18\x04 \x01(\x04R\apending\x12\x1c\n" +
+	"\tdiffering\x18\x05 \x01(\x04R\tdiffering\x12\x17\n" +
+	"\apass_ms\x18\x06 \x01(\x03R\x06passMs\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x16\n" +
+	"\x06passes\x18\b \x01(\x04R\x06passes\"S\n" +
 	"\fListResponse\x121\n" +
 	"\bsubtasks\x18\x01 \x03(\v2\x15.chunkraft.dm.LocatedR\bsubtasks\x12\x10\n" +
 	"\x03led\x18\x02 \x03(\x04R\x03led\"`\n" +
@@ -4276,14 +5097,15 @@ const file_chunkraft_dmpb_dm_proto_rawDesc = "" +
 	"\tFENCE_GET\x10\x00\x12\r\n" +
 	"\tFENCE_SET\x10\x01\x12\x0e\n" +
 	"\n" +
-	"FENCE_LIFT\x10\x022\xb0\x03\n" +
+	"FENCE_LIFT\x10\x022\xfb\x03\n" +
 	"\n" +
 	"DMInternal\x12=\n" +
 	"\x04List\x12\x19.chunkraft.dm.ListRequest\x1a\x1a.chunkraft.dm.ListResponse\x12F\n" +
 	"\aPropose\x12\x1c.chunkraft.dm.ProposeRequest\x1a\x1d.chunkraft.dm.ProposeResponse\x12@\n" +
 	"\x05Check\x12\x1a.chunkraft.dm.CheckRequest\x1a\x1b.chunkraft.dm.CheckResponse\x12@\n" +
 	"\x05Fence\x12\x1a.chunkraft.dm.FenceRequest\x1a\x1b.chunkraft.dm.FenceResponse\x12C\n" +
-	"\x06Chunks\x12\x1b.chunkraft.dm.ChunksRequest\x1a\x1c.chunkraft.dm.ChunksResponse\x12R\n" +
+	"\x06Chunks\x12\x1b.chunkraft.dm.ChunksRequest\x1a\x1c.chunkraft.dm.ChunksResponse\x12I\n" +
+	"\fSourceChunks\x12\x1b.chunkraft.dm.ChunksRequest\x1a\x1c.chunkraft.dm.ChunksResponse\x12R\n" +
 	"\vSourceFence\x12 .chunkraft.dm.SourceFenceRequest\x1a!.chunkraft.dm.SourceFenceResponse2\xbc\x02\n" +
 	"\tDMControl\x12J\n" +
 	"\tStartTask\x12\x1e.chunkraft.dm.StartTaskRequest\x1a\x1d.chunkraft.dm.ControlResponse\x12N\n" +
@@ -4305,173 +5127,195 @@ func file_chunkraft_dmpb_dm_proto_rawDescGZIP() []byte {
 }
 
 var file_chunkraft_dmpb_dm_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_chunkraft_dmpb_dm_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_chunkraft_dmpb_dm_proto_goTypes = []any{
 	(Mode)(0),                   // 0: chunkraft.dm.Mode
 	(CutoverStep)(0),            // 1: chunkraft.dm.CutoverStep
 	(FenceOp)(0),                // 2: chunkraft.dm.FenceOp
 	(ChunkOp_Kind)(0),           // 3: chunkraft.dm.ChunkOp.Kind
 	(*TaskConfig)(nil),          // 4: chunkraft.dm.TaskConfig
-	(*Source)(nil),              // 5: chunkraft.dm.Source
-	(*SyncSettings)(nil),        // 6: chunkraft.dm.SyncSettings
-	(*Checkpoint)(nil),          // 7: chunkraft.dm.Checkpoint
-	(*Counters)(nil),            // 8: chunkraft.dm.Counters
-	(*SubTask)(nil),             // 9: chunkraft.dm.SubTask
-	(*SchemaOverride)(nil),      // 10: chunkraft.dm.SchemaOverride
-	(*ChunkOp)(nil),             // 11: chunkraft.dm.ChunkOp
-	(*Operator)(nil),            // 12: chunkraft.dm.Operator
-	(*Cutover)(nil),             // 13: chunkraft.dm.Cutover
-	(*Place)(nil),               // 14: chunkraft.dm.Place
-	(*Clone)(nil),               // 15: chunkraft.dm.Clone
-	(*State)(nil),               // 16: chunkraft.dm.State
-	(*Line)(nil),                // 17: chunkraft.dm.Line
-	(*Op)(nil),                  // 18: chunkraft.dm.Op
-	(*SetSchema)(nil),           // 19: chunkraft.dm.SetSchema
-	(*HandleError)(nil),         // 20: chunkraft.dm.HandleError
-	(*SetCutover)(nil),          // 21: chunkraft.dm.SetCutover
-	(*Start)(nil),               // 22: chunkraft.dm.Start
-	(*SetStage)(nil),            // 23: chunkraft.dm.SetStage
-	(*Advance)(nil),             // 24: chunkraft.dm.Advance
-	(*Fail)(nil),                // 25: chunkraft.dm.Fail
-	(*Delete)(nil),              // 26: chunkraft.dm.Delete
-	(*Update)(nil),              // 27: chunkraft.dm.Update
-	(*FenceRequest)(nil),        // 28: chunkraft.dm.FenceRequest
-	(*FenceResponse)(nil),       // 29: chunkraft.dm.FenceResponse
-	(*SourceFenceRequest)(nil),  // 30: chunkraft.dm.SourceFenceRequest
-	(*SourceFenceResponse)(nil), // 31: chunkraft.dm.SourceFenceResponse
-	(*CheckRequest)(nil),        // 32: chunkraft.dm.CheckRequest
-	(*CheckResponse)(nil),       // 33: chunkraft.dm.CheckResponse
-	(*CutoverRequest)(nil),      // 34: chunkraft.dm.CutoverRequest
-	(*CutoverResponse)(nil),     // 35: chunkraft.dm.CutoverResponse
-	(*StartTaskRequest)(nil),    // 36: chunkraft.dm.StartTaskRequest
-	(*OperateTaskRequest)(nil),  // 37: chunkraft.dm.OperateTaskRequest
-	(*ControlResponse)(nil),     // 38: chunkraft.dm.ControlResponse
-	(*CopysetResult)(nil),       // 39: chunkraft.dm.CopysetResult
-	(*ListRequest)(nil),         // 40: chunkraft.dm.ListRequest
-	(*ChunksRequest)(nil),       // 41: chunkraft.dm.ChunksRequest
-	(*ChunkState)(nil),          // 42: chunkraft.dm.ChunkState
-	(*ChunksResponse)(nil),      // 43: chunkraft.dm.ChunksResponse
-	(*Located)(nil),             // 44: chunkraft.dm.Located
-	(*ListResponse)(nil),        // 45: chunkraft.dm.ListResponse
-	(*ProposeRequest)(nil),      // 46: chunkraft.dm.ProposeRequest
-	(*ProposeResponse)(nil),     // 47: chunkraft.dm.ProposeResponse
-	nil,                         // 48: chunkraft.dm.SubTask.AsOfEntry
-	nil,                         // 49: chunkraft.dm.SubTask.ClonesEntry
-	nil,                         // 50: chunkraft.dm.SubTask.SchemasEntry
-	nil,                         // 51: chunkraft.dm.Start.ClonesEntry
-	nil,                         // 52: chunkraft.dm.Advance.AsOfEntry
-	nil,                         // 53: chunkraft.dm.Advance.ClonesEntry
-	(*datasync.SyncPoint)(nil),  // 54: openmldb.datasync.SyncPoint
-	(pb.Stage)(0),               // 55: pb.Stage
-	(pb.UnitType)(0),            // 56: pb.UnitType
-	(*pb.ProcessResult)(nil),    // 57: pb.ProcessResult
-	(pb.ErrorOp)(0),             // 58: pb.ErrorOp
-	(*pb.ProcessError)(nil),     // 59: pb.ProcessError
-	(pb.TaskOp)(0),              // 60: pb.TaskOp
+	(*Validator)(nil),           // 5: chunkraft.dm.Validator
+	(*Source)(nil),              // 6: chunkraft.dm.Source
+	(*SyncSettings)(nil),        // 7: chunkraft.dm.SyncSettings
+	(*Checkpoint)(nil),          // 8: chunkraft.dm.Checkpoint
+	(*Counters)(nil),            // 9: chunkraft.dm.Counters
+	(*SubTask)(nil),             // 10: chunkraft.dm.SubTask
+	(*Validation)(nil),          // 11: chunkraft.dm.Validation
+	(*ValidationRow)(nil),       // 12: chunkraft.dm.ValidationRow
+	(*SchemaOverride)(nil),      // 13: chunkraft.dm.SchemaOverride
+	(*ChunkOp)(nil),             // 14: chunkraft.dm.ChunkOp
+	(*Operator)(nil),            // 15: chunkraft.dm.Operator
+	(*Cutover)(nil),             // 16: chunkraft.dm.Cutover
+	(*Place)(nil),               // 17: chunkraft.dm.Place
+	(*Clone)(nil),               // 18: chunkraft.dm.Clone
+	(*State)(nil),               // 19: chunkraft.dm.State
+	(*Line)(nil),                // 20: chunkraft.dm.Line
+	(*Op)(nil),                  // 21: chunkraft.dm.Op
+	(*ValidatorOp)(nil),         // 22: chunkraft.dm.ValidatorOp
+	(*RowState)(nil),            // 23: chunkraft.dm.RowState
+	(*ValidatedAt)(nil),         // 24: chunkraft.dm.ValidatedAt
+	(*SetSchema)(nil),           // 25: chunkraft.dm.SetSchema
+	(*HandleError)(nil),         // 26: chunkraft.dm.HandleError
+	(*SetCutover)(nil),          // 27: chunkraft.dm.SetCutover
+	(*Start)(nil),               // 28: chunkraft.dm.Start
+	(*SetStage)(nil),            // 29: chunkraft.dm.SetStage
+	(*Advance)(nil),             // 30: chunkraft.dm.Advance
+	(*Fail)(nil),                // 31: chunkraft.dm.Fail
+	(*Delete)(nil),              // 32: chunkraft.dm.Delete
+	(*Update)(nil),              // 33: chunkraft.dm.Update
+	(*FenceRequest)(nil),        // 34: chunkraft.dm.FenceRequest
+	(*FenceResponse)(nil),       // 35: chunkraft.dm.FenceResponse
+	(*SourceFenceRequest)(nil),  // 36: chunkraft.dm.SourceFenceRequest
+	(*SourceFenceResponse)(nil), // 37: chunkraft.dm.SourceFenceResponse
+	(*CheckRequest)(nil),        // 38: chunkraft.dm.CheckRequest
+	(*CheckResponse)(nil),       // 39: chunkraft.dm.CheckResponse
+	(*CutoverRequest)(nil),      // 40: chunkraft.dm.CutoverRequest
+	(*CutoverResponse)(nil),     // 41: chunkraft.dm.CutoverResponse
+	(*StartTaskRequest)(nil),    // 42: chunkraft.dm.StartTaskRequest
+	(*OperateTaskRequest)(nil),  // 43: chunkraft.dm.OperateTaskRequest
+	(*ControlResponse)(nil),     // 44: chunkraft.dm.ControlResponse
+	(*CopysetResult)(nil),       // 45: chunkraft.dm.CopysetResult
+	(*ListRequest)(nil),         // 46: chunkraft.dm.ListRequest
+	(*ChunksRequest)(nil),       // 47: chunkraft.dm.ChunksRequest
+	(*ChunkState)(nil),          // 48: chunkraft.dm.ChunkState
+	(*ChunksResponse)(nil),      // 49: chunkraft.dm.ChunksResponse
+	(*Located)(nil),             // 50: chunkraft.dm.Located
+	(*ValidatorLive)(nil),       // 51: chunkraft.dm.ValidatorLive
+	(*ListResponse)(nil),        // 52: chunkraft.dm.ListResponse
+	(*ProposeRequest)(nil),      // 53: chunkraft.dm.ProposeRequest
+	(*ProposeResponse)(nil),     // 54: chunkraft.dm.ProposeResponse
+	nil,                         // 55: chunkraft.dm.SubTask.AsOfEntry
+	nil,                         // 56: chunkraft.dm.SubTask.ClonesEntry
+	nil,                         // 57: chunkraft.dm.SubTask.SchemasEntry
+	nil,                         // 58: chunkraft.dm.Start.ClonesEntry
+	nil,                         // 59: chunkraft.dm.Advance.AsOfEntry
+	nil,                         // 60: chunkraft.dm.Advance.ClonesEntry
+	(*datasync.SyncPoint)(nil),  // 61: openmldb.datasync.SyncPoint
+	(pb.Stage)(0),               // 62: pb.Stage
+	(pb.UnitType)(0),            // 63: pb.UnitType
+	(*pb.ProcessResult)(nil),    // 64: pb.ProcessResult
+	(pb.ValidateErrorState)(0),  // 65: pb.ValidateErrorState
+	(pb.ErrorOp)(0),             // 66: pb.ErrorOp
+	(*pb.ProcessError)(nil),     // 67: pb.ProcessError
+	(pb.TaskOp)(0),              // 68: pb.TaskOp
 }
 var file_chunkraft_dmpb_dm_proto_depIdxs = []int32{
-	0,  // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
-	5,  // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
-	6,  // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
-	54, // 3: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
-	4,  // 4: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
-	55, // 5: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
-	56, // 6: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
-	57, // 7: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
-	7,  // 8: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
-	8,  // 9: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
-	48, // 10: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
-	49, // 11: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
-	13, // 12: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
-	12, // 13: chunkraft.dm.SubTask.operators:type_name -> chunkraft.dm.Operator
-	14, // 14: chunkraft.dm.SubTask.error_at:type_name -> chunkraft.dm.Place
-	50, // 15: chunkraft.dm.SubTask.schemas:type_name -> chunkraft.dm.SubTask.SchemasEntry
-	15, // 16: chunkraft.dm.SchemaOverride.clone:type_name -> chunkraft.dm.Clone
-	15, // 17: chunkraft.dm.SchemaOverride.prior:type_name -> chunkraft.dm.Clone
-	7,  // 18: chunkraft.dm.SchemaOverride.at:type_name -> chunkraft.dm.Checkpoint
-	3,  // 19: chunkraft.dm.ChunkOp.kind:type_name -> chunkraft.dm.ChunkOp.Kind
-	58, // 20: chunkraft.dm.Operator.op:type_name -> pb.ErrorOp
-	14, // 21: chunkraft.dm.Operator.at:type_name -> chunkraft.dm.Place
-	11, // 22: chunkraft.dm.Operator.ops:type_name -> chunkraft.dm.ChunkOp
-	1,  // 23: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
-	9,  // 24: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
-	16, // 25: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
-	18, // 26: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
-	22, // 27: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
-	23, // 28: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
-	24, // 29: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
-	25, // 30: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
-	26, // 31: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
-	27, // 32: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
-	21, // 33: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
-	20, // 34: chunkraft.dm.Op.handle_error:type_name -> chunkraft.dm.HandleError
-	19, // 35: chunkraft.dm.Op.set_schema:type_name -> chunkraft.dm.SetSchema
-	15, // 36: chunkraft.dm.SetSchema.clone:type_name -> chunkraft.dm.Clone
-	58, // 37: chunkraft.dm.HandleError.op:type_name -> pb.ErrorOp
-	14, // 38: chunkraft.dm.HandleError.at:type_name -> chunkraft.dm.Place
-	11, // 39: chunkraft.dm.HandleError.ops:type_name -> chunkraft.dm.ChunkOp
-	13, // 40: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
-	4,  // 41: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
-	55, // 42: chunkraft.dm.Start.stage:type_name -> pb.Stage
-	56, // 43: chunkraft.dm.Start.unit:type_name -> pb.UnitType
-	7,  // 44: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
-	51, // 45: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
-	55, // 46: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
-	7,  // 47: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
-	7,  // 48: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
-	56, // 49: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
-	8,  // 50: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
-	52, // 51: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
-	53, // 52: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
-	14, // 53: chunkraft.dm.Advance.operators_done:type_name -> chunkraft.dm.Place
-	59, // 54: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
-	14, // 55: chunkraft.dm.Fail.at:type_name -> chunkraft.dm.Place
-	4,  // 56: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
-	2,  // 57: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	2,  // 58: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
-	29, // 59: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
-	22, // 60: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
-	9,  // 61: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
-	1,  // 62: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
-	39, // 63: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	60, // 64: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
-	39, // 65: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
-	42, // 66: chunkraft.dm.ChunksResponse.state:type_name -> chunkraft.dm.ChunkState
-	9,  // 67: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
-	44, // 68: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
-	18, // 69: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
-	9,  // 70: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
-	14, // 71: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	15, // 72: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	10, // 73: chunkraft.dm.SubTask.SchemasEntry.value:type_name -> chunkraft.dm.SchemaOverride
-	15, // 74: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	14, // 75: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
-	15, // 76: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
-	40, // 77: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
-	46, // 78: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
-	32, // 79: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
-	28, // 80: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
-	41, // 81: chunkraft.dm.DMInternal.Chunks:input_type -> chunkraft.dm.ChunksRequest
-	30, // 82: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
-	36, // 83: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
-	37, // 84: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
-	36, // 85: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
-	34, // 86: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
-	45, // 87: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
-	47, // 88: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
-	33, // 89: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
-	29, // 90: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
-	43, // 91: chunkraft.dm.DMInternal.Chunks:output_type -> chunkraft.dm.ChunksResponse
-	31, // 92: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
-	38, // 93: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
-	38, // 94: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
-	38, // 95: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
-	35, // 96: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
-	87, // [87:97] is the sub-list for method output_type
-	77, // [77:87] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	0,   // 0: chunkraft.dm.TaskConfig.mode:type_name -> chunkraft.dm.Mode
+	6,   // 1: chunkraft.dm.TaskConfig.source:type_name -> chunkraft.dm.Source
+	7,   // 2: chunkraft.dm.TaskConfig.sync:type_name -> chunkraft.dm.SyncSettings
+	5,   // 3: chunkraft.dm.TaskConfig.validator:type_name -> chunkraft.dm.Validator
+	61,  // 4: chunkraft.dm.Checkpoint.point:type_name -> openmldb.datasync.SyncPoint
+	4,   // 5: chunkraft.dm.SubTask.config:type_name -> chunkraft.dm.TaskConfig
+	62,  // 6: chunkraft.dm.SubTask.stage:type_name -> pb.Stage
+	63,  // 7: chunkraft.dm.SubTask.unit:type_name -> pb.UnitType
+	64,  // 8: chunkraft.dm.SubTask.result:type_name -> pb.ProcessResult
+	8,   // 9: chunkraft.dm.SubTask.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	9,   // 10: chunkraft.dm.SubTask.counters:type_name -> chunkraft.dm.Counters
+	55,  // 11: chunkraft.dm.SubTask.as_of:type_name -> chunkraft.dm.SubTask.AsOfEntry
+	56,  // 12: chunkraft.dm.SubTask.clones:type_name -> chunkraft.dm.SubTask.ClonesEntry
+	16,  // 13: chunkraft.dm.SubTask.cutover:type_name -> chunkraft.dm.Cutover
+	15,  // 14: chunkraft.dm.SubTask.operators:type_name -> chunkraft.dm.Operator
+	17,  // 15: chunkraft.dm.SubTask.error_at:type_name -> chunkraft.dm.Place
+	57,  // 16: chunkraft.dm.SubTask.schemas:type_name -> chunkraft.dm.SubTask.SchemasEntry
+	11,  // 17: chunkraft.dm.SubTask.validation:type_name -> chunkraft.dm.Validation
+	12,  // 18: chunkraft.dm.Validation.rows:type_name -> chunkraft.dm.ValidationRow
+	65,  // 19: chunkraft.dm.ValidationRow.state:type_name -> pb.ValidateErrorState
+	18,  // 20: chunkraft.dm.SchemaOverride.clone:type_name -> chunkraft.dm.Clone
+	18,  // 21: chunkraft.dm.SchemaOverride.prior:type_name -> chunkraft.dm.Clone
+	8,   // 22: chunkraft.dm.SchemaOverride.at:type_name -> chunkraft.dm.Checkpoint
+	3,   // 23: chunkraft.dm.ChunkOp.kind:type_name -> chunkraft.dm.ChunkOp.Kind
+	66,  // 24: chunkraft.dm.Operator.op:type_name -> pb.ErrorOp
+	17,  // 25: chunkraft.dm.Operator.at:type_name -> chunkraft.dm.Place
+	14,  // 26: chunkraft.dm.Operator.ops:type_name -> chunkraft.dm.ChunkOp
+	1,   // 27: chunkraft.dm.Cutover.step:type_name -> chunkraft.dm.CutoverStep
+	10,  // 28: chunkraft.dm.State.subtasks:type_name -> chunkraft.dm.SubTask
+	19,  // 29: chunkraft.dm.Line.base:type_name -> chunkraft.dm.State
+	21,  // 30: chunkraft.dm.Line.op:type_name -> chunkraft.dm.Op
+	28,  // 31: chunkraft.dm.Op.start:type_name -> chunkraft.dm.Start
+	29,  // 32: chunkraft.dm.Op.set_stage:type_name -> chunkraft.dm.SetStage
+	30,  // 33: chunkraft.dm.Op.advance:type_name -> chunkraft.dm.Advance
+	31,  // 34: chunkraft.dm.Op.fail:type_name -> chunkraft.dm.Fail
+	32,  // 35: chunkraft.dm.Op.delete:type_name -> chunkraft.dm.Delete
+	33,  // 36: chunkraft.dm.Op.update:type_name -> chunkraft.dm.Update
+	27,  // 37: chunkraft.dm.Op.set_cutover:type_name -> chunkraft.dm.SetCutover
+	26,  // 38: chunkraft.dm.Op.handle_error:type_name -> chunkraft.dm.HandleError
+	25,  // 39: chunkraft.dm.Op.set_schema:type_name -> chunkraft.dm.SetSchema
+	22,  // 40: chunkraft.dm.Op.validator:type_name -> chunkraft.dm.ValidatorOp
+	12,  // 41: chunkraft.dm.ValidatorOp.add:type_name -> chunkraft.dm.ValidationRow
+	23,  // 42: chunkraft.dm.ValidatorOp.set:type_name -> chunkraft.dm.RowState
+	23,  // 43: chunkraft.dm.ValidatorOp.clear:type_name -> chunkraft.dm.RowState
+	24,  // 44: chunkraft.dm.ValidatorOp.checkpoint:type_name -> chunkraft.dm.ValidatedAt
+	65,  // 45: chunkraft.dm.RowState.state:type_name -> pb.ValidateErrorState
+	18,  // 46: chunkraft.dm.SetSchema.clone:type_name -> chunkraft.dm.Clone
+	66,  // 47: chunkraft.dm.HandleError.op:type_name -> pb.ErrorOp
+	17,  // 48: chunkraft.dm.HandleError.at:type_name -> chunkraft.dm.Place
+	14,  // 49: chunkraft.dm.HandleError.ops:type_name -> chunkraft.dm.ChunkOp
+	16,  // 50: chunkraft.dm.SetCutover.cutover:type_name -> chunkraft.dm.Cutover
+	4,   // 51: chunkraft.dm.Start.config:type_name -> chunkraft.dm.TaskConfig
+	62,  // 52: chunkraft.dm.Start.stage:type_name -> pb.Stage
+	63,  // 53: chunkraft.dm.Start.unit:type_name -> pb.UnitType
+	8,   // 54: chunkraft.dm.Start.checkpoint:type_name -> chunkraft.dm.Checkpoint
+	58,  // 55: chunkraft.dm.Start.clones:type_name -> chunkraft.dm.Start.ClonesEntry
+	62,  // 56: chunkraft.dm.SetStage.stage:type_name -> pb.Stage
+	8,   // 57: chunkraft.dm.Advance.from:type_name -> chunkraft.dm.Checkpoint
+	8,   // 58: chunkraft.dm.Advance.to:type_name -> chunkraft.dm.Checkpoint
+	63,  // 59: chunkraft.dm.Advance.unit:type_name -> pb.UnitType
+	9,   // 60: chunkraft.dm.Advance.add:type_name -> chunkraft.dm.Counters
+	59,  // 61: chunkraft.dm.Advance.as_of:type_name -> chunkraft.dm.Advance.AsOfEntry
+	60,  // 62: chunkraft.dm.Advance.clones:type_name -> chunkraft.dm.Advance.ClonesEntry
+	17,  // 63: chunkraft.dm.Advance.operators_done:type_name -> chunkraft.dm.Place
+	67,  // 64: chunkraft.dm.Fail.error:type_name -> pb.ProcessError
+	17,  // 65: chunkraft.dm.Fail.at:type_name -> chunkraft.dm.Place
+	4,   // 66: chunkraft.dm.Update.config:type_name -> chunkraft.dm.TaskConfig
+	2,   // 67: chunkraft.dm.FenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	2,   // 68: chunkraft.dm.SourceFenceRequest.op:type_name -> chunkraft.dm.FenceOp
+	35,  // 69: chunkraft.dm.SourceFenceResponse.copysets:type_name -> chunkraft.dm.FenceResponse
+	28,  // 70: chunkraft.dm.CheckRequest.start:type_name -> chunkraft.dm.Start
+	10,  // 71: chunkraft.dm.CheckResponse.subtask:type_name -> chunkraft.dm.SubTask
+	1,   // 72: chunkraft.dm.CutoverResponse.step:type_name -> chunkraft.dm.CutoverStep
+	45,  // 73: chunkraft.dm.CutoverResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	68,  // 74: chunkraft.dm.OperateTaskRequest.op:type_name -> pb.TaskOp
+	45,  // 75: chunkraft.dm.ControlResponse.copysets:type_name -> chunkraft.dm.CopysetResult
+	48,  // 76: chunkraft.dm.ChunksResponse.state:type_name -> chunkraft.dm.ChunkState
+	48,  // 77: chunkraft.dm.ChunksResponse.states:type_name -> chunkraft.dm.ChunkState
+	10,  // 78: chunkraft.dm.Located.subtask:type_name -> chunkraft.dm.SubTask
+	51,  // 79: chunkraft.dm.Located.validator:type_name -> chunkraft.dm.ValidatorLive
+	50,  // 80: chunkraft.dm.ListResponse.subtasks:type_name -> chunkraft.dm.Located
+	21,  // 81: chunkraft.dm.ProposeRequest.op:type_name -> chunkraft.dm.Op
+	10,  // 82: chunkraft.dm.ProposeResponse.subtask:type_name -> chunkraft.dm.SubTask
+	17,  // 83: chunkraft.dm.SubTask.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	18,  // 84: chunkraft.dm.SubTask.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	13,  // 85: chunkraft.dm.SubTask.SchemasEntry.value:type_name -> chunkraft.dm.SchemaOverride
+	18,  // 86: chunkraft.dm.Start.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	17,  // 87: chunkraft.dm.Advance.AsOfEntry.value:type_name -> chunkraft.dm.Place
+	18,  // 88: chunkraft.dm.Advance.ClonesEntry.value:type_name -> chunkraft.dm.Clone
+	46,  // 89: chunkraft.dm.DMInternal.List:input_type -> chunkraft.dm.ListRequest
+	53,  // 90: chunkraft.dm.DMInternal.Propose:input_type -> chunkraft.dm.ProposeRequest
+	38,  // 91: chunkraft.dm.DMInternal.Check:input_type -> chunkraft.dm.CheckRequest
+	34,  // 92: chunkraft.dm.DMInternal.Fence:input_type -> chunkraft.dm.FenceRequest
+	47,  // 93: chunkraft.dm.DMInternal.Chunks:input_type -> chunkraft.dm.ChunksRequest
+	47,  // 94: chunkraft.dm.DMInternal.SourceChunks:input_type -> chunkraft.dm.ChunksRequest
+	36,  // 95: chunkraft.dm.DMInternal.SourceFence:input_type -> chunkraft.dm.SourceFenceRequest
+	42,  // 96: chunkraft.dm.DMControl.StartTask:input_type -> chunkraft.dm.StartTaskRequest
+	43,  // 97: chunkraft.dm.DMControl.OperateTask:input_type -> chunkraft.dm.OperateTaskRequest
+	42,  // 98: chunkraft.dm.DMControl.UpdateTask:input_type -> chunkraft.dm.StartTaskRequest
+	40,  // 99: chunkraft.dm.DMControl.Cutover:input_type -> chunkraft.dm.CutoverRequest
+	52,  // 100: chunkraft.dm.DMInternal.List:output_type -> chunkraft.dm.ListResponse
+	54,  // 101: chunkraft.dm.DMInternal.Propose:output_type -> chunkraft.dm.ProposeResponse
+	39,  // 102: chunkraft.dm.DMInternal.Check:output_type -> chunkraft.dm.CheckResponse
+	35,  // 103: chunkraft.dm.DMInternal.Fence:output_type -> chunkraft.dm.FenceResponse
+	49,  // 104: chunkraft.dm.DMInternal.Chunks:output_type -> chunkraft.dm.ChunksResponse
+	49,  // 105: chunkraft.dm.DMInternal.SourceChunks:output_type -> chunkraft.dm.ChunksResponse
+	37,  // 106: chunkraft.dm.DMInternal.SourceFence:output_type -> chunkraft.dm.SourceFenceResponse
+	44,  // 107: chunkraft.dm.DMControl.StartTask:output_type -> chunkraft.dm.ControlResponse
+	44,  // 108: chunkraft.dm.DMControl.OperateTask:output_type -> chunkraft.dm.ControlResponse
+	44,  // 109: chunkraft.dm.DMControl.UpdateTask:output_type -> chunkraft.dm.ControlResponse
+	41,  // 110: chunkraft.dm.DMControl.Cutover:output_type -> chunkraft.dm.CutoverResponse
+	100, // [100:111] is the sub-list for method output_type
+	89,  // [89:100] is the sub-list for method input_type
+	89,  // [89:89] is the sub-list for extension type_name
+	89,  // [89:89] is the sub-list for extension extendee
+	0,   // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_dmpb_dm_proto_init() }
@@ -4479,7 +5323,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 	if File_chunkraft_dmpb_dm_proto != nil {
 		return
 	}
-	file_chunkraft_dmpb_dm_proto_msgTypes[14].OneofWrappers = []any{
+	file_chunkraft_dmpb_dm_proto_msgTypes[17].OneofWrappers = []any{
 		(*Op_Start)(nil),
 		(*Op_SetStage)(nil),
 		(*Op_Advance)(nil),
@@ -4489,6 +5333,14 @@ func file_chunkraft_dmpb_dm_proto_init() {
 		(*Op_SetCutover)(nil),
 		(*Op_HandleError)(nil),
 		(*Op_SetSchema)(nil),
+		(*Op_Validator)(nil),
+	}
+	file_chunkraft_dmpb_dm_proto_msgTypes[18].OneofWrappers = []any{
+		(*ValidatorOp_Add)(nil),
+		(*ValidatorOp_Set)(nil),
+		(*ValidatorOp_Clear)(nil),
+		(*ValidatorOp_Cutover)(nil),
+		(*ValidatorOp_Checkpoint)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4496,7 +5348,7 @@ func file_chunkraft_dmpb_dm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_dmpb_dm_proto_rawDesc), len(file_chunkraft_dmpb_dm_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   50,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

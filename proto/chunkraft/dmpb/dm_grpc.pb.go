@@ -29,12 +29,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DMInternal_List_FullMethodName        = "/chunkraft.dm.DMInternal/List"
-	DMInternal_Propose_FullMethodName     = "/chunkraft.dm.DMInternal/Propose"
-	DMInternal_Check_FullMethodName       = "/chunkraft.dm.DMInternal/Check"
-	DMInternal_Fence_FullMethodName       = "/chunkraft.dm.DMInternal/Fence"
-	DMInternal_Chunks_FullMethodName      = "/chunkraft.dm.DMInternal/Chunks"
-	DMInternal_SourceFence_FullMethodName = "/chunkraft.dm.DMInternal/SourceFence"
+	DMInternal_List_FullMethodName         = "/chunkraft.dm.DMInternal/List"
+	DMInternal_Propose_FullMethodName      = "/chunkraft.dm.DMInternal/Propose"
+	DMInternal_Check_FullMethodName        = "/chunkraft.dm.DMInternal/Check"
+	DMInternal_Fence_FullMethodName        = "/chunkraft.dm.DMInternal/Fence"
+	DMInternal_Chunks_FullMethodName       = "/chunkraft.dm.DMInternal/Chunks"
+	DMInternal_SourceChunks_FullMethodName = "/chunkraft.dm.DMInternal/SourceChunks"
+	DMInternal_SourceFence_FullMethodName  = "/chunkraft.dm.DMInternal/SourceFence"
 )
 
 // DMInternalClient is the client API for DMInternal service.
@@ -53,6 +54,9 @@ type DMInternalClient interface {
 	// Chunks lists the chunks of a copyset the server leads, or reads one
 	// chunk's state (OperateSchema).
 	Chunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error)
+	// SourceChunks is Chunks on copyset (pool, copyset) of this cluster,
+	// routed to its leader: a task's validator asks its source cluster.
+	SourceChunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error)
 	// SourceFence is Fence on every copyset of a pool (or those listed),
 	// answered by any server: what a cutover asks of its source cluster.
 	SourceFence(ctx context.Context, in *SourceFenceRequest, opts ...grpc.CallOption) (*SourceFenceResponse, error)
@@ -116,6 +120,16 @@ func (c *dMInternalClient) Chunks(ctx context.Context, in *ChunksRequest, opts .
 	return out, nil
 }
 
+func (c *dMInternalClient) SourceChunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChunksResponse)
+	err := c.cc.Invoke(ctx, DMInternal_SourceChunks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *dMInternalClient) SourceFence(ctx context.Context, in *SourceFenceRequest, opts ...grpc.CallOption) (*SourceFenceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SourceFenceResponse)
@@ -142,6 +156,9 @@ type DMInternalServer interface {
 	// Chunks lists the chunks of a copyset the server leads, or reads one
 	// chunk's state (OperateSchema).
 	Chunks(context.Context, *ChunksRequest) (*ChunksResponse, error)
+	// SourceChunks is Chunks on copyset (pool, copyset) of this cluster,
+	// routed to its leader: a task's validator asks its source cluster.
+	SourceChunks(context.Context, *ChunksRequest) (*ChunksResponse, error)
 	// SourceFence is Fence on every copyset of a pool (or those listed),
 	// answered by any server: what a cutover asks of its source cluster.
 	SourceFence(context.Context, *SourceFenceRequest) (*SourceFenceResponse, error)
@@ -169,6 +186,9 @@ func (UnimplementedDMInternalServer) Fence(context.Context, *FenceRequest) (*Fen
 }
 func (UnimplementedDMInternalServer) Chunks(context.Context, *ChunksRequest) (*ChunksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Chunks not implemented")
+}
+func (UnimplementedDMInternalServer) SourceChunks(context.Context, *ChunksRequest) (*ChunksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SourceChunks not implemented")
 }
 func (UnimplementedDMInternalServer) SourceFence(context.Context, *SourceFenceRequest) (*SourceFenceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SourceFence not implemented")
@@ -284,6 +304,24 @@ func _DMInternal_Chunks_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DMInternal_SourceChunks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChunksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DMInternalServer).SourceChunks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DMInternal_SourceChunks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DMInternalServer).SourceChunks(ctx, req.(*ChunksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _DMInternal_SourceFence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SourceFenceRequest)
 	if err := dec(in); err != nil {
@@ -328,6 +366,10 @@ var DMInternal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Chunks",
 			Handler:    _DMInternal_Chunks_Handler,
+		},
+		{
+			MethodName: "SourceChunks",
+			Handler:    _DMInternal_SourceChunks_Handler,
 		},
 		{
 			MethodName: "SourceFence",
