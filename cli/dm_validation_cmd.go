@@ -24,8 +24,9 @@ full: also the data's hash) compares, while in Sync, each target chunk with
 the source cluster's, as of the same source op (a chunk still being written
 stays pending). A chunk that keeps differing for validator.row-error-delay
 becomes an error row: show-error lists them, ignore-error, resolve-error and
-clear-error act on one (by id) or all (--all). update sets the cutover point,
-a source position P/C:index.op. Exit status 1 when refused.`,
+clear-error act on one (by id) or all (--all). update sets the cutover point:
+a source position P/C:index.op, a time (RFC 3339) or "cutover" (the task's
+cutover fence). Exit status 1 when refused.`,
 	}
 	status := &cobra.Command{
 		Use:   "status TASK",
@@ -148,14 +149,14 @@ a source position P/C:index.op. Exit status 1 when refused.`,
 		return c
 	}
 	update := &cobra.Command{
-		Use:   "update TASK --cutover-binlog-pos P/C:index.op",
+		Use:   "update TASK --cutover-binlog-pos P/C:index.op|TIME|cutover",
 		Short: "Set the validator's cutover point: status says when it has compared every chunk past it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pos, _ := cmd.Flags().GetString("cutover-binlog-pos")
 			gtid, _ := cmd.Flags().GetString("cutover-binlog-gtid")
 			if pos == "" && gtid == "" {
-				return errors.New("give --cutover-binlog-pos P/C:index.op")
+				return errors.New("give --cutover-binlog-pos P/C:index.op, a time (RFC 3339) or cutover")
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *Client) error {
 				var resp *dmworkerpb.CommonWorkerResponse
@@ -174,7 +175,7 @@ a source position P/C:index.op. Exit status 1 when refused.`,
 			})
 		},
 	}
-	update.Flags().String("cutover-binlog-pos", "", "the cutover point, a source position P/C:index.op")
+	update.Flags().String("cutover-binlog-pos", "", "the cutover point: a source position P/C:index.op, a time (RFC 3339) or cutover (the task's cutover fence)")
 	update.Flags().String("cutover-binlog-gtid", "", "upstream's GTID form (refused: chunk ops have none)")
 	cmd.AddCommand(status, show,
 		operate("ignore-error", dmworkerpb.ValidationErrOp_IgnoreErrOp, "Mark an error row (or --all) ignored: its chunk gets no new row"),

@@ -3,6 +3,7 @@ package dm
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -263,6 +264,8 @@ func TestValidatorOps(t *testing.T) {
 	if r := rows(); len(r) != 0 {
 		t.Fatalf("rows after clearing all %v", r)
 	}
+	apply(&pb.ValidatorOp{Op: &pb.ValidatorOp_Cutover{Cutover: "cutover"}}, nil)
+	apply(&pb.ValidatorOp{Op: &pb.ValidatorOp_Cutover{Cutover: "2026-12-06T10:00:00Z"}}, nil)
 	apply(&pb.ValidatorOp{Op: &pb.ValidatorOp_Cutover{Cutover: "1/3:50.0"}}, nil)
 	apply(&pb.ValidatorOp{NowMs: 20, Op: &pb.ValidatorOp_Checkpoint{Checkpoint: &pb.ValidatedAt{Index: 60, CutoverReached: true}}}, nil)
 	apply(&pb.ValidatorOp{NowMs: 30, Op: &pb.ValidatorOp_Checkpoint{Checkpoint: &pb.ValidatedAt{Index: 40}}}, nil) // backwards: kept
@@ -274,10 +277,40 @@ func TestValidatorOps(t *testing.T) {
 		{Name: "t", Op: &pb.ValidatorOp_Set{Set: &pb.RowState{All: true}}},
 		{Name: "t", Op: &pb.ValidatorOp_Clear{Clear: &pb.RowState{}}},
 		{Name: "t", Op: &pb.ValidatorOp_Cutover{Cutover: "1/3"}},
+		{Name: "t", Op: &pb.ValidatorOp_Cutover{Cutover: "soon"}},
 		{Name: "t"},
 	} {
 		if err := ValidateOp(&pb.Op{Op: &pb.Op_Validator{Validator: bad}}); err == nil {
 			t.Errorf("%v was admitted", bad)
+		}
+	}
+}
+
+// A cutover point is reached by a pass at or past its position, begun at
+// or after its time, or at or past the task's cutover fence once there is
+// one.
+func TestCutoverReached(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	sh := &pb.SubTask{}
+	fenced := &pb.SubTask{Cutover: &pb.Cutover{FenceIndex: 40}}
+	for _, tc := range []struct {
+		c     string
+		sh    *pb.SubTask
+		index uint64
+		start time.Time
+		want  bool
+	}{
+		{"", sh, 100, at, false},
+		{"1/1:50.0", sh, 49, at, false},
+		{"1/1:50.0", sh, 50, at, true},
+		{"2026-12-06T10:00:00Z", sh, 1, at.Add(-time.Second), false},
+		{"2026-12-06T10:00:00Z", sh, 1, at, true},
+		{"cutover", sh, 100, at, false},
+		{"cutover", fenced, 39, at, false},
+		{"cutover", fenced, 40, at, true},
+	} {
+		if got := cutoverReached(tc.c, tc.sh, tc.index, tc.start); got != tc.want {
+			t.Errorf("%q at index %d, pass from %v: %v, want %v", tc.c, tc.index, tc.start, got, tc.want)
 		}
 	}
 }

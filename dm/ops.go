@@ -173,7 +173,7 @@ func validValidatorOp(op *pb.ValidatorOp) error {
 			return errors.New("no rows named")
 		}
 	case *pb.ValidatorOp_Cutover:
-		if _, err := ParsePosition(o.Cutover); err != nil {
+		if _, _, _, err := parseCutover(o.Cutover); err != nil {
 			return err
 		}
 	case *pb.ValidatorOp_Checkpoint:

@@ -171,7 +171,7 @@ func (v *validator) pass(ctx context.Context) *pb.ValidatorLive {
 		}
 	}
 	if live.Pending == 0 && live.Differing == 0 && live.Error == "" {
-		v.checkpoint(ctx, sh, covered, now)
+		v.checkpoint(ctx, sh, covered, start, now)
 	}
 	return live
 }
@@ -194,25 +194,63 @@ func hasOpenRow(sh *pb.SubTask, chunk uint64) bool {
 	return false
 }
 
-// checkpoint moves the validator's checkpoint to index, every
-// checkpointEvery, or at once when it reaches the cutover point.
-func (v *validator) checkpoint(ctx context.Context, sh *pb.SubTask, index uint64, now time.Time) {
+// checkpoint moves the validator's checkpoint to index, compared by a
+// pass that began at start, every checkpointEvery, or at once when it
+// reaches the cutover point.
+func (v *validator) checkpoint(ctx context.Context, sh *pb.SubTask, index uint64, start, now time.Time) {
 	val := sh.GetValidation()
-	if index <= val.GetValidatedIndex() {
+	if index < val.GetValidatedIndex() {
 		return
 	}
-	reached := false
-	if c := val.GetCutover(); c != "" && !val.GetCutoverReached() {
-		if p, err := ParsePosition(c); err == nil && p.At.GetIndex() <= index {
-			reached = true
-		}
-	}
-	if !reached && now.Sub(v.lastCp) < checkpointEvery {
+	reached := !val.GetCutoverReached() && cutoverReached(val.GetCutover(), sh, index, start)
+	if !reached && (index == val.GetValidatedIndex() || now.Sub(v.lastCp) < checkpointEvery) {
 		return
 	}
 	v.lastCp = now
 	v.s.proposeLocal(ctx, v.n.Group(), &pb.Op{Op: &pb.Op_Validator{Validator: &pb.ValidatorOp{Name: v.cfg.GetName(), NowMs: now.UnixMilli(),
 		Op: &pb.ValidatorOp_Checkpoint{Checkpoint: &pb.ValidatedAt{Index: index, CutoverReached: reached}}}}})
+}
+
+// The forms of a validator's cutover point (UpdateValidator).
+const cutoverAtFence = "cutover"
+
+// parseCutover checks a cutover point: a source position P/C:index.op, a
+// time (RFC 3339) or "cutover" (the task's cutover fence).
+func parseCutover(s string) (pos *Position, at time.Time, fence bool, err error) {
+	if s == cutoverAtFence {
+		return nil, time.Time{}, true, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return nil, t, false, nil
+	}
+	p, err := ParsePosition(s)
+	if err != nil {
+		return nil, time.Time{}, false, fmt.Errorf("cutover point %q: want a source position P/C:index.op, a time (RFC 3339) or %q", s, cutoverAtFence)
+	}
+	return &p, time.Time{}, false, nil
+}
+
+// cutoverReached reports whether a pass that began at start and compared
+// every chunk of share sh as of source index index, all equal, is at or
+// past the cutover point c: its position; its time (the pass began at or
+// after it, so it read the source after every write acknowledged before
+// it, and found the target holding them); or the task's cutover fence
+// (once a cutover fenced the source).
+func cutoverReached(c string, sh *pb.SubTask, index uint64, start time.Time) bool {
+	if c == "" {
+		return false
+	}
+	pos, at, fence, err := parseCutover(c)
+	switch {
+	case err != nil:
+		return false
+	case fence:
+		f := sh.GetCutover().GetFenceIndex()
+		return f != 0 && f <= index
+	case pos != nil:
+		return pos.At.GetIndex() <= index
+	}
+	return !start.Before(at)
 }
 
 // sourceStates reads every chunk of the source copyset from the source

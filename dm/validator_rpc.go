@@ -187,7 +187,8 @@ func (w *workerService) OperateValidatorError(ctx context.Context, req *dmpb.Ope
 }
 
 // UpdateValidator sets the validator's cutover point: a source position
-// P/C:index.op, on the share applying copyset C.
+// P/C:index.op (on the share applying copyset C), a time (RFC 3339) or
+// "cutover", the task's cutover fence (on every share).
 func (w *workerService) UpdateValidator(ctx context.Context, req *dmpb.UpdateValidationWorkerRequest) (*dmpb.CommonWorkerResponse, error) {
 	resp, err := w.s.updateValidator(ctx, req)
 	if err != nil {
@@ -212,9 +213,9 @@ func (s *Service) updateValidator(ctx context.Context, req *dmpb.UpdateValidatio
 		return nil, refuse("binlog GTID %q: chunk ops have no GTIDs; give the cutover point as binlogPos P/C:index.op", req.GetBinlogGTID())
 	}
 	if req.GetBinlogPos() == "" {
-		return nil, refuse("no cutover point: give binlogPos P/C:index.op")
+		return nil, refuse("no cutover point: give binlogPos P/C:index.op, a time (RFC 3339) or %q", cutoverAtFence)
 	}
-	pos, err := ParsePosition(req.GetBinlogPos())
+	pos, _, _, err := parseCutover(req.GetBinlogPos())
 	if err != nil {
 		return nil, refuse("%v", err)
 	}
@@ -222,20 +223,26 @@ func (s *Service) updateValidator(ctx context.Context, req *dmpb.UpdateValidatio
 	if err != nil {
 		return nil, err
 	}
-	cfg := shares[0].GetSubtask().GetConfig()
-	if pos.Pool != cfg.GetSource().GetPool() {
-		return nil, refuse("binlog position %s is in pool %d; task %q migrates pool %d", pos, pos.Pool, req.GetTaskName(), cfg.GetSource().GetPool())
+	point := req.GetBinlogPos()
+	if pos != nil {
+		// A position is the share's that applies its copyset.
+		cfg := shares[0].GetSubtask().GetConfig()
+		if pos.Pool != cfg.GetSource().GetPool() {
+			return nil, refuse("binlog position %s is in pool %d; task %q migrates pool %d", pos, pos.Pool, req.GetTaskName(), cfg.GetSource().GetPool())
+		}
+		i := slices.IndexFunc(shares, func(sh *pb.Located) bool { return sh.GetSubtask().GetSourceCopyset() == pos.Copyset })
+		if i < 0 {
+			return nil, refuse("task %q has no share applying source copyset %d/%d", req.GetTaskName(), pos.Pool, pos.Copyset)
+		}
+		shares, point = shares[i:i+1], pos.String()
 	}
-	i := slices.IndexFunc(shares, func(sh *pb.Located) bool { return sh.GetSubtask().GetSourceCopyset() == pos.Copyset })
-	if i < 0 {
-		return nil, refuse("task %q has no share applying source copyset %d/%d", req.GetTaskName(), pos.Pool, pos.Copyset)
+	for _, sh := range shares {
+		g := copyset.NewGroupID(sh.GetPool(), sh.GetCopyset())
+		op := &pb.Op{Op: &pb.Op_Validator{Validator: &pb.ValidatorOp{Name: req.GetTaskName(), NowMs: time.Now().UnixMilli(),
+			Op: &pb.ValidatorOp_Cutover{Cutover: point}}}}
+		if r := s.routePropose(ctx, g, op); r.GetCode() != 0 {
+			return nil, refuse("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.GetMsg())
+		}
 	}
-	sh := shares[i]
-	g := copyset.NewGroupID(sh.GetPool(), sh.GetCopyset())
-	op := &pb.Op{Op: &pb.Op_Validator{Validator: &pb.ValidatorOp{Name: req.GetTaskName(), NowMs: time.Now().UnixMilli(),
-		Op: &pb.ValidatorOp_Cutover{Cutover: pos.String()}}}}
-	if r := s.routePropose(ctx, g, op); r.GetCode() != 0 {
-		return nil, refuse("copyset %d/%d: %s", g.Pool(), g.Copyset(), r.GetMsg())
-	}
-	return &dmpb.CommonWorkerResponse{Result: true, Msg: fmt.Sprintf("the validator's cutover point of task %q is %s", req.GetTaskName(), pos)}, nil
+	return &dmpb.CommonWorkerResponse{Result: true, Msg: fmt.Sprintf("the validator's cutover point of task %q is %s", req.GetTaskName(), point)}, nil
 }

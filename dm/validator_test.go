@@ -252,14 +252,35 @@ func TestValidator(t *testing.T) {
 		t.Fatalf("update-validator: %v %v", r, err)
 	}
 	write(t, a, a.Group, 3, 1, 0, 9)
-	testwait.Until(t, 60*time.Second, func() error {
-		v, err := vstatus()
-		if err != nil {
-			return err
-		}
-		if v.GetCutoverBinlogPos() != at+" (reached)" {
-			return fmt.Errorf("validator %v", v)
-		}
-		return nil
-	})
+	reached := func(point string) {
+		t.Helper()
+		testwait.Until(t, 60*time.Second, func() error {
+			v, err := vstatus()
+			if err != nil {
+				return err
+			}
+			if v.GetCutoverBinlogPos() != point+" (reached)" {
+				return fmt.Errorf("validator %v", v)
+			}
+			return nil
+		})
+	}
+	reached(at)
+	// A time: reached by a pass begun at or after it.
+	now := time.Now().UTC().Add(time.Second).Format(time.RFC3339)
+	if r, err := w.UpdateValidator(ctx, &dmpb.UpdateValidationWorkerRequest{TaskName: "mig", BinlogPos: now}); err != nil || !r.GetResult() {
+		t.Fatalf("update-validator at a time: %v %v", r, err)
+	}
+	reached(now) // with no write since: an idle source reaches it too
+	// The task's cutover fence: none yet, so not reached.
+	if r, err := w.UpdateValidator(ctx, &dmpb.UpdateValidationWorkerRequest{TaskName: "mig", BinlogPos: "cutover"}); err != nil || !r.GetResult() {
+		t.Fatalf("update-validator at the cutover: %v %v", r, err)
+	}
+	morePasses(3)
+	if v, err := vstatus(); err != nil || v.GetCutoverBinlogPos() != "cutover" {
+		t.Fatalf("validator with a cutover point at the fence, before any cutover: %v %v", v, err)
+	}
+	if r, err := w.UpdateValidator(ctx, &dmpb.UpdateValidationWorkerRequest{TaskName: "mig", BinlogPos: "soon"}); err != nil || r.GetResult() || !strings.Contains(r.GetMsg(), "a time (RFC 3339)") {
+		t.Fatalf("update-validator at \"soon\": %v %v", r, err)
+	}
 }
