@@ -18,6 +18,17 @@ type shareRun struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // why it ended; read after done
+	// operators is the share's operators when the run began
+	// (operatorsKey): a run goes by those it started with.
+	operators string
+}
+
+// operatorsKey identifies share sh's operators (HandleError): the run of a
+// share whose operators changed starts again, after a barrier, so that no
+// op an operator now covers is proposed by a run that does not know it.
+func operatorsKey(sh *pb.SubTask) string {
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.SubTask{Operators: sh.GetOperators()})
+	return string(b)
 }
 
 // resumeState is the auto-resume backoff of a share paused by a
@@ -78,6 +89,9 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 			switch {
 			case sh.GetStage() == dmpb.Stage_Running:
 				live[name] = true
+				if r := runs[name]; r != nil && r.operators != operatorsKey(sh) {
+					restart = true
+				}
 				if runs[name] == nil && !restart {
 					runs[name] = s.startShare(ctx, n, m, sh)
 				}
@@ -91,8 +105,9 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 			}
 		}
 		if restart {
-			// A run lost track of a group: nothing starts again before
-			// every entry appended so far has applied.
+			// A run lost track of a group, or a share's operators changed
+			// under its run: nothing starts again before every entry
+			// appended so far has applied.
 			for name := range runs {
 				stop(name)
 			}
@@ -113,7 +128,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 // startShare starts the applier of share sh.
 func (s *Service) startShare(ctx context.Context, n *copyset.Node, m *Machine, sh *pb.SubTask) *shareRun {
 	rctx, cancel := context.WithCancel(ctx)
-	r := &shareRun{cancel: cancel, done: make(chan struct{})}
+	r := &shareRun{cancel: cancel, done: make(chan struct{}), operators: operatorsKey(sh)}
 	s.applying.Add(1)
 	go func() {
 		defer close(r.done)
