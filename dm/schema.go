@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/chunkread"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
@@ -83,7 +84,9 @@ func (w *workerService) OperateSchema(ctx context.Context, req *dmpb.OperateWork
 }
 
 // CopysetName is a source copyset as a schema's database: pool-P/copyset-C.
-func CopysetName(pool, cs uint32) string { return fmt.Sprintf("pool-%d/copyset-%d", pool, cs) }
+func CopysetName(pool, cs uint32) string {
+	return strings.TrimSuffix(exportfmt.CopysetPrefix(pool, cs), "/")
+}
 
 // parseCopysetName parses pool-P/copyset-C.
 func parseCopysetName(s string) (pool, cs uint32, err error) {

@@ -1,6 +1,7 @@
 package dm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,7 @@ func (s *Service) validatorShares(ctx context.Context, name string) ([]*pb.Locat
 		return nil, status.Error(codes.NotFound, fmt.Sprintf("validator not found for task %s: its validator.mode is none", name))
 	}
 	shares := slices.Clone(l.shares)
-	slices.SortFunc(shares, func(a, b *pb.Located) int { return int(a.GetCopyset()) - int(b.GetCopyset()) })
+	slices.SortFunc(shares, func(a, b *pb.Located) int { return cmp.Compare(a.GetCopyset(), b.GetCopyset()) })
 	return shares, nil
 }
 
@@ -191,11 +192,11 @@ func (w *workerService) OperateValidatorError(ctx context.Context, req *dmpb.Ope
 // "cutover", the task's cutover fence (on every share).
 func (w *workerService) UpdateValidator(ctx context.Context, req *dmpb.UpdateValidationWorkerRequest) (*dmpb.CommonWorkerResponse, error) {
 	resp, err := w.s.updateValidator(ctx, req)
-	if err != nil {
-		if _, ok := status.FromError(err); ok && !errors.Is(err, errRefused) {
-			return nil, err
-		}
+	switch {
+	case errors.Is(err, errRefused):
 		return &dmpb.CommonWorkerResponse{Msg: strings.TrimPrefix(err.Error(), errRefused.Error()+": "), Worker: string(w.s.deps.Local)}, nil
+	case err != nil:
+		return nil, err // a gRPC status, as upstream
 	}
 	resp.Worker = string(w.s.deps.Local)
 	return resp, nil
