@@ -26,8 +26,10 @@ or a duration ago: 24h); --filename PACKET --sub-dir pool-P/copyset-C those
 of them before PACKET of that copyset. The newest packet of a copyset always
 stays, and so does every packet a share has not applied. Refused while any
 task is paused. An export given as source.export is never purged. A
-purged relay cannot be restored with sync restore (the copyset's
-purged.pb says what was purged; docs/sync-format.md). Exit status 1 when
+purged relay restores with sync restore only onto a copy restored from it
+(with --marker) before the purge: sync restore --resume-from replays the
+range kept (the copyset's purged.pb says what was purged;
+docs/sync-format.md). Exit status 1 when
 refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -24,7 +24,7 @@ const EnvS3Endpoint = "CHUNKCTL_S3_ENDPOINT"
 
 type syncRestoreFlags struct {
 	from, copysets, untilTime, progress string
-	marker                              string
+	marker, resumeFrom                  string
 	s3Endpoint, s3Region, s3Lookup      string
 	s3Secure                            bool
 	pool, toPool                        uint32
@@ -35,7 +35,7 @@ type syncRestoreFlags struct {
 func newSyncRestoreCommand(a *app) *cobra.Command {
 	var f syncRestoreFlags
 	cmd := &cobra.Command{
-		Use:   "restore --from DEST --pool P [--to-pool Q] [--copysets LIST] [--until-index N | --until-time T] [--marker LOCATION]",
+		Use:   "restore --from DEST --pool P [--to-pool Q] [--copysets LIST] [--until-index N | --until-time T] [--marker LOCATION] [--resume-from LOCATION]",
 		Short: "Replay a sync export into a cluster whose target copysets exist and are empty",
 		Long: `Replays the export of pool P at DEST (file:///absolute/path or
 s3://bucket/prefix) into the cluster of --servers, through the ordinary
@@ -66,6 +66,15 @@ and the digest of the restored copyset. A dm task in task-mode incremental
 (incremental-from: LOCATION) goes on from it, applying the export from the
 next record on, provided the restored copysets are unchanged since.
 
+--resume-from LOCATION goes on from the restore markers there instead of
+from the start: each target copyset must be what the restore that wrote its
+marker left (its digest), and the export must be the one that restore read,
+holding the packet of the marker's next record; the records from there on
+(up to --until-index, or the end) are replayed. This is how an export whose
+first packets were purged (dm purge-relay) restores the range it kept: onto
+copysets restored from it, with --marker, before the purge. With --marker
+the markers move on (the same location may be given to both).
+
 An s3:// DEST uses --s3-endpoint (default $` + EnvS3Endpoint + `) and the
 credentials of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Progress goes to
 stderr on a terminal (--progress); the summary to stdout (-o json: as JSON).
@@ -84,6 +93,7 @@ The format and the rebuild are described in docs/sync-format.md.`,
 	fl.IntVar(&f.chunkParallel, "chunk-parallel", restore.DefaultChunkParallel, "binlog ops of different chunks of a copyset in flight at once (a chunk's own ops go one after the other)")
 	fl.IntVar(&f.writeDepth, "write-depth", restore.DefaultWriteDepth, "writes of one chunk's rebuild in flight at once (1 MiB each, to disjoint blocks at one sn); more is faster only while the target servers' disks keep up")
 	fl.StringVar(&f.marker, "marker", "", "write a restore marker per copyset to this location (file:///absolute/path or s3://bucket/prefix) for a dm task in task-mode incremental")
+	fl.StringVar(&f.resumeFrom, "resume-from", "", "go on from the restore markers at this location (file:///absolute/path or s3://bucket/prefix) instead of the export's start; the target copysets must be as that restore left them")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (on a terminal), always or never")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", os.Getenv(EnvS3Endpoint), "S3 endpoint of an s3:// --from (host:port or http(s)://host:port); $"+EnvS3Endpoint+" sets the default")
 	fl.StringVar(&f.s3Region, "s3-region", "", "S3 region (default: discovered)")
@@ -128,6 +138,9 @@ func (f *syncRestoreFlags) options(cmd *cobra.Command) (restore.Options, dest.UR
 		}
 		o.HasUntilTime = true
 	}
+	if f.resumeFrom != "" && o.HasUntilTime {
+		return o, u, errors.New("--until-time cannot go with --resume-from: a restore marker does not say when its last record was appended; give --until-index")
+	}
 	if f.parallel < 1 {
 		return o, u, fmt.Errorf("--parallel %d: at least 1", f.parallel)
 	}
@@ -167,14 +180,26 @@ func runSyncRestore(cmd *cobra.Command, a *app, f *syncRestoreFlags) error {
 	if err != nil {
 		return err
 	}
-	var mu dest.URL
-	if f.marker != "" {
-		if mu, err = dest.Parse(f.marker); err != nil {
-			return fmt.Errorf("--marker: %w", err)
+	location := func(flag, s string) (dest.URL, error) {
+		if s == "" {
+			return dest.URL{}, nil
 		}
-		if mu.Scheme == dest.SchemeS3 && f.s3Endpoint == "" {
-			return fmt.Errorf("--marker %s: an s3 location needs --s3-endpoint (or $%s)", mu, EnvS3Endpoint)
+		lu, err := dest.Parse(s)
+		if err != nil {
+			return lu, fmt.Errorf("--%s: %w", flag, err)
 		}
+		if lu.Scheme == dest.SchemeS3 && f.s3Endpoint == "" {
+			return lu, fmt.Errorf("--%s %s: an s3 location needs --s3-endpoint (or $%s)", flag, lu, EnvS3Endpoint)
+		}
+		return lu, nil
+	}
+	mu, err := location("marker", f.marker)
+	if err != nil {
+		return err
+	}
+	ru, err := location("resume-from", f.resumeFrom)
+	if err != nil {
+		return err
 	}
 	return a.withClient(cmd, func(ctx context.Context, c *Client) error {
 		store := objstore.Config{S3: objstore.S3Config{
@@ -190,6 +215,22 @@ func runSyncRestore(cmd *cobra.Command, a *app, f *syncRestoreFlags) error {
 				return fmt.Errorf("--marker: %w", err)
 			}
 			defer markers.Close()
+		}
+		if f.resumeFrom != "" {
+			rd, err := dest.Open(ctx, ru, store)
+			if err != nil {
+				return fmt.Errorf("--resume-from: %w", err)
+			}
+			defer rd.Close()
+			o.ResumeFrom = rd
+			o.Digests = func(ctx context.Context, pool uint32, ids []uint32) (map[uint32]string, error) {
+				ds, err := c.CopysetDigests(ctx, pool, ids)
+				out := make(map[uint32]string, len(ds))
+				for id, d := range ds {
+					out[id] = d.Digest
+				}
+				return out, err
+			}
 		}
 		o.Source = src
 		o.Target = &restoreTarget{c: c}

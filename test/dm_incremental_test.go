@@ -61,35 +61,10 @@ func TestDMIncrementalFromRestoreMarker(t *testing.T) {
 	srv := c.addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, pool := range []uint32{2, 3, 4} {
-		id := cli.CopysetID{Pool: pool, Copyset: 1}
-		if _, err := c.client.CreateCopysets(ctx, []cli.CopysetID{id}, srv); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.client.GetLeader(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createCopysetOnes(ctx, t, c, 2, 3, 4)
 
 	dir := t.TempDir()
-	A, B, X, D, F, G, H, I, J, K, L := syncBlock('A'), syncBlock('B'), syncBlock('X'), syncBlock('D'), syncBlock('F'),
-		syncBlock('G'), syncBlock('H'), syncBlock('I'), syncBlock('J'), syncBlock('K'), syncBlock('L')
-	writePacket(t, dir, 1, exportfmt.StartPoint(), exportfmt.SnapshotPoint(5, 0))
-	writePacket(t, dir, 1, exportfmt.SnapshotPoint(5, 0), exportfmt.BinlogPoint(11),
-		snapRec(5, 3, 0, 10, 0, append(bytes.Clone(A), B...), 0),
-		snapRec(5, 3, 0, 10, 2*cli.BlockSize, nil, cli.ChunkSize-2*cli.BlockSize),
-		&syncpb.Record{Kind: &syncpb.Record_CowSnapshot{CowSnapshot: &syncpb.CowSnapshotRecord{ChunkId: 5, SnapshotSn: 1, Offset: 0, Data: X, AsOfIndex: 10}}})
-	writePacket(t, dir, 1, exportfmt.BinlogPoint(11), exportfmt.BinlogPoint(15),
-		binlogRec(11, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 3, 2*cli.BlockSize, D),
-		binlogRec(13, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 7, 1, 0, F),
-		binlogRec(14, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 4, 0, G)) // refused: needs a second snapshot
-	clone := binlogRec(15, pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE, 8, 2, 0, append(bytes.Clone(H), syncBlock(0)...))
-	clone.GetBinlog().Op.Location = proto.String("src@s3")
-	clone.GetBinlog().Op.Size = proto.Uint32(cli.ChunkSize)
-	writePacket(t, dir, 1, exportfmt.BinlogPoint(15), exportfmt.BinlogPoint(18),
-		clone,
-		binlogRec(16, pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE, 8, 0, 0, I), // marks block 0 of the clone chunk written
-		binlogRec(17, pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE, 7, 0, 0, nil))
+	markerExport(t, dir)
 	from := "file://" + dir
 	markers := "file://" + t.TempDir()
 
@@ -105,10 +80,7 @@ func TestDMIncrementalFromRestoreMarker(t *testing.T) {
 	// The export goes on: the source's chunk 8 is a clone chunk, which
 	// refused a write at sn 3 (a restore of the whole export does not send
 	// it, and neither may the task, which knows from the marker).
-	writePacket(t, dir, 1, exportfmt.BinlogPoint(18), exportfmt.BinlogPoint(21),
-		binlogRec(18, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 8, 3, cli.BlockSize, J),   // refused by the clone chunk
-		binlogRec(19, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 8, 2, 2*cli.BlockSize, K), // applied
-		binlogRec(20, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 3, 3*cli.BlockSize, L))
+	markerExportMore(t, dir)
 
 	task := func(name, mode, export, from string, pool uint32) string {
 		f := filepath.Join(t.TempDir(), name+".yaml")
@@ -165,7 +137,7 @@ func TestDMIncrementalFromRestoreMarker(t *testing.T) {
 	mustCtl(t, srv, nil, "dm", "start-task", good)
 	// One more packet once the task runs.
 	writePacket(t, dir, 1, exportfmt.BinlogPoint(21), exportfmt.BinlogPoint(22),
-		binlogRec(21, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 9, 1, 0, A))
+		binlogRec(21, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 9, 1, 0, syncBlock('A')))
 
 	// The reference: a restore of the whole export.
 	mustCtl(t, srv, nil, "sync", "restore", "--from", from, "--pool", "1", "--to-pool", "3", "--progress", "never")
@@ -216,5 +188,57 @@ func copyDirFiles(t *testing.T, from, to string) {
 	})
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
+	}
+}
+
+// markerExport writes in dir a hand-built export of pool 1 copyset 1 up
+// to index 17: a chunk with a COW snapshot (5), writes, a write the
+// source refused, a clone chunk (8) and a paste, a delete.
+func markerExport(t *testing.T, dir string) {
+	t.Helper()
+	A, B, X, D, F, G, H, I := syncBlock('A'), syncBlock('B'), syncBlock('X'), syncBlock('D'), syncBlock('F'),
+		syncBlock('G'), syncBlock('H'), syncBlock('I')
+	writePacket(t, dir, 1, exportfmt.StartPoint(), exportfmt.SnapshotPoint(5, 0))
+	writePacket(t, dir, 1, exportfmt.SnapshotPoint(5, 0), exportfmt.BinlogPoint(11),
+		snapRec(5, 3, 0, 10, 0, append(bytes.Clone(A), B...), 0),
+		snapRec(5, 3, 0, 10, 2*cli.BlockSize, nil, cli.ChunkSize-2*cli.BlockSize),
+		&syncpb.Record{Kind: &syncpb.Record_CowSnapshot{CowSnapshot: &syncpb.CowSnapshotRecord{ChunkId: 5, SnapshotSn: 1, Offset: 0, Data: X, AsOfIndex: 10}}})
+	writePacket(t, dir, 1, exportfmt.BinlogPoint(11), exportfmt.BinlogPoint(15),
+		binlogRec(11, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 3, 2*cli.BlockSize, D),
+		binlogRec(13, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 7, 1, 0, F),
+		binlogRec(14, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 4, 0, G)) // refused: needs a second snapshot
+	clone := binlogRec(15, pb.CHUNK_OP_TYPE_CHUNK_OP_CREATE_CLONE, 8, 2, 0, append(bytes.Clone(H), syncBlock(0)...))
+	clone.GetBinlog().Op.Location = proto.String("src@s3")
+	clone.GetBinlog().Op.Size = proto.Uint32(cli.ChunkSize)
+	writePacket(t, dir, 1, exportfmt.BinlogPoint(15), exportfmt.BinlogPoint(18),
+		clone,
+		binlogRec(16, pb.CHUNK_OP_TYPE_CHUNK_OP_PASTE, 8, 0, 0, I), // marks block 0 of the clone chunk written
+		binlogRec(17, pb.CHUNK_OP_TYPE_CHUNK_OP_DELETE, 7, 0, 0, nil))
+}
+
+// markerExportMore writes the packet after markerExport's, indexes 18 to
+// 20: a write the source's clone chunk 8 refused (it needs a snapshot), a
+// write to it, a write to chunk 5.
+func markerExportMore(t *testing.T, dir string) {
+	t.Helper()
+	J, K, L := syncBlock('J'), syncBlock('K'), syncBlock('L')
+	writePacket(t, dir, 1, exportfmt.BinlogPoint(18), exportfmt.BinlogPoint(21),
+		binlogRec(18, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 8, 3, cli.BlockSize, J),   // refused by the clone chunk
+		binlogRec(19, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 8, 2, 2*cli.BlockSize, K), // applied
+		binlogRec(20, pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE, 5, 3, 3*cli.BlockSize, L))
+}
+
+// createCopysetOnes creates copyset 1 of each of pools on c's servers and
+// waits for its leader.
+func createCopysetOnes(ctx context.Context, t *testing.T, c *cluster, pools ...uint32) {
+	t.Helper()
+	for _, pool := range pools {
+		id := cli.CopysetID{Pool: pool, Copyset: 1}
+		if _, err := c.client.CreateCopysets(ctx, []cli.CopysetID{id}, c.addrs()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.client.GetLeader(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -324,6 +325,21 @@ func TestDMClusterSource(t *testing.T) {
 	if w.n.Load() == 0 {
 		t.Fatal("no write succeeded during the migration")
 	}
+	// A standby copy of the relay: restored, with markers, once the task
+	// has applied every write (the relay holds them all then).
+	testwait.Until(t, 90*time.Second, func() error {
+		if d := chunksDiffer(t, a.client, b.client, src, dst); d != "" {
+			return errors.New(d)
+		}
+		return nil
+	})
+	standby := make([]cli.CopysetID, len(src))
+	for i, cs := range src {
+		standby[i] = cli.CopysetID{Pool: 4, Copyset: cs.Copyset}
+	}
+	mustCtl(t, b.addrs(), nil, "copyset", "create", "--pool", "4", "--copyset", "1-4", "--peers", strings.Join(b.addrs(), ","))
+	markers := "file://" + t.TempDir()
+	mustCtl(t, b.addrs(), nil, "sync", "restore", "--from", "file://"+relay, "--pool", "1", "--to-pool", "4", "--marker", markers, "--progress", "never")
 	checkValidator(t, ctx, a, b, src[0], kill)
 	// The cutover waits for the leaders B elects after the kill.
 	var out string
@@ -360,6 +376,7 @@ func TestDMClusterSource(t *testing.T) {
 	if exported := relayRecords(t, relay); applied != fmt.Sprint(exported) {
 		t.Fatalf("the task applied %s records, the relay holds %d", applied, exported)
 	}
+	purgeRelayResume(t, a, b, src, standby, relay, markers)
 	mustCtl(t, b.addrs(), nil, "dm", "stop-task", "mig")
 	if out := mustCtl(t, a.addrs(), nil, "sync", "status"); strings.Contains(out, "dm-mig") || !strings.Contains(out, "backup") {
 		t.Fatalf("the source's tasks after stop-task:\n%s", out)
@@ -526,5 +543,42 @@ func checkValidator(t *testing.T, ctx context.Context, a, b *cluster, src cli.Co
 	mustCtl(t, b.addrs(), nil, "dm", "validation", "clear-error", "mig", "--all")
 	if got, err := rows("all"); err != nil || len(got) != 0 {
 		t.Fatalf("rows after clear-error: %+v %v", got, err)
+	}
+}
+
+// purgeRelayResume: `dm purge-relay` deletes, of each copyset of task
+// mig's relay, the packets before the one a standby restore (into
+// standby, with its markers at markers) goes on from (or before the
+// share's, if that comes first); a restore of the
+// purged relay from its start is refused, naming the purge; `sync restore
+// --resume-from` restores the range the purge kept onto the standby,
+// which then equals the source (A's pool 1, fenced by the cutover).
+func purgeRelayResume(t *testing.T, a, b *cluster, src, standby []cli.CopysetID, relay, markers string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	purged := 0
+	for _, cs := range src {
+		m := readMarker(ctx, t, markers, cs.Copyset)
+		next := exportfmt.PacketName(1, cs.Copyset, mustPoint(t, m.GetNextPoint()))
+		dir, file := filepath.Split(next)
+		out := mustCtl(t, b.addrs(), nil, "dm", "purge-relay", "--filename", file, "--sub-dir", dir)
+		var n int
+		if _, err := fmt.Sscanf(out[strings.Index(out, "purged "):], "purged %d packets", &n); err != nil {
+			t.Fatalf("dm purge-relay --filename %s --sub-dir %s:\n%s", file, dir, out)
+		}
+		purged += n
+	}
+	if purged == 0 {
+		t.Fatal("dm purge-relay purged no packet")
+	}
+	out, code := ctl(t, b.addrs(), "sync", "restore", "--from", "file://"+relay, "--pool", "1", "--to-pool", "4", "--progress", "never")
+	if code == 0 || !strings.Contains(out, "were purged (by dm task mig at") {
+		t.Fatalf("sync restore of the purged relay from its start: exit %d\n%s", code, out)
+	}
+	out = mustCtl(t, b.addrs(), nil, "sync", "restore", "--from", "file://"+relay, "--pool", "1", "--to-pool", "4", "--resume-from", markers, "--progress", "never")
+	t.Logf("sync restore --resume-from of the purged relay (%d packets purged):\n%s", purged, out)
+	if d := chunksDiffer(t, a.client, b.client, src, standby); d != "" {
+		t.Fatalf("the purged relay resumed onto B's pool 4 is not A's pool 1: %s", d)
 	}
 }

@@ -37,6 +37,10 @@
 //     (a CREATE_CLONE record carries the clone source's materialised data,
 //     which the restore writes in its place).
 //
+// A resumed restore (Options.ResumeFrom, resume.go) checks and replays
+// each copyset from its restore marker's next record on, onto a target
+// copyset whose digest is the marker's instead of an empty one.
+//
 // # Invariants
 //
 //   - Nothing is written to any target copyset unless every packet of every

@@ -10,7 +10,6 @@ import (
 
 	"github.com/chunkraft/chunkraft/datasync/dest"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
-	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	chunkserverpb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
@@ -71,12 +70,21 @@ type plan struct {
 	until uint64
 	// bytes and records count the packets' sizes and records.
 	bytes, records uint64
+	// resume is the restore marker the copyset goes on from (nil: it is
+	// restored from the start of the export).
+	resume *syncpb.RestoreMarker
 }
 
 func (p *plan) String() string { return fmt.Sprintf("copyset %d/%d", p.pool, p.copyset) }
 
-// earliest is the earliest raft index the export restores exactly.
-func (p *plan) earliest() uint64 { return max(p.maxAsOf, p.binlogStart-1) }
+// earliest is the earliest raft index the export restores exactly: for a
+// resumed restore, where the restore marker left the copyset.
+func (p *plan) earliest() uint64 {
+	if p.resume != nil {
+		return p.resume.GetUntilIndex()
+	}
+	return max(p.maxAsOf, p.binlogStart-1)
+}
 
 // earliestTime is the earliest --until-time the export restores exactly
 // (Unix ms), why it is that one, and false when there is none to tell.
@@ -144,11 +152,20 @@ func readPacket(ctx context.Context, src dest.Dest, chain *exportfmt.Chain, name
 // check reads every packet of copyset cs (names, in name order), checks
 // it and the chain, and fixes the until point (see the package
 // documentation). progress is called after each packet.
-func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint32, names []string, u until, progress func(pkt *exportfmt.Packet)) (*plan, error) {
+//
+// A copyset resumed from restore marker resume (names: the packets from
+// its next record's on) is checked from there: the packets must be of the
+// marker's export, the first must hold the marker's next record, and the
+// until point is at or after where the marker left the copyset. The
+// packets an earlier restore replayed may be purged.
+func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint32, names []string, u until, resume *syncpb.RestoreMarker, progress func(pkt *exportfmt.Packet)) (*plan, error) {
+	p := &plan{pool: pool, copyset: cs, names: names, resume: resume}
+	if resume != nil {
+		return p, checkResume(ctx, src, free, p, u, progress)
+	}
 	if err := checkPurged(ctx, src, pool, cs); err != nil {
 		return nil, err
 	}
-	p := &plan{pool: pool, copyset: cs, names: names}
 	chain := exportfmt.NewChain(pool, cs)
 	sc := free.get()
 	defer free.put(sc)
@@ -217,7 +234,7 @@ func check(ctx context.Context, src dest.Dest, free *scratchList, pool, cs uint3
 	if !ok {
 		return nil, errors.New("the export has no packet")
 	}
-	if err := checkManifest(ctx, src, pool, cs, names, read, chain.ExportID()); err != nil {
+	if err := checkManifest(ctx, src, pool, cs, names, read, chain.ExportID(), false); err != nil {
 		return nil, err
 	}
 	if end.Phase != exportfmt.PhaseBinlog {
@@ -325,27 +342,6 @@ type packetSum struct {
 	size uint64
 }
 
-// checkPurged refuses a copyset whose first packets were purged (its
-// purge record, exportfmt.PurgeName): what is left starts past the chunk
-// images a replay starts from.
-func checkPurged(ctx context.Context, src dest.Dest, pool, cs uint32) error {
-	name := exportfmt.PurgeName(pool, cs)
-	b, err := src.Get(ctx, name)
-	switch {
-	case errors.Is(err, objstore.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("read %s: %w", name, err)
-	}
-	r, err := exportfmt.DecodePurge(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	first, _ := exportfmt.ParsePoint(r.GetFirstKept())
-	return fmt.Errorf("the export's first %d packets, every one before %s, were purged (by %s at %s): a restore replays a copyset from its start, so this export cannot be restored; restore from an export that holds them",
-		r.GetPackets(), exportfmt.PacketName(pool, cs, first), r.GetBy(), time.UnixMilli(r.GetPurgedAtMs()).UTC().Format(time.RFC3339))
-}
-
 // checkManifest compares the copyset's manifest, if it has one, with its
 // packets (names, in name order, and their sums): the manifest lists
 // packets already written, so every packet it names must be there, the
@@ -355,8 +351,10 @@ func checkPurged(ctx context.Context, src dest.Dest, pool, cs uint32) error {
 // is written after them). A manifest that lists packets missing from the
 // export means the export lost its end: restoring what is left would
 // silently restore an earlier point. The manifest must be of the packets'
-// export (exportID).
-func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum, exportID string) error {
+// export (exportID). For a resumed restore (names start past the export's
+// first packet), the packets listed before names[0] are not checked: an
+// earlier restore replayed them, and a purge may have deleted them.
+func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []string, read []packetSum, exportID string, resumed bool) error {
 	name := exportfmt.ManifestName(pool, cs)
 	m, err := ReadManifest(ctx, src, pool, cs)
 	if err != nil || m == nil {
@@ -370,8 +368,14 @@ func checkManifest(ctx context.Context, src dest.Dest, pool, cs uint32, names []
 	for i, n := range names {
 		at[n] = i
 	}
-	for i, e := range m.Packets {
-		last := i == len(m.Packets)-1
+	listed := m.Packets
+	if resumed { // the packets before names[0] were replayed before (and may be purged)
+		for len(listed) > 0 && len(names) > 0 && listed[0].Name < names[0] {
+			listed = listed[1:]
+		}
+	}
+	for i, e := range listed {
+		last := i == len(listed)-1
 		j, ok := at[e.Name]
 		switch {
 		case !ok:

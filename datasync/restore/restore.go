@@ -36,6 +36,15 @@ type Options struct {
 	HasUntilTime  bool
 	// Target is the cluster written to.
 	Target Target
+	// ResumeFrom, when set, is where an earlier restore of these copysets
+	// into ToPool wrote its restore markers: each copyset goes on from
+	// its marker (see resume.go) instead of from the start of the export,
+	// and its target copyset must be what that restore left, by Digests,
+	// instead of empty. Not with HasUntilTime.
+	ResumeFrom dest.Dest
+	// Digests returns the digest of each of copysets of pool pool as a
+	// restore marker records it (needed with ResumeFrom).
+	Digests func(ctx context.Context, pool uint32, copysets []uint32) (map[uint32]string, error)
 	// Geometry is the chunk geometry; zero means DefaultGeometry.
 	Geometry Geometry
 	// Parallel is how many copysets are checked and replayed at once (0:
@@ -206,6 +215,12 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 			return nil, fmt.Errorf("the export at %s has no packets of copyset %d/%d", o.Source, o.Pool, id)
 		}
 	}
+	var markers map[uint32]*syncpb.RestoreMarker
+	if o.ResumeFrom != nil {
+		if markers, err = readMarkers(ctx, &o, ids, all); err != nil {
+			return nil, err
+		}
+	}
 	u := until{index: o.UntilIndex, hasIndex: o.HasUntilIndex, timeMs: o.UntilTimeMs, hasTime: o.HasUntilTime}
 	pr := &progress{fn: o.Progress, copysets: len(ids)}
 
@@ -214,7 +229,7 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	plans := make([]*plan, len(ids))
 	pr.start(PhaseCheck, 0)
 	err = forEach(ctx, len(ids), o.Parallel, func(ctx context.Context, i int) error {
-		p, err := check(ctx, o.Source, free, o.Pool, ids[i], all[ids[i]], u, func(pkt *exportfmt.Packet) {
+		p, err := check(ctx, o.Source, free, o.Pool, ids[i], all[ids[i]], u, markers[ids[i]], func(pkt *exportfmt.Packet) {
 			pr.packet(o.Pool, ids[i], pkt)
 		})
 		if err != nil {
@@ -227,9 +242,15 @@ func Restore(ctx context.Context, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		if err := o.Target.CheckEmpty(ctx, o.ToPool, id); err != nil {
+	if markers != nil {
+		if err := checkResumed(ctx, &o, markers); err != nil {
 			return nil, err
+		}
+	} else {
+		for _, id := range ids {
+			if err := o.Target.CheckEmpty(ctx, o.ToPool, id); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -367,14 +388,24 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	}
 
 	// next, nextRecord: the first record after the until point (see
-	// syncpb.RestoreMarker); last the last binlog record replayed.
+	// syncpb.RestoreMarker); last the last binlog record replayed; skip
+	// the records of the first packet an earlier restore replayed.
 	var (
 		err        error
 		next       exportfmt.Point
 		nextRecord int
 		nextFound  bool
 		last       Place
+		skip       int
 	)
+	if m := p.resume; m != nil {
+		startLanes()
+		seedClones(m, r.o.Geometry, lanes)
+		last, skip = Place{m.GetLastIndex(), m.GetLastOpPosition()}, int(m.GetNextRecord())
+		next, _ = exportfmt.ParsePoint(m.GetNextPoint()) // readMarkers checked it
+		nextRecord = skip
+		nextFound = len(p.names) == 0
+	}
 	for _, name := range p.names {
 		// A snapshot-phase packet's buffer is reused: its chunks are
 		// rebuilt before the next read.
@@ -386,7 +417,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog && pkt.Start.Index > p.until {
-			next, nextFound = pkt.Start, true
+			next, nextRecord, nextFound = pkt.Start, 0, true
 			break
 		}
 		if pkt.Start.Phase == exportfmt.PhaseBinlog {
@@ -394,7 +425,8 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 			if lanes == nil {
 				startLanes()
 			}
-			for i, rec := range pkt.Records {
+			for i, rec := range pkt.Records[skip:] {
+				i += skip
 				bl := rec.GetBinlog()
 				if bl.Index > p.until {
 					next, nextRecord, nextFound = pkt.Start, i, true
@@ -431,6 +463,7 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 		if ctx.Err() != nil {
 			break
 		}
+		skip = 0
 		r.sum.Packets++
 		r.sum.Bytes += uint64(pkt.Size)
 		r.pr.packet(p.pool, p.copyset, pkt)
@@ -447,8 +480,13 @@ func (r *replayer) run(ctx context.Context) (CopysetSummary, error) {
 	if err == nil {
 		if !nextFound {
 			next, _ = chain.Next()
+			nextRecord = 0
 		}
-		r.sum.Marker = r.marker(chain.ExportID(), next, nextRecord, last, append(lanes, snap))
+		id := chain.ExportID()
+		if p.resume != nil && chain.Len() == 0 {
+			id = p.resume.GetExportId()
+		}
+		r.sum.Marker = r.marker(id, next, nextRecord, last, append(lanes, snap))
 	}
 	return r.sum, err
 }
