@@ -101,16 +101,7 @@ func TestHandleError(t *testing.T) {
 
 	// The target's leader runs out of space; the source, led elsewhere,
 	// takes a write the share cannot apply: it pauses at its position.
-	full := func(on bool) {
-		for _, i := range c.Up() {
-			admit := c.Servers[i].Chunks().Admission()
-			if on && c.Servers[i].Copysets().Get(dst).IsLeader() {
-				admit.SetDiskFree(func(string) (uint64, error) { return 0, nil })
-			} else {
-				admit.SetDiskFree(nil)
-			}
-		}
-	}
+	full := func(on bool) { diskFull(c, dst, on) }
 	moveSourceLeader(t, c, src, dst)
 	pausedAt := func() string {
 		t.Helper()
@@ -184,6 +175,19 @@ func moveSourceLeader(t *testing.T, c *chunkservertest.Cluster, src, dst copyset
 		}
 		return errors.New("both copysets led by one server")
 	})
+}
+
+// diskFull makes the leader of copyset g report no free space (its
+// admission refuses writes), or every server report what it has.
+func diskFull(c *chunkservertest.Cluster, g copyset.GroupID, on bool) {
+	for _, i := range c.Up() {
+		admit := c.Servers[i].Chunks().Admission()
+		if on && c.Servers[i].Copysets().Get(g).IsLeader() {
+			admit.SetDiskFree(func(string) (uint64, error) { return 0, nil })
+		} else {
+			admit.SetDiskFree(nil)
+		}
+	}
 }
 
 // chunkIs checks blocks of chunk id on g's leader: block -> the byte all
