@@ -25,6 +25,7 @@ import (
 	"github.com/chunkraft/chunkraft/internal/grpcbuf"
 	"github.com/chunkraft/chunkraft/internal/objstore"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/clusterpb"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -198,6 +199,9 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		s.metrics.reg.MustRegister(t.Collectors()...)
 	}
 	registerSharedLogMetrics(s.metrics.reg, s.shared)
+	s.metrics.reg.MustRegister(newRaftCollector(s.trans))
+	rpcs := grpcprom.NewServerMetrics()
+	s.metrics.reg.MustRegister(rpcs)
 
 	s.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageSize),
@@ -215,7 +219,10 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		// Needed although grpcbuf sets gRPC's default pool: grpc's default
 		// server options captured the old default at grpc's own init.
 		experimental.BufferPool(grpcbuf.Pool),
-		grpc.ChainUnaryInterceptor(chunkstore.RecyclePooled),
+		// The standard per-method RPC counters (grpc_server_*) first, so
+		// that they count what the other interceptors refuse too.
+		grpc.ChainUnaryInterceptor(rpcs.UnaryServerInterceptor(), chunkstore.RecyclePooled),
+		grpc.ChainStreamInterceptor(rpcs.StreamServerInterceptor()),
 	}, s.tls.serverOptions(cfg.TLS.adminOU())...)...)
 	copysets := &copysetService{copysets: s.copysets, admit: s.admit, log: log, conns: s.peers}
 	s.stale = newStaleSweep(copysets, cfg.StaleReplicaCheck, s.metrics.reg, log)
@@ -228,6 +235,7 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		copysets: copysets,
 		cli:      &cliService2{copysets: s.copysets, ready: &s.ready, conns: s.peers},
 	})
+	rpcs.InitializeMetrics(s.grpc) // every method's counters at 0 from the start
 	return s, nil
 }
 

@@ -376,6 +376,9 @@ func (p *proposer) dispatch(reqs []*proposal, slot bool) int {
 		data = encodeBatch(ops)
 	}
 	fut := p.n.raft.Apply(data, timeout)
+	stats := &p.n.trans.m.stats
+	stats.entries.Add(1)
+	stats.proposals.Add(uint64(len(props)))
 	select {
 	case p.inflight <- inflightBatch{fut: fut, props: props, slot: slot}:
 	case <-p.quit:

@@ -169,6 +169,8 @@ type TransportManager struct {
 
 	connMu sync.Mutex
 	conns  map[raft.ServerAddress]*transportPeerConn
+
+	stats raftCounters // Stats
 }
 
 // transportPeerConn holds two connections to one peer server: cc carries

@@ -53,13 +53,15 @@ type groupPeer struct {
 	following atomic.Uint64
 	// hb is the manager's heartbeat batcher for the peer, once looked up.
 	hb atomic.Pointer[heartbeatBatcher]
+	// stats are the manager's counters of the peer.
+	stats *peerCounters
 }
 
 func (g *GroupTransport) peer(target raft.ServerAddress) *groupPeer {
 	if p, ok := g.peers.Load(target); ok {
 		return p.(*groupPeer)
 	}
-	p, _ := g.peers.LoadOrStore(target, &groupPeer{})
+	p, _ := g.peers.LoadOrStore(target, &groupPeer{stats: g.m.stats.peer(target)})
 	return p.(*groupPeer)
 }
 
@@ -200,6 +202,7 @@ func (g *GroupTransport) appendEntries(target raft.ServerAddress, args *raft.App
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
+	g.peer(target).stats.sent.message(heartbeat, len(args.Entries))
 	out, err := c.AppendEntries(ctx, appendEntriesRequestToProto(g.group, args))
 	if err != nil {
 		return g.outErr("AppendEntries", target, err)

@@ -319,6 +319,7 @@ func (st *heartbeatStream) send(calls []*heartbeatCall) {
 		st.watchdog.Reset(st.b.m.opts.HeartbeatTimeout)
 	}
 	st.mu.Unlock()
+	st.b.m.stats.peer(st.b.target).sent.heartbeatBatch(len(calls))
 	_ = st.stream.Send(msg)
 }
 

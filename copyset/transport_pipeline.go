@@ -161,6 +161,9 @@ func (p *appendPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *ra
 	}
 	if f, held, err := p.holdRepeat(args, resp); held || err != nil {
 		<-p.sem // not sent: no slot
+		if held {
+			p.peer.stats.appendsHeld.Add(1)
+		}
 		return f, err
 	}
 	f := &appendFuture{start: time.Now(), args: args, resp: resp, done: make(chan struct{})}
@@ -170,6 +173,7 @@ func (p *appendPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *ra
 	p.heldMu.Unlock()
 	p.last = appendKeyOf(args)
 	p.queue <- f // never blocks: the queue has a place for every slot
+	p.peer.stats.sent.message(false, len(args.Entries))
 	if err := p.stream.Send(req); err != nil {
 		// The stream is broken; the receiver learns why from Recv and
 		// fails the queued futures, including f.

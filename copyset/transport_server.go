@@ -98,6 +98,7 @@ func (s *transportServer) AppendEntries(ctx context.Context, req *raftpb.AppendE
 		return nil, err
 	}
 	cmd := appendEntriesRequestFromProto(req)
+	s.m.stats.peer(raft.ServerAddress(cmd.Addr)).recv.message(isRaftHeartbeat(cmd), len(cmd.Entries))
 	resp, err := g.dispatch(ctx, cmd, nil, isRaftHeartbeat(cmd))
 	if err != nil {
 		return nil, err
@@ -114,6 +115,7 @@ func (s *transportServer) AppendEntries(ctx context.Context, req *raftpb.AppendE
 func (s *transportServer) Heartbeats(stream grpc.BidiStreamingServer[raftpb.HeartbeatBatch, raftpb.HeartbeatBatchResponse]) error {
 	// respCh is reused while raft answers synchronously, as it does.
 	var respCh chan raft.RPCResponse
+	var stats *peerCounters // the peer's, from its first heartbeat
 	for {
 		in, err := stream.Recv()
 		if err != nil {
@@ -121,6 +123,12 @@ func (s *transportServer) Heartbeats(stream grpc.BidiStreamingServer[raftpb.Hear
 				return nil
 			}
 			return s.streamEnded("Heartbeats", 0, err)
+		}
+		if stats == nil && len(in.Requests) > 0 {
+			stats = s.m.stats.peer(raft.ServerAddress(in.Requests[0].GetHeader().GetAddr()))
+		}
+		if stats != nil {
+			stats.recv.heartbeatBatch(len(in.Requests))
 		}
 		out := &raftpb.HeartbeatBatchResponse{Responses: make([]*raftpb.AppendEntriesResponse, len(in.Requests))}
 		for i, req := range in.Requests {
@@ -256,9 +264,11 @@ func (s *transportServer) appendEntriesPipeline(stream grpc.BidiStreamingServer[
 	done := make(chan struct{})
 	defer close(done)
 
+	stats := s.m.stats.peer(raft.ServerAddress(first.GetHeader().GetAddr()))
 	go func() {
 		req := first
 		for {
+			stats.recv.message(false, len(req.Entries))
 			if req.Group != g.group {
 				recvErr <- status.Errorf(codes.InvalidArgument,
 					"pipeline of raft group %d got a request for group %d", g.group, req.Group)
