@@ -24,6 +24,12 @@
 # when idle, and per run the cores used by the servers, by chunkbench and by
 # everything else on the machine. Then the sync service (scripts/sync_bench.sh)
 # and the dm service (scripts/dm_bench.sh), each on a fresh cluster of its own.
+# A "Cost per op" table follows the etcd section: for every chunkbench run of
+# the matrix and the two etcd runs, machine-wide counters over the run divided
+# by the ops it completed: CPU busy time and context switches (/proc/stat),
+# syscalls entered (perf stat -e raw_syscalls:sys_enter -a, n/a without perf)
+# and, for writes, the bytes written to the block device holding BENCH_DIR's
+# filesystem (/proc/diskstats) per byte the client wrote.
 #
 # Environment:
 #   BENCH_RUNTIME      duration of every chunkbench and fio run (default 10s)
@@ -41,6 +47,11 @@
 #                      raft.log_store: boltdb, for the comparison table. 0 skips it.
 #   BENCH_ETCD         1 (default): measure etcd (etcd-server installed with
 #                      apt-get when missing and running as root). 0 skips it.
+#   BENCH_PERF         1 (default): count the syscalls of every measured run with
+#                      perf (/usr/bin/perf, or perf on PATH). 0 skips it (the
+#                      syscall column then says n/a).
+#   BENCH_SERVICES     1 (default): run the sync and dm services' benchmarks.
+#                      0 skips them (and their sections).
 #   BENCH_COMMIT       the commit to record (default: git rev-parse --short HEAD,
 #                      marked when the tree has uncommitted changes)
 set -euo pipefail
@@ -53,6 +64,8 @@ export METRICS_BASE_PORT="${METRICS_BASE_PORT:-9400}"
 PROFILE="${BENCH_PROFILE:-1}"
 RUN_FIO="${BENCH_FIO:-1}"
 RUN_BOLT="${BENCH_BOLTDB:-1}"
+RUN_PERF="${BENCH_PERF:-1}"
+RUN_SERVICES="${BENCH_SERVICES:-1}"
 BENCH="$ROOT/bin/chunkbench"
 
 die() {
@@ -94,6 +107,7 @@ mkdir -p "$RESULTS"
 
 SERVERS="127.0.0.1:$BASE_PORT,127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2))"
 ETCD_PIDS=()
+PERF_PID="" # the perf stat counting the syscalls of the run under way
 
 cleanup() {
     local rc=$?
@@ -101,6 +115,9 @@ cleanup() {
     for pid in "${ETCD_PIDS[@]}"; do
         kill "$pid" 2>/dev/null || true
     done
+    if [[ -n "$PERF_PID" ]]; then
+        kill -INT "$PERF_PID" 2>/dev/null || true
+    fi
     "$ROOT/scripts/cluster.sh" down --clean >/dev/null 2>&1 || true
     rm -rf "$WORK/fio" "$WORK/etcd"
     if ((OWN_WORK)); then
@@ -180,6 +197,195 @@ children_secs() {
 }
 now_secs() { date +%s.%N; }
 
+# Cost per op: machine-wide counters over each measured run, from right
+# before chunkbench starts (for a run with --prefill: from the moment it logs
+# the end of its prefill) to right after it exits, so chunkbench's start
+# (connecting) and end (draining, the report) are in the window:
+# busy ticks and context switches (/proc/stat), sectors written to the block
+# device holding $WORK's filesystem (/proc/diskstats, field 10, 512 bytes
+# each) and the syscalls entered on every CPU, counted by a perf stat started
+# (with its counters disabled) before chunkbench, whose counters its control
+# FIFO enables when the window opens and disables when it closes, and which
+# SIGINT then stops.
+# Per run ID: $RESULTS/ID.cost ("busy_ticks ctxt sectors seconds", sectors
+# "-" without a device), $RESULTS/ID.syscalls (the count) or
+# $RESULTS/ID.perfnote (why there is none).
+PERF="$(command -v perf 2>/dev/null || true)"
+[[ -n "$PERF" || ! -x /usr/bin/perf ]] || PERF=/usr/bin/perf
+DISK_DEV=""  # the device's name in /proc/diskstats, "" when not found
+DISK_NOTE="" # what the disk column measures, or why it cannot
+COST_START=""
+
+# disk_device DIR prints the name in /proc/diskstats of the block device
+# holding DIR's filesystem (a partition such as vda1 and a device-mapper
+# device such as dm-0 have lines of their own there): by the filesystem's
+# device number, else by its source device (btrfs reports an anonymous device
+# number; its source may carry a [/subvolume] suffix). Nothing when there is
+# none (tmpfs, overlay, a network filesystem).
+disk_device() {
+    local majmin="" src="" dev name=""
+    if command -v findmnt >/dev/null; then
+        majmin="$(findmnt -n -o MAJ:MIN -T "$1" 2>/dev/null | head -n 1 | tr -d ' ')" || true
+        src="$(findmnt -n -o SOURCE -T "$1" 2>/dev/null | head -n 1)" || true
+    fi
+    if [[ -z "$majmin" ]] && dev="$(stat -c %d "$1" 2>/dev/null)"; then
+        majmin="$(((dev >> 8) & 0xfff)):$(((dev & 0xff) | ((dev >> 12) & 0xfff00)))"
+    fi
+    [[ -n "$src" ]] || src="$(df -P "$1" 2>/dev/null | awk 'NR == 2 { print $1 }')" || true
+    if [[ -n "$majmin" ]]; then
+        name="$(awk -v mm="$majmin" '$1 ":" $2 == mm { print $3; exit }' /proc/diskstats)"
+    fi
+    if [[ -z "$name" && "$src" == /dev/* ]]; then
+        src="$(readlink -f "${src%%\[*}" 2>/dev/null)" || true
+        name="$(awk -v n="${src#/dev/}" '$3 == n { print $3; exit }' /proc/diskstats)"
+    fi
+    echo "$name"
+}
+
+# cost_sample prints "busy_ticks ctxt sectors_written" for now.
+cost_sample() {
+    local sectors=""
+    if [[ -n "$DISK_DEV" ]]; then
+        sectors="$(awk -v d="$DISK_DEV" '$3 == d { print $10; exit }' /proc/diskstats)"
+    fi
+    awk -v s="${sectors:--}" '/^cpu / { b = $2 + $3 + $4 + $7 + $8 } /^ctxt / { c = $2 } END { print b, c, s }' /proc/stat
+}
+
+# nap SECONDS sleeps without starting a process (a read timing out on a FIFO
+# nobody writes to), so that polling adds nothing to the children's CPU times.
+nap() { read -r -t "$1" <>"$WORK/nap.fifo" || true; }
+
+# first_line FILE DEFAULT prints the first line of FILE that says something
+# (not empty, not a perf comment or its "Events disabled/enabled" notes),
+# else DEFAULT.
+first_line() {
+    awk -v d="$2" 'NF && !/^#/ && !/^Events (dis|en)abled$/ { print; f = 1; exit } END { if (!f) print d }' "$1" 2>/dev/null || echo "$2"
+}
+
+# perf_note ID MESSAGE records why run ID has no syscall count (the first
+# reason given is kept).
+perf_note() { [[ -s "$RESULTS/$1.perfnote" ]] || echo "$2" >"$RESULTS/$1.perfnote"; }
+
+# perf_alive PID: whether the process is there and not a zombie.
+perf_alive() {
+    local st
+    [[ -r "/proc/$1/stat" ]] || return 1
+    st="$(<"/proc/$1/stat")" || return 1
+    st="${st##*) }"
+    [[ "${st:0:1}" != Z ]]
+}
+
+# cost_prepare ID starts perf stat for run ID with its counters disabled and
+# waits (at most 10 s) until they are open. Whatever goes wrong ends in
+# $RESULTS/ID.perfnote, never in the script's exit status.
+cost_prepare() {
+    local id="$1" i
+    rm -f "$RESULTS/$id.cost" "$RESULTS/$id.syscalls" "$RESULTS/$id.perfnote" "$RESULTS/$id.perf"
+    COST_START=""
+    if [[ "$RUN_PERF" != 1 ]]; then
+        perf_note "$id" "not counted (BENCH_PERF=0)"
+        return 0
+    fi
+    if [[ -z "$PERF" ]]; then
+        perf_note "$id" "perf is not installed (Debian: apt-get install linux-perf)"
+        return 0
+    fi
+    rm -f "$WORK/perf.ctl" "$WORK/perf.ack"
+    if ! mkfifo "$WORK/perf.ctl" "$WORK/perf.ack" 2>/dev/null; then
+        perf_note "$id" "could not make perf's control FIFOs in $WORK"
+        return 0
+    fi
+    "$PERF" stat -e raw_syscalls:sys_enter -a -x, -D -1 --control "fifo:$WORK/perf.ctl,$WORK/perf.ack" \
+        -o "$RESULTS/$id.perf" </dev/null >"$RESULTS/$id.perf.err" 2>&1 &
+    PERF_PID=$!
+    for i in $(seq 1 200); do
+        if ! perf_alive "$PERF_PID"; then
+            wait "$PERF_PID" 2>/dev/null || true
+            perf_note "$id" "perf stat failed: $(first_line "$RESULTS/$id.perf.err" "it exited before counting")"
+            PERF_PID=""
+            return 0
+        fi
+        if readlink "/proc/$PERF_PID/fd/"* 2>/dev/null | grep -q 'perf_event'; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    perf_note "$id" "perf stat had not opened its counters after 10 s"
+    perf_stop "$id"
+}
+
+# perf_control ID CMD sends CMD (enable, disable) to run ID's perf stat
+# through its control FIFO; without its acknowledgement within 5 s the
+# syscall count is dropped.
+perf_control() {
+    local id="$1" ack=""
+    [[ -n "$PERF_PID" ]] || return 0
+    { echo "$2" >&3; } 2>/dev/null 3<>"$WORK/perf.ctl" || true
+    read -r -t 5 ack 2>/dev/null <>"$WORK/perf.ack" || true
+    if [[ "$ack" != ack* ]]; then
+        perf_note "$id" "perf stat did not acknowledge \"$2\" on its control FIFO"
+        perf_stop "$id"
+    fi
+}
+
+# cost_begin ID opens run ID's window: perf's counters enabled, the first
+# sample taken.
+cost_begin() {
+    perf_control "$1" enable
+    COST_START="$(cost_sample) $(now_secs)"
+}
+
+# cost_end ID closes run ID's window: the second sample, into $RESULTS/ID.cost
+# (nothing when the window never opened: a run that failed in its prefill),
+# then perf's counters disabled (perf_stop ends it later).
+cost_end() {
+    local id="$1" end
+    [[ -n "$COST_START" ]] || return 0
+    end="$(cost_sample) $(now_secs)"
+    perf_control "$id" disable
+    LC_ALL=C awk -v a="$COST_START" -v b="$end" 'BEGIN {
+        split(a, x, " "); split(b, y, " ")
+        s = (x[3] == "-" || y[3] == "-") ? "-" : y[3] - x[3]
+        printf "%d %d %s %.3f\n", y[1] - x[1], y[2] - x[2], s, y[4] - x[4] }' >"$RESULTS/$id.cost"
+    COST_START=""
+}
+
+# perf_stop ID stops run ID's perf stat (SIGINT; SIGKILL after 5 s) and
+# writes its count of raw_syscalls:sys_enter to $RESULTS/ID.syscalls.
+perf_stop() {
+    local id="$1" i n
+    [[ -n "$PERF_PID" ]] || return 0
+    kill -INT "$PERF_PID" 2>/dev/null || true
+    for i in $(seq 1 100); do
+        perf_alive "$PERF_PID" || break
+        sleep 0.05
+    done
+    if perf_alive "$PERF_PID"; then
+        kill -KILL "$PERF_PID" 2>/dev/null || true
+        perf_note "$id" "perf stat did not stop on SIGINT"
+    fi
+    wait "$PERF_PID" 2>/dev/null || true
+    PERF_PID=""
+    rm -f "$WORK/perf.ctl" "$WORK/perf.ack"
+    [[ ! -s "$RESULTS/$id.perfnote" ]] || return 0
+    n="$(awk -F, '$3 ~ /sys_enter/ && $1 ~ /^[0-9]+$/ { print $1; exit }' "$RESULTS/$id.perf" 2>/dev/null)" || true
+    if [[ -n "$n" ]]; then
+        echo "$n" >"$RESULTS/$id.syscalls"
+    else
+        perf_note "$id" "perf stat printed no count of raw_syscalls:sys_enter: $(first_line "$RESULTS/$id.perf" "$(first_line "$RESULTS/$id.perf.err" "no output")")"
+    fi
+}
+
+# prefill_done FILE: whether chunkbench's stderr, FILE, has the end of its prefill.
+prefill_done() {
+    local line
+    [[ -f "$1" ]] || return 1 # not yet created by chunkbench's redirection
+    while IFS= read -r line; do
+        [[ "$line" != "prefill: wrote "* ]] || return 0
+    done <"$1"
+    return 1
+}
+
 # layout writes the whole span once (chunkbench's prefill, then one read).
 LAYOUT_ARGS="--rw read --bs 1m --iodepth 1 --ops 1 --prefill"
 layout() {
@@ -193,15 +399,33 @@ layout() {
 # (.err, .rc) and writes to $RESULTS/ID.cpu the cores used on average over
 # the run (its prefill included) by the servers (whose CPU ticks the
 # function TICKS prints), by chunkbench and by everything else.
+# The run's cost counters go to $RESULTS/ID.cost, .syscalls, .perfnote (see
+# cost_prepare); perf's own CPU is not chunkbench's (it is reaped after c1).
 measured_run() {
-    local id="$1" ticks="$2" rc=0 b0 s0 c0 t0 b1 s1 c1 t1
+    local id="$1" ticks="$2" rc=0 b0 s0 c0 t0 b1 s1 c1 t1 pid prefill=0
     shift 2
+    [[ " $* " != *" --prefill "* ]] || prefill=1
+    rm -f "$RESULTS/$id.err" # prefill_done must not read an earlier run's
+    cost_prepare "$id"
     children_secs >"$WORK/c0"
     b0="$(busy_ticks)" s0="$("$ticks")" c0="$(<"$WORK/c0")" t0="$(now_secs)"
-    "$BENCH" "$@" >"$RESULTS/$id.json" 2>"$RESULTS/$id.err" || rc=$?
+    ((prefill)) || cost_begin "$id"
+    "$BENCH" "$@" >"$RESULTS/$id.json" 2>"$RESULTS/$id.err" &
+    pid=$!
+    while ((prefill)); do
+        if prefill_done "$RESULTS/$id.err"; then
+            cost_begin "$id"
+            break
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        nap 0.02
+    done
+    wait "$pid" || rc=$?
+    cost_end "$id"
     b1="$(busy_ticks)" s1="$("$ticks")" t1="$(now_secs)"
     children_secs >"$WORK/c1"
     c1="$(<"$WORK/c1")"
+    perf_stop "$id"
     LC_ALL=C awk -v b="$((b1 - b0))" -v s="$((s1 - s0))" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$CLK_TCK" \
         'BEGIN { w = t1 - t0; srv = s / hz / w; cli = (c1 - c0) / w; oth = b / hz / w - srv - cli; if (oth < 0) oth = 0; printf "%.2f %.2f %.2f\n", srv, cli, oth }' \
         >"$RESULTS/$id.cpu"
@@ -615,9 +839,111 @@ write_etcd_section() {
 }
 
 # ---------------------------------------------------------------------------
+# cost per op: the counters measured_run kept (see cost_prepare), per op
+
+# cost_row ID LABEL DEPTH ARGS COMMIT prints the table row of run ID (ARGS:
+# its chunkbench arguments, for the workload and its read share).
+cost_row() {
+    local id="$1" label="$2" depth="$3" args="$4" commit="$5" f="$RESULTS/$1.json" ops bs sys="" wshare busy ctxt sectors secs
+    if [[ ! -s "$f" || ! -s "$RESULTS/$id.cost" ]]; then
+        echo "| $label | $depth | - | - | - | - | - | - | $commit |"
+        return 0
+    fi
+    ops="$(json_field "$f" ops)" bs="$(json_field "$f" bs)"
+    [[ ! -s "$RESULTS/$id.syscalls" ]] || sys="$(<"$RESULTS/$id.syscalls")"
+    case "$(sed -n 's/.*--rw \([a-z]*\).*/\1/p' <<<"$args")" in
+    randwrite | write) wshare=100 ;;
+    randrw) wshare=$((100 - $(sed -n 's/.*--rwmixread \([0-9]*\).*/\1/p' <<<"$args" | grep . || echo 70))) ;;
+    *) wshare=0 ;;
+    esac
+    read -r busy ctxt sectors secs <"$RESULTS/$id.cost"
+    LC_ALL=C awk -v label="$label" -v depth="$depth" -v ops="$ops" -v bs="$bs" -v sys="$sys" -v ws="$wshare" \
+        -v busy="$busy" -v ctxt="$ctxt" -v sectors="$sectors" -v secs="$secs" -v hz="$CLK_TCK" -v commit="$commit" -v dnote="$DISK_NOTE" '
+        function num(x) { s = sprintf("%.0f", x); o = ""; while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) } return s o }
+        BEGIN {
+            if (ops + 0 <= 0) { printf "| %s | %s | %s | %.1f | - | - | - | - | %s |\n", label, depth, num(ops), secs, commit; exit }
+            cpu = busy / hz * 1e6 / ops
+            cpu = sprintf(cpu >= 100 ? "%.0f" : "%.1f", cpu)
+            sc = sys == "" ? "n/a" : sprintf("%.1f", sys / ops)
+            cs = ctxt / ops
+            cs = sprintf(cs >= 10 ? "%.1f" : "%.2f", cs)
+            if (ws == 0) d = "-"
+            else if (sectors == "-" || dnote != "") d = "n/a"
+            else d = sprintf("%.2f%s", sectors * 512 / (ops * ws / 100 * bs), ws < 100 ? " (" ws "% of ops)" : "")
+            printf "| %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n", label, depth, num(ops), secs, cpu, sc, cs, d, commit
+        }'
+}
+
+# write_cost_section COMMIT DIRTY writes the cost-per-op table to stdout.
+write_cost_section() {
+    local commit="\`$1\`${2:+ (uncommitted changes)}"
+    echo "## Cost per op"
+    echo
+    echo "Counters of the whole machine over each run of the chunkbench table and of the etcd section, divided by"
+    echo "the run's \`ops\` (chunkbench's count of the operations it completed). The window opens right before"
+    echo "chunkbench starts and closes right after it exits: chunkbench's start (connecting to the servers) and end"
+    echo "(the last ops draining, the report) are in it, a short ramp outside \`ops\`; for the etcd gets it"
+    echo "opens when chunkbench logs the end of its prefill (polled every 20 ms: the puts of every key are not"
+    echo "in it). Every count"
+    echo "is machine-wide: the servers (or etcd members), chunkbench, the kernel's threads and anything else"
+    echo "that ran meanwhile, not the servers alone."
+    echo
+    echo "- **CPU per op**: the busy time of all cores (\`/proc/stat\`: user + nice + system + irq + softirq, in"
+    echo "  ticks of $CLK_TCK Hz), in µs."
+    echo "- **syscalls per op**: \`raw_syscalls:sys_enter\` counted on every CPU by \`perf stat -e raw_syscalls:sys_enter -a -x,\`,"
+    echo "  started before chunkbench with its counters disabled, which its \`--control\` FIFO enables when the"
+    echo "  window opens and disables when it closes; SIGINT then stops it. It counts during every measured run"
+    echo "  of this document (the tables above and below alike), adding a little to each syscall."
+    echo "- **context switches per op**: the \`ctxt\` line of \`/proc/stat\`."
+    if [[ -n "$DISK_NOTE" ]]; then
+        echo "- **disk bytes per client byte**: $DISK_NOTE."
+    else
+        echo "- **disk bytes per client byte** (write workloads): bytes written to \`$DISK_DEV\`, the block device"
+        echo "  holding the filesystem above (\`/proc/diskstats\`, sectors written x 512), over the bytes the client wrote"
+        echo "  (write ops x block size). chunkbench's JSON report has no count of randrw's writes: each op of it is a"
+        echo "  write with probability 100 - rwmixread %, so its writes are taken as that share of \`ops\`. What the"
+        echo "  kernel still had to write back when the window closed is not counted (it may land in a later window)."
+    fi
+    echo
+    echo "| workload | iodepth | ops | window (s) | CPU per op (µs) | syscalls per op | context switches per op | disk bytes per client byte | commit |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    local entry id label target args depth
+    for entry in "${MATRIX[@]}"; do
+        IFS='|' read -r id label target args <<<"$entry"
+        depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
+        cost_row "$id" "$label" "$depth" "$args" "$commit"
+    done
+    if [[ -z "$ETCD_NOTE" ]]; then
+        for entry in "${ETCD_RUNS[@]}"; do
+            IFS='|' read -r id label args <<<"$entry"
+            depth="$(sed -n 's/.*--iodepth \([0-9]*\).*/\1/p' <<<"$args")"
+            cost_row "$id" "etcd: $label" "$depth" "$args" "$commit"
+        done
+    fi
+    echo
+    if [[ -n "$ETCD_NOTE" ]]; then
+        echo "No etcd rows: etcd was not measured (see its section)."
+        echo
+    fi
+    local note=""
+    for entry in "${MATRIX[@]}" "${ETCD_RUNS[@]}"; do
+        id="${entry%%|*}"
+        if [[ -s "$RESULTS/$id.json" && -s "$RESULTS/$id.perfnote" ]]; then
+            note="$(head -n 1 "$RESULTS/$id.perfnote")"
+            break
+        fi
+    done
+    if [[ -n "$note" ]]; then
+        echo "Syscalls n/a: $note."
+        echo
+    fi
+}
+
+# ---------------------------------------------------------------------------
 # the sync service (scripts/sync_bench.sh, its own fresh cluster)
 
 run_sync() {
+    [[ "$RUN_SERVICES" == 1 ]] || return 0
     log "sync service: scripts/sync_bench.sh"
     CLUSTER_DIR="$CLUSTER_DIR-sync" BASE_PORT="$BASE_PORT" METRICS_BASE_PORT="$METRICS_BASE_PORT" \
         RUNTIME="$RUNTIME" OUT="$RESULTS/sync" "$ROOT/scripts/sync_bench.sh" >"$RESULTS/sync.txt" 2>"$RESULTS/sync.log" ||
@@ -655,6 +981,7 @@ PY
 # the dm service (scripts/dm_bench.sh, its own fresh cluster)
 
 run_dm() {
+    [[ "$RUN_SERVICES" == 1 ]] || return 0
     log "dm service: scripts/dm_bench.sh"
     CLUSTER_DIR="$CLUSTER_DIR-dm" BASE_PORT="$BASE_PORT" METRICS_BASE_PORT="$METRICS_BASE_PORT" \
         RUNTIME="$RUNTIME" OUT="$RESULTS/dm" "$ROOT/scripts/dm_bench.sh" >"$RESULTS/dm.txt" 2>"$RESULTS/dm.log" ||
@@ -833,6 +1160,8 @@ write_doc() {
 
         write_etcd_section
 
+        write_cost_section "$commit" "$dirty"
+
         write_bolt_section
 
         write_sync_section
@@ -883,8 +1212,10 @@ write_doc() {
                 echo "fio --name=$fid --directory=<dir on the same filesystem> $fargs --runtime=$RUNTIME_S --time_based"
             done
         fi
-        echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/sync_bench.sh   # the sync service"
-        echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/dm_bench.sh   # the dm service"
+        if [[ "$RUN_SERVICES" == 1 ]]; then
+            echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/sync_bench.sh   # the sync service"
+            echo "CLUSTER_DIR=\$(mktemp -d) BASE_PORT=$BASE_PORT METRICS_BASE_PORT=$METRICS_BASE_PORT RUNTIME=$RUNTIME scripts/dm_bench.sh   # the dm service"
+        fi
         echo '```'
         keep_handwritten
     } >"$OUT.tmp"
@@ -895,6 +1226,12 @@ write_doc() {
 
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 mkdir -p "$(dirname "$OUT")"
+rm -f "$WORK/nap.fifo"
+mkfifo "$WORK/nap.fifo"
+DISK_DEV="$(disk_device "$WORK")"
+if [[ -z "$DISK_DEV" ]]; then
+    DISK_NOTE="n/a: no block device in /proc/diskstats holds the filesystem of $WORK ($(df -PT "$WORK" 2>/dev/null | awk 'NR == 2 { print $2 " on " $1 }'))"
+fi
 log "cluster in $CLUSTER_DIR (ports $BASE_PORT.., $METRICS_BASE_PORT..)"
 "$ROOT/scripts/cluster.sh" up >"$RESULTS/cluster-up.log" 2>&1 || {
     cat "$RESULTS/cluster-up.log" >&2
