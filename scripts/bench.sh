@@ -589,6 +589,7 @@ run_profile() {
             sed -n '/flat%/,$p' >"$RESULTS/profile.txt" || true
         (cd "$ROOT" && go tool pprof -top -cum -nodecount=15 bin/chunkserver "$WORK/cs0.cpu.pprof" 2>/dev/null) |
             grep -E '^(Duration|Showing nodes)' >"$RESULTS/profile.head" || true
+        "$ROOT/scripts/profile_split.sh" "$ROOT/bin/chunkserver" "$WORK/cs0.cpu.pprof" >"$RESULTS/profile.split" 2>/dev/null || true
     fi
 }
 
@@ -1178,6 +1179,13 @@ write_doc() {
             cat "$RESULTS/profile.txt"
             echo '```'
             echo
+            if [[ -s "$RESULTS/profile.split" ]]; then
+                echo "The same profile by part of the server (\`scripts/profile_split.sh bin/chunkserver cs0.cpu.pprof\`:"
+                echo "each sample goes to the first part that has a function on its stack, in the order the script lists):"
+                echo
+                cat "$RESULTS/profile.split"
+                echo
+            fi
         fi
 
         echo "## Commands"
