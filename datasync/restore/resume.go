@@ -63,8 +63,8 @@ func checkPurged(ctx context.Context, src dest.Dest, pool, cs uint32) error {
 // readMarkers reads the restore marker of each copyset ids from o's
 // ResumeFrom and checks it against the restore: into o.ToPool, with the
 // export of all (copyset -> packet names) holding its next record's
-// packet. It returns the markers and, per copyset, the packet names from
-// that packet on (none when the export has not written it yet).
+// packet. It returns the markers, and cuts each copyset's names in all to
+// those from that packet on (none when the export has not written it yet).
 func readMarkers(ctx context.Context, o *Options, ids []uint32, all map[uint32][]string) (map[uint32]*syncpb.RestoreMarker, error) {
 	if o.Digests == nil {
 		return nil, errors.New("restore: a resumed restore needs the target's digests")
