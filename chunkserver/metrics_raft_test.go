@@ -12,8 +12,9 @@ import (
 
 // TestRaftTrafficMetrics: after client writes, the leader counts its
 // proposals and the entries that carried them (no more entries than
-// proposals), and the AppendEntries and entries it sent each follower,
-// which each follower counts as received from it; heartbeats are counted
+// proposals), and the AppendEntries and entries it sent each follower and
+// the gRPC messages that carried them and their answers, which each
+// follower counts as received from it; heartbeats are counted
 // both ways; the gRPC server metrics count the ChunkService's writes.
 func TestRaftTrafficMetrics(t *testing.T) {
 	c := startTestCluster(t, 3)
@@ -41,6 +42,12 @@ func TestRaftTrafficMetrics(t *testing.T) {
 				got["chunkraft_raft_append_entries_entries_total"]["direction=sent,peer="+peer]
 			if sent < 1 || sentEntries < writes {
 				return fmt.Errorf("to %s: %v AppendEntries, %v entries", peer, sent, sentEntries)
+			}
+			if msgs := got["chunkraft_raft_append_entries_grpc_messages_total"]["direction=sent,peer="+peer]; msgs < 1 || msgs > sent {
+				return fmt.Errorf("to %s: %v AppendEntries in %v gRPC messages", peer, sent, msgs)
+			}
+			if answers := got["chunkraft_raft_append_entries_answer_messages_total"]["direction=received,peer="+peer]; answers < 1 || answers > sent {
+				return fmt.Errorf("from %s: %v messages answering %v AppendEntries", peer, answers, sent)
 			}
 			if hb := got["chunkraft_raft_heartbeats_total"]["direction=sent,peer="+peer]; hb < 1 {
 				return fmt.Errorf("no heartbeat to %s", peer)

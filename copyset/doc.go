@@ -16,8 +16,9 @@
 // (logread.go) and log retention pins that hold back truncation for a
 // consumer following the log (logpin.go), and the multiplexed gRPC raft transport
 // (transport*.go, heartbeats batched per peer server in
-// transport_heartbeat.go, AppendEntries payloads passed through gRPC without
-// copies by the codec in transport_wire.go).
+// transport_heartbeat.go, every pipeline's AppendEntries batched per peer
+// server in transport_append.go, AppendEntries payloads passed through
+// gRPC without copies by the codec in transport_wire.go).
 //
 // The package replicates opaque operations: it knows nothing about chunks,
 // sync tasks or locks, and names no machine kind (their numbers are in

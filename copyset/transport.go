@@ -22,14 +22,17 @@ import (
 // peer address (outbound: bulk traffic, and small calls such as heartbeats
 // and votes). Each request carries the group id, which is how the server
 // side routes it to the right group's Consumer channel. Heartbeats of all
-// groups to a peer travel in batches on one stream (heartbeatBatcher), and
+// groups to a peer travel in batches on one stream (heartbeatBatcher), so
+// do the AppendEntries of all their pipelines (appendStream), and
 // pipelines hold back repeats of idle AppendEntries (appendPipeline): at
 // hundreds of groups per server, one gRPC message per heartbeat and per
 // idle commit-index refresh was most of an idle server's CPU.
 //
 // Files: this one holds the TransportManager, its options and its peer
 // connections; transport_group.go the GroupTransport; transport_pipeline.go
-// the AppendEntries pipeline; transport_heartbeat.go the heartbeat batches;
+// the AppendEntries pipeline; transport_append.go the shared stream the
+// pipelines' AppendEntries travel on in batches, transport_append_server.go
+// its inbound side; transport_heartbeat.go the heartbeat batches;
 // transport_server.go the inbound service; transport_codec.go the
 // conversion of raft's messages to raftpb; transport_wire.go the gRPC codec
 // that encodes AppendEntries without copying entry data.
@@ -90,6 +93,11 @@ type TransportOptions struct {
 	// NoHeartbeatBatching sends every heartbeat as its own AppendEntries
 	// call (what a peer without the Heartbeats stream gets anyway).
 	NoHeartbeatBatching bool
+	// NoAppendBatching gives every pipeline a stream of its own (what a
+	// peer without the AppendEntriesStream gets anyway) instead of sending
+	// the AppendEntries of every group bound for a peer in batches on one
+	// shared stream (transport_append.go).
+	NoAppendBatching bool
 	// IdleAppendHold bounds how long a pipeline holds back repeats of an
 	// idle AppendEntries (see appendPipeline). Negative: every request is
 	// sent.
@@ -179,11 +187,12 @@ type TransportManager struct {
 // so that they never queue behind megabytes of payload in a TCP send buffer
 // or an HTTP/2 flow-control window.
 type transportPeerConn struct {
-	cc     *grpc.ClientConn
-	client raftpb.RaftTransportClient
-	light  *grpc.ClientConn
-	lightC raftpb.RaftTransportClient
-	hb     *heartbeatBatcher // created by the first heartbeat to the peer
+	cc      *grpc.ClientConn
+	client  raftpb.RaftTransportClient
+	light   *grpc.ClientConn
+	lightC  raftpb.RaftTransportClient
+	hb      *heartbeatBatcher // created by the first heartbeat to the peer
+	appends *appendMux        // the shared AppendEntriesStream, created with the connections
 }
 
 // NewTransportManager returns a manager whose groups report local as their
@@ -275,6 +284,7 @@ func (m *TransportManager) Close() error {
 		if pc.hb != nil {
 			<-pc.hb.done // m.ctx is cancelled: it fails its calls and exits
 		}
+		pc.appends.streams.Wait() // m.ctx is cancelled: their streams end
 		for _, cc := range []*grpc.ClientConn{pc.cc, pc.light} {
 			if err := cc.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("closing connection to %s: %w", addr, err))
@@ -331,8 +341,22 @@ func (m *TransportManager) peerLocked(target raft.ServerAddress) (*transportPeer
 		cc: cc, client: raftpb.NewRaftTransportClient(cc),
 		light: light, lightC: raftpb.NewRaftTransportClient(light),
 	}
+	pc.appends = &appendMux{m: m, target: target, client: pc.client}
 	m.conns[target] = pc
 	return pc, nil
+}
+
+// appendStream returns the shared AppendEntriesStream to target, or nil
+// when target's pipelines get streams of their own.
+func (m *TransportManager) appendStream(target raft.ServerAddress) (*appendStream, error) {
+	if m.opts.NoAppendBatching {
+		return nil, nil
+	}
+	pc, err := m.peer(target)
+	if err != nil {
+		return nil, err
+	}
+	return pc.appends.stream()
 }
 
 // heartbeats returns the heartbeat batcher of target, starting it on first

@@ -215,12 +215,20 @@ func trSum(from, n uint64) uint64 { return (from + from + n - 1) * n / 2 }
 
 // Two groups share three TransportManagers (three gRPC servers); each group
 // elects a leader with pre-vote, replicates 200 entries through pipelines,
-// and transfers leadership (TimeoutNow).
+// and transfers leadership (TimeoutNow). The pipelines' AppendEntries go
+// in batches on one shared stream per pair of servers, or, with
+// NoAppendBatching (what a peer without the shared stream gets), on a
+// stream per pipeline.
 func TestTransportRaftCluster(t *testing.T) {
+	t.Run("shared stream", func(t *testing.T) { testTransportRaftCluster(t, TransportOptions{}) })
+	t.Run("stream per pipeline", func(t *testing.T) { testTransportRaftCluster(t, TransportOptions{NoAppendBatching: true}) })
+}
+
+func testTransportRaftCluster(t *testing.T, opts TransportOptions) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var nodes []*trNode
 	for i := 0; i < 3; i++ {
-		nodes = append(nodes, trStartNode(t, TransportOptions{}))
+		nodes = append(nodes, trStartNode(t, opts))
 	}
 	groups := [][]*trRaftNode{
 		trStartGroup(t, nodes, 1, nil, 0),
@@ -255,12 +263,38 @@ func TestTransportRaftCluster(t *testing.T) {
 	trApply(t, newLeader, 5000, 10)
 	trWaitConverged(t, groups[0], n+10, trSum(1, n)+trSum(5000, 10))
 
-	var preVotes, timeoutNows, pipelines int
+	var preVotes, timeoutNows, pipelines, shared int
+	var appends, appendMsgs, answerMsgs, recvAnswerMsgs uint64
 	for _, nd := range nodes {
 		preVotes += nd.rpcs.Calls("RequestPreVote")
 		timeoutNows += nd.rpcs.Calls("TimeoutNow")
 		pipelines += nd.rpcs.Calls("AppendEntriesPipeline")
+		shared += nd.rpcs.Calls("AppendEntriesStream")
+		for _, p := range nd.m.Stats().Peers {
+			appends += p.AppendsSent
+			appendMsgs += p.AppendMessagesSent
+			answerMsgs += p.AnswerMessagesSent
+			recvAnswerMsgs += p.AnswerMessagesReceived
+		}
 	}
+	if appends == 0 || appendMsgs == 0 || appendMsgs > appends || answerMsgs == 0 || answerMsgs > appends {
+		t.Errorf("AppendEntries counters: %d requests in %d messages, answered in %d", appends, appendMsgs, answerMsgs)
+	}
+	if opts.NoAppendBatching {
+		if shared != 0 {
+			t.Errorf("%d AppendEntriesStream streams opened with NoAppendBatching", shared)
+		}
+	} else {
+		if shared == 0 {
+			t.Error("no AppendEntriesStream stream was opened")
+		}
+		// At most one per pair of servers and direction, as no stream failed.
+		if shared > 6 {
+			t.Errorf("%d AppendEntriesStream streams opened, want at most 6", shared)
+		}
+		pipelines = shared
+	}
+	t.Logf("%d AppendEntries in %d messages, answered in %d (received %d)", appends, appendMsgs, answerMsgs, recvAnswerMsgs)
 	if preVotes == 0 {
 		t.Error("no RequestPreVote RPC was made: pre-vote not in use")
 	}
@@ -268,7 +302,7 @@ func TestTransportRaftCluster(t *testing.T) {
 		t.Error("no TimeoutNow RPC was made")
 	}
 	if pipelines == 0 {
-		t.Error("no AppendEntriesPipeline stream was opened")
+		t.Error("no pipeline stream was opened")
 	}
 
 	for _, rns := range groups {

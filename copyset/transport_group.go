@@ -369,6 +369,16 @@ func (g *GroupTransport) AppendEntriesPipeline(_ raft.ServerID, target raft.Serv
 	if inflight < 2 {
 		return nil, raft.ErrPipelineReplicationNotSupported
 	}
+	if g.isClosed() {
+		return nil, raft.ErrTransportShutdown
+	}
+	st, err := g.m.appendStream(target)
+	if err != nil {
+		return nil, g.outErr("AppendEntriesStream", target, err)
+	}
+	if st != nil {
+		return newSharedPipeline(g, st, target, inflight)
+	}
 	c, err := g.client(target)
 	if err != nil {
 		return nil, err

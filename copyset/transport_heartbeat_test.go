@@ -1,7 +1,6 @@
 package copyset
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -222,29 +221,8 @@ func (trLegacyServer) Heartbeats(grpc.BidiStreamingServer[raftpb.HeartbeatBatch,
 func TestTransportHeartbeatLegacyPeer(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	a := trStartNode(t, TransportOptions{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := raft.ServerAddress(lis.Addr().String())
-	m := NewTransportManager(addr, TransportOptions{Logger: trLogger()})
-	rpcs := &trRPCCounter{calls: map[string]int{}, msgs: map[string]int{}}
-	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			rpcs.add(rpcs.calls, info.FullMethod)
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			rpcs.add(rpcs.calls, info.FullMethod)
-			return h(srv, ss)
-		}),
-	)
-	raftpb.RegisterRaftTransportServer(srv, trLegacyServer{&transportServer{m: m}})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
+	b := trStartNodeWith(t, TransportOptions{}, func(s *transportServer) raftpb.RaftTransportServer { return trLegacyServer{s} })
+	addr, m, rpcs := b.addr, b.m, b.rpcs
 	g, err := m.Transport(1)
 	if err != nil {
 		t.Fatal(err)
@@ -265,9 +243,7 @@ func TestTransportHeartbeatLegacyPeer(t *testing.T) {
 		t.Errorf("%d single AppendEntries calls, want 3", n)
 	}
 	a.stop()
-	_ = m.Close()
-	srv.Stop()
-	<-served
+	b.stop()
 }
 
 func TestTransportPipelineIdleRepeats(t *testing.T) {

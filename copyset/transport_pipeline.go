@@ -1,6 +1,8 @@
-// The client side of a raft AppendEntries pipeline (raft.AppendPipeline): one
-// bidi stream per (group, peer) with up to MaxPipelineInFlight requests
-// outstanding, and the holding back of idle repeats (appendPipeline).
+// The client side of a raft AppendEntries pipeline (raft.AppendPipeline):
+// up to MaxPipelineInFlight requests of one (group, peer) outstanding, on
+// the peer's shared AppendEntriesStream (transport_append.go) or, to a peer
+// without it, on a bidi stream of the pipeline's own; and the holding back
+// of idle repeats (appendPipeline).
 
 package copyset
 
@@ -15,19 +17,23 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
 
-// appendPipeline is a client-side AppendEntries pipeline over one bidi stream.
+// appendPipeline is a client-side AppendEntries pipeline.
 //
 // AppendEntries (called by raft's replicate goroutine only) takes an
-// in-flight slot from sem, queues the future, then sends the request; the
-// receive goroutine pops futures in send order, matches each with the next
-// response (responses come in request order), frees the slot and delivers
-// the future on doneCh. A stream error fails the future being awaited and all
-// queued ones (delivered, with a zero response so raft aborts the pipeline),
-// and every later AppendEntries returns the error.
+// in-flight slot from sem, queues the future, then sends the request. The
+// answers to a pipeline's requests come in request order: whoever receives
+// them (the shared stream's receive goroutine, or the pipeline's own)
+// pops futures in send order, matches each with the next answer, frees the
+// slot and delivers the future on doneCh. A stream error, an answer that
+// says the request did not reach raft, or no answer within RPCTimeout fails
+// every queued future (delivered, with a zero response so raft aborts the
+// pipeline; abort), and every later AppendEntries returns the error.
 //
 // Idle repeats: with nothing to replicate, raft's replicate goroutine sends
 // an AppendEntries without entries every CommitTimeout to CommitTimeout*2
@@ -52,14 +58,22 @@ import (
 type appendPipeline struct {
 	g       *GroupTransport
 	target  raft.ServerAddress
-	stream  grpc.BidiStreamingClient[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]
 	timeout time.Duration
-
-	ctx          context.Context // cancelled by Close (and group Close)
-	cancel       context.CancelFunc
+	// Exactly one of shared (the peer's AppendEntriesStream) and stream
+	// (the pipeline's own, with streamCancel) is set.
+	shared       *appendStream
+	stream       grpc.BidiStreamingClient[raftpb.AppendEntriesRequest, raftpb.AppendEntriesResponse]
 	streamCancel context.CancelFunc // cancelled also by the watchdog
-	watchdog     *time.Timer
-	timedOut     atomic.Bool
+
+	ctx    context.Context // cancelled by Close (and group Close)
+	cancel context.CancelFunc
+	// watchdog: on the pipeline's own stream armed while its Recv awaits
+	// an answer; on the shared stream armed while outstanding > 0 (it is
+	// reset when an answer comes), and guarded by wdMu.
+	watchdog    *time.Timer
+	timedOut    atomic.Bool
+	wdMu        sync.Mutex
+	outstanding int
 
 	sem    chan struct{}          // in-flight slots
 	queue  chan *appendFuture     // sent, awaiting a response, in order
@@ -79,27 +93,56 @@ type appendPipeline struct {
 	err      error
 
 	closeOnce sync.Once
-	recvDone  chan struct{}
+	recvDone  chan struct{} // closed when the own stream's receive goroutine returned
+
+	// On the shared stream: futures raft has no room for yet (post).
+	postMu   sync.Mutex
+	overflow []*appendFuture
+	draining bool
+	closed   bool // set by Close before it waits for drains
+	drains   sync.WaitGroup
 }
 
-func newAppendPipeline(g *GroupTransport, c raftpb.RaftTransportClient, target raft.ServerAddress, inflight int) (*appendPipeline, error) {
+// newPipeline returns a pipeline's common parts, its context a child of
+// the group's.
+func newPipeline(g *GroupTransport, target raft.ServerAddress, inflight int) *appendPipeline {
 	ctx, cancel := context.WithCancel(g.ctx)
-	sctx, scancel := context.WithCancel(ctx)
-	p := &appendPipeline{
-		g:            g,
-		target:       target,
-		timeout:      g.m.opts.RPCTimeout,
-		ctx:          ctx,
-		cancel:       cancel,
-		streamCancel: scancel,
-		sem:          make(chan struct{}, inflight),
-		queue:        make(chan *appendFuture, inflight),
-		doneCh:       make(chan raft.AppendFuture, inflight),
-		hold:         g.m.opts.IdleAppendHold,
-		peer:         g.peer(target),
-		failCh:       make(chan struct{}),
-		recvDone:     make(chan struct{}),
+	return &appendPipeline{
+		g:        g,
+		target:   target,
+		timeout:  g.m.opts.RPCTimeout,
+		ctx:      ctx,
+		cancel:   cancel,
+		sem:      make(chan struct{}, inflight),
+		queue:    make(chan *appendFuture, inflight),
+		doneCh:   make(chan raft.AppendFuture, inflight),
+		hold:     g.m.opts.IdleAppendHold,
+		peer:     g.peer(target),
+		failCh:   make(chan struct{}),
+		recvDone: make(chan struct{}),
 	}
+}
+
+// newSharedPipeline returns a pipeline on st, the peer's shared stream.
+func newSharedPipeline(g *GroupTransport, st *appendStream, target raft.ServerAddress, inflight int) (*appendPipeline, error) {
+	p := newPipeline(g, target, inflight)
+	p.shared = st
+	close(p.recvDone) // no receive goroutine of its own
+	p.watchdog = time.AfterFunc(p.timeout, p.sharedTimeout)
+	p.watchdog.Stop()
+	if g.isClosed() {
+		p.cancel()
+		return nil, raft.ErrTransportShutdown
+	}
+	return p, nil
+}
+
+// newAppendPipeline returns a pipeline on a stream of its own.
+func newAppendPipeline(g *GroupTransport, c raftpb.RaftTransportClient, target raft.ServerAddress, inflight int) (*appendPipeline, error) {
+	p := newPipeline(g, target, inflight)
+	ctx, cancel := p.ctx, p.cancel
+	sctx, scancel := context.WithCancel(ctx)
+	p.streamCancel = scancel
 	p.watchdog = time.AfterFunc(p.timeout, func() {
 		p.timedOut.Store(true)
 		scancel()
@@ -173,6 +216,19 @@ func (p *appendPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *ra
 	p.heldMu.Unlock()
 	p.last = appendKeyOf(args)
 	p.queue <- f // never blocks: the queue has a place for every slot
+	if p.shared != nil {
+		p.sent()
+		if err := p.shared.send(p, req); err != nil {
+			p.abort(p.g.outErr("AppendEntriesStream", p.target, err))
+			select {
+			case <-p.ctx.Done():
+				return nil, p.closedErr()
+			default:
+				return nil, p.err
+			}
+		}
+		return f, nil
+	}
 	p.peer.stats.sent.message(false, len(args.Entries))
 	if err := p.stream.Send(req); err != nil {
 		// The stream is broken; the receiver learns why from Recv and
@@ -249,15 +305,25 @@ func (p *appendPipeline) Consumer() <-chan raft.AppendFuture { return p.doneCh }
 // requests are abandoned) and waits for the receive goroutine.
 func (p *appendPipeline) Close() error {
 	p.closeOnce.Do(func() {
+		p.wdMu.Lock()
 		p.watchdog.Stop()
+		p.wdMu.Unlock()
 		p.cancel()
 	})
 	<-p.recvDone
+	p.postMu.Lock()
+	p.closed = true // no post starts a drain after this
+	p.postMu.Unlock()
+	p.drains.Wait()
 	return nil
 }
 
 // deliver hands a completed future to raft unless the pipeline is closed.
+// On the shared stream it never blocks (post).
 func (p *appendPipeline) deliver(f *appendFuture) bool {
+	if p.shared != nil {
+		return p.post(f)
+	}
 	select {
 	case p.doneCh <- f:
 		return true
@@ -292,30 +358,12 @@ func (p *appendPipeline) receive() {
 				err = p.g.outErr("AppendEntriesPipeline", p.target, err)
 			}
 			p.fail(err)
-			for f != nil {
-				if !p.deliverWithRiders(f, err) {
-					return
-				}
-				select {
-				case f = <-p.queue:
-				default:
-					f = nil
-				}
-			}
-			// Held repeats come after everything sent; failCh is closed,
-			// so no more are held.
-			p.heldMu.Lock()
-			held := p.held
-			p.held = nil
-			p.heldMu.Unlock()
-			for _, h := range held {
-				h.complete(err)
-				if !p.deliver(h) {
-					return
-				}
+			if p.deliverWithRiders(f, p.err) {
+				p.abort(err)
 			}
 			return
 		}
+		p.peer.stats.recv.answerBatch()
 		appendEntriesResponseFromProto(msg, f.resp)
 		var ferr error
 		if msg.Error != "" {
@@ -326,6 +374,157 @@ func (p *appendPipeline) receive() {
 			return
 		}
 	}
+}
+
+// post hands f to raft without waiting: the shared stream's receive
+// goroutine must not wait on one pipeline's consumer (raft stops reading
+// a pipeline's futures before it closes it), nor may raft's own goroutine
+// in AppendEntries. doneCh has room for every request in flight, so
+// futures rarely queue behind it; when they do (held repeats riding on an
+// answer, or raft no longer reading), they wait in overflow, in order, for
+// a goroutine of the pipeline that hands them over or drops them when the
+// pipeline closes.
+func (p *appendPipeline) post(f *appendFuture) bool {
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	if p.closed || p.ctx.Err() != nil {
+		return false
+	}
+	if len(p.overflow) == 0 {
+		select {
+		case p.doneCh <- f:
+			return true
+		default:
+		}
+	}
+	p.overflow = append(p.overflow, f)
+	if !p.draining {
+		p.draining = true
+		p.drains.Add(1)
+		go p.drain()
+	}
+	return true
+}
+
+// drain hands the overflow to raft, oldest first, until it is empty or the
+// pipeline closes.
+func (p *appendPipeline) drain() {
+	defer p.drains.Done()
+	for {
+		p.postMu.Lock()
+		if len(p.overflow) == 0 {
+			p.draining = false
+			p.postMu.Unlock()
+			return
+		}
+		f := p.overflow[0] // popped once handed over: post keeps queueing behind it
+		p.postMu.Unlock()
+		select {
+		case p.doneCh <- f:
+		case <-p.ctx.Done():
+			p.postMu.Lock()
+			p.overflow, p.draining = nil, false
+			p.postMu.Unlock()
+			return
+		}
+		p.postMu.Lock()
+		p.overflow[0] = nil
+		p.overflow = p.overflow[1:]
+		p.postMu.Unlock()
+	}
+}
+
+// abort fails the pipeline with err (unless it failed before: its first
+// error stands) and delivers every queued future and held repeat with
+// that error. Several goroutines may abort at once: each future is taken
+// from the queue, or the held list, by one.
+func (p *appendPipeline) abort(err error) {
+	p.fail(err)
+	err = p.err
+	for {
+		select {
+		case f := <-p.queue:
+			if !p.deliverWithRiders(f, err) {
+				return
+			}
+			continue
+		default:
+		}
+		break
+	}
+	// Held repeats come after everything sent; failCh is closed, so no
+	// more are held.
+	p.heldMu.Lock()
+	held := p.held
+	p.held = nil
+	p.heldMu.Unlock()
+	for _, h := range held {
+		h.complete(err)
+		if !p.deliver(h) {
+			return
+		}
+	}
+}
+
+// sent arms the shared-stream watchdog for a request about to be sent.
+func (p *appendPipeline) sent() {
+	p.wdMu.Lock()
+	p.outstanding++
+	if p.outstanding == 1 && p.ctx.Err() == nil {
+		p.watchdog.Reset(p.timeout)
+	}
+	p.wdMu.Unlock()
+}
+
+// answer takes the shared stream's answer to the pipeline's oldest
+// outstanding request. The stream's receive goroutine calls it, in order.
+func (p *appendPipeline) answer(msg *raftpb.AppendEntriesResponse) {
+	p.wdMu.Lock()
+	p.outstanding--
+	if p.outstanding > 0 {
+		p.watchdog.Reset(p.timeout)
+	} else {
+		p.watchdog.Stop()
+	}
+	p.wdMu.Unlock()
+	var f *appendFuture
+	select {
+	case f = <-p.queue:
+	default:
+		return // aborted: the future was delivered with the error
+	}
+	if msg.StatusCode != 0 {
+		err := p.g.outErr("AppendEntriesStream", p.target, status.Error(codes.Code(msg.StatusCode), msg.Error))
+		p.fail(err)
+		if p.deliverWithRiders(f, p.err) {
+			p.abort(err)
+		}
+		return
+	}
+	appendEntriesResponseFromProto(msg, f.resp)
+	var ferr error
+	if msg.Error != "" {
+		ferr = errors.New(msg.Error)
+	}
+	<-p.sem
+	p.deliverWithRiders(f, ferr)
+}
+
+// sharedTimeout is the shared-stream watchdog: a request outstanding for
+// RPCTimeout fails the pipeline, and the stream too when nothing at all
+// came back on it meanwhile (the peer or the connection is stuck, not
+// only this group's raft).
+func (p *appendPipeline) sharedTimeout() {
+	p.wdMu.Lock()
+	n := p.outstanding
+	p.wdMu.Unlock()
+	if n == 0 || p.ctx.Err() != nil {
+		return
+	}
+	p.timedOut.Store(true)
+	err := fmt.Errorf("no response within %v", p.timeout)
+	p.shared.stalled(p.timeout, err)
+	p.abort(p.g.outErr("AppendEntriesStream", p.target, err))
 }
 
 // deliverWithRiders completes and delivers the held repeats riding on f,

@@ -304,6 +304,7 @@ func (s *transportServer) appendEntriesPipeline(stream grpc.BidiStreamingServer[
 	send := func(respCh chan raft.RPCResponse) error {
 		select {
 		case resp := <-respCh:
+			stats.sent.answerBatch()
 			return stream.Send(appendEntriesResponseToProto(resp))
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()

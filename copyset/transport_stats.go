@@ -26,17 +26,22 @@ type RaftStats struct {
 // server, of every copyset they share.
 type PeerStats struct {
 	Peer string
-	// AppendsSent: AppendEntries messages sent to the peer that are not
+	// AppendsSent: AppendEntries requests sent to the peer that are not
 	// heartbeats (entries, or a commit index the follower has not seen),
-	// EntriesSent the log entries in them, AppendsHeld the idle repeats a
-	// pipeline held back instead of sending (they ride on the next one).
-	AppendsSent, EntriesSent, AppendsHeld uint64
+	// EntriesSent the log entries in them, AppendMessagesSent the gRPC
+	// messages that carried them (a batch of every group's, or one alone),
+	// AppendsHeld the idle repeats a pipeline held back instead of sending
+	// (they ride on the next one). AnswerMessagesSent: the gRPC messages
+	// that carried this server's answers to the peer's AppendEntries.
+	AppendsSent, EntriesSent, AppendMessagesSent, AppendsHeld uint64
+	AnswerMessagesSent                                        uint64
 	// HeartbeatsSent: heartbeats sent to the peer; HeartbeatMessagesSent
 	// the gRPC messages that carried them (a batch, or one heartbeat alone).
 	HeartbeatsSent, HeartbeatMessagesSent uint64
 	// The same, received from the peer (AppendsHeld has no inbound side).
-	AppendsReceived, EntriesReceived              uint64
-	HeartbeatsReceived, HeartbeatMessagesReceived uint64
+	AppendsReceived, EntriesReceived, AppendMessagesReceived uint64
+	AnswerMessagesReceived                                   uint64
+	HeartbeatsReceived, HeartbeatMessagesReceived            uint64
 }
 
 // peerCounters are one peer's counters, each way.
@@ -48,7 +53,8 @@ type peerCounters struct {
 // flowCounters count the raft messages of one direction between two
 // servers.
 type flowCounters struct {
-	appends, entries, heartbeats, heartbeatMsgs atomic.Uint64
+	appends, entries, appendMsgs, answerMsgs atomic.Uint64
+	heartbeats, heartbeatMsgs                atomic.Uint64
 }
 
 // message counts one AppendEntries message on its own: a heartbeat, or a
@@ -60,8 +66,20 @@ func (f *flowCounters) message(heartbeat bool, n int) {
 		return
 	}
 	f.appends.Add(1)
+	f.appendMsgs.Add(1)
 	f.entries.Add(uint64(n))
 }
+
+// appendBatch counts one message carrying n AppendEntries with entries
+// entries in all.
+func (f *flowCounters) appendBatch(n, entries int) {
+	f.appendMsgs.Add(1)
+	f.appends.Add(uint64(n))
+	f.entries.Add(uint64(entries))
+}
+
+// answerBatch counts one message carrying answers to AppendEntries.
+func (f *flowCounters) answerBatch() { f.answerMsgs.Add(1) }
 
 // heartbeatBatch counts one message carrying n heartbeats.
 func (f *flowCounters) heartbeatBatch(n int) {
@@ -93,6 +111,8 @@ func (m *TransportManager) Stats() RaftStats {
 		p := v.(*peerCounters)
 		s.Peers = append(s.Peers, PeerStats{Peer: string(k.(raft.ServerAddress)),
 			AppendsSent: p.sent.appends.Load(), EntriesSent: p.sent.entries.Load(), AppendsHeld: p.appendsHeld.Load(),
+			AppendMessagesSent: p.sent.appendMsgs.Load(), AnswerMessagesSent: p.sent.answerMsgs.Load(),
+			AppendMessagesReceived: p.recv.appendMsgs.Load(), AnswerMessagesReceived: p.recv.answerMsgs.Load(),
 			HeartbeatsSent: p.sent.heartbeats.Load(), HeartbeatMessagesSent: p.sent.heartbeatMsgs.Load(),
 			AppendsReceived: p.recv.appends.Load(), EntriesReceived: p.recv.entries.Load(),
 			HeartbeatsReceived: p.recv.heartbeats.Load(), HeartbeatMessagesReceived: p.recv.heartbeatMsgs.Load()})

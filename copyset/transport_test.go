@@ -78,6 +78,14 @@ func trLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func trStartNode(t *testing.T, opts TransportOptions) *trNode {
 	t.Helper()
+	return trStartNodeWith(t, opts, nil)
+}
+
+// trStartNodeWith starts a node whose RaftTransport service is
+// wrap(its transport server) (a peer of an older version), or the
+// manager's own when wrap is nil.
+func trStartNodeWith(t *testing.T, opts TransportOptions, wrap func(*transportServer) raftpb.RaftTransportServer) *trNode {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +109,11 @@ func trStartNode(t *testing.T, opts TransportOptions) *trNode {
 			return h(srv, &trCountingStream{ServerStream: ss, c: n.rpcs, method: info.FullMethod})
 		}),
 	)
-	n.m.Register(n.srv)
+	if wrap != nil {
+		raftpb.RegisterRaftTransportServer(n.srv, wrap(&transportServer{m: n.m}))
+	} else {
+		n.m.Register(n.srv)
+	}
 	go func() {
 		defer close(n.served)
 		_ = n.srv.Serve(lis)
@@ -494,10 +506,19 @@ func testTransportHeartbeatFastPath(t *testing.T, opts TransportOptions) {
 	b.stop()
 }
 
+// TestTransportPipeline: a pipeline on the peer's shared stream and one on
+// a stream of its own keep MaxPipelineInFlight requests outstanding,
+// deliver futures in request order, and fail them all when the remote
+// group closes.
 func TestTransportPipeline(t *testing.T) {
+	t.Run("shared stream", func(t *testing.T) { testTransportPipeline(t, false) })
+	t.Run("own stream", func(t *testing.T) { testTransportPipeline(t, true) })
+}
+
+func testTransportPipeline(t *testing.T, own bool) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const inflight = 3
-	a := trStartNode(t, TransportOptions{MaxPipelineInFlight: inflight})
+	a := trStartNode(t, TransportOptions{MaxPipelineInFlight: inflight, NoAppendBatching: own})
 	b := trStartNode(t, TransportOptions{MaxPipelineInFlight: inflight})
 	ga := trTransport(t, a, 3)
 	gb := trTransport(t, b, 3)

@@ -26,7 +26,8 @@ import (
 // included) into one contiguous buffer, and Unmarshal's proto.Unmarshal
 // copies every bytes field out of the receive buffer. wireCodec replaces the
 // default codec process-wide under the same name, "proto" (the vtprotobuf
-// pattern), and special-cases only *raftpb.AppendEntriesRequest:
+// pattern), and special-cases only *raftpb.AppendEntriesRequest, alone or
+// in the *raftpb.AppendEntriesBatch of the AppendEntriesStream:
 //
 //   - Marshal hand-encodes the request into exactly the bytes proto.Marshal
 //     produces, as a mem.BufferSlice whose large entry payloads are the
@@ -76,8 +77,8 @@ type wireCodec struct {
 // wireCodec replaces.
 func (c *wireCodec) Name() string { return protoenc.Name }
 
-// Marshal implements encoding.CodecV2. For a *raftpb.AppendEntriesRequest
-// the returned BufferSlice aliases every entry's Data and Extensions of at
+// Marshal implements encoding.CodecV2. For a *raftpb.AppendEntriesRequest,
+// alone or in an AppendEntriesBatch, the returned BufferSlice aliases every entry's Data and Extensions of at
 // least wireAliasMin bytes instead of copying them.
 //
 // Aliasing is safe because raft never mutates a log entry after handing it
@@ -91,29 +92,50 @@ func (c *wireCodec) Name() string { return protoenc.Name }
 // large) that share its reference count: gRPC's Free of the last segment
 // returns it to the pool.
 func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*raftpb.AppendEntriesRequest); ok && m != nil && !appendEntriesHasUnknown(m) {
-		out, err := marshalAppendEntries(m, mem.DefaultBufferPool())
-		if err != nil {
-			return nil, fmt.Errorf("copyset: marshal AppendEntriesRequest: %w", err)
+	switch m := v.(type) {
+	case *raftpb.AppendEntriesRequest:
+		if m != nil && !appendEntriesHasUnknown(m) {
+			out, err := marshalAppendEntries(m, mem.DefaultBufferPool())
+			if err != nil {
+				return nil, fmt.Errorf("copyset: marshal AppendEntriesRequest: %w", err)
+			}
+			return out, nil
 		}
-		return out, nil
+	case *raftpb.AppendEntriesBatch:
+		if m != nil && !appendBatchHasUnknown(m) {
+			out, err := marshalAppendBatch(m, mem.DefaultBufferPool())
+			if err != nil {
+				return nil, fmt.Errorf("copyset: marshal AppendEntriesBatch: %w", err)
+			}
+			return out, nil
+		}
 	}
 	return c.orig.Marshal(v)
 }
 
 // Unmarshal implements encoding.CodecV2. For a *raftpb.AppendEntriesRequest
-// it sets entries' Data and Extensions to alias the received message (see
-// grpcbuf.Hold) instead of copying them, each cap-limited so that an append
-// by a consumer reallocates instead of overwriting the next field. Header
-// and leader bytes are copied, since raft may keep them long after the
-// entries are gone.
+// (alone or in an AppendEntriesBatch) it sets entries' Data and Extensions
+// to alias the received message (see grpcbuf.Hold) instead of copying them,
+// each cap-limited so that an append by a consumer reallocates instead of
+// overwriting the next field. Header and leader bytes are copied, since
+// raft may keep them long after the entries are gone.
 func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*raftpb.AppendEntriesRequest)
-	if !ok || m == nil {
+	var parse func(b []byte) (aliased, ok bool)
+	switch m := v.(type) {
+	case *raftpb.AppendEntriesRequest:
+		if m != nil {
+			parse = func(b []byte) (bool, bool) { return unmarshalAppendEntries(b, m) }
+		}
+	case *raftpb.AppendEntriesBatch:
+		if m != nil {
+			parse = func(b []byte) (bool, bool) { return unmarshalAppendBatch(b, m) }
+		}
+	}
+	if parse == nil {
 		return c.orig.Unmarshal(data, v)
 	}
 	b, ref := grpcbuf.Hold(data)
-	aliased, ok := unmarshalAppendEntries(b, m)
+	aliased, ok := parse(b)
 	if ok {
 		if ref != nil && !aliased {
 			ref.Free() // nothing points into it: let gRPC recycle it
@@ -121,16 +143,30 @@ func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	// Not understood: decode the same bytes with the original (copying)
-	// codec. proto.Unmarshal resets m first, so once it returns nothing in
-	// m points into b.
+	// codec. proto.Unmarshal resets the message first, so once it returns
+	// nothing in it points into b.
 	err := c.orig.Unmarshal(data, v)
 	if ref != nil {
 		ref.Free()
 	}
 	if err != nil {
-		return fmt.Errorf("copyset: unmarshal AppendEntriesRequest: %w", err)
+		return fmt.Errorf("copyset: unmarshal %T: %w", v, err)
 	}
 	return nil
+}
+
+// appendBatchHasUnknown reports whether m or a request in it carries
+// unknown fields, or a request is nil (proto.Marshal's business).
+func appendBatchHasUnknown(m *raftpb.AppendEntriesBatch) bool {
+	if len(m.ProtoReflect().GetUnknown()) != 0 {
+		return true
+	}
+	for _, r := range m.Requests {
+		if r == nil || appendEntriesHasUnknown(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendEntriesHasUnknown reports whether m or a message in it carries
@@ -172,6 +208,8 @@ const (
 	aePrevLogTerm       protowire.Number = 6
 	aeEntries           protowire.Number = 7
 	aeLeaderCommitIndex protowire.Number = 8
+
+	abRequests protowire.Number = 1
 )
 
 // sizeVarintField is the encoded size of a proto3 varint field: 0 for the
@@ -332,6 +370,45 @@ func (w *wireWriter) finish() (mem.BufferSlice, error) {
 	return w.out, nil
 }
 
+// aeSize is the size pass of an AppendEntriesRequest's encoding.
+type aeSize struct {
+	framing  int // bytes written into the framing buffer
+	aliased  int // bytes of the payloads sent by reference
+	nAliased int // payloads sent by reference
+	header   int // the header's body
+}
+
+// full is the request's encoded size.
+func (s aeSize) full() int { return s.framing + s.aliased }
+
+func sizeAppendEntries(m *raftpb.AppendEntriesRequest) aeSize {
+	var s aeSize
+	s.framing = sizeVarintField(aeGroup, m.Group)
+	if m.Header != nil {
+		s.header = headerBodySize(m.Header)
+		s.framing += sizeMessageField(aeHeader, s.header)
+	}
+	s.framing += sizeVarintField(aeTerm, m.Term) +
+		sizeBytesField(aeLeader, len(m.Leader)) +
+		sizeVarintField(aePrevLogEntry, m.PrevLogEntry) +
+		sizeVarintField(aePrevLogTerm, m.PrevLogTerm)
+	for _, l := range m.Entries {
+		s.framing += sizeMessageField(aeEntries, logBodySize(l))
+		if l == nil {
+			continue
+		}
+		for _, b := range [2][]byte{l.Data, l.Extensions} {
+			if n := aliasedLen(b); n > 0 {
+				s.framing -= n
+				s.aliased += n
+				s.nAliased++
+			}
+		}
+	}
+	s.framing += sizeVarintField(aeLeaderCommitIndex, m.LeaderCommitIndex)
+	return s
+}
+
 // marshalAppendEntries encodes m exactly as proto.Marshal does (fields in
 // field-number order, proto3 zero values omitted, a present Header sent
 // even when empty, a nil entry sent as an empty message); m must have no
@@ -339,41 +416,45 @@ func (w *wireWriter) finish() (mem.BufferSlice, error) {
 // bytes are referenced, not copied (see wireCodec.Marshal for why that is
 // safe); the header's and leader's bytes, small, are always copied.
 func marshalAppendEntries(m *raftpb.AppendEntriesRequest, pool mem.BufferPool) (mem.BufferSlice, error) {
-	// Size pass: the framing bytes and the number of aliased payloads.
-	hdrSize := 0
-	size := sizeVarintField(aeGroup, m.Group)
-	if m.Header != nil {
-		hdrSize = headerBodySize(m.Header)
-		size += sizeMessageField(aeHeader, hdrSize)
-	}
-	size += sizeVarintField(aeTerm, m.Term) +
-		sizeBytesField(aeLeader, len(m.Leader)) +
-		sizeVarintField(aePrevLogEntry, m.PrevLogEntry) +
-		sizeVarintField(aePrevLogTerm, m.PrevLogTerm)
-	nAliased := 0
-	for _, l := range m.Entries {
-		size += sizeMessageField(aeEntries, logBodySize(l))
-		if l == nil {
-			continue
-		}
-		for _, b := range [2][]byte{l.Data, l.Extensions} {
-			if n := aliasedLen(b); n > 0 {
-				size -= n
-				nAliased++
-			}
-		}
-	}
-	size += sizeVarintField(aeLeaderCommitIndex, m.LeaderCommitIndex)
-	if size == 0 {
+	s := sizeAppendEntries(m)
+	if s.full() == 0 {
 		return nil, nil // the empty message (an aliased field needs a tag)
 	}
-
-	// Encoding pass, in field-number order.
 	var w wireWriter
-	w.init(size, nAliased, pool)
+	w.init(s.framing, s.nAliased, pool)
+	w.appendEntries(m, s)
+	return w.finish()
+}
+
+// marshalAppendBatch encodes m as proto.Marshal does, each request as
+// marshalAppendEntries does; m's requests must be non-nil and m and they
+// must have no unknown fields.
+func marshalAppendBatch(m *raftpb.AppendEntriesBatch, pool mem.BufferPool) (mem.BufferSlice, error) {
+	sizes := make([]aeSize, len(m.Requests))
+	framing, nAliased := 0, 0
+	for i, r := range m.Requests {
+		s := sizeAppendEntries(r)
+		sizes[i] = s
+		framing += sizeMessageField(abRequests, s.full()) - s.aliased
+		nAliased += s.nAliased
+	}
+	if framing == 0 {
+		return nil, nil
+	}
+	var w wireWriter
+	w.init(framing, nAliased, pool)
+	for i, r := range m.Requests {
+		w.message(abRequests, sizes[i].full())
+		w.appendEntries(r, sizes[i])
+	}
+	return w.finish()
+}
+
+// appendEntries writes m, whose size pass is s, in field-number order.
+func (w *wireWriter) appendEntries(m *raftpb.AppendEntriesRequest, s aeSize) {
 	w.varint(aeGroup, m.Group)
 	if h := m.Header; h != nil {
-		w.message(aeHeader, hdrSize)
+		w.message(aeHeader, s.header)
 		w.varint(hdrProtocolVersion, uint64(h.ProtocolVersion))
 		w.bytes(hdrID, h.Id)
 		w.bytes(hdrAddr, h.Addr)
@@ -395,7 +476,23 @@ func marshalAppendEntries(m *raftpb.AppendEntriesRequest, pool mem.BufferPool) (
 		w.varint(logAppendedAt, uint64(l.AppendedAt))
 	}
 	w.varint(aeLeaderCommitIndex, m.LeaderCommitIndex)
-	return w.finish()
+}
+
+// unmarshalAppendBatch parses b into m (reset first), each request as
+// unmarshalAppendEntries does; aliased and ok as there.
+func unmarshalAppendBatch(b []byte, m *raftpb.AppendEntriesBatch) (aliased, ok bool) {
+	m.Reset()
+	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, _ uint64, p []byte) bool {
+		if num != abRequests || typ != protowire.BytesType {
+			return false
+		}
+		r := &raftpb.AppendEntriesRequest{}
+		a, ok := unmarshalAppendEntries(p, r)
+		aliased = aliased || a
+		m.Requests = append(m.Requests, r)
+		return ok
+	})
+	return aliased, ok
 }
 
 // unmarshalAppendEntries parses b into m (reset first), with entries' Data

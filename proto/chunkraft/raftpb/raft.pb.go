@@ -284,9 +284,12 @@ type AppendEntriesResponse struct {
 	// returns it as an error.
 	Error string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
 	// Set (a google.rpc code, e.g. NOT_FOUND for an unknown group) only in a
-	// HeartbeatBatchResponse, for a heartbeat the server could not hand to
-	// raft; the unary and pipelined calls fail with a gRPC status instead.
-	StatusCode    uint32 `protobuf:"varint,16,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	// HeartbeatBatchResponse or an AppendEntriesBatchResponse, for a request
+	// the server could not hand to raft; the unary and pipelined calls fail
+	// with a gRPC status instead.
+	StatusCode uint32 `protobuf:"varint,16,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	// The group answered (set only in an AppendEntriesBatchResponse).
+	Group         uint64 `protobuf:"varint,17,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -366,6 +369,13 @@ func (x *AppendEntriesResponse) GetError() string {
 func (x *AppendEntriesResponse) GetStatusCode() uint32 {
 	if x != nil {
 		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *AppendEntriesResponse) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
 	}
 	return 0
 }
@@ -462,6 +472,102 @@ func (x *HeartbeatBatchResponse) GetResponses() []*AppendEntriesResponse {
 	return nil
 }
 
+// AppendEntriesBatch carries AppendEntries (not heartbeats) of any number of
+// groups from one server to another on one AppendEntriesStream; the
+// requests of one group are in the order its raft sent them.
+type AppendEntriesBatch struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Requests      []*AppendEntriesRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendEntriesBatch) Reset() {
+	*x = AppendEntriesBatch{}
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendEntriesBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendEntriesBatch) ProtoMessage() {}
+
+func (x *AppendEntriesBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendEntriesBatch.ProtoReflect.Descriptor instead.
+func (*AppendEntriesBatch) Descriptor() ([]byte, []int) {
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AppendEntriesBatch) GetRequests() []*AppendEntriesRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// AppendEntriesBatchResponse carries answers to requests of earlier
+// batches, each naming its group (AppendEntriesResponse.group): the answers
+// to one group's requests come in the order of its requests, those of
+// different groups in any order. An answer with status_code set says the
+// request was not handed to raft (an unknown or closed group).
+type AppendEntriesBatchResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Responses     []*AppendEntriesResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendEntriesBatchResponse) Reset() {
+	*x = AppendEntriesBatchResponse{}
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendEntriesBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendEntriesBatchResponse) ProtoMessage() {}
+
+func (x *AppendEntriesBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendEntriesBatchResponse.ProtoReflect.Descriptor instead.
+func (*AppendEntriesBatchResponse) Descriptor() ([]byte, []int) {
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AppendEntriesBatchResponse) GetResponses() []*AppendEntriesResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 type RequestVoteRequest struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Group              uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -477,7 +583,7 @@ type RequestVoteRequest struct {
 
 func (x *RequestVoteRequest) Reset() {
 	*x = RequestVoteRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +595,7 @@ func (x *RequestVoteRequest) String() string {
 func (*RequestVoteRequest) ProtoMessage() {}
 
 func (x *RequestVoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[6]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +608,7 @@ func (x *RequestVoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestVoteRequest.ProtoReflect.Descriptor instead.
 func (*RequestVoteRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{6}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RequestVoteRequest) GetGroup() uint64 {
@@ -566,7 +672,7 @@ type RequestVoteResponse struct {
 
 func (x *RequestVoteResponse) Reset() {
 	*x = RequestVoteResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +684,7 @@ func (x *RequestVoteResponse) String() string {
 func (*RequestVoteResponse) ProtoMessage() {}
 
 func (x *RequestVoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[7]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +697,7 @@ func (x *RequestVoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestVoteResponse.ProtoReflect.Descriptor instead.
 func (*RequestVoteResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{7}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RequestVoteResponse) GetHeader() *RPCHeader {
@@ -635,7 +741,7 @@ type RequestPreVoteRequest struct {
 
 func (x *RequestPreVoteRequest) Reset() {
 	*x = RequestPreVoteRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +753,7 @@ func (x *RequestPreVoteRequest) String() string {
 func (*RequestPreVoteRequest) ProtoMessage() {}
 
 func (x *RequestPreVoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[8]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +766,7 @@ func (x *RequestPreVoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPreVoteRequest.ProtoReflect.Descriptor instead.
 func (*RequestPreVoteRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{8}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RequestPreVoteRequest) GetGroup() uint64 {
@@ -709,7 +815,7 @@ type RequestPreVoteResponse struct {
 
 func (x *RequestPreVoteResponse) Reset() {
 	*x = RequestPreVoteResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +827,7 @@ func (x *RequestPreVoteResponse) String() string {
 func (*RequestPreVoteResponse) ProtoMessage() {}
 
 func (x *RequestPreVoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[9]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +840,7 @@ func (x *RequestPreVoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPreVoteResponse.ProtoReflect.Descriptor instead.
 func (*RequestPreVoteResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{9}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequestPreVoteResponse) GetHeader() *RPCHeader {
@@ -768,7 +874,7 @@ type TimeoutNowRequest struct {
 
 func (x *TimeoutNowRequest) Reset() {
 	*x = TimeoutNowRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +886,7 @@ func (x *TimeoutNowRequest) String() string {
 func (*TimeoutNowRequest) ProtoMessage() {}
 
 func (x *TimeoutNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[10]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +899,7 @@ func (x *TimeoutNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeoutNowRequest.ProtoReflect.Descriptor instead.
 func (*TimeoutNowRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{10}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TimeoutNowRequest) GetGroup() uint64 {
@@ -819,7 +925,7 @@ type TimeoutNowResponse struct {
 
 func (x *TimeoutNowResponse) Reset() {
 	*x = TimeoutNowResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +937,7 @@ func (x *TimeoutNowResponse) String() string {
 func (*TimeoutNowResponse) ProtoMessage() {}
 
 func (x *TimeoutNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[11]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +950,7 @@ func (x *TimeoutNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeoutNowResponse.ProtoReflect.Descriptor instead.
 func (*TimeoutNowResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{11}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TimeoutNowResponse) GetHeader() *RPCHeader {
@@ -873,7 +979,7 @@ type InstallSnapshotRequest struct {
 
 func (x *InstallSnapshotRequest) Reset() {
 	*x = InstallSnapshotRequest{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +991,7 @@ func (x *InstallSnapshotRequest) String() string {
 func (*InstallSnapshotRequest) ProtoMessage() {}
 
 func (x *InstallSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[12]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1004,7 @@ func (x *InstallSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{12}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InstallSnapshotRequest) GetGroup() uint64 {
@@ -995,7 +1101,7 @@ type InstallSnapshotChunk struct {
 
 func (x *InstallSnapshotChunk) Reset() {
 	*x = InstallSnapshotChunk{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[13]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1113,7 @@ func (x *InstallSnapshotChunk) String() string {
 func (*InstallSnapshotChunk) ProtoMessage() {}
 
 func (x *InstallSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[13]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1126,7 @@ func (x *InstallSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{13}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InstallSnapshotChunk) GetRequest() *InstallSnapshotRequest {
@@ -1055,7 +1161,7 @@ type InstallSnapshotResponse struct {
 
 func (x *InstallSnapshotResponse) Reset() {
 	*x = InstallSnapshotResponse{}
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[14]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1173,7 @@ func (x *InstallSnapshotResponse) String() string {
 func (*InstallSnapshotResponse) ProtoMessage() {}
 
 func (x *InstallSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[14]
+	mi := &file_chunkraft_raftpb_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1186,7 @@ func (x *InstallSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*InstallSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{14}
+	return file_chunkraft_raftpb_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InstallSnapshotResponse) GetHeader() *RPCHeader {
@@ -1131,7 +1237,7 @@ const file_chunkraft_raftpb_raft_proto_rawDesc = "" +
 	"\x0eprev_log_entry\x18\x05 \x01(\x04R\fprevLogEntry\x12\"\n" +
 	"\rprev_log_term\x18\x06 \x01(\x04R\vprevLogTerm\x12-\n" +
 	"\aentries\x18\a \x03(\v2\x13.chunkraft.raft.LogR\aentries\x12.\n" +
-	"\x13leader_commit_index\x18\b \x01(\x04R\x11leaderCommitIndex\"\xf4\x01\n" +
+	"\x13leader_commit_index\x18\b \x01(\x04R\x11leaderCommitIndex\"\x8a\x02\n" +
 	"\x15AppendEntriesResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.chunkraft.raft.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x19\n" +
@@ -1140,10 +1246,15 @@ const file_chunkraft_raftpb_raft_proto_rawDesc = "" +
 	"\x10no_retry_backoff\x18\x05 \x01(\bR\x0enoRetryBackoff\x12\x14\n" +
 	"\x05error\x18\x0f \x01(\tR\x05error\x12\x1f\n" +
 	"\vstatus_code\x18\x10 \x01(\rR\n" +
-	"statusCode\"R\n" +
+	"statusCode\x12\x14\n" +
+	"\x05group\x18\x11 \x01(\x04R\x05group\"R\n" +
 	"\x0eHeartbeatBatch\x12@\n" +
 	"\brequests\x18\x01 \x03(\v2$.chunkraft.raft.AppendEntriesRequestR\brequests\"]\n" +
 	"\x16HeartbeatBatchResponse\x12C\n" +
+	"\tresponses\x18\x01 \x03(\v2%.chunkraft.raft.AppendEntriesResponseR\tresponses\"V\n" +
+	"\x12AppendEntriesBatch\x12@\n" +
+	"\brequests\x18\x01 \x03(\v2$.chunkraft.raft.AppendEntriesRequestR\brequests\"a\n" +
+	"\x1aAppendEntriesBatchResponse\x12C\n" +
 	"\tresponses\x18\x01 \x03(\v2%.chunkraft.raft.AppendEntriesResponseR\tresponses\"\x8a\x02\n" +
 	"\x12RequestVoteRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x121\n" +
@@ -1193,10 +1304,11 @@ const file_chunkraft_raftpb_raft_proto_rawDesc = "" +
 	"\x17InstallSnapshotResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.chunkraft.raft.RPCHeaderR\x06header\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess2\xa3\x05\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess2\x8e\x06\n" +
 	"\rRaftTransport\x12\\\n" +
 	"\rAppendEntries\x12$.chunkraft.raft.AppendEntriesRequest\x1a%.chunkraft.raft.AppendEntriesResponse\x12h\n" +
-	"\x15AppendEntriesPipeline\x12$.chunkraft.raft.AppendEntriesRequest\x1a%.chunkraft.raft.AppendEntriesResponse(\x010\x01\x12X\n" +
+	"\x15AppendEntriesPipeline\x12$.chunkraft.raft.AppendEntriesRequest\x1a%.chunkraft.raft.AppendEntriesResponse(\x010\x01\x12i\n" +
+	"\x13AppendEntriesStream\x12\".chunkraft.raft.AppendEntriesBatch\x1a*.chunkraft.raft.AppendEntriesBatchResponse(\x010\x01\x12X\n" +
 	"\n" +
 	"Heartbeats\x12\x1e.chunkraft.raft.HeartbeatBatch\x1a&.chunkraft.raft.HeartbeatBatchResponse(\x010\x01\x12V\n" +
 	"\vRequestVote\x12\".chunkraft.raft.RequestVoteRequest\x1a#.chunkraft.raft.RequestVoteResponse\x12_\n" +
@@ -1217,23 +1329,25 @@ func file_chunkraft_raftpb_raft_proto_rawDescGZIP() []byte {
 	return file_chunkraft_raftpb_raft_proto_rawDescData
 }
 
-var file_chunkraft_raftpb_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_chunkraft_raftpb_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_chunkraft_raftpb_raft_proto_goTypes = []any{
-	(*RPCHeader)(nil),               // 0: chunkraft.raft.RPCHeader
-	(*Log)(nil),                     // 1: chunkraft.raft.Log
-	(*AppendEntriesRequest)(nil),    // 2: chunkraft.raft.AppendEntriesRequest
-	(*AppendEntriesResponse)(nil),   // 3: chunkraft.raft.AppendEntriesResponse
-	(*HeartbeatBatch)(nil),          // 4: chunkraft.raft.HeartbeatBatch
-	(*HeartbeatBatchResponse)(nil),  // 5: chunkraft.raft.HeartbeatBatchResponse
-	(*RequestVoteRequest)(nil),      // 6: chunkraft.raft.RequestVoteRequest
-	(*RequestVoteResponse)(nil),     // 7: chunkraft.raft.RequestVoteResponse
-	(*RequestPreVoteRequest)(nil),   // 8: chunkraft.raft.RequestPreVoteRequest
-	(*RequestPreVoteResponse)(nil),  // 9: chunkraft.raft.RequestPreVoteResponse
-	(*TimeoutNowRequest)(nil),       // 10: chunkraft.raft.TimeoutNowRequest
-	(*TimeoutNowResponse)(nil),      // 11: chunkraft.raft.TimeoutNowResponse
-	(*InstallSnapshotRequest)(nil),  // 12: chunkraft.raft.InstallSnapshotRequest
-	(*InstallSnapshotChunk)(nil),    // 13: chunkraft.raft.InstallSnapshotChunk
-	(*InstallSnapshotResponse)(nil), // 14: chunkraft.raft.InstallSnapshotResponse
+	(*RPCHeader)(nil),                  // 0: chunkraft.raft.RPCHeader
+	(*Log)(nil),                        // 1: chunkraft.raft.Log
+	(*AppendEntriesRequest)(nil),       // 2: chunkraft.raft.AppendEntriesRequest
+	(*AppendEntriesResponse)(nil),      // 3: chunkraft.raft.AppendEntriesResponse
+	(*HeartbeatBatch)(nil),             // 4: chunkraft.raft.HeartbeatBatch
+	(*HeartbeatBatchResponse)(nil),     // 5: chunkraft.raft.HeartbeatBatchResponse
+	(*AppendEntriesBatch)(nil),         // 6: chunkraft.raft.AppendEntriesBatch
+	(*AppendEntriesBatchResponse)(nil), // 7: chunkraft.raft.AppendEntriesBatchResponse
+	(*RequestVoteRequest)(nil),         // 8: chunkraft.raft.RequestVoteRequest
+	(*RequestVoteResponse)(nil),        // 9: chunkraft.raft.RequestVoteResponse
+	(*RequestPreVoteRequest)(nil),      // 10: chunkraft.raft.RequestPreVoteRequest
+	(*RequestPreVoteResponse)(nil),     // 11: chunkraft.raft.RequestPreVoteResponse
+	(*TimeoutNowRequest)(nil),          // 12: chunkraft.raft.TimeoutNowRequest
+	(*TimeoutNowResponse)(nil),         // 13: chunkraft.raft.TimeoutNowResponse
+	(*InstallSnapshotRequest)(nil),     // 14: chunkraft.raft.InstallSnapshotRequest
+	(*InstallSnapshotChunk)(nil),       // 15: chunkraft.raft.InstallSnapshotChunk
+	(*InstallSnapshotResponse)(nil),    // 16: chunkraft.raft.InstallSnapshotResponse
 }
 var file_chunkraft_raftpb_raft_proto_depIdxs = []int32{
 	0,  // 0: chunkraft.raft.AppendEntriesRequest.header:type_name -> chunkraft.raft.RPCHeader
@@ -1241,34 +1355,38 @@ var file_chunkraft_raftpb_raft_proto_depIdxs = []int32{
 	0,  // 2: chunkraft.raft.AppendEntriesResponse.header:type_name -> chunkraft.raft.RPCHeader
 	2,  // 3: chunkraft.raft.HeartbeatBatch.requests:type_name -> chunkraft.raft.AppendEntriesRequest
 	3,  // 4: chunkraft.raft.HeartbeatBatchResponse.responses:type_name -> chunkraft.raft.AppendEntriesResponse
-	0,  // 5: chunkraft.raft.RequestVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 6: chunkraft.raft.RequestVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 7: chunkraft.raft.RequestPreVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 8: chunkraft.raft.RequestPreVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 9: chunkraft.raft.TimeoutNowRequest.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 10: chunkraft.raft.TimeoutNowResponse.header:type_name -> chunkraft.raft.RPCHeader
-	0,  // 11: chunkraft.raft.InstallSnapshotRequest.header:type_name -> chunkraft.raft.RPCHeader
-	12, // 12: chunkraft.raft.InstallSnapshotChunk.request:type_name -> chunkraft.raft.InstallSnapshotRequest
-	0,  // 13: chunkraft.raft.InstallSnapshotResponse.header:type_name -> chunkraft.raft.RPCHeader
-	2,  // 14: chunkraft.raft.RaftTransport.AppendEntries:input_type -> chunkraft.raft.AppendEntriesRequest
-	2,  // 15: chunkraft.raft.RaftTransport.AppendEntriesPipeline:input_type -> chunkraft.raft.AppendEntriesRequest
-	4,  // 16: chunkraft.raft.RaftTransport.Heartbeats:input_type -> chunkraft.raft.HeartbeatBatch
-	6,  // 17: chunkraft.raft.RaftTransport.RequestVote:input_type -> chunkraft.raft.RequestVoteRequest
-	8,  // 18: chunkraft.raft.RaftTransport.RequestPreVote:input_type -> chunkraft.raft.RequestPreVoteRequest
-	10, // 19: chunkraft.raft.RaftTransport.TimeoutNow:input_type -> chunkraft.raft.TimeoutNowRequest
-	13, // 20: chunkraft.raft.RaftTransport.InstallSnapshot:input_type -> chunkraft.raft.InstallSnapshotChunk
-	3,  // 21: chunkraft.raft.RaftTransport.AppendEntries:output_type -> chunkraft.raft.AppendEntriesResponse
-	3,  // 22: chunkraft.raft.RaftTransport.AppendEntriesPipeline:output_type -> chunkraft.raft.AppendEntriesResponse
-	5,  // 23: chunkraft.raft.RaftTransport.Heartbeats:output_type -> chunkraft.raft.HeartbeatBatchResponse
-	7,  // 24: chunkraft.raft.RaftTransport.RequestVote:output_type -> chunkraft.raft.RequestVoteResponse
-	9,  // 25: chunkraft.raft.RaftTransport.RequestPreVote:output_type -> chunkraft.raft.RequestPreVoteResponse
-	11, // 26: chunkraft.raft.RaftTransport.TimeoutNow:output_type -> chunkraft.raft.TimeoutNowResponse
-	14, // 27: chunkraft.raft.RaftTransport.InstallSnapshot:output_type -> chunkraft.raft.InstallSnapshotResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	2,  // 5: chunkraft.raft.AppendEntriesBatch.requests:type_name -> chunkraft.raft.AppendEntriesRequest
+	3,  // 6: chunkraft.raft.AppendEntriesBatchResponse.responses:type_name -> chunkraft.raft.AppendEntriesResponse
+	0,  // 7: chunkraft.raft.RequestVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 8: chunkraft.raft.RequestVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 9: chunkraft.raft.RequestPreVoteRequest.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 10: chunkraft.raft.RequestPreVoteResponse.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 11: chunkraft.raft.TimeoutNowRequest.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 12: chunkraft.raft.TimeoutNowResponse.header:type_name -> chunkraft.raft.RPCHeader
+	0,  // 13: chunkraft.raft.InstallSnapshotRequest.header:type_name -> chunkraft.raft.RPCHeader
+	14, // 14: chunkraft.raft.InstallSnapshotChunk.request:type_name -> chunkraft.raft.InstallSnapshotRequest
+	0,  // 15: chunkraft.raft.InstallSnapshotResponse.header:type_name -> chunkraft.raft.RPCHeader
+	2,  // 16: chunkraft.raft.RaftTransport.AppendEntries:input_type -> chunkraft.raft.AppendEntriesRequest
+	2,  // 17: chunkraft.raft.RaftTransport.AppendEntriesPipeline:input_type -> chunkraft.raft.AppendEntriesRequest
+	6,  // 18: chunkraft.raft.RaftTransport.AppendEntriesStream:input_type -> chunkraft.raft.AppendEntriesBatch
+	4,  // 19: chunkraft.raft.RaftTransport.Heartbeats:input_type -> chunkraft.raft.HeartbeatBatch
+	8,  // 20: chunkraft.raft.RaftTransport.RequestVote:input_type -> chunkraft.raft.RequestVoteRequest
+	10, // 21: chunkraft.raft.RaftTransport.RequestPreVote:input_type -> chunkraft.raft.RequestPreVoteRequest
+	12, // 22: chunkraft.raft.RaftTransport.TimeoutNow:input_type -> chunkraft.raft.TimeoutNowRequest
+	15, // 23: chunkraft.raft.RaftTransport.InstallSnapshot:input_type -> chunkraft.raft.InstallSnapshotChunk
+	3,  // 24: chunkraft.raft.RaftTransport.AppendEntries:output_type -> chunkraft.raft.AppendEntriesResponse
+	3,  // 25: chunkraft.raft.RaftTransport.AppendEntriesPipeline:output_type -> chunkraft.raft.AppendEntriesResponse
+	7,  // 26: chunkraft.raft.RaftTransport.AppendEntriesStream:output_type -> chunkraft.raft.AppendEntriesBatchResponse
+	5,  // 27: chunkraft.raft.RaftTransport.Heartbeats:output_type -> chunkraft.raft.HeartbeatBatchResponse
+	9,  // 28: chunkraft.raft.RaftTransport.RequestVote:output_type -> chunkraft.raft.RequestVoteResponse
+	11, // 29: chunkraft.raft.RaftTransport.RequestPreVote:output_type -> chunkraft.raft.RequestPreVoteResponse
+	13, // 30: chunkraft.raft.RaftTransport.TimeoutNow:output_type -> chunkraft.raft.TimeoutNowResponse
+	16, // 31: chunkraft.raft.RaftTransport.InstallSnapshot:output_type -> chunkraft.raft.InstallSnapshotResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_chunkraft_raftpb_raft_proto_init() }
@@ -1282,7 +1400,7 @@ func file_chunkraft_raftpb_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkraft_raftpb_raft_proto_rawDesc), len(file_chunkraft_raftpb_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RaftTransport_AppendEntries_FullMethodName         = "/chunkraft.raft.RaftTransport/AppendEntries"
 	RaftTransport_AppendEntriesPipeline_FullMethodName = "/chunkraft.raft.RaftTransport/AppendEntriesPipeline"
+	RaftTransport_AppendEntriesStream_FullMethodName   = "/chunkraft.raft.RaftTransport/AppendEntriesStream"
 	RaftTransport_Heartbeats_FullMethodName            = "/chunkraft.raft.RaftTransport/Heartbeats"
 	RaftTransport_RequestVote_FullMethodName           = "/chunkraft.raft.RaftTransport/RequestVote"
 	RaftTransport_RequestPreVote_FullMethodName        = "/chunkraft.raft.RaftTransport/RequestPreVote"
@@ -41,6 +42,12 @@ type RaftTransportClient interface {
 	AppendEntries(ctx context.Context, in *AppendEntriesRequest, opts ...grpc.CallOption) (*AppendEntriesResponse, error)
 	// One stream per (group, peer) pipeline; responses come back in order.
 	AppendEntriesPipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse], error)
+	// One long-lived stream per pair of servers carries the AppendEntries
+	// of every group's pipeline in batches (what one batch holds is what
+	// queued while the previous one was being sent); answers come back in
+	// batches too, in order per group. A peer without it gets one
+	// AppendEntriesPipeline stream per group.
+	AppendEntriesStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendEntriesBatch, AppendEntriesBatchResponse], error)
 	// One long-lived stream per pair of servers carries the heartbeats of all
 	// groups in batches; each HeartbeatBatch is answered by one
 	// HeartbeatBatchResponse, in order.
@@ -82,9 +89,22 @@ func (c *raftTransportClient) AppendEntriesPipeline(ctx context.Context, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftTransport_AppendEntriesPipelineClient = grpc.BidiStreamingClient[AppendEntriesRequest, AppendEntriesResponse]
 
+func (c *raftTransportClient) AppendEntriesStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendEntriesBatch, AppendEntriesBatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[1], RaftTransport_AppendEntriesStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendEntriesBatch, AppendEntriesBatchResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftTransport_AppendEntriesStreamClient = grpc.BidiStreamingClient[AppendEntriesBatch, AppendEntriesBatchResponse]
+
 func (c *raftTransportClient) Heartbeats(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[HeartbeatBatch, HeartbeatBatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[1], RaftTransport_Heartbeats_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[2], RaftTransport_Heartbeats_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +147,7 @@ func (c *raftTransportClient) TimeoutNow(ctx context.Context, in *TimeoutNowRequ
 
 func (c *raftTransportClient) InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[InstallSnapshotChunk, InstallSnapshotResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[2], RaftTransport_InstallSnapshot_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &RaftTransport_ServiceDesc.Streams[3], RaftTransport_InstallSnapshot_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +165,12 @@ type RaftTransportServer interface {
 	AppendEntries(context.Context, *AppendEntriesRequest) (*AppendEntriesResponse, error)
 	// One stream per (group, peer) pipeline; responses come back in order.
 	AppendEntriesPipeline(grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]) error
+	// One long-lived stream per pair of servers carries the AppendEntries
+	// of every group's pipeline in batches (what one batch holds is what
+	// queued while the previous one was being sent); answers come back in
+	// batches too, in order per group. A peer without it gets one
+	// AppendEntriesPipeline stream per group.
+	AppendEntriesStream(grpc.BidiStreamingServer[AppendEntriesBatch, AppendEntriesBatchResponse]) error
 	// One long-lived stream per pair of servers carries the heartbeats of all
 	// groups in batches; each HeartbeatBatch is answered by one
 	// HeartbeatBatchResponse, in order.
@@ -168,6 +194,9 @@ func (UnimplementedRaftTransportServer) AppendEntries(context.Context, *AppendEn
 }
 func (UnimplementedRaftTransportServer) AppendEntriesPipeline(grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]) error {
 	return status.Error(codes.Unimplemented, "method AppendEntriesPipeline not implemented")
+}
+func (UnimplementedRaftTransportServer) AppendEntriesStream(grpc.BidiStreamingServer[AppendEntriesBatch, AppendEntriesBatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method AppendEntriesStream not implemented")
 }
 func (UnimplementedRaftTransportServer) Heartbeats(grpc.BidiStreamingServer[HeartbeatBatch, HeartbeatBatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Heartbeats not implemented")
@@ -229,6 +258,13 @@ func _RaftTransport_AppendEntriesPipeline_Handler(srv interface{}, stream grpc.S
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftTransport_AppendEntriesPipelineServer = grpc.BidiStreamingServer[AppendEntriesRequest, AppendEntriesResponse]
+
+func _RaftTransport_AppendEntriesStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftTransportServer).AppendEntriesStream(&grpc.GenericServerStream[AppendEntriesBatch, AppendEntriesBatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftTransport_AppendEntriesStreamServer = grpc.BidiStreamingServer[AppendEntriesBatch, AppendEntriesBatchResponse]
 
 func _RaftTransport_Heartbeats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(RaftTransportServer).Heartbeats(&grpc.GenericServerStream[HeartbeatBatch, HeartbeatBatchResponse]{ServerStream: stream})
@@ -326,6 +362,12 @@ var RaftTransport_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "AppendEntriesPipeline",
 			Handler:       _RaftTransport_AppendEntriesPipeline_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "AppendEntriesStream",
+			Handler:       _RaftTransport_AppendEntriesStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
