@@ -15,6 +15,7 @@ type sharedLogCollector struct {
 	fsyncs, batches, records, bytes     *prometheus.Desc
 	recycled, prepared, spareMisses     *prometheus.Desc
 	segments, diskBytes, segmentPinners *prometheus.Desc
+	spares                              *prometheus.Desc
 }
 
 // registerSharedLogMetrics adds the shared log's metrics to reg. It does
@@ -38,6 +39,7 @@ func newSharedLogCollector(l *sharedlog.Log) *sharedLogCollector {
 		spareMisses: d("spare_misses_total",
 			"Shared raft log segment rolls that found no prepared segment and started a growing one (slower commits until the next is ready)."),
 		segments:       d("segments", "Segment files of the shared raft log."),
+		spares:         d("spare_segments", "Spare segments of the shared raft log ready for the next rolls (at most raft.log_spare_segments)."),
 		diskBytes:      d("disk_bytes", "Length of the shared raft log's segment and spare files, preallocation included."),
 		segmentPinners: d("oldest_segment_pinning_groups", "Raft groups whose oldest live entry keeps the shared raft log's oldest segment from being freed."),
 	}
@@ -45,7 +47,7 @@ func newSharedLogCollector(l *sharedlog.Log) *sharedLogCollector {
 
 func (c *sharedLogCollector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, c.fsyncs, c.batches, c.records, c.bytes, c.recycled, c.prepared, c.spareMisses,
-		c.segments, c.diskBytes, c.segmentPinners)
+		c.segments, c.diskBytes, c.segmentPinners, c.spares)
 }
 
 func (c *sharedLogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -65,6 +67,7 @@ func (c *sharedLogCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.prepared, s.Prepared)
 		counter(c.spareMisses, s.SpareMisses)
 		gauge(c.segments, float64(s.Segments))
+		gauge(c.spares, float64(s.Spares))
 		gauge(c.diskBytes, float64(s.DiskBytes))
 		gauge(c.segmentPinners, float64(len(s.PinningGroups)))
 	}

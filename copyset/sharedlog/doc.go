@@ -35,7 +35,7 @@
 //	<Dir>/META                  "sharedlog v2 shards N" (shard count is fixed)
 //	<Dir>/LOCK                  flock'ed while open
 //	<Dir>/shard-NNN/SSSSSSSSSS.seg     segment files, ids 1, 2, 3, ... (contiguous)
-//	<Dir>/shard-NNN/QQQQQQQQQQ.spare   at most one spare segment file
+//	<Dir>/shard-NNN/QQQQQQQQQQ.spare   spare segment files (at most Options.SpareSegments)
 //	<Dir>/shard-NNN/QQQQQQQQQQ.spare.tmp  a spare being zero-filled
 //
 // A directory of another version (v1 existed only in development builds)
@@ -50,9 +50,9 @@
 // that they never read a page from disk first (and, written with O_DIRECT,
 // end on a block boundary). Each shard's preparer
 // goroutine keeps the next segment ready as a spare: a segment freed by
-// garbage collection is renamed to the spare (recycled) instead of being
-// deleted, and only when none is freed in time is a new one zero-filled
-// (see spare.go). A new log's first segment is an ordinary growing file
+// garbage collection is renamed to a spare (recycled) instead of being
+// deleted, up to Options.SpareSegments of them, and only when none is left
+// is a new one zero-filled (see spare.go). A new log's first segment is an ordinary growing file
 // until the first spare is ready.
 //
 // A segment starts with a 36-byte header (magic "CRSL", version, shard,
@@ -81,7 +81,7 @@
 // Open replays every shard's segments in id order. Files before the last
 // gap in the id sequence are leftovers of a garbage collection whose unlinks
 // or renames were not durable and are deleted; so are unfinished spares
-// (.spare.tmp) and all but one spare. A segment whose header is bad ends the
+// (.spare.tmp) and the spares beyond Options.SpareSegments. A segment whose header is bad ends the
 // shard: it and all later segments are deleted. Segment k is valid up to the
 // prevEnd in the header of segment k+1; the last segment up to its first
 // record that is short, fails its crc or its link, or does not decode: that

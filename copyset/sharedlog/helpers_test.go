@@ -189,7 +189,7 @@ func steady(l *Log) bool {
 		}
 		written = true
 		s.prepMu.Lock()
-		busy := s.want && s.ready == nil
+		busy := s.want && len(s.ready) == 0
 		s.prepMu.Unlock()
 		if busy || !s.segment(s.activeID()).prealloc {
 			return false
@@ -203,7 +203,7 @@ func steady(l *Log) bool {
 func onSpare(l *Log) bool {
 	s := l.shards[0]
 	s.prepMu.Lock()
-	busy := s.want && s.ready == nil
+	busy := s.want && len(s.ready) == 0
 	s.prepMu.Unlock()
 	return !busy && s.segment(s.activeID()).prealloc
 }

@@ -20,9 +20,12 @@ import (
 // single writer becomes the bottleneck when batches reach hundreds of
 // records; four halve the batches again, which costs about 40% more CPU per
 // append at 16 groups.
+//
+// DefaultSpareSegments is 4: see Options.SpareSegments.
 const (
-	DefaultShards      = 2
-	DefaultSegmentSize = 64 << 20
+	DefaultShards        = 2
+	DefaultSegmentSize   = 64 << 20
+	DefaultSpareSegments = 4
 )
 
 var (
@@ -53,9 +56,17 @@ type Options struct {
 	// (written with zeros, or recycled) to this size before they become
 	// active, and a shard starts a new one when the next record does not
 	// fit (a single larger record still goes into one segment, which then
-	// grows). Each shard also keeps one spare segment of this size on disk.
-	// 0 means DefaultSegmentSize.
+	// grows). Each shard also keeps spare segments of this size on disk
+	// (SpareSegments). 0 means DefaultSegmentSize.
 	SegmentSize int64
+	// SpareSegments is how many spare segments a shard keeps at most
+	// (spare.go): segments freed by garbage collection are kept as spares
+	// up to this many and removed beyond, and one is zero-filled only when
+	// none is left. Copysets truncate their logs at different moments, so
+	// segments are freed in bursts; spares kept from a burst are reused
+	// instead of being removed and written with zeros again later. 0 means
+	// DefaultSpareSegments.
+	SpareSegments int
 	// Logger receives recovery and failure messages; nil means slog.Default().
 	Logger *slog.Logger
 	// NoSync skips fdatasync, and spare segments are only extended
@@ -98,6 +109,12 @@ func Open(opts Options) (*Log, error) {
 	}
 	if opts.SegmentSize == 0 {
 		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.SpareSegments < 0 {
+		return nil, fmt.Errorf("sharedlog: invalid SpareSegments %d", opts.SpareSegments)
+	}
+	if opts.SpareSegments == 0 {
+		opts.SpareSegments = DefaultSpareSegments
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -206,9 +223,7 @@ func (s *shard) closeFiles() {
 		seg.close()
 	}
 	s.segMu.Unlock()
-	if sp := s.takeSpare(); sp != nil {
-		sp.f.Close()
-	}
+	s.closeSpares()
 }
 
 func (l *Log) shard(group uint64) *shard { return l.shards[group%uint64(len(l.shards))] }
@@ -293,10 +308,12 @@ type Stats struct {
 	Fsyncs uint64
 	// MeanBatchSize is Records / Batches: records per group commit.
 	MeanBatchSize float64
-	// Recycled counts segments freed by garbage collection that became the
-	// spare, Prepared the spares zero-filled instead, SpareMisses the rolls
+	// Recycled counts segments freed by garbage collection that became
+	// spares, Prepared the spares zero-filled instead, SpareMisses the rolls
 	// that found no spare ready (and started a growing segment).
 	Recycled, Prepared, SpareMisses uint64
+	// Spares is the number of spare segments ready now.
+	Spares int
 	// Groups is the number of groups holding entries or keys.
 	Groups int
 	// Segments is the number of segment files, DataBytes the bytes of valid
@@ -316,8 +333,9 @@ type ShardStats struct {
 	Groups                          int
 	Segments                        int
 	DataBytes, DiskBytes            int64
-	// SpareReady: the next segment is ready.
+	// SpareReady: the next segment is ready; Spares: how many are.
 	SpareReady bool
+	Spares     int
 	// OldestSegment is the oldest segment file, ActiveSegment the one being
 	// appended to.
 	OldestSegment, ActiveSegment uint32
@@ -353,9 +371,9 @@ func (l *Log) Stats() Stats {
 		}
 		s.segMu.RUnlock()
 		s.prepMu.Lock()
-		if s.ready != nil {
-			ss.SpareReady = true
-			ss.DiskBytes += s.ready.size
+		ss.Spares, ss.SpareReady = len(s.ready), len(s.ready) > 0
+		for _, sp := range s.ready {
+			ss.DiskBytes += sp.size
 		}
 		s.prepMu.Unlock()
 		oldest, pin := s.oldestLive()
@@ -376,6 +394,7 @@ func (l *Log) Stats() Stats {
 		st.Recycled += ss.Recycled
 		st.Prepared += ss.Prepared
 		st.SpareMisses += ss.SpareMisses
+		st.Spares += ss.Spares
 		st.Groups += ss.Groups
 		st.Segments += ss.Segments
 		st.DataBytes += ss.DataBytes

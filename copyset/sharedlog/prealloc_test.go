@@ -3,6 +3,7 @@ package sharedlog
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,8 +110,8 @@ func TestRecycledSegmentStaleTail(t *testing.T) {
 }
 
 // TestRecycling runs a raft-like workload (append, truncate old prefixes)
-// with fsync on and small segments: freed segments must become the spare
-// (little zero-filling), at most one spare exists, every segment file is
+// with fsync on and small segments: freed segments must become spares
+// (little zero-filling), at most SpareSegments spares exist, every segment file is
 // preallocated, and the state survives a reopen. The groups keep about a
 // quarter of a segment of entries, so a segment dies early in the life of
 // the one after next, before the writer asks for a spare (at three
@@ -139,7 +140,7 @@ func TestRecycling(t *testing.T) {
 		s := l.shards[0]
 		s.prepMu.Lock()
 		defer s.prepMu.Unlock()
-		if len(s.dead) != 0 || (s.want && s.ready == nil) {
+		if len(s.dead) != 0 || (s.want && len(s.ready) == 0) {
 			return errors.New("the preparer is busy")
 		}
 		return nil
@@ -150,7 +151,7 @@ func TestRecycling(t *testing.T) {
 		t.Fatalf("recycled %d segments, zero-filled %d: want mostly recycled", st.Recycled, st.Prepared)
 	}
 	spares, _ := filepath.Glob(filepath.Join(dir, "shard-000", "*"+spareSuffix+"*"))
-	if len(spares) > 1 {
+	if len(spares) > DefaultSpareSegments {
 		t.Fatalf("spare files: %v", spares)
 	}
 	for _, p := range segFiles(t, dir, 0) {
@@ -217,13 +218,14 @@ func TestSparePreparation(t *testing.T) {
 
 // TestCrashDuringSparePreparation: leftovers of spare preparation and
 // activation at recovery. A half zero-filled .spare.tmp (the crash came
-// before its rename), spares of the wrong size and surplus spares are
-// removed; a spare into which an activation had written the next segment's
-// header (the crash came before its rename to a segment name) is still just
-// a spare. The log's content is unaffected and the kept spare is used.
+// before its rename), spares of the wrong size and spares beyond
+// SpareSegments (1 here) are removed; a spare into which an activation had
+// written the next segment's header (the crash came before its rename to a
+// segment name) is still just a spare. The log's content is unaffected and
+// the kept spare is used.
 func TestCrashDuringSparePreparation(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Dir: dir, Shards: 1, SegmentSize: 64 << 10}
+	opts := Options{Dir: dir, Shards: 1, SegmentSize: 64 << 10, SpareSegments: 1}
 	l := openLog(t, opts)
 	g := group(t, l, 1)
 	mustStore(t, g, entries(1, 1, 30, 1))
@@ -326,4 +328,63 @@ func TestOldFormatRefused(t *testing.T) {
 	if _, err := os.Stat(seg); err != nil {
 		t.Fatalf("v1 segment touched: %v", err)
 	}
+}
+
+// TestSparePool: segments freed together (one truncation frees several)
+// are all kept as spares, up to SpareSegments, and serve the next rolls
+// without a zero-fill; recovery keeps at most SpareSegments of them.
+func TestSparePool(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, Shards: 1, SegmentSize: 64 << 10, SpareSegments: 3}
+	l := openLog(t, opts)
+	g := group(t, l, 1)
+	i := uint64(1)
+	for l.Stats().Segments < 6 {
+		mustStore(t, g, entries(1, i, i+9, 1))
+		i += 10
+	}
+	mustDelete(t, g, 1, i-2) // frees every segment but the active one
+	spares := func() int {
+		t.Helper()
+		names, err := filepath.Glob(filepath.Join(dir, "shard-000", "*"+spareSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(names)
+	}
+	if err := testwait.For(10*time.Second, func() error {
+		s := l.shards[0]
+		s.prepMu.Lock()
+		defer s.prepMu.Unlock()
+		if len(s.dead) != 0 || len(s.ready) != 3 {
+			return fmt.Errorf("%d retired segments left, %d spares", len(s.dead), len(s.ready))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if st.Spares != 3 || st.Recycled < 2 || spares() != 3 {
+		t.Fatalf("after the burst: %d spares (%d files), %d recycled: want 3, at least 2 recycled", st.Spares, spares(), st.Recycled)
+	}
+	l.Close()
+
+	opts.SpareSegments = 2
+	l = openLog(t, opts)
+	defer l.Close()
+	g = group(t, l, 1)
+	checkEntries(t, g, entries(1, i-1, i-1, 1))
+	if st := l.Stats(); st.Spares != 2 || spares() != 2 {
+		t.Fatalf("reopened with SpareSegments 2: %d spares, %d files", st.Spares, spares())
+	}
+	// Two rolls use the two spares, without a zero-fill or a miss.
+	before := l.Stats().Shards[0]
+	for l.Stats().Shards[0].ActiveSegment < before.ActiveSegment+2 {
+		mustStore(t, g, entries(1, i, i+9, 1))
+		i += 10
+	}
+	if st := l.Stats().Shards[0]; st.Prepared != before.Prepared || st.SpareMisses != 0 {
+		t.Fatalf("rolls into kept spares: prepared %d -> %d, %d misses", before.Prepared, st.Prepared, st.SpareMisses)
+	}
+	checkEntries(t, g, entries(1, i-20, i-1, 1))
 }

@@ -36,7 +36,7 @@ import (
 //     that a file that was not preallocated is truncated there.
 //
 // It also removes unfinished spares (*.spare.tmp, a crash during
-// zero-filling) and keeps at most one ready spare.
+// zero-filling) and keeps at most Options.SpareSegments ready spares.
 func (s *shard) recover(nshards int) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return err
@@ -197,18 +197,18 @@ func (s *shard) recover(nshards int) error {
 		dirty = true
 	}
 
-	// Keep one ready spare (the newest of the right size and fully
-	// allocated); remove the others.
+	// Keep up to maxSpares ready spares (the newest of the right size and
+	// fully allocated); remove the others.
 	slices.Sort(spares)
 	for i := len(spares) - 1; i >= 0; i-- {
 		path := filepath.Join(s.dir, spareName(spares[i]))
-		if s.ready == nil {
+		if len(s.ready) < s.maxSpares {
 			sp, err := s.openSpare(path)
 			if err != nil {
 				return err
 			}
 			if sp != nil {
-				s.ready = sp
+				s.ready = append(s.ready, sp)
 				s.haveSpare.Store(true)
 				continue
 			}

@@ -92,13 +92,14 @@ type shard struct {
 	// dead and prepStop.
 	prepMu    sync.Mutex
 	prepCond  *sync.Cond
-	ready     *spareFile // at most one spare per shard
-	want      bool       // the writer asked for a spare
-	dead      []*segment // collected segments to recycle or remove, oldest first
+	ready     []*spareFile // at most maxSpares
+	maxSpares int          // Options.SpareSegments
+	want      bool         // the writer asked for a spare
+	dead      []*segment   // collected segments to recycle or remove, oldest first
 	prepStop  bool
 	prepDone  chan struct{}
 	spareSeq  uint64      // number of the next spare file; the preparer's once it runs
-	haveSpare atomic.Bool // ready != nil
+	haveSpare atomic.Bool // len(ready) > 0
 
 	batches, records, bytes, fsyncs atomic.Uint64
 	recycled, prepared, spareMisses atomic.Uint64
@@ -106,17 +107,18 @@ type shard struct {
 
 func newShard(id int, dir string, opts *Options) *shard {
 	s := &shard{
-		id:       id,
-		dir:      dir,
-		segSize:  opts.SegmentSize,
-		noSync:   opts.NoSync,
-		logger:   opts.Logger.With("shard", id),
-		groups:   make(map[uint64]*groupState),
-		dropping: make(map[*groupState]struct{}),
-		segs:     make(map[uint32]*segment),
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		prepDone: make(chan struct{}),
+		id:        id,
+		dir:       dir,
+		segSize:   opts.SegmentSize,
+		maxSpares: opts.SpareSegments,
+		noSync:    opts.NoSync,
+		logger:    opts.Logger.With("shard", id),
+		groups:    make(map[uint64]*groupState),
+		dropping:  make(map[*groupState]struct{}),
+		segs:      make(map[uint32]*segment),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		prepDone:  make(chan struct{}),
 	}
 	s.prepCond = sync.NewCond(&s.prepMu)
 	return s
@@ -197,8 +199,6 @@ func (s *shard) close() error {
 		}
 	}
 	s.segMu.Unlock()
-	if sp := s.takeSpare(); sp != nil {
-		sp.f.Close()
-	}
+	s.closeSpares()
 	return first
 }

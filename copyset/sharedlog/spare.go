@@ -15,18 +15,22 @@ import (
 // the filesystem commit inode and extent metadata through its journal (ext4:
 // jbd2) on every fdatasync. So a shard appends to segments that were
 // written to their full size (Options.SegmentSize) and made durable before
-// they became active. Each shard keeps one such spare ready, prepared by its
+// they became active. Each shard keeps such spares ready, prepared by its
 // preparer goroutine while the active segment fills:
 //
 //   - recycling: a segment freed by garbage collection is renamed to a
-//     spare (and the rename made durable) instead of being deleted. Its old
-//     records stay in the file; activation writes a header with a new salt,
-//     which the link chain of every record depends on, so recovery never
-//     takes them for records of the new incarnation;
-//   - else a new file NNNNNNNNNN.spare.tmp is zero-filled (with O_DIRECT
-//     where the filesystem allows, so it neither costs a copy into nor
-//     floods the page cache), fdatasynced, renamed to NNNNNNNNNN.spare and
-//     the directory synced. A crash before the rename leaves a .tmp file,
+//     spare (and the rename made durable) instead of being deleted, while
+//     fewer than Options.SpareSegments spares are ready (beyond, it is
+//     removed). Copysets truncate their logs at moments of their own, so
+//     segments die in bursts: the spares kept from one serve the rolls that
+//     follow, each of which would otherwise zero-fill a segment. A
+//     recycled file's old records stay in it; activation writes a header
+//     with a new salt, which the link chain of every record depends on, so
+//     recovery never takes them for records of the new incarnation;
+//   - when none is ready, a new file NNNNNNNNNN.spare.tmp is zero-filled
+//     (with O_DIRECT where the filesystem allows, so it neither costs a
+//     copy into nor floods the page cache), fdatasynced, renamed to
+//     NNNNNNNNNN.spare and the directory synced. A crash before the rename leaves a .tmp file,
 //     which recovery deletes.
 //
 // The writer asks for a spare once the active segment is three quarters
@@ -62,24 +66,39 @@ func (s *shard) stopPreparer() {
 	<-s.prepDone
 }
 
-// takeSpare returns the ready spare, if any. Writer only.
+// takeSpare returns a ready spare, if any: the one made ready last, whose
+// file is the likeliest to still be in the disk's and the filesystem's
+// caches. Writer only.
 func (s *shard) takeSpare() *spareFile {
 	if !s.haveSpare.Load() {
 		return nil
 	}
 	s.prepMu.Lock()
-	sp := s.ready
-	s.ready = nil
+	defer s.prepMu.Unlock()
+	n := len(s.ready)
+	if n == 0 {
+		return nil
+	}
+	sp := s.ready[n-1]
+	s.ready[n-1] = nil
+	s.ready = s.ready[:n-1]
 	s.want = false
-	s.haveSpare.Store(false)
-	s.prepMu.Unlock()
+	s.haveSpare.Store(n > 1)
 	return sp
+}
+
+// closeSpares closes the files of the ready spares (the shard closes; the
+// files stay, for recovery to find).
+func (s *shard) closeSpares() {
+	for sp := s.takeSpare(); sp != nil; sp = s.takeSpare() {
+		sp.f.Close()
+	}
 }
 
 // requestSpare asks the preparer for a spare, unless one is ready.
 func (s *shard) requestSpare() {
 	s.prepMu.Lock()
-	if s.ready == nil {
+	if len(s.ready) == 0 {
 		s.want = true
 		s.prepCond.Broadcast()
 	}
@@ -96,7 +115,7 @@ func (s *shard) retire(dead []*segment) {
 }
 
 func (s *shard) setReady(sp *spareFile) {
-	s.ready = sp
+	s.ready = append(s.ready, sp)
 	s.want = false
 	s.haveSpare.Store(true)
 }
@@ -104,8 +123,9 @@ func (s *shard) setReady(sp *spareFile) {
 func (s *shard) recyclable(d *segment) bool { return d.fileSize.Load() == s.segSize }
 
 // prepare is the preparer goroutine. Retired segments come first: each is
-// recycled if no spare is ready, else removed. On stop it still finishes
-// those (renames and unlinks), but abandons a zero-fill.
+// recycled while fewer than maxSpares spares are ready, else removed. On
+// stop it still finishes those (renames and unlinks), but abandons a
+// zero-fill.
 func (s *shard) prepare() {
 	defer close(s.prepDone)
 	s.prepMu.Lock()
@@ -116,7 +136,7 @@ func (s *shard) prepare() {
 			d := s.dead[0]
 			s.dead[0] = nil
 			s.dead = s.dead[1:]
-			reuse := s.ready == nil && s.recyclable(d)
+			reuse := len(s.ready) < s.maxSpares && s.recyclable(d)
 			s.prepMu.Unlock()
 			var sp *spareFile
 			if reuse {
@@ -130,7 +150,7 @@ func (s *shard) prepare() {
 			}
 		case s.prepStop:
 			return
-		case s.want && s.ready == nil:
+		case s.want && len(s.ready) == 0:
 			s.prepMu.Unlock()
 			sp, err := s.zeroFill()
 			s.prepMu.Lock()
