@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/copyset/sharedlog"
 	"github.com/chunkraft/chunkraft/datasync"
 	"github.com/chunkraft/chunkraft/disagg"
 	"github.com/chunkraft/chunkraft/dm"
@@ -146,6 +147,11 @@ type SyncConfig struct {
 // minRetainedBytes is the least sync.max_retained_bytes.
 const minRetainedBytes = 1 << 20
 
+// minRetainBytes is the least raft.snapshot_bytes and raft.trailing_bytes:
+// below an entry's size (up to 1 MiB) the log would snapshot on every
+// entry.
+const minRetainBytes = 1 << 20
+
 // RaftConfig holds the raft settings shared by every copyset.
 type RaftConfig struct {
 	HeartbeatTimeout   time.Duration `yaml:"heartbeat_timeout"`
@@ -161,14 +167,28 @@ type RaftConfig struct {
 	// SnapshotThreshold: log entries since the last snapshot that trigger
 	// one; SnapshotInterval: how often raft checks; TrailingLogs: entries
 	// kept after a snapshot so a lagging replica can catch up from the log.
+	// SnapshotBytes: bytes of log entries since the last snapshot that
+	// trigger one (checked as entries are stored); TrailingBytes: the
+	// entries kept after a snapshot hold at most this many bytes (the fewer
+	// of trailing_logs entries and trailing_bytes bytes stay). Both bound
+	// the log of large writes, so that the shared log frees segments and
+	// recycles them instead of zero-filling new ones (copyset/logretain.go).
 	// LogStore is "boltdb" (one raft-boltdb file per copyset) or "shared"
 	// (one group-committing log per server, LogShards files written in
 	// parallel). Changing it on a server with copysets loses their logs.
-	LogStore          string        `yaml:"log_store"`
-	LogShards         int           `yaml:"log_shards"`
+	LogStore  string `yaml:"log_store"`
+	LogShards int    `yaml:"log_shards"`
+	// LogSpareSegments: spare segments each shard of the shared log keeps
+	// at most (copyset/sharedlog/spare.go): freed segments are kept up to
+	// this many for the next rolls, so that a burst of frees is not
+	// removed and written with zeros again later. Each costs a segment
+	// (64 MiB) of disk.
+	LogSpareSegments  int           `yaml:"log_spare_segments"`
 	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
 	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
 	TrailingLogs      uint64        `yaml:"trailing_logs"`
+	SnapshotBytes     uint64        `yaml:"snapshot_bytes"`
+	TrailingBytes     uint64        `yaml:"trailing_bytes"`
 	// MaxPinnedEntries bounds a log retention pin (copyset/logpin.go): a
 	// pin may hold back truncation of at most this many entries behind a
 	// copyset's last index; a compaction moves a pin further behind up
@@ -207,9 +227,12 @@ func DefaultConfig() Config {
 			LogLevel:           "warn",
 			LogStore:           "shared",
 			LogShards:          2,
+			LogSpareSegments:   sharedlog.DefaultSpareSegments,
 			SnapshotThreshold:  8192,
 			SnapshotInterval:   120 * time.Second,
 			TrailingLogs:       10240,
+			SnapshotBytes:      copyset.DefaultSnapshotBytes,
+			TrailingBytes:      copyset.DefaultTrailingBytes,
 			MaxPinnedEntries:   copyset.DefaultMaxPinnedEntries,
 			ReadLease:          true,
 		},
@@ -452,6 +475,15 @@ func (c *Config) Validate() error {
 	case "trace", "debug", "info", "warn", "error", "off":
 	default:
 		return fmt.Errorf("config: raft.log_level %q: want trace, debug, info, warn, error or off", c.Raft.LogLevel)
+	}
+	if c.Raft.SnapshotBytes < minRetainBytes {
+		return fmt.Errorf("config: raft.snapshot_bytes %d must be at least %d (1 MiB)", c.Raft.SnapshotBytes, minRetainBytes)
+	}
+	if c.Raft.TrailingBytes < minRetainBytes {
+		return fmt.Errorf("config: raft.trailing_bytes %d must be at least %d (1 MiB)", c.Raft.TrailingBytes, minRetainBytes)
+	}
+	if c.Raft.LogSpareSegments < 1 {
+		return fmt.Errorf("config: raft.log_spare_segments %d must be at least 1", c.Raft.LogSpareSegments)
 	}
 	if c.Raft.MaxPinnedEntries < 1 {
 		return fmt.Errorf("config: raft.max_pinned_entries %d must be at least 1", c.Raft.MaxPinnedEntries)

@@ -153,6 +153,8 @@ func (rt *runtimeState) registerRuntimeKey(key string, k runtimeKey) {
 //	raft.snapshot_threshold  raft.ReloadConfig on every open copyset, and copysets opened later
 //	raft.snapshot_interval   likewise (at least 5ms; raft re-arms its snapshot timer with it after the current wait)
 //	raft.trailing_logs       likewise (at least 1)
+//	raft.snapshot_bytes      likewise (at least 1 MiB)
+//	raft.trailing_bytes      likewise (at least 1 MiB)
 //
 // and, on a server with a chunk file pool, chunk_file_pool (the pool's
 // target, at least 1: Server.registerPoolKey).
@@ -208,6 +210,26 @@ func (rt *runtimeState) registerBuiltinKeys() {
 		},
 		apply: func(next *Config) { reload(copyset.RaftReload{TrailingLogs: next.Raft.TrailingLogs}) },
 	})
+	for _, k := range []struct {
+		key    string
+		get    func(*Config) uint64
+		reload func(uint64) copyset.RaftReload
+	}{
+		{"raft.snapshot_bytes", func(c *Config) uint64 { return c.Raft.SnapshotBytes },
+			func(v uint64) copyset.RaftReload { return copyset.RaftReload{SnapshotBytes: v} }},
+		{"raft.trailing_bytes", func(c *Config) uint64 { return c.Raft.TrailingBytes },
+			func(v uint64) copyset.RaftReload { return copyset.RaftReload{TrailingBytes: v} }},
+	} {
+		rt.registerRuntimeKey(k.key, runtimeKey{
+			check: func(next *Config) error {
+				if k.get(next) < minRetainBytes {
+					return fmt.Errorf("%s must be at least %d (1 MiB)", k.key, minRetainBytes)
+				}
+				return nil
+			},
+			apply: func(next *Config) { reload(k.reload(k.get(next))) },
+		})
+	}
 }
 
 // configError is a refused Get or Set; its message is the response value.

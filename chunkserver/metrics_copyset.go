@@ -16,6 +16,7 @@ type copysetCollector struct {
 
 	role, term, commit, applied, broken *prometheus.Desc
 	leaderChanges, snapshotInstalls     *prometheus.Desc
+	snapshotsByBytes, logBytes          *prometheus.Desc
 }
 
 func newCopysetCollector(m *copyset.Manager) *copysetCollector {
@@ -31,11 +32,14 @@ func newCopysetCollector(m *copyset.Manager) *copysetCollector {
 			"Times this replica learned of a new leader (itself included) since it was opened."),
 		snapshotInstalls: d("snapshot_installs_total",
 			"Snapshots this replica received from a leader and installed since it was opened."),
+		snapshotsByBytes: d("snapshots_by_bytes_total",
+			"Snapshots this replica took because the log entries since its last one held raft.snapshot_bytes, since it was opened."),
+		logBytes: d("log_bytes", "About how many bytes of entry data this replica's raft log holds (counted as entries are stored since it was opened)."),
 	}
 }
 
 func (c *copysetCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, c.role, c.term, c.commit, c.applied, c.broken, c.leaderChanges, c.snapshotInstalls)
+	describe(ch, c.role, c.term, c.commit, c.applied, c.broken, c.leaderChanges, c.snapshotInstalls, c.snapshotsByBytes, c.logBytes)
 }
 
 func (c *copysetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -60,5 +64,7 @@ func (c *copysetCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.broken, broken)
 		counter(c.leaderChanges, st.LeaderChanges)
 		counter(c.snapshotInstalls, st.SnapshotsInstalled)
+		counter(c.snapshotsByBytes, st.SnapshotsByBytes)
+		gauge(c.logBytes, float64(st.LogBytes))
 	}
 }

@@ -125,7 +125,7 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 	})
 	if cfg.Raft.LogStore == "shared" {
 		s.shared, err = sharedlog.Open(sharedlog.Options{
-			Dir: filepath.Join(cfg.DataDir, "raftlog"), Shards: cfg.Raft.LogShards,
+			Dir: filepath.Join(cfg.DataDir, "raftlog"), Shards: cfg.Raft.LogShards, SpareSegments: cfg.Raft.LogSpareSegments,
 			Logger: log.With("component", "sharedlog"),
 		})
 		if err != nil {
@@ -178,6 +178,8 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
 			SnapshotInterval:   cfg.Raft.SnapshotInterval,
 			TrailingLogs:       cfg.Raft.TrailingLogs,
+			SnapshotBytes:      cfg.Raft.SnapshotBytes,
+			TrailingBytes:      cfg.Raft.TrailingBytes,
 			MaxPinnedEntries:   cfg.Raft.MaxPinnedEntries,
 			MaxPinnedBytes:     cfg.Sync.MaxRetainedBytes,
 			NoReadLease:        !cfg.Raft.ReadLease,

@@ -147,7 +147,10 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	c.cfgSet(t, l, "raft.snapshot_threshold", "4")
 	c.cfgSet(t, l, "raft.trailing_logs", "2")
 	c.cfgSet(t, l, "raft.snapshot_interval", "50ms")
-	want := copyset.RaftReload{SnapshotThreshold: 4, TrailingLogs: 2, SnapshotInterval: 50 * time.Millisecond}
+	c.cfgSet(t, l, "raft.snapshot_bytes", "5000000")
+	c.cfgSet(t, l, "raft.trailing_bytes", "6000000")
+	want := copyset.RaftReload{SnapshotThreshold: 4, TrailingLogs: 2, SnapshotInterval: 50 * time.Millisecond,
+		SnapshotBytes: 5000000, TrailingBytes: 6000000}
 	if got := srv.Copysets().Get(c.Group).RaftSettings(); got != want {
 		t.Fatalf("copyset raft settings %+v, want %+v", got, want)
 	}
@@ -193,7 +196,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	})
 
 	// Restart-needed keys, unknown keys, bad values: refused, no change.
-	for _, key := range []string{"listen", "data_dir", "raft.heartbeat_timeout", "raft.log_store", "copyset_load_margin", "chunk_file_pool"} {
+	for _, key := range []string{"listen", "data_dir", "raft.heartbeat_timeout", "raft.log_store", "raft.log_spare_segments", "copyset_load_margin", "chunk_file_pool"} {
 		c.cfgRefused(t, l, key, c.cfgGet(t, l, key), "restart")
 	}
 	c.cfgRefused(t, l, "no_such_key", "1", "unknown config key")
@@ -205,6 +208,7 @@ func TestConfigServiceRuntimeKeys(t *testing.T) {
 	c.cfgRefused(t, l, "raft.snapshot_interval", "1ms", "invalid value")
 	c.cfgRefused(t, l, "raft.snapshot_interval", "10", `raft.snapshot_interval: "10" is not a duration`)
 	c.cfgRefused(t, l, "raft.snapshot_threshold", "0", "invalid value")
+	c.cfgRefused(t, l, "raft.trailing_bytes", "1000", "invalid value")
 	if st, msg := c.cfgCall(t, l, "get", "nope", ""); st != pb.CONFIG_OP_STATUS_CONFIG_OP_STATUS_FAILURE_UNKNOWN ||
 		!strings.Contains(msg, "unknown") {
 		t.Fatalf("get unknown key: %v %q", st, msg)
@@ -262,6 +266,8 @@ func TestConfigSetSurvivesRestart(t *testing.T) {
 	c.cfgSet(t, f, "raft.trailing_logs", "4321")
 	c.cfgSet(t, f, "raft.snapshot_threshold", "999")
 	c.cfgSet(t, f, "raft.snapshot_interval", "7s")
+	c.cfgSet(t, f, "raft.snapshot_bytes", "3000000")
+	c.cfgSet(t, f, "raft.trailing_bytes", "2000000")
 	c.Stop(f)
 
 	// What the chunkserver command does without --config: the file in the
@@ -284,6 +290,7 @@ func TestConfigSetSurvivesRestart(t *testing.T) {
 	for key, want := range map[string]string{
 		"log_level": "warn", "max_inflight": "777", "min_free_bytes": "4096",
 		"raft.trailing_logs": "4321", "raft.snapshot_threshold": "999", "raft.snapshot_interval": "7s",
+		"raft.snapshot_bytes": "3000000", "raft.trailing_bytes": "2000000",
 	} {
 		if v := c.cfgGet(t, f, key); v != want {
 			t.Fatalf("after restart %s = %q, want %q", key, v, want)
@@ -293,7 +300,8 @@ func TestConfigSetSurvivesRestart(t *testing.T) {
 	if srv.Chunks().Admission().MaxInflight() != 777 || srv.LogLevelVar().Level() != slog.LevelWarn {
 		t.Fatalf("after restart max_inflight %d, level %v", srv.Chunks().Admission().MaxInflight(), srv.LogLevelVar().Level())
 	}
-	want := copyset.RaftReload{SnapshotThreshold: 999, TrailingLogs: 4321, SnapshotInterval: 7 * time.Second}
+	want := copyset.RaftReload{SnapshotThreshold: 999, TrailingLogs: 4321, SnapshotInterval: 7 * time.Second,
+		SnapshotBytes: 3000000, TrailingBytes: 2000000}
 	if got := srv.Copysets().Get(c.Group).RaftSettings(); got != want {
 		t.Fatalf("after restart copyset raft settings %+v, want %+v", got, want)
 	}

@@ -48,6 +48,19 @@ func (b *background) sleep(d time.Duration) bool {
 	}
 }
 
+// wait waits for a value on ch; false if close was called meanwhile.
+func (b *background) wait(ch <-chan struct{}) bool {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-done:
+		return false
+	}
+}
+
 func (b *background) close() {
 	b.mu.Lock()
 	if !b.closed && b.done != nil {

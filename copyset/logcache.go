@@ -29,10 +29,18 @@ type logCache struct {
 	pins *logPins
 
 	mu    sync.Mutex
-	sizes *logSizes // every entry stored, for the bytes bound of the pins
+	sizes *logSizes // every entry stored, for the bytes bounds (pins, retention)
 	ring  []*raft.Log
 	bytes int
 	lo    uint64
+
+	// Retention by bytes (logretain.go), guarded by mu: snapMark is
+	// sizes.total before the first entry after the last snapshot, snapDue
+	// set while a snapshot asked for on snapKick (capacity 1) is not taken.
+	retain   retention
+	snapMark uint64
+	snapDue  bool
+	snapKick chan struct{}
 }
 
 // newLogCache returns a cache of at most entries entries and maxBytes bytes
@@ -41,7 +49,8 @@ func newLogCache(entries, maxBytes int, store raft.LogStore) (*logCache, error) 
 	if entries <= 0 || maxBytes <= 0 {
 		return nil, fmt.Errorf("log cache: want positive bounds, got %d entries, %d bytes", entries, maxBytes)
 	}
-	return &logCache{store: store, maxBytes: maxBytes, ring: make([]*raft.Log, entries), sizes: newLogSizes()}, nil
+	return &logCache{store: store, maxBytes: maxBytes, ring: make([]*raft.Log, entries), sizes: newLogSizes(),
+		snapKick: make(chan struct{}, 1)}, nil
 }
 
 // GetLog implements raft.LogStore. The returned Log shares Data with the
@@ -81,6 +90,13 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 		c.bytes += len(l.Data)
 		c.sizes.add(l.Index, len(l.Data))
 	}
+	if lim := c.retain.snapshotBytes; lim > 0 && !c.snapDue && c.sizes.total >= c.snapMark+lim {
+		c.snapDue = true
+		select {
+		case c.snapKick <- struct{}{}:
+		default:
+		}
+	}
 	last := logs[len(logs)-1].Index
 	// Entries older than the ring's window were overwritten above or by
 	// earlier stores; start eviction inside the window.
@@ -100,13 +116,73 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 
 // DeleteRange implements raft.LogStore: it empties the cache (raft deletes
 // a suffix on conflict and a prefix on compaction; both are rare) and
-// deletes [min, max] from the store, or, for a compaction held back by log
-// pins, the part of it below the lowest pin (logpin.go).
+// deletes [min, max] from the store, or, for a compaction, the part of it
+// below the trailing entries the retention keeps (logretain.go) and below
+// the lowest log pin (logpin.go).
 func (c *logCache) DeleteRange(min, max uint64) error {
+	max, ok, err := c.trailing(min, max)
+	if err != nil || !ok {
+		return err
+	}
 	if c.pins != nil {
 		return c.pins.deleteRange(c, min, max, c.deleteRange)
 	}
 	return c.deleteRange(min, max)
+}
+
+// trailing returns the end of the part of [lo, hi] that may be deleted
+// with the trailing entries of the retention kept, and false if none may:
+// all of it unless [lo, hi] is a compaction (lo at or below the first
+// index, hi below the last), else up to the index before keepFrom.
+func (c *logCache) trailing(lo, hi uint64) (uint64, bool, error) {
+	first, err := c.store.FirstIndex()
+	if err != nil {
+		return 0, false, fmt.Errorf("compaction: %w", err)
+	}
+	last, err := c.store.LastIndex()
+	if err != nil {
+		return 0, false, fmt.Errorf("compaction: %w", err)
+	}
+	if lo > first || hi >= last {
+		return hi, true, nil // not a compaction: a conflicting suffix, or the whole log
+	}
+	c.mu.Lock()
+	from := c.retain.keepFrom(last, c.sizes.lowestWithin)
+	c.mu.Unlock()
+	if from <= lo {
+		return 0, false, nil
+	}
+	return min(hi, from-1), true, nil
+}
+
+// setRetention sets the retention policy (logretain.go).
+func (c *logCache) setRetention(r retention) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retain = r
+}
+
+// retention returns the retention policy.
+func (c *logCache) retention() retention {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.retain
+}
+
+// snapshotTaken says that a snapshot covers the log up to index: the bytes
+// since the last snapshot count from the entry after it.
+func (c *logCache) snapshotTaken(index uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snapMark = c.sizes.total - min(c.sizes.bytesFrom(index+1), c.sizes.total)
+	c.snapDue = false
+}
+
+// snapshotFailed lets StoreLogs ask for a snapshot again.
+func (c *logCache) snapshotFailed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snapDue = false
 }
 
 func (c *logCache) deleteRange(min, max uint64) error {

@@ -38,6 +38,13 @@ type RaftOptions struct {
 	// TrailingLogs is how many entries stay in the log after a snapshot, for
 	// followers to catch up without a snapshot install (default 10240).
 	TrailingLogs uint64
+	// SnapshotBytes is how many bytes of entries stored since the last
+	// snapshot make the replica take one (default DefaultSnapshotBytes);
+	// TrailingBytes bounds the bytes of the entries that stay after a
+	// snapshot: the fewer of TrailingLogs entries and TrailingBytes bytes
+	// stay (default DefaultTrailingBytes). See logretain.go.
+	SnapshotBytes uint64
+	TrailingBytes uint64
 	// Logger receives hashicorp/raft's own log lines (adapted from hclog,
 	// filtered by LogLevel alone), with the copyset's pool and copyset as
 	// attributes; nil means the manager's logger.
@@ -85,6 +92,12 @@ func (o *RaftOptions) withDefaults() RaftOptions {
 	}
 	if r.TrailingLogs == 0 {
 		r.TrailingLogs = 10240
+	}
+	if r.SnapshotBytes == 0 {
+		r.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if r.TrailingBytes == 0 {
+		r.TrailingBytes = DefaultTrailingBytes
 	}
 	if r.MaxPinnedEntries == 0 {
 		r.MaxPinnedEntries = DefaultMaxPinnedEntries
@@ -176,6 +189,12 @@ type Status struct {
 	// LeaderChanges counts the times this replica learned of a new leader
 	// (itself included) since it started.
 	LeaderChanges uint64
+	// SnapshotsByBytes counts the snapshots taken because the entries
+	// since the last one held RaftOptions.SnapshotBytes (logretain.go).
+	SnapshotsByBytes uint64
+	// LogBytes is about how many bytes of entry data the log holds, from
+	// its first index to its last (logsize.go).
+	LogBytes uint64
 }
 
 // Node is one replica of one copyset: a hashicorp/raft instance with its
@@ -243,6 +262,8 @@ type Node struct {
 
 	// leaderChanges counts raft's leader observations naming a leader.
 	leaderChanges atomic.Uint64
+	// snapshotsByBytes counts the snapshots runSnapshotter took.
+	snapshotsByBytes atomic.Uint64
 	// onState, when set, is told (on raft's goroutine, must not block) of
 	// every raft state change of this replica (leaderwork.go).
 	onState func()
@@ -329,7 +350,8 @@ func openNode(c nodeConfig) (*Node, error) {
 	cfg.NoSnapshotRestoreOnStart = true
 	cfg.SnapshotThreshold = opts.SnapshotThreshold
 	cfg.SnapshotInterval = opts.SnapshotInterval
-	cfg.TrailingLogs = opts.TrailingLogs
+	// The cache keeps the trailing entries (logretain.go).
+	cfg.TrailingLogs = raftTrailingLogs
 	// A leader that removes itself steps down and its replica is dropped
 	// by the manager (lifecycle.go) rather than raft shutting down under
 	// the pending change.
@@ -359,6 +381,9 @@ func openNode(c nodeConfig) (*Node, error) {
 	}
 	stores.cache.pins = pins
 	stores.cache.sizes.setBounds(opts.MaxPinnedEntries, opts.MaxPinnedBytes)
+	stores.cache.setRetention(retention{
+		trailingLogs: opts.TrailingLogs, trailingBytes: opts.TrailingBytes, snapshotBytes: opts.SnapshotBytes,
+	})
 	n := &Node{
 		group: c.group, local: c.local, dir: c.dir, opts: opts, log: c.log,
 		fsm: f, stores: stores, pins: stores.cache.pins, snaps: snaps, trans: c.trans, stopDone: make(chan struct{}), stopping: make(chan struct{}),
@@ -372,6 +397,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	f.onBroken = func(uint64, *FatalError) { n.stopRaft() }
 	snaps.sources = f.sources
 	snaps.checkFiles = f.reg.checkFiles
+	snaps.saved = stores.cache.snapshotTaken
 	f.restore = func(man snapManifest) (*machineSet, error) {
 		id := snaps.takePending()
 		if id == "" {
@@ -410,6 +436,7 @@ func openNode(c nodeConfig) (*Node, error) {
 		return false
 	}))
 	n.props.start(n)
+	n.bg.do(n.runSnapshotter)
 	return n, nil
 }
 
@@ -831,6 +858,8 @@ func (n *Node) Status() Status {
 
 		SnapshotsInstalled: n.snaps.installs.Load(),
 		LeaderChanges:      n.leaderChanges.Load(),
+		SnapshotsByBytes:   n.snapshotsByBytes.Load(),
+		LogBytes:           n.stores.cache.bytesFrom(first),
 	}
 }
 

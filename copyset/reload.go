@@ -15,12 +15,31 @@ type RaftReload struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	SnapshotBytes     uint64
+	TrailingBytes     uint64
 }
 
-// ReloadRaft applies r to this replica's running raft instance
-// (raft.ReloadConfig): the snapshot settings take effect at raft's next
-// snapshot check, the trailing logs at the next log truncation.
+// ReloadRaft applies r to this replica: the entry and interval snapshot
+// settings to its running raft instance (raft.ReloadConfig), taking effect
+// at raft's next snapshot check; the byte snapshot setting at the next
+// entries stored; the trailing logs and bytes at the next log truncation
+// (logretain.go).
 func (n *Node) ReloadRaft(r RaftReload) error {
+	c := n.stores.cache
+	c.mu.Lock()
+	if r.TrailingLogs != 0 {
+		c.retain.trailingLogs = r.TrailingLogs
+	}
+	if r.TrailingBytes != 0 {
+		c.retain.trailingBytes = r.TrailingBytes
+	}
+	if r.SnapshotBytes != 0 {
+		c.retain.snapshotBytes = r.SnapshotBytes
+	}
+	c.mu.Unlock()
+	if r.SnapshotThreshold == 0 && r.SnapshotInterval == 0 {
+		return nil
+	}
 	rc := n.raft.ReloadableConfig()
 	if r.SnapshotThreshold != 0 {
 		rc.SnapshotThreshold = r.SnapshotThreshold
@@ -28,22 +47,23 @@ func (n *Node) ReloadRaft(r RaftReload) error {
 	if r.SnapshotInterval != 0 {
 		rc.SnapshotInterval = r.SnapshotInterval
 	}
-	if r.TrailingLogs != 0 {
-		rc.TrailingLogs = r.TrailingLogs
-	}
 	if err := n.raft.ReloadConfig(rc); err != nil {
 		return fmt.Errorf("reload raft config of copyset %s: %w", n.group, err)
 	}
 	return nil
 }
 
-// RaftSettings returns the reloadable snapshot settings raft runs with now.
+// RaftSettings returns the reloadable snapshot settings the replica runs
+// with now.
 func (n *Node) RaftSettings() RaftReload {
 	rc := n.raft.ReloadableConfig()
+	ret := n.stores.cache.retention()
 	return RaftReload{
 		SnapshotThreshold: rc.SnapshotThreshold,
 		SnapshotInterval:  rc.SnapshotInterval,
-		TrailingLogs:      rc.TrailingLogs,
+		TrailingLogs:      ret.trailingLogs,
+		SnapshotBytes:     ret.snapshotBytes,
+		TrailingBytes:     ret.trailingBytes,
 	}
 }
 
@@ -61,6 +81,12 @@ func (m *Manager) ReloadRaft(r RaftReload) error {
 	}
 	if r.TrailingLogs != 0 {
 		m.opts.Raft.TrailingLogs = r.TrailingLogs
+	}
+	if r.SnapshotBytes != 0 {
+		m.opts.Raft.SnapshotBytes = r.SnapshotBytes
+	}
+	if r.TrailingBytes != 0 {
+		m.opts.Raft.TrailingBytes = r.TrailingBytes
 	}
 	var errs []error
 	for _, n := range m.nodes {

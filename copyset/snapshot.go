@@ -95,6 +95,9 @@ type snapshotStore struct {
 	sources func() ([]snapSource, error)
 	// checkFiles checks the names a machine's stream yields (registry).
 	checkFiles func(Kind, []string) error
+	// saved, when set, is told the index of every snapshot saved (taken
+	// here or received), on the goroutine that saved it.
+	saved func(index uint64)
 
 	mu      sync.Mutex
 	pending string // id of a received snapshot staged for Restore
@@ -305,6 +308,9 @@ func (k *snapSink) Close() error {
 		}
 		if err = atomicfile.SyncDir(k.store.dir); err != nil {
 			return
+		}
+		if k.store.saved != nil {
+			k.store.saved(k.rec.Meta.Index)
 		}
 		if k.rec.Received {
 			k.store.mu.Lock()
