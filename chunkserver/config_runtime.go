@@ -152,7 +152,7 @@ func (rt *runtimeState) registerRuntimeKey(key string, k runtimeKey) {
 //	min_free_bytes         free-space floor of the read-only state, re-evaluated at once
 //	raft.snapshot_threshold  raft.ReloadConfig on every open copyset, and copysets opened later
 //	raft.snapshot_interval   likewise (at least 5ms; raft re-arms its snapshot timer with it after the current wait)
-//	raft.trailing_logs       likewise (at least 1)
+//	raft.trailing_logs       every open copyset's log retention (copyset/logretain.go), and copysets opened later (at least 1)
 //	raft.snapshot_bytes      likewise (at least 1 MiB)
 //	raft.trailing_bytes      likewise (at least 1 MiB)
 //

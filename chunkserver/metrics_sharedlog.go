@@ -34,7 +34,7 @@ func newSharedLogCollector(l *sharedlog.Log) *sharedLogCollector {
 		batches:  d("batches_total", "Group commits (one write and one fdatasync) of the shared raft log."),
 		records:  d("records_total", "Records committed to the shared raft log (one per StoreLogs, DeleteRange, Set or DropGroup call)."),
 		bytes:    d("bytes_total", "Bytes of records and segment headers written to the shared raft log."),
-		recycled: d("segments_recycled_total", "Shared raft log segments freed by garbage collection and reused as the next segment."),
+		recycled: d("segments_recycled_total", "Shared raft log segments freed by garbage collection and kept as spares for reuse."),
 		prepared: d("segments_prepared_total", "Shared raft log segments zero-filled in advance because none was freed to recycle."),
 		spareMisses: d("spare_misses_total",
 			"Shared raft log segment rolls that found no prepared segment and started a growing one (slower commits until the next is ready)."),

@@ -1,4 +1,4 @@
-// Moving a shard's writes to the next segment (roll: into the spare the
+// Moving a shard's writes to the next segment (roll: into a spare the
 // preparer has ready, or a new growing file), the start every segment is
 // written with (segmentStart), and garbage collection of the segments no
 // group needs any more (gc).
@@ -11,7 +11,7 @@ import (
 	"slices"
 )
 
-// roll starts the next segment, normally in the spare the preparer has
+// roll starts the next segment, normally in a spare the preparer has
 // ready, else (the preparer is behind, or failed) in a new file that grows
 // as it is written. Either way the segment starts with its header, which
 // records where the previous segment's records end, and a checkpoint of
@@ -166,7 +166,8 @@ func (s *shard) oldestLive() (uint32, []uint64) {
 // gc retires, oldest first, the segments that no group has a live entry in:
 // they leave the segment table, their files are closed (a concurrent GetLog
 // then fails with os.ErrClosed and reports the entry missing) and the
-// preparer recycles one as the spare or removes them. Runs on the writer
+// preparer keeps them as spares (up to Options.SpareSegments) or removes
+// them. Runs on the writer
 // goroutine (or during Open), so no record is written concurrently.
 // Retiring only a prefix keeps the WAL a contiguous suffix, which recovery
 // relies on: replaying from any segment at or before the oldest live one

@@ -278,8 +278,8 @@ func (s *shard) commit(batch []*request, n int64) error {
 }
 
 // prepAt is the fill of the active segment at which the writer asks for the
-// next spare. Until then a segment freed by garbage collection becomes the
-// spare (recycled, no zero-fill); segments die about as often as they are
+// next spare when none is ready. Until then a segment freed by garbage
+// collection becomes a spare (recycled, no zero-fill); segments die about as often as they are
 // started, so the later the request the more rolls recycle. A preallocated
 // segment asks at three quarters: zero-filling a segment sequentially takes
 // far less time than filling a quarter of one with small records, and a late
