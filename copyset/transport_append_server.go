@@ -32,7 +32,7 @@ import (
 // when the stream ends; on the client's half-close it answers what it
 // handed to raft first.
 func (s *transportServer) AppendEntriesStream(stream grpc.BidiStreamingServer[raftpb.AppendEntriesBatch, raftpb.AppendEntriesBatchResponse]) error {
-	h := &appendStreamHandler{s: s, stream: stream, lanes: make(map[uint64]*appendLane), done: make(chan struct{})}
+	h := &appendStreamHandler{s: s, stream: stream, lanes: make(map[uint64]*appendLane), reapAt: laneReapMin, done: make(chan struct{})}
 	h.out.send = h.sendAnswers
 	err := h.serve()
 	if err != nil {
@@ -56,6 +56,7 @@ type appendStreamHandler struct {
 	stream grpc.BidiStreamingServer[raftpb.AppendEntriesBatch, raftpb.AppendEntriesBatchResponse]
 	stats  *peerCounters // the peer's, from its first request
 	lanes  map[uint64]*appendLane
+	reapAt int           // lanes at which lane looks for lanes to stop (reap)
 	done   chan struct{} // closed when the stream failed: lanes stop
 	wg     sync.WaitGroup
 	// out sends the lanes' answers; after a failed send the stream is
@@ -95,6 +96,10 @@ func (h *appendStreamHandler) serve() error {
 func (h *appendStreamHandler) lane(group uint64) *appendLane {
 	l := h.lanes[group]
 	if l == nil {
+		if len(h.lanes) >= h.reapAt {
+			h.reap()
+			h.reapAt = 2*len(h.lanes) + laneReapMin
+		}
 		depth := 4 * h.s.m.opts.MaxPipelineInFlight
 		l = &appendLane{h: h, group: group,
 			in:      make(chan *raftpb.AppendEntriesRequest, depth),
@@ -106,6 +111,24 @@ func (h *appendStreamHandler) lane(group uint64) *appendLane {
 		go l.respond()
 	}
 	return l
+}
+
+// laneReapMin is the fewest lanes a stream keeps before it looks for
+// lanes to stop.
+const laneReapMin = 64
+
+// reap stops the lanes of groups this server no longer has that have no
+// request outstanding (their goroutines exit), so that a long-lived stream
+// does not keep two goroutines for every copyset its peer ever led here.
+// A later request of such a group starts a new lane. Only the stream's
+// goroutine calls it, so no request is added to a lane meanwhile.
+func (h *appendStreamHandler) reap() {
+	for group, l := range h.lanes {
+		if l.outstanding.Load() == 0 && h.s.m.lookup(group) == nil {
+			close(l.in)
+			delete(h.lanes, group)
+		}
+	}
 }
 
 // sendAnswers sends one batch of answers (sendBatcher.send).
@@ -125,9 +148,12 @@ type appendLane struct {
 
 	// in feeds the dispatcher; queued counts what was put in it and not
 	// yet handed to raft (only the stream's goroutine adds to it).
-	in      chan *raftpb.AppendEntriesRequest
-	queued  atomic.Int32
-	pending chan laneAnswer // handed to raft (or refused), in order
+	in     chan *raftpb.AppendEntriesRequest
+	queued atomic.Int32
+	// outstanding counts the requests taken and not yet answered (added
+	// to by the stream's goroutine, taken from by the responder).
+	outstanding atomic.Int32
+	pending     chan laneAnswer // handed to raft (or refused), in order
 }
 
 // laneAnswer is raft's answer to come on respCh, or resp when the request
@@ -159,6 +185,7 @@ func (l *appendLane) refused() laneAnswer {
 // take is called by the stream's goroutine for each request of the group,
 // in order.
 func (l *appendLane) take(req *raftpb.AppendEntriesRequest) {
+	l.outstanding.Add(1)
 	if l.queued.Load() == 0 {
 		g := l.transport()
 		if g == nil {
@@ -255,5 +282,6 @@ func (l *appendLane) respond() {
 		}
 		out.Group = l.group
 		l.h.out.add(out)
+		l.outstanding.Add(-1)
 	}
 }

@@ -1,6 +1,8 @@
 package copyset
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chunkraft/chunkraft/internal/testwait"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/raftpb"
 )
 
@@ -223,4 +226,59 @@ func TestTransportAppendStreamBroken(t *testing.T) {
 		_ = p.Close()
 	}
 	a.stop()
+}
+
+// TestTransportAppendStreamReapsLanes: the lanes of groups the receiving
+// server no longer has are stopped once the stream has many lanes, so
+// their goroutines do not pile up on a long-lived stream.
+func TestTransportAppendStreamReapsLanes(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	a := trStartNode(t, TransportOptions{})
+	b := trStartNode(t, TransportOptions{})
+	answer := func(rpc raft.RPC) (any, error, bool) {
+		cmd := rpc.Command.(*raft.AppendEntriesRequest)
+		return &raft.AppendEntriesResponse{Term: 1, Success: true, LastLog: cmd.PrevLogEntry + 1}, nil, true
+	}
+	replicate := func(gid uint64) (*GroupTransport, *GroupTransport, *trFakeRaft) {
+		ga, gb := trTransport(t, a, gid), trTransport(t, b, gid)
+		fb := trStartFakeRaft(gb, answer)
+		p, err := ga.AppendEntriesPipeline("b", b.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.AppendEntries(trAppendReq(a.addr, 1), &raft.AppendEntriesResponse{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case f := <-p.Consumer():
+			if err := f.Error(); err != nil {
+				t.Fatalf("group %d: %v", gid, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("group %d: future not delivered", gid)
+		}
+		_ = p.Close()
+		return ga, gb, fb
+	}
+	var gone []*GroupTransport
+	for gid := uint64(1); gid <= laneReapMin; gid++ {
+		ga, gb, fb := replicate(gid)
+		fb.Stop()
+		_ = gb.Close() // b no longer has the group
+		gone = append(gone, ga)
+	}
+	before := runtime.NumGoroutine()
+	_, _, fb := replicate(1000) // a new lane: the stream looks for lanes to stop
+	testwait.Until(t, 5*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > before-laneReapMin {
+			return fmt.Errorf("%d goroutines, had %d before the new lane: the %d lanes of gone groups were not stopped", n, before, laneReapMin)
+		}
+		return nil
+	})
+	fb.Stop()
+	for _, g := range gone {
+		_ = g.Close()
+	}
+	a.stop()
+	b.stop()
 }
