@@ -21,6 +21,12 @@ func trAppendReq(from raft.ServerAddress, i uint64) *raft.AppendEntriesRequest {
 		Entries: []*raft.Log{{Index: i + 1, Term: 1, Data: []byte{byte(i)}}}}
 }
 
+// trAnswerAppend answers an AppendEntries with success up to its entry.
+func trAnswerAppend(rpc raft.RPC) (any, error, bool) {
+	cmd := rpc.Command.(*raft.AppendEntriesRequest)
+	return &raft.AppendEntriesResponse{Term: 1, Success: true, LastLog: cmd.PrevLogEntry + 1}, nil, true
+}
+
 // TestTransportAppendStreamGroups: the pipelines of several groups to one
 // peer share one stream; a group whose raft does not take requests holds
 // up no other group, and each group's futures come back in its order.
@@ -29,17 +35,13 @@ func TestTransportAppendStreamGroups(t *testing.T) {
 	a := trStartNode(t, TransportOptions{})
 	b := trStartNode(t, TransportOptions{})
 	const groups, perGroup = 4, 3
-	answer := func(rpc raft.RPC) (any, error, bool) {
-		cmd := rpc.Command.(*raft.AppendEntriesRequest)
-		return &raft.AppendEntriesResponse{Term: 1, Success: true, LastLog: cmd.PrevLogEntry + 1}, nil, true
-	}
 	var pipes []raft.AppendPipeline
 	var fakes []*trFakeRaft
 	for gid := uint64(1); gid <= groups; gid++ {
 		ga := trTransport(t, a, gid)
 		gb := trTransport(t, b, gid)
 		if gid != 1 { // group 1's raft is busy: nobody reads its Consumer channel
-			fakes = append(fakes, trStartFakeRaft(gb, answer))
+			fakes = append(fakes, trStartFakeRaft(gb, trAnswerAppend))
 		}
 		p, err := ga.AppendEntriesPipeline("b", b.addr)
 		if err != nil {
@@ -76,7 +78,7 @@ func TestTransportAppendStreamGroups(t *testing.T) {
 	}
 	// Group 1's raft starts: its requests are answered, in order.
 	gb1 := b.m.lookup(1)
-	fakes = append(fakes, trStartFakeRaft(gb1, answer))
+	fakes = append(fakes, trStartFakeRaft(gb1, trAnswerAppend))
 	for i := uint64(1); i <= perGroup; i++ {
 		select {
 		case f := <-pipes[0].Consumer():
@@ -134,10 +136,7 @@ func TestTransportAppendStreamLegacyPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb := trStartFakeRaft(g, func(rpc raft.RPC) (any, error, bool) {
-		cmd := rpc.Command.(*raft.AppendEntriesRequest)
-		return &raft.AppendEntriesResponse{Term: 1, Success: true, LastLog: cmd.PrevLogEntry + 1}, nil, true
-	})
+	fb := trStartFakeRaft(g, trAnswerAppend)
 	ga := trTransport(t, a, 1)
 
 	p, err := ga.AppendEntriesPipeline("b", addr)
@@ -235,13 +234,9 @@ func TestTransportAppendStreamReapsLanes(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	a := trStartNode(t, TransportOptions{})
 	b := trStartNode(t, TransportOptions{})
-	answer := func(rpc raft.RPC) (any, error, bool) {
-		cmd := rpc.Command.(*raft.AppendEntriesRequest)
-		return &raft.AppendEntriesResponse{Term: 1, Success: true, LastLog: cmd.PrevLogEntry + 1}, nil, true
-	}
 	replicate := func(gid uint64) (*GroupTransport, *GroupTransport, *trFakeRaft) {
 		ga, gb := trTransport(t, a, gid), trTransport(t, b, gid)
-		fb := trStartFakeRaft(gb, answer)
+		fb := trStartFakeRaft(gb, trAnswerAppend)
 		p, err := ga.AppendEntriesPipeline("b", b.addr)
 		if err != nil {
 			t.Fatal(err)
