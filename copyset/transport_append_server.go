@@ -102,7 +102,7 @@ func (h *appendStreamHandler) lane(group uint64) *appendLane {
 		}
 		depth := 4 * h.s.m.opts.MaxPipelineInFlight
 		l = &appendLane{h: h, group: group,
-			in:      make(chan *raftpb.AppendEntriesRequest, depth),
+			in:      make(chan laneRequest, depth),
 			pending: make(chan laneAnswer, depth),
 		}
 		h.lanes[group] = l
@@ -148,7 +148,7 @@ type appendLane struct {
 
 	// in feeds the dispatcher; queued counts what was put in it and not
 	// yet handed to raft (only the stream's goroutine adds to it).
-	in     chan *raftpb.AppendEntriesRequest
+	in     chan laneRequest
 	queued atomic.Int32
 	// outstanding counts the requests taken and not yet answered (added
 	// to by the stream's goroutine, taken from by the responder).
@@ -182,19 +182,27 @@ func (l *appendLane) refused() laneAnswer {
 	}}
 }
 
+// laneRequest is a request converted for raft, with the channel raft
+// answers it on.
+type laneRequest struct {
+	rpc    raft.RPC
+	respCh chan raft.RPCResponse
+}
+
 // take is called by the stream's goroutine for each request of the group,
 // in order.
 func (l *appendLane) take(req *raftpb.AppendEntriesRequest) {
 	l.outstanding.Add(1)
+	respCh := make(chan raft.RPCResponse, 1)
+	r := laneRequest{rpc: raft.RPC{Command: appendEntriesRequestFromProto(req), RespChan: respCh}, respCh: respCh}
 	if l.queued.Load() == 0 {
 		g := l.transport()
 		if g == nil {
 			l.put(l.refused())
 			return
 		}
-		respCh := make(chan raft.RPCResponse, 1)
 		select {
-		case g.consumeCh <- raft.RPC{Command: appendEntriesRequestFromProto(req), RespChan: respCh}:
+		case g.consumeCh <- r.rpc:
 			l.put(laneAnswer{g: g, respCh: respCh})
 			return
 		default: // raft is busy: the dispatcher waits for it
@@ -202,7 +210,7 @@ func (l *appendLane) take(req *raftpb.AppendEntriesRequest) {
 	}
 	l.queued.Add(1)
 	select {
-	case l.in <- req:
+	case l.in <- r:
 	case <-l.h.done:
 	}
 }
@@ -220,22 +228,23 @@ func (l *appendLane) dispatch() {
 	defer l.h.wg.Done()
 	defer close(l.pending)
 	for {
-		var req *raftpb.AppendEntriesRequest
+		var r laneRequest
 		select {
-		case r, ok := <-l.in:
+		case x, ok := <-l.in:
 			if !ok {
 				return
 			}
-			req = r
+			r = x
 		case <-l.h.done:
 			return
 		}
-		a := l.refused()
-		if g := l.transport(); g != nil {
-			respCh := make(chan raft.RPCResponse, 1)
+		var a laneAnswer
+		if g := l.transport(); g == nil {
+			a = l.refused()
+		} else {
 			select {
-			case g.consumeCh <- raft.RPC{Command: appendEntriesRequestFromProto(req), RespChan: respCh}:
-				a = laneAnswer{g: g, respCh: respCh}
+			case g.consumeCh <- r.rpc:
+				a = laneAnswer{g: g, respCh: r.respCh}
 			case <-g.ctx.Done():
 				a = laneAnswer{resp: closedAnswer(g)}
 			case <-l.h.done:

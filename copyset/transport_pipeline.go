@@ -441,16 +441,10 @@ func (p *appendPipeline) drain() {
 func (p *appendPipeline) abort(err error) {
 	p.fail(err)
 	err = p.err
-	for {
-		select {
-		case f := <-p.queue:
-			if !p.deliverWithRiders(f, err) {
-				return
-			}
-			continue
-		default:
+	for f := p.dequeue(); f != nil; f = p.dequeue() {
+		if !p.deliverWithRiders(f, err) {
+			return
 		}
-		break
 	}
 	// Held repeats come after everything sent; failCh is closed, so no
 	// more are held.
@@ -463,6 +457,16 @@ func (p *appendPipeline) abort(err error) {
 		if !p.deliver(h) {
 			return
 		}
+	}
+}
+
+// dequeue takes the oldest sent future, or nil when none is queued.
+func (p *appendPipeline) dequeue() *appendFuture {
+	select {
+	case f := <-p.queue:
+		return f
+	default:
+		return nil
 	}
 }
 
@@ -487,10 +491,8 @@ func (p *appendPipeline) answer(msg *raftpb.AppendEntriesResponse) {
 		p.watchdog.Stop()
 	}
 	p.wdMu.Unlock()
-	var f *appendFuture
-	select {
-	case f = <-p.queue:
-	default:
+	f := p.dequeue()
+	if f == nil {
 		return // aborted: the future was delivered with the error
 	}
 	if msg.StatusCode != 0 {
