@@ -45,7 +45,13 @@ func writePacket(t *testing.T, dir string, cs uint32, start, next exportfmt.Poin
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	// Written whole, then renamed into place, as an export writes it: a
+	// reader of a running task never sees it half written.
+	tmp := filepath.Join(dir, "packet.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
 }
