@@ -15,6 +15,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/cli"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
+	"github.com/chunkraft/chunkraft/internal/atomicfile"
 	"github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 )
@@ -47,11 +48,7 @@ func writePacket(t *testing.T, dir string, cs uint32, start, next exportfmt.Poin
 	}
 	// Written whole, then renamed into place, as an export writes it: a
 	// reader of a running task never sees it half written.
-	tmp := filepath.Join(dir, "packet.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := atomicfile.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
