@@ -78,7 +78,7 @@ func newDMStartCommand(a *app, check bool) *cobra.Command {
 	if check {
 		use, short = "check-task TASK.yaml", "Check a task without starting it: what start-task would do on each target copyset, and what is wrong"
 	}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Long: short + `.
@@ -95,6 +95,33 @@ fails.`,
 			return a.taskFileCall(cmd, args[0], check, (*Client).DMStartTask)
 		},
 	}
+	if check {
+		return cmd
+	}
+	var wait waitFlag
+	cmd.Long += `
+
+With --wait, it then waits (at most D) until the task is Finished (task-mode
+full) or in the Sync unit and caught up with its source (task-mode all),
+asking for its status every 0.2 s, with progress on stderr about once a
+second; it fails at once if the task is stopped, paused by a user or paused
+by an error auto-resume does not resume. The task is left as it is when the
+wait fails. -o json prints {"start": the start's answer, "wait": stage,
+unit, progress, seconds}.`
+	var path string
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		var err error
+		path, err = taskAndWaitArgs(cmd, &wait, args)
+		return err
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if wait.d == 0 {
+			return a.taskFileCall(cmd, path, false, (*Client).DMStartTask)
+		}
+		return a.startTaskAndWait(cmd, path, wait.d)
+	}
+	addWaitFlag(cmd, &wait, "then wait this long at most until the task is Finished (full) or caught up in Sync (all)")
+	return cmd
 }
 
 func newDMUpdateCommand(a *app) *cobra.Command {

@@ -7,7 +7,8 @@
 #      into a new pool and a dm task (task-mode full, the export as source)
 #      into another, PAIRS times; each rate is the pool's bytes over the time
 #      from the command to the end (the restore's own elapsed time; for dm,
-#      from start-task until query-status says Finished, polled every 0.2 s).
+#      from start-task until it is Finished: `chunkctl dm start-task --wait`,
+#      which asks for the task's status every 0.2 s).
 #   2. Sync under load: the 4 KiB randwrite rate pool 1 reaches alone at
 #      iodepth 64 (R); then chunkbench --rate R/2 on pool 1 without dm (A), with
 #      a dm task migrating pool 1 into pool 2 of the same cluster (a cluster
@@ -91,21 +92,18 @@ pool_create() {
     for cs in $(seq 1 "${2#1-}"); do "${CTL[@]}" leader get --pool "$1" --copyset "$cs" >/dev/null; done
 }
 
-# dm_wait NAME PY: polls query-status of task NAME every 0.2 s until the
-# Python expression PY over its subtask status (st) holds.
-dm_wait() {
-    local i
-    for i in $(seq 1 3000); do
-        if "${CTL[@]}" -o json dm query-status "$1" 2>/dev/null | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-st = d['subTaskStatus'][0]
-sys.exit(0 if ($2) else 1)" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.2
+# dm_start FILE: starts the task of task file FILE and waits until it is
+# Finished (task-mode full) or caught up in Sync (all), `chunkctl dm
+# start-task --wait` asking for its status every 0.2 s; a start refused (a
+# copyset electing a leader) is made again, a wait that fails is not.
+dm_start() {
+    local i out
+    for i in 1 2 3 4 5; do
+        out=$("${CTL[@]}" dm start-task --wait=10m "$1" 2>&1) && return 0
+        case $out in *"task started, but"*) break ;; esac
+        sleep 2
     done
-    echo "dm_bench: task $1 never reached: $2" >&2
+    echo "dm_bench: start-task $1: $out" >&2
     return 1
 }
 
@@ -131,8 +129,7 @@ for i in $(seq 1 "$PAIRS"); do
     printf 'name: load%d\ntask-mode: full\nsource:\n  pool: 1\n  export: file://%s\ntarget-pool: %d\n' "$i" "$EXPORT" "$pool" >"$WORK/load$i.yaml"
     settle
     t0=$(now)
-    retry "${CTL[@]}" dm start-task "$WORK/load$i.yaml"
-    dm_wait "load$i" "st['stage'] == 'Finished'"
+    dm_start "$WORK/load$i.yaml"
     t1=$(now)
     loads+=("$(python3 -c "print($POOL_BYTES / 1e6 / ($t1 - $t0))")")
     retry "${CTL[@]}" dm stop-task "load$i"
@@ -154,8 +151,7 @@ if phase sync; then
     a1=$(randwrite --rate "$HALF" | json 'd["iops"]')
     pool_create 2 1-16
     printf 'name: mig\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: 1\n  relay: file://%s\n  send-interval: %s\ntarget-pool: 2\n' "$SEEDS" "$WORK/relay" "$SEND_INTERVAL" >"$WORK/mig.yaml"
-    retry "${CTL[@]}" dm start-task "$WORK/mig.yaml"
-    dm_wait mig "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
+    dm_start "$WORK/mig.yaml"
     settle
     # lag_hist: the servers' chunkraft_dm_packet_lag_seconds of task mig, the
     # buckets summed over the three: "le count" lines, then "sum S".
@@ -182,8 +178,7 @@ for i in $(seq 1 "$CUTOVERS"); do
     pool_create "$dst" 1-4
     "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw read --bs 1m --iodepth 8 --ops 1 --prefill >/dev/null
     printf 'name: cut%d\ntask-mode: all\nsource:\n  cluster: [%s]\n  pool: %d\n  relay: file://%s\n  send-interval: %s\ntarget-pool: %d\n' "$i" "$SEEDS" "$src" "$WORK/relay$i" "$SEND_INTERVAL" "$dst" >"$WORK/cut$i.yaml"
-    retry "${CTL[@]}" dm start-task "$WORK/cut$i.yaml"
-    dm_wait "cut$i" "st.get('unit') == 'Sync' and st.get('sync', {}).get('synced')"
+    dm_start "$WORK/cut$i.yaml"
     "${BENCH[@]}" --pool "$src" --copysets 1-4 --span 16m --rw randwrite --bs 4k --iodepth 64 --runtime 120s --rate "$HALF" >/dev/null 2>&1 &
     BG=$!
     sleep 3
