@@ -19,8 +19,8 @@ import (
 //
 // Invariants: every non-nil ring[i] has Index%len(ring) == i and is an entry
 // the store holds (StoreLogs caches only after the store succeeded;
-// DeleteRange empties the cache first); bytes is the sum of len(Data) over
-// the non-nil slots; no entry with Index < lo is cached.
+// DeleteRange drops the range's entries first); bytes is the sum of
+// len(Data) over the non-nil slots; no entry with Index < lo is cached.
 type logCache struct {
 	store    raft.LogStore
 	maxBytes int
@@ -114,9 +114,12 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// DeleteRange implements raft.LogStore: it empties the cache (raft deletes
-// a suffix on conflict and a prefix on compaction; both are rare) and
-// deletes [min, max] from the store, or, for a compaction, the part of it
+// DeleteRange implements raft.LogStore: it drops the range's entries from
+// the cache and deletes [min, max] from the store (raft deletes a suffix on
+// conflict, and a prefix on compaction after every snapshot: a copyset
+// snapshots every few MiB of log, so the entries after the prefix, in
+// flight to followers and not yet applied on them, stay cached), or, for
+// a compaction, the part of it
 // below the trailing entries the retention keeps (logretain.go) and below
 // the lowest log pin (logpin.go).
 func (c *logCache) DeleteRange(min, max uint64) error {
@@ -187,10 +190,24 @@ func (c *logCache) snapshotFailed() {
 
 func (c *logCache) deleteRange(min, max uint64) error {
 	c.mu.Lock()
-	clear(c.ring)
-	c.bytes, c.lo = 0, 0
+	c.forget(min, max)
 	c.mu.Unlock()
 	return c.store.DeleteRange(min, max)
+}
+
+// forget drops the cached entries of [lo, hi]: a compaction (a prefix)
+// leaves the entries after it cached, a conflict (a suffix) the ones
+// before it. Eviction steps over the emptied slots, from lo at the
+// latest (the entries a conflict's replacements are stored at). Called
+// with mu held.
+func (c *logCache) forget(lo, hi uint64) {
+	for i, l := range c.ring {
+		if l != nil && l.Index >= lo && l.Index <= hi {
+			c.bytes -= len(l.Data)
+			c.ring[i] = nil
+		}
+	}
+	c.lo = min(c.lo, lo)
 }
 
 // bytesFrom returns about how many bytes of entry data the log holds from

@@ -100,18 +100,41 @@ func TestLogCacheDeleteRangeAndStoreError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.StoreLogs(entries(1, 8, 10)); err != nil {
+	if err := c.StoreLogs(entries(1, 12, 10)); err != nil {
 		t.Fatal(err)
+	}
+	// A conflicting suffix: the entries before it stay cached.
+	if err := c.DeleteRange(9, 12); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	if err := c.GetLog(10, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog(10) after DeleteRange: %v, want ErrLogNotFound", err)
+	}
+	if c.bytes != 80 {
+		t.Fatalf("bytes %d after DeleteRange(9, 12), want 80 (entries 1-8)", c.bytes)
+	}
+	// A compaction (a prefix): the entries after it stay cached.
+	if err := c.DeleteRange(1, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GetLog(3, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog(3) after DeleteRange(1, 4): %v, want ErrLogNotFound", err)
+	}
+	gets := s.gets
+	for i := uint64(5); i <= 8; i++ {
+		if err := c.GetLog(i, &l); err != nil || l.Index != i {
+			t.Fatalf("GetLog(%d) after the compaction: %v %d", i, err, l.Index)
+		}
+	}
+	if s.gets != gets || c.bytes != 40 {
+		t.Fatalf("after the compaction: %d store reads for cached entries, bytes %d (want 40)", s.gets-gets, c.bytes)
 	}
 	if err := c.DeleteRange(5, 8); err != nil {
 		t.Fatal(err)
 	}
-	var l raft.Log
-	if err := c.GetLog(6, &l); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("GetLog(6) after DeleteRange: %v, want ErrLogNotFound", err)
-	}
 	if c.bytes != 0 {
-		t.Fatalf("bytes %d after DeleteRange, want 0", c.bytes)
+		t.Fatalf("bytes %d after deleting every entry, want 0", c.bytes)
 	}
 	s.storeErr = errors.New("disk gone")
 	if err := c.StoreLogs(entries(5, 6, 10)); !errors.Is(err, s.storeErr) {
