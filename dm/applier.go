@@ -726,6 +726,9 @@ func (a *applier) flush(ctx context.Context, pkt *exportfmt.Packet, next, step i
 	if packetDone && pkt.Next.Phase == exportfmt.PhaseBinlog && a.pastImages(pkt.Next.Index) {
 		adv.ClearAsOf, adv.AsOf = true, nil
 		adv.Finished = a.share.GetConfig().GetMode() == pb.Mode_FULL
+		if adv.Finished {
+			adv.Unit = dmpb.UnitType_Load // a full task ends with its Load, as upstream's
+		}
 	}
 	b, err := EncodeOp(&pb.Op{Op: &pb.Op_Advance{Advance: adv}})
 	if err != nil {

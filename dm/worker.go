@@ -223,8 +223,12 @@ func subTaskStatus(name string, shares []*pb.Located) *dmpb.SubTaskStatus {
 		st.Status = &dmpb.SubTaskStatus_Dump{Dump: &dmpb.DumpStatus{TotalTables: int64(len(shares)),
 			Progress: fmt.Sprintf("%d of %d copysets exporting", units[dmpb.UnitType_Dump], len(shares))}}
 	case dmpb.UnitType_Load:
+		progress := fmt.Sprintf("%d of %d copysets loading", units[dmpb.UnitType_Load], len(shares))
+		if st.Stage == dmpb.Stage_Finished {
+			progress = fmt.Sprintf("%d copysets loaded", len(shares))
+		}
 		st.Status = &dmpb.SubTaskStatus_Load{Load: &dmpb.LoadStatus{FinishedBytes: int64(sum.Bytes), Bps: int64(bytesRate),
-			Progress: fmt.Sprintf("%d of %d copysets loading; %d chunks, %d records", units[dmpb.UnitType_Load], len(shares), sum.Chunks, sum.Records)}}
+			Progress: fmt.Sprintf("%s; %d chunks, %d records", progress, sum.Chunks, sum.Records)}}
 	default:
 		st.Status = &dmpb.SubTaskStatus_Sync{Sync: &dmpb.SyncStatus{TotalEvents: int64(sum.Ops), TotalRows: int64(sum.Records),
 			RecentTps: int64(opsRate), SyncerBinlog: positions(shares), Synced: synced && st.Stage == dmpb.Stage_Running,

@@ -82,7 +82,8 @@ func TestDMStartTaskWait(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("dm start-task --wait -o json: %v\n%s", err, out)
 	}
-	if !res.Start.Result || res.Wait.Stage != "Finished" || res.Wait.Progress == "" || res.Wait.Seconds <= 0 {
+	if !res.Start.Result || res.Wait.Stage != "Finished" || res.Wait.Unit != "Load" ||
+		!strings.HasPrefix(res.Wait.Progress, "2 copysets loaded; ") || res.Wait.Seconds <= 0 {
 		t.Fatalf("dm start-task --wait -o json: %+v\n%s", res, out)
 	}
 	var dst []cli.CopysetID
