@@ -167,6 +167,9 @@ func TestCommandWait(t *testing.T) {
 	if _, err := run(t, srv, nil, "cluster", "status", "--wait", "soon"); err == nil || !strings.Contains(err.Error(), `--wait: "soon" is not a duration`) {
 		t.Errorf("--wait soon: %v", err)
 	}
+	if _, err := run(t, srv, nil, "cluster", "status", "--wait=-5s"); err == nil || !strings.Contains(err.Error(), "--wait: must be positive, got -5s") {
+		t.Errorf("--wait=-5s: %v", err)
+	}
 
 	// peer add --wait: the new replica must apply the leader's commit index.
 	fc.with(func() { fc.csApplied[cs3] = map[int]int64{}; fc.members[cs3] = []int{0, 1} })

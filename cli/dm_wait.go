@@ -22,7 +22,7 @@ import (
 func taskAndWaitArgs(cmd *cobra.Command, wait *waitFlag, args []string) (string, error) {
 	switch len(args) {
 	case 1:
-		return args[0], nil
+		return args[0], wait.args(cmd, nil)
 	case 2:
 		_, err0 := time.ParseDuration(args[0])
 		_, err1 := time.ParseDuration(args[1])

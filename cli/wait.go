@@ -27,10 +27,14 @@ func addWaitFlag(cmd *cobra.Command, w *waitFlag, usage string) {
 
 // args is the command's Args: none, except the duration of a bare --wait.
 func (w *waitFlag) args(cmd *cobra.Command, args []string) error {
+	f := cmd.Flags().Lookup("wait")
 	if len(args) == 0 {
+		if f.Changed && w.d <= 0 {
+			return fmt.Errorf("--wait: must be positive, got %s", w.d)
+		}
 		return nil
 	}
-	if f := cmd.Flags().Lookup("wait"); len(args) == 1 && f.Changed && w.d == defaultWait {
+	if len(args) == 1 && f.Changed && w.d == defaultWait {
 		d, err := time.ParseDuration(args[0])
 		if err != nil {
 			return fmt.Errorf("--wait: %q is not a duration (30s, 2m)", args[0])

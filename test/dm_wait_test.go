@@ -63,6 +63,10 @@ func TestDMStartTaskWait(t *testing.T) {
 	if code == 0 || !strings.Contains(out, `--wait: "soon" is not a duration`) {
 		t.Fatalf("dm start-task --wait soon: exit %d\n%s", code, out)
 	}
+	out, code = ctl(t, srv, "dm", "start-task", task("never", dir, 4), "--wait=0s")
+	if code == 0 || !strings.Contains(out, "--wait: must be positive, got 0s") {
+		t.Fatalf("dm start-task --wait=0s: exit %d\n%s", code, out)
+	}
 	if out, code := ctl(t, srv, "dm", "query-status", "never"); code == 0 {
 		t.Fatalf("a task was started by a refused command:\n%s", out)
 	}
