@@ -3,6 +3,7 @@ package copyset
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -34,6 +35,11 @@ type logCache struct {
 	bytes int
 	lo    uint64
 
+	// applied, when set, is this replica's applied index: an entry not
+	// applied yet stays cached past maxBytes (its apply reads it back
+	// otherwise, from the log on disk), up to unappliedMax bytes in all.
+	applied *atomic.Uint64
+
 	// Retention by bytes (logretain.go), guarded by mu: snapMark is
 	// sizes.total before the first entry after the last snapshot, snapDue
 	// set while a snapshot asked for on snapKick (capacity 1) is not taken.
@@ -42,6 +48,11 @@ type logCache struct {
 	snapDue  bool
 	snapKick chan struct{}
 }
+
+// unappliedMax bounds what a cache keeps past its maxBytes for entries not
+// yet applied on this replica (a follower whose apply runs behind its log,
+// as under 1 MiB writes at iodepth 8 into one copyset).
+const unappliedMax = 32 << 20
 
 // newLogCache returns a cache of at most entries entries and maxBytes bytes
 // of entry data in front of store.
@@ -104,6 +115,9 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 		c.lo = last - n + 1
 	}
 	for c.bytes > c.maxBytes && c.lo < last {
+		if c.applied != nil && c.lo > c.applied.Load() && c.bytes <= unappliedMax {
+			break // the rest is still to be applied here
+		}
 		s := c.lo % n
 		if l := c.ring[s]; l != nil && l.Index == c.lo {
 			c.bytes -= len(l.Data)

@@ -2,6 +2,7 @@ package copyset
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -145,5 +146,48 @@ func TestLogCacheDeleteRangeAndStoreError(t *testing.T) {
 	}
 	if _, err := newLogCache(0, 1, s); err == nil {
 		t.Fatal("newLogCache(0, 1): no error")
+	}
+}
+
+func TestLogCacheKeepsUnapplied(t *testing.T) {
+	s := &countingStore{InmemStore: raft.NewInmemStore()}
+	c, err := newLogCache(512, 30, s) // room for three 10-byte entries
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied atomic.Uint64
+	c.applied = &applied
+	applied.Store(2)
+	if err := c.StoreLogs(entries(1, 8, 10)); err != nil {
+		t.Fatal(err)
+	}
+	// 1 and 2 are applied and evicted; 3-8 are not applied and stay.
+	if c.bytes != 60 {
+		t.Fatalf("bytes %d, want 60 (entries 3-8, not applied yet)", c.bytes)
+	}
+	var l raft.Log
+	for i := uint64(3); i <= 8; i++ {
+		if err := c.GetLog(i, &l); err != nil || l.Index != i {
+			t.Fatalf("GetLog(%d): %v %d", i, err, l.Index)
+		}
+	}
+	if s.gets != 0 {
+		t.Fatalf("%d store reads for entries not applied yet, want 0", s.gets)
+	}
+	// Once applied, the next store evicts them down to maxBytes.
+	applied.Store(9)
+	if err := c.StoreLogs(entries(9, 9, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if c.bytes != 30 {
+		t.Fatalf("bytes %d once applied, want 30", c.bytes)
+	}
+	// Past unappliedMax, entries are evicted applied or not.
+	big := entries(10, 10+unappliedMax/(1<<20), 1<<20)
+	if err := c.StoreLogs(big); err != nil {
+		t.Fatal(err)
+	}
+	if c.bytes > unappliedMax {
+		t.Fatalf("bytes %d, want at most unappliedMax %d", c.bytes, unappliedMax)
 	}
 }

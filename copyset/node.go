@@ -335,6 +335,7 @@ func openNode(c nodeConfig) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
+	stores.cache.applied = &f.applied
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(c.local)
 	cfg.HeartbeatTimeout = opts.HeartbeatTimeout
