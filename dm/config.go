@@ -100,6 +100,10 @@ func ParseTaskYAML(b []byte) (*pb.TaskConfig, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("task file: empty")
 		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("task file: %s", yamlTypeErrors(te))
+		}
 		return nil, fmt.Errorf("task file: %w", err)
 	}
 	var more any
@@ -107,6 +111,20 @@ func ParseTaskYAML(b []byte) (*pb.TaskConfig, error) {
 		return nil, errors.New("task file: more than one YAML document")
 	}
 	return f.Config()
+}
+
+// unknownYAMLField is how the YAML decoder names a key the task file does
+// not have: "field K not found in type T".
+var unknownYAMLField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// yamlTypeErrors writes the decoder's errors as the task file's: "line 3:
+// unknown key sauce", the type names left out; several joined with "; ".
+func yamlTypeErrors(te *yaml.TypeError) string {
+	out := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		out[i] = unknownYAMLField.ReplaceAllString(e, "unknown key $1")
+	}
+	return strings.Join(out, "; ")
 }
 
 // ParseTaskTOML parses and checks a subtask config in TOML (upstream's

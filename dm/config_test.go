@@ -53,7 +53,7 @@ func TestParseTaskYAML(t *testing.T) {
 func TestParseTaskBad(t *testing.T) {
 	for _, tc := range []struct{ name, file, want string }{
 		{"empty", "", "empty"},
-		{"unknown key", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nmeta-schema: x\n", "field meta-schema not found"},
+		{"unknown key", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nmeta-schema: x\n", "line 5: unknown key meta-schema"},
 		{"two documents", "name: a\n---\nname: b\n", "more than one YAML document"},
 		{"no name", "task-mode: all\n", "name: required"},
 		{"bad name", "name: 'a b'\ntask-mode: all\n", "only letters"},
@@ -73,7 +73,7 @@ func TestParseTaskBad(t *testing.T) {
 		{"copyset twice", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\ncopysets: [2, 2]\n", "listed twice"},
 		{"incremental without start", "name: a\ntask-mode: incremental\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\n", "incremental-from: required"},
 		{"start without incremental", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nincremental-from: file:///m\n", "only with task-mode incremental"},
-		{"unknown sync key", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {apply-concurrency: 4}\n", "field apply-concurrency not found"},
+		{"unknown sync key", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {apply-concurrency: 4}\n", "unknown key apply-concurrency"},
 		{"short send interval", "name: a\ntask-mode: all\nsource: {pool: 1, cluster: ['h:1'], relay: file:///r, send-interval: 10ms}\ntarget-pool: 2\n", "source.send-interval: \"10ms\": want a duration from 100ms to 1h"},
 		{"send interval of an export", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e, send-interval: 1s}\ntarget-pool: 2\n", "source.send-interval: only with source.cluster"},
 		{"bad throttle", "name: a\ntask-mode: all\nsource: {pool: 1, export: file:///e}\ntarget-pool: 2\nsync: {throttle-bytes-per-sec: -1}\n", "cannot unmarshal"},

@@ -62,7 +62,7 @@ func TestControlPath(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ name, task, want string }{
-		{"bad yaml", taskYAML("t", export, 2, "meta-schema: x\n"), "field meta-schema not found"},
+		{"bad yaml", taskYAML("t", export, 2, "meta-schema: x\n"), "line 7: unknown key meta-schema"},
 		{"no target pool", taskYAML("t", export, 4, ""), "target pool 4 has no copysets"},
 		{"no such copyset", taskYAML("t", export, 2, "copysets: [5]\n"), "copyset 2/5 does not exist"},
 		{"no such source pool", strings.Replace(taskYAML("t", export, 2, ""), "pool: 1", "pool: 7", 1), "has no packets of pool 7"},
