@@ -90,12 +90,12 @@ the pool's), sync.throttle-bytes-per-sec (optional). Unknown keys are an
 error. Each target copyset must exist, have a leader and hold no chunk; the
 source must have the copyset of the same id. Exit status 1 when a check
 fails.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.taskFileCall(cmd, args[0], check, (*Client).DMStartTask)
-		},
 	}
 	if check {
+		cmd.Args = cobra.ExactArgs(1)
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			return a.taskFileCall(cmd, args[0], true, (*Client).DMStartTask)
+		}
 		return cmd
 	}
 	var wait waitFlag
