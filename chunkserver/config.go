@@ -203,6 +203,15 @@ type RaftConfig struct {
 	ReadLease bool `yaml:"read_lease"`
 }
 
+// LeaseTimeout is raft.leader_lease_timeout, or heartbeat_timeout when it
+// is 0 (the default).
+func (r RaftConfig) LeaseTimeout() time.Duration {
+	if r.LeaderLeaseTimeout == 0 {
+		return r.HeartbeatTimeout
+	}
+	return r.LeaderLeaseTimeout
+}
+
 // DefaultConfig returns the configuration used when nothing is set.
 func DefaultConfig() Config {
 	return Config{
@@ -220,7 +229,7 @@ func DefaultConfig() Config {
 		Raft: RaftConfig{
 			HeartbeatTimeout:   time.Second,
 			ElectionTimeout:    time.Second,
-			LeaderLeaseTimeout: 500 * time.Millisecond,
+			LeaderLeaseTimeout: 0, // heartbeat_timeout
 			CommitTimeout:      time.Second,
 			MaxAppendEntries:   64,
 			MaxInflightEntries: 1,
@@ -529,6 +538,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.TLS.validate(); err != nil {
 		return fmt.Errorf("config: tls: %w", err)
+	}
+	if c.Raft.LeaderLeaseTimeout < 0 {
+		return fmt.Errorf("config: raft.leader_lease_timeout %v must not be negative (0 means heartbeat_timeout)", c.Raft.LeaderLeaseTimeout)
 	}
 	if c.Raft.LeaderLeaseTimeout > c.Raft.HeartbeatTimeout {
 		return fmt.Errorf("config: raft.leader_lease_timeout %v exceeds raft.heartbeat_timeout %v",

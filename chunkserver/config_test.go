@@ -28,6 +28,18 @@ func TestLoadConfigFile(t *testing.T) {
 	if err := cfg.Validate(); err != nil || cfg.Advertise != cfg.Listen {
 		t.Fatalf("validate: %v, advertise %q", err, cfg.Advertise)
 	}
+	if got := cfg.Raft.LeaseTimeout(); got != 2*time.Second {
+		t.Fatalf("leader lease timeout %v with none set, want heartbeat_timeout's 2s", got)
+	}
+	// A heartbeat timeout below the lease timeout's default alone is valid:
+	// the lease timeout follows it.
+	cfg, err = LoadConfigFile(write("data_dir: /d\nraft:\n  heartbeat_timeout: 400ms\n  election_timeout: 400ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil || cfg.Raft.LeaseTimeout() != 400*time.Millisecond {
+		t.Fatalf("validate: %v, lease timeout %v", err, cfg.Raft.LeaseTimeout())
+	}
 	if _, err := LoadConfigFile(write("")); err != nil {
 		t.Fatalf("empty file: %v", err)
 	}
@@ -51,6 +63,8 @@ func TestConfigValidate(t *testing.T) {
 		{"raft log level off", func(c *Config) { c.Raft.LogLevel = "off" }, ""},
 		{"small messages", func(c *Config) { c.MaxMessageSize = 1 << 20 }, "max_message_size"},
 		{"lease over heartbeat", func(c *Config) { c.Raft.LeaderLeaseTimeout = 2 * time.Second }, "leader_lease_timeout"},
+		{"negative lease", func(c *Config) { c.Raft.LeaderLeaseTimeout = -time.Second }, "raft.leader_lease_timeout -1s must not be negative"},
+		{"lease as set", func(c *Config) { c.Raft.LeaderLeaseTimeout = 300 * time.Millisecond }, ""},
 		{"election under heartbeat", func(c *Config) { c.Raft.ElectionTimeout = time.Millisecond }, "election_timeout"},
 		{"gc percent zero", func(c *Config) { c.GCPercent = 0 }, "gc_percent"},
 		{"gc percent below -1", func(c *Config) { c.GCPercent = -2 }, "gc_percent"},

@@ -115,6 +115,11 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		SnapshotExports: cfg.Sync.SnapshotExports, Logger: log})
 	s.trans = copyset.NewTransportManager(raft.ServerAddress(local.Addr()), copyset.TransportOptions{
 		Logger: log.With("component", "transport"),
+		// Leaders run raft with a longer heartbeat timeout (below); each
+		// peer's batcher beats for them as often as raft's fastest
+		// heartbeat, and raft's own heartbeats wait for the next batch.
+		LeaderBeatInterval:   cfg.Raft.HeartbeatTimeout / 5,
+		HeartbeatBatchWindow: min(cfg.Raft.HeartbeatTimeout, cfg.Raft.LeaseTimeout()) / 5,
 		DialOptions: append([]grpc.DialOption{
 			s.tls.peerDial(),
 			experimental.WithBufferPool(grpcbuf.Pool),
@@ -170,20 +175,24 @@ func NewWithSeams(cfg Config, log *slog.Logger, hooks Seams) (*Server, error) {
 		Raft: copyset.RaftOptions{
 			HeartbeatTimeout:   cfg.Raft.HeartbeatTimeout,
 			ElectionTimeout:    cfg.Raft.ElectionTimeout,
-			LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout,
-			CommitTimeout:      cfg.Raft.CommitTimeout,
-			MaxAppendEntries:   cfg.Raft.MaxAppendEntries,
-			MaxInflightEntries: cfg.Raft.MaxInflightEntries,
-			LogLevel:           cfg.Raft.LogLevel,
-			SnapshotThreshold:  cfg.Raft.SnapshotThreshold,
-			SnapshotInterval:   cfg.Raft.SnapshotInterval,
-			TrailingLogs:       cfg.Raft.TrailingLogs,
-			SnapshotBytes:      cfg.Raft.SnapshotBytes,
-			TrailingBytes:      cfg.Raft.TrailingBytes,
-			MaxPinnedEntries:   cfg.Raft.MaxPinnedEntries,
-			MaxPinnedBytes:     cfg.Sync.MaxRetainedBytes,
-			NoReadLease:        !cfg.Raft.ReadLease,
-			Logger:             raftLog,
+			LeaderLeaseTimeout: cfg.Raft.LeaseTimeout(),
+			// raft's heartbeats go every tenth to fifth of it (at most 0.4x
+			// the lease timeout), plus up to a batch window (0.2x): well
+			// within the lease timeout its contact times are checked against.
+			LeaderHeartbeatTimeout: cfg.Raft.LeaseTimeout() * 2,
+			CommitTimeout:          cfg.Raft.CommitTimeout,
+			MaxAppendEntries:       cfg.Raft.MaxAppendEntries,
+			MaxInflightEntries:     cfg.Raft.MaxInflightEntries,
+			LogLevel:               cfg.Raft.LogLevel,
+			SnapshotThreshold:      cfg.Raft.SnapshotThreshold,
+			SnapshotInterval:       cfg.Raft.SnapshotInterval,
+			TrailingLogs:           cfg.Raft.TrailingLogs,
+			SnapshotBytes:          cfg.Raft.SnapshotBytes,
+			TrailingBytes:          cfg.Raft.TrailingBytes,
+			MaxPinnedEntries:       cfg.Raft.MaxPinnedEntries,
+			MaxPinnedBytes:         cfg.Sync.MaxRetainedBytes,
+			NoReadLease:            !cfg.Raft.ReadLease,
+			Logger:                 raftLog,
 		},
 		Logger: log,
 	})

@@ -16,7 +16,10 @@
 // (logread.go) and log retention pins that hold back truncation for a
 // consumer following the log (logpin.go), and the multiplexed gRPC raft transport
 // (transport*.go, heartbeats batched per peer server in
-// transport_heartbeat.go, every pipeline's AppendEntries batched per peer
+// transport_heartbeat.go and repeated for the groups this server leads by
+// one clock per peer server in transport_beat.go, while the leaders' raft
+// runs with a longer heartbeat timeout, pace.go; every pipeline's
+// AppendEntries batched per peer
 // server in transport_append.go, AppendEntries payloads passed through
 // gRPC without copies by the codec in transport_wire.go).
 //

@@ -20,8 +20,16 @@ type RaftOptions struct {
 	HeartbeatTimeout   time.Duration // follower election trigger (default 1s)
 	ElectionTimeout    time.Duration // candidate timeout (default 1s)
 	LeaderLeaseTimeout time.Duration // leader steps down without quorum contact (default 500ms)
-	CommitTimeout      time.Duration // idle AppendEntries cadence: how soon followers learn the commit index when no new entries flow (default 1s; see ShareCommit)
-	MaxAppendEntries   int           // entries per AppendEntries and group commit (default 64)
+	// LeaderHeartbeatTimeout is the heartbeat timeout a replica's raft runs
+	// with while it leads (pace.go): raft heartbeats its followers every
+	// tenth to fifth of it, and the transport's leader beats keep them in
+	// between (transport_beat.go). Keep a fifth of it, plus the transport's
+	// heartbeat batch window, well below LeaderLeaseTimeout: raft's own
+	// heartbeats must still reach a quorum within it;
+	// 0 or at most HeartbeatTimeout: the leader runs with HeartbeatTimeout.
+	LeaderHeartbeatTimeout time.Duration
+	CommitTimeout          time.Duration // idle AppendEntries cadence: how soon followers learn the commit index when no new entries flow (default 1s; see ShareCommit)
+	MaxAppendEntries       int           // entries per AppendEntries and group commit (default 64)
 	// MaxInflightEntries bounds the entries a leader's copyset has handed
 	// to raft and not yet seen committed and applied (default 1; negative:
 	// no bound). Proposals arriving meanwhile wait and are packed into
@@ -211,6 +219,9 @@ type Node struct {
 	pins   *logPins // log retention pins (logpin.go)
 	snaps  *snapshotStore
 	trans  *GroupTransport
+	// reloadMu serializes the read-modify-write reloads of raft's config
+	// (ReloadRaft, paceLeader).
+	reloadMu sync.Mutex
 
 	// ready: this replica, as leader, has applied an entry of its own
 	// term; reads are served only in that term.
@@ -431,11 +442,17 @@ func openNode(c nodeConfig) (*Node, error) {
 		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
 			n.leaderChanges.Add(1)
 		}
-		if _, ok := o.Data.(raft.RaftState); ok && n.onState != nil {
-			n.onState()
+		if _, ok := o.Data.(raft.RaftState); ok {
+			n.paceLeader()
+			if n.onState != nil {
+				n.onState()
+			}
 		}
 		return false
 	}))
+	// A state change before the observer was registered.
+	n.paceLeader()
+	c.trans.setBeatHooks(&beatHooks{leading: n.leadingIn, acked: n.lease.ack})
 	n.props.start(n)
 	n.bg.do(n.runSnapshotter)
 	return n, nil
@@ -776,7 +793,11 @@ func (b *readBatcher) verify(ctx context.Context, n *Node) (uint64, error) {
 		b.pending = nil // later arrivals form the next round
 		b.mu.Unlock()
 		r.ci = n.raft.CommitIndex()
-		if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
+		// The round's heartbeats skip the batch window (urgentHeartbeats).
+		n.trans.verifying.Add(1)
+		err := n.await(ctx, n.raft.VerifyLeader())
+		n.trans.verifying.Add(-1)
+		if err != nil {
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 				r.err = n.notLeader()
 			} else {

@@ -92,7 +92,9 @@ func startTestServerWith(t *testing.T, addr, dir string, opts RaftOptions, machi
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s.tm = NewTransportManager(raft.ServerAddress(local.Addr()), TransportOptions{Logger: log})
+	s.tm = NewTransportManager(raft.ServerAddress(local.Addr()), TransportOptions{
+		Logger: log, LeaderBeatInterval: opts.withDefaults().HeartbeatTimeout / 5,
+	})
 	s.tm.Register(s.grpc)
 	var shared *sharedlog.Log
 	if testSharedLog {
@@ -566,6 +568,31 @@ func TestShareCommitLetsFollowersApply(t *testing.T) {
 // TestStatusCountsLeaderChanges: every replica counts the first election
 // and a leadership transfer in Status().LeaderChanges. (Counts are compared
 // with before, not pinned: a loaded machine may see an extra election.)
+// transferAway moves g's leadership off leader to another server, retried
+// (on a loaded machine a transfer may time out) from whoever leads then.
+func transferAway(t *testing.T, g GroupID, servers []*testServer, leader *Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for try := 0; ; try++ {
+		var to PeerID
+		for _, s := range servers {
+			if s.mgr.Get(g) != leader {
+				to = s.peer()
+				break
+			}
+		}
+		err := leader.TransferLeader(ctx, to)
+		if err == nil {
+			return
+		}
+		if try == 4 {
+			t.Fatal(err)
+		}
+		leader = waitLeader(t, g, servers...)
+	}
+}
+
 func TestStatusCountsLeaderChanges(t *testing.T) {
 	g := NewGroupID(1, 1)
 	servers := startGroup(t, t.TempDir(), g)
@@ -583,26 +610,7 @@ func TestStatusCountsLeaderChanges(t *testing.T) {
 		}
 		return nil
 	})
-	// A transfer (retried: on a loaded machine one may time out).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for try := 0; ; try++ {
-		var to PeerID
-		for _, s := range servers {
-			if s.mgr.Get(g) != leader {
-				to = s.peer()
-				break
-			}
-		}
-		err := leader.TransferLeader(ctx, to)
-		if err == nil {
-			break
-		}
-		if try == 4 {
-			t.Fatal(err)
-		}
-		leader = waitLeader(t, g, servers...)
-	}
+	transferAway(t, g, servers, leader)
 	propose(t, g, servers, fileOp("k", "v2"))
 	testwait.Until(t, 10*time.Second, func() error {
 		for _, s := range servers {

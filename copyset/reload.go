@@ -40,6 +40,8 @@ func (n *Node) ReloadRaft(r RaftReload) error {
 	if r.SnapshotThreshold == 0 && r.SnapshotInterval == 0 {
 		return nil
 	}
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
 	rc := n.raft.ReloadableConfig()
 	if r.SnapshotThreshold != 0 {
 		rc.SnapshotThreshold = r.SnapshotThreshold

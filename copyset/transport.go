@@ -82,14 +82,21 @@ type TransportOptions struct {
 	// HeartbeatBatchWindow is the least time between two heartbeat batches
 	// to one peer server: a heartbeat that finds the last batch older goes
 	// out at once, one that finds it younger waits for the window to end
-	// and goes out with every heartbeat queued meanwhile. The wait adds to
-	// raft's heartbeat period (HeartbeatTimeout/10 to /5) and to a
-	// VerifyLeader round, so keep it well below raft's LeaderLeaseTimeout.
+	// and goes out with every heartbeat queued meanwhile (except those of a
+	// VerifyLeader round, which go at once). The wait adds to raft's
+	// heartbeat period (HeartbeatTimeout/10 to /5), so keep it well below
+	// raft's LeaderLeaseTimeout.
 	// Negative: no wait (heartbeats queued while a batch is being sent
 	// still share the next one).
 	HeartbeatBatchWindow time.Duration
 	// HeartbeatBatchMax caps the heartbeats of one batch.
 	HeartbeatBatchMax int
+	// LeaderBeatInterval is how often each peer's heartbeat batcher
+	// repeats the last heartbeat of every group this server leads with a
+	// follower there (transport_beat.go); at most a fifth of raft's
+	// HeartbeatTimeout, so followers hear from their leader as often as
+	// raft's own heartbeats would. 0: no beats.
+	LeaderBeatInterval time.Duration
 	// NoHeartbeatBatching sends every heartbeat as its own AppendEntries
 	// call (what a peer without the Heartbeats stream gets anyway).
 	NoHeartbeatBatching bool

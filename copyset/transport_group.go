@@ -27,6 +27,12 @@ type GroupTransport struct {
 	// consumeCh carries inbound RPCs to raft; never nil, never closed.
 	consumeCh   chan raft.RPC
 	heartbeatFn atomic.Pointer[func(raft.RPC)]
+	// beats, once set, lets the peers' batchers repeat this group's
+	// heartbeats while it leads (transport_beat.go).
+	beats atomic.Pointer[beatHooks]
+	// verifying counts the VerifyLeader rounds of this group in progress:
+	// their heartbeats go out without waiting for the batch window.
+	verifying atomic.Int32
 	// votesAfter (unix nanoseconds) is when this group starts answering
 	// vote requests (see holdVotes).
 	votesAfter atomic.Int64
@@ -161,10 +167,10 @@ func (g *GroupTransport) outErr(op string, target raft.ServerAddress, err error)
 // AppendEntries implements raft.Transport. Heartbeats go in batches over
 // the peer's Heartbeats stream (see heartbeatBatcher), or, without it, as
 // single calls bounded by HeartbeatTimeout on the connection for small calls.
-func (g *GroupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (g *GroupTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	heartbeat := isRaftHeartbeat(args)
 	if heartbeat {
-		err := g.heartbeat(target, args, resp)
+		err := g.heartbeat(id, target, args, resp)
 		var term uint64 // the term in which the peer follows us, if it does
 		if err == nil && resp.Success && resp.Term == args.Term {
 			term = args.Term
@@ -177,9 +183,9 @@ func (g *GroupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 	return g.appendEntries(target, args, resp, false)
 }
 
-func (g *GroupTransport) heartbeat(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (g *GroupTransport) heartbeat(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if !g.m.opts.NoHeartbeatBatching {
-		if sent, err := g.batchedHeartbeat(target, args, resp); sent {
+		if sent, err := g.batchedHeartbeat(id, target, args, resp); sent {
 			return err
 		}
 	}

@@ -27,7 +27,8 @@ import (
 // batcher's goroutine sends what is queued as one HeartbeatBatch on a
 // long-lived Heartbeats stream over the peer's connection for small calls,
 // at most one batch per HeartbeatBatchWindow (a heartbeat that finds the
-// last batch older than that goes out at once). The peer hands the
+// last batch older than that goes out at once, and so do the heartbeats of
+// a VerifyLeader round, GroupTransport.verifying). The peer hands the
 // heartbeats to their groups' heartbeat handlers in order and answers the
 // batch with one message. Heartbeats never share a stream or a connection
 // with entries or snapshots.
@@ -66,16 +67,28 @@ type heartbeatCall struct {
 	resp *raftpb.AppendEntriesResponse
 	err  error
 	done chan struct{}
+	// beat, when set, is the leader beat the call repeats (transport_beat.go):
+	// nobody waits for it.
+	beat *leaderBeat
+	b    *heartbeatBatcher
+	at   time.Time // when its batch was sent
+	// urgent: part of a VerifyLeader round, sent without waiting for the
+	// batch window.
+	urgent bool
 }
 
 func (c *heartbeatCall) complete(resp *raftpb.AppendEntriesResponse, err error) {
+	if c.beat != nil {
+		c.b.beatAnswered(c, resp, err)
+		return
+	}
 	c.resp, c.err = resp, err
 	close(c.done)
 }
 
 // batchedHeartbeat sends a heartbeat through target's batcher. sent is false
 // when it was not sent and must go as a single call instead.
-func (g *GroupTransport) batchedHeartbeat(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (sent bool, err error) {
+func (g *GroupTransport) batchedHeartbeat(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (sent bool, err error) {
 	if g.isClosed() {
 		return true, raft.ErrTransportShutdown
 	}
@@ -88,13 +101,14 @@ func (g *GroupTransport) batchedHeartbeat(target raft.ServerAddress, args *raft.
 		}
 		p.hb.Store(b)
 	}
-	c := &heartbeatCall{req: appendEntriesRequestToProto(g.group, args), done: make(chan struct{})}
+	c := &heartbeatCall{req: appendEntriesRequestToProto(g.group, args), done: make(chan struct{}), urgent: g.verifying.Load() > 0}
 	if !b.enqueue(c) {
 		if g.m.ctx.Err() != nil {
 			return true, raft.ErrTransportShutdown
 		}
 		return false, nil
 	}
+	b.heard(g, id, c.req, time.Now())
 	select {
 	case <-c.done:
 	case <-g.ctx.Done():
@@ -125,11 +139,14 @@ type heartbeatBatcher struct {
 
 	mu      sync.Mutex
 	queue   []*heartbeatCall
+	urgent  bool      // an urgent call is queued
 	legacy  time.Time // single calls until then
 	stopped bool
 
 	wake chan struct{} // the queue became non-empty
 	done chan struct{} // closed when run returned
+
+	beats map[uint64]*leaderBeat // by group (transport_beat.go)
 }
 
 func newHeartbeatBatcher(m *TransportManager, target raft.ServerAddress, client raftpb.RaftTransportClient) *heartbeatBatcher {
@@ -152,8 +169,9 @@ func (b *heartbeatBatcher) enqueue(c *heartbeatCall) bool {
 	}
 	b.queue = append(b.queue, c)
 	first := len(b.queue) == 1
+	b.urgent = b.urgent || c.urgent
 	b.mu.Unlock()
-	if first {
+	if first || c.urgent {
 		select {
 		case b.wake <- struct{}{}:
 		default:
@@ -167,6 +185,7 @@ func (b *heartbeatBatcher) take(n int) []*heartbeatCall {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n = min(n, len(b.queue))
+	b.urgent = false
 	if n == 0 {
 		return nil
 	}
@@ -176,6 +195,12 @@ func (b *heartbeatBatcher) take(n int) []*heartbeatCall {
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
 	return calls
+}
+
+func (b *heartbeatBatcher) hasUrgent() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.urgent
 }
 
 func (b *heartbeatBatcher) setLegacy() {
@@ -208,20 +233,33 @@ func (b *heartbeatBatcher) run() {
 	timer.Stop()
 	defer timer.Stop()
 	var last time.Time // when the last batch went out
+	var tick <-chan time.Time
+	if iv := b.m.opts.LeaderBeatInterval; iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-b.wake:
+		case now := <-tick:
+			b.queueBeats(now)
 		case <-b.m.ctx.Done():
 			return
 		}
-		if window > 0 && !last.IsZero() {
-			if wait := window - time.Since(last); wait > 0 {
-				timer.Reset(wait)
-				select {
-				case <-timer.C:
-				case <-b.m.ctx.Done():
-					return
-				}
+		// Wait out the window unless an urgent call is (or becomes) queued.
+		for window > 0 && !last.IsZero() && !b.hasUrgent() {
+			wait := window - time.Since(last)
+			if wait <= 0 {
+				break
+			}
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-b.wake:
+				timer.Stop()
+			case <-b.m.ctx.Done():
+				return
 			}
 		}
 		for {
@@ -303,8 +341,10 @@ func (st *heartbeatStream) failed() bool {
 // which gets the stream's status from Recv and fails every pending batch.
 func (st *heartbeatStream) send(calls []*heartbeatCall) {
 	msg := &raftpb.HeartbeatBatch{Requests: make([]*raftpb.AppendEntriesRequest, len(calls))}
+	now := time.Now()
 	for i, c := range calls {
 		msg.Requests[i] = c.req
+		c.at = now
 	}
 	st.mu.Lock()
 	if err := st.err; err != nil {
@@ -314,7 +354,7 @@ func (st *heartbeatStream) send(calls []*heartbeatCall) {
 		}
 		return
 	}
-	st.pending = append(st.pending, heartbeatSent{calls: calls, at: time.Now()})
+	st.pending = append(st.pending, heartbeatSent{calls: calls, at: now})
 	if len(st.pending) == 1 {
 		st.watchdog.Reset(st.b.m.opts.HeartbeatTimeout)
 	}
