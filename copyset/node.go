@@ -793,7 +793,7 @@ func (b *readBatcher) verify(ctx context.Context, n *Node) (uint64, error) {
 		b.pending = nil // later arrivals form the next round
 		b.mu.Unlock()
 		r.ci = n.raft.CommitIndex()
-		// The round's heartbeats skip the batch window (urgentHeartbeats).
+		// The round's heartbeats skip the batch window (GroupTransport.verifying).
 		n.trans.verifying.Add(1)
 		err := n.await(ctx, n.raft.VerifyLeader())
 		n.trans.verifying.Add(-1)

@@ -11,10 +11,11 @@ import (
 // is what the lease's argument (lease.go) counts on from a follower.
 // ElectionTimeout is raised with it where raft requires it to be at least
 // the heartbeat timeout; on a leader, raft uses it only as the timeout of
-// a leadership transfer (which holds the leader's applies meanwhile). It runs on raft's goroutine at every state change
-// (a raft.Observer, after raft stored the new state) and is serialized
-// with ReloadRaft by reloadMu; it reads the state under the lock, so the
-// last call sets what the current state needs.
+// a leadership transfer (which holds the leader's applies meanwhile).
+// It runs on raft's goroutine at every state change (a raft.Observer,
+// after raft stored the new state) and is serialized with ReloadRaft by
+// reloadMu; it reads the state under the lock, so the last call sets what
+// the current state needs.
 func (n *Node) paceLeader() {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()

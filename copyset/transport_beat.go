@@ -54,8 +54,9 @@ type beatHooks struct {
 // setBeatHooks lets the group's heartbeats to peers be repeated as beats.
 func (g *GroupTransport) setBeatHooks(h *beatHooks) { g.beats.Store(h) }
 
-// leaderBeat is what the batcher repeats for one group.
+// leaderBeat is what the batcher b repeats for one group.
 type leaderBeat struct {
+	b     *heartbeatBatcher
 	g     *GroupTransport
 	id    raft.ServerID
 	req   *raftpb.AppendEntriesRequest // raft's last heartbeat to the peer
@@ -64,23 +65,22 @@ type leaderBeat struct {
 	inFlight bool
 }
 
-// heard records raft's heartbeat req of group g to the peer id: the beat
-// the batcher repeats from now on.
-func (b *heartbeatBatcher) heard(g *GroupTransport, id raft.ServerID, req *raftpb.AppendEntriesRequest, now time.Time) {
+// heardLocked records raft's heartbeat c of group g to the peer id, as it
+// is queued: the beat the batcher repeats from now on. Called with b.mu
+// held.
+func (b *heartbeatBatcher) heardLocked(g *GroupTransport, id raft.ServerID, c *heartbeatCall) {
 	if b.m.opts.LeaderBeatInterval <= 0 || g.beats.Load() == nil {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.beats == nil {
 		b.beats = make(map[uint64]*leaderBeat)
 	}
 	lb := b.beats[g.group]
 	if lb == nil || lb.g != g {
-		lb = &leaderBeat{g: g}
+		lb = &leaderBeat{b: b, g: g}
 		b.beats[g.group] = lb
 	}
-	lb.id, lb.req, lb.heard = id, req, now
+	lb.id, lb.req, lb.heard = id, c.req, time.Now()
 }
 
 // queueBeats queues a beat for every group that needs one at now.
@@ -98,13 +98,13 @@ func (b *heartbeatBatcher) queueBeats(now time.Time) {
 			continue
 		}
 		lb.inFlight = true
-		b.queue = append(b.queue, &heartbeatCall{req: lb.req, beat: lb, b: b})
+		b.queue = append(b.queue, &heartbeatCall{req: lb.req, beat: lb})
 	}
 }
 
-// beatAnswered handles the answer (or failure) of a beat call c.
-func (b *heartbeatBatcher) beatAnswered(c *heartbeatCall, resp *raftpb.AppendEntriesResponse, err error) {
-	lb := c.beat
+// answered handles the answer (or failure) of a beat call c.
+func (lb *leaderBeat) answered(c *heartbeatCall, resp *raftpb.AppendEntriesResponse, err error) {
+	b := lb.b
 	term := c.req.Term
 	ok := err == nil && resp.StatusCode == 0 && resp.Error == "" && resp.Success && resp.Term == term
 	b.mu.Lock()

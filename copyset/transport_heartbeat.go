@@ -70,7 +70,6 @@ type heartbeatCall struct {
 	// beat, when set, is the leader beat the call repeats (transport_beat.go):
 	// nobody waits for it.
 	beat *leaderBeat
-	b    *heartbeatBatcher
 	at   time.Time // when its batch was sent
 	// urgent: part of a VerifyLeader round, sent without waiting for the
 	// batch window.
@@ -79,7 +78,7 @@ type heartbeatCall struct {
 
 func (c *heartbeatCall) complete(resp *raftpb.AppendEntriesResponse, err error) {
 	if c.beat != nil {
-		c.b.beatAnswered(c, resp, err)
+		c.beat.answered(c, resp, err)
 		return
 	}
 	c.resp, c.err = resp, err
@@ -102,13 +101,12 @@ func (g *GroupTransport) batchedHeartbeat(id raft.ServerID, target raft.ServerAd
 		p.hb.Store(b)
 	}
 	c := &heartbeatCall{req: appendEntriesRequestToProto(g.group, args), done: make(chan struct{}), urgent: g.verifying.Load() > 0}
-	if !b.enqueue(c) {
+	if !b.enqueue(c, g, id) {
 		if g.m.ctx.Err() != nil {
 			return true, raft.ErrTransportShutdown
 		}
 		return false, nil
 	}
-	b.heard(g, id, c.req, time.Now())
 	select {
 	case <-c.done:
 	case <-g.ctx.Done():
@@ -159,14 +157,17 @@ func newHeartbeatBatcher(m *TransportManager, target raft.ServerAddress, client 
 	return b
 }
 
-// enqueue queues c for the next batch. It returns false, leaving c alone,
-// when the peer gets single calls or the batcher has stopped.
-func (b *heartbeatBatcher) enqueue(c *heartbeatCall) bool {
+// enqueue queues raft's heartbeat c of group g to the peer id for the
+// next batch, and keeps it as the group's beat (transport_beat.go). It
+// returns false, leaving c alone, when the peer gets single calls or the
+// batcher has stopped.
+func (b *heartbeatBatcher) enqueue(c *heartbeatCall, g *GroupTransport, id raft.ServerID) bool {
 	b.mu.Lock()
 	if b.stopped || (!b.legacy.IsZero() && time.Now().Before(b.legacy)) {
 		b.mu.Unlock()
 		return false
 	}
+	b.heardLocked(g, id, c)
 	b.queue = append(b.queue, c)
 	first := len(b.queue) == 1
 	b.urgent = b.urgent || c.urgent
