@@ -14,6 +14,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/datasync/exportfmt"
 	"github.com/chunkraft/chunkraft/internal/chunkread"
+	"github.com/chunkraft/chunkraft/internal/slack"
 	syncpb "github.com/chunkraft/chunkraft/proto/chunkraft/syncpb"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/syncstatepb"
 	dspb "github.com/chunkraft/chunkraft/proto/openmldb/datasync"
@@ -108,8 +109,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 			stop(k)
 		}
 	}()
-	tick := time.NewTicker(min(time.Second, s.deps.CheckPeriod))
-	defer tick.Stop()
+	every := min(time.Second, s.deps.CheckPeriod)
 	local := s.localAddr()
 	for {
 		changed := m.Changed()
@@ -161,10 +161,17 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 				stop(k)
 			}
 		}
+		// With no live sub-task nothing here changes but by an op, which
+		// Changed signals: the look every check period (coalesced with the
+		// other copysets' by package slack) is only for live ones.
+		var tick <-chan struct{}
+		if len(live) > 0 {
+			tick = slack.After(every)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-tick:
 		case <-changed:
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/chunkread"
+	"github.com/chunkraft/chunkraft/internal/slack"
 	vpb "github.com/chunkraft/chunkraft/proto/chunkraft/viewpb"
 )
 
@@ -241,8 +242,6 @@ func (s *Service) leaseWork(ctx context.Context, n *copyset.Node) error {
 	if !ok {
 		return nil
 	}
-	tick := time.NewTicker(s.deps.Config.Views.LeaseCheck)
-	defer tick.Stop()
 	for {
 		now := time.Now()
 		for _, v := range st.Views() {
@@ -273,7 +272,7 @@ func (s *Service) leaseWork(ctx context.Context, n *copyset.Node) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-slack.After(s.deps.Config.Views.LeaseCheck):
 		}
 	}
 }

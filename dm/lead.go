@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
+	"github.com/chunkraft/chunkraft/internal/slack"
 	pb "github.com/chunkraft/chunkraft/proto/chunkraft/dmpb"
 	dmpb "github.com/chunkraft/chunkraft/proto/dm/pb"
 )
@@ -67,8 +68,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 			stop(name)
 		}
 	}()
-	tick := time.NewTicker(min(time.Second, s.deps.Config.CheckInterval))
-	defer tick.Stop()
+	every := min(time.Second, s.deps.Config.CheckInterval)
 	for {
 		changed := m.Changed()
 		s.liftOrphanFence(ctx, n, m)
@@ -119,7 +119,7 @@ func (s *Service) lead(ctx context.Context, n *copyset.Node) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-slack.After(every):
 		case <-changed:
 		}
 	}

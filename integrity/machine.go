@@ -488,6 +488,20 @@ func (m *Machine) Job(id int32) *Job {
 	return out
 }
 
+// hasOpenJob reports whether a job is running or waiting, due or not.
+func (m *Machine) hasOpenJob() bool {
+	open := false
+	m.View(func(st *jobsState) {
+		for _, j := range st.Jobs {
+			if j.State == JobRunning || j.State == JobWaiting {
+				open = true
+				return
+			}
+		}
+	})
+	return open
+}
+
 // nextJob returns the job the leader should work on: the running job with
 // the lowest id, else (none running) the due waiting job with the lowest
 // id.

@@ -59,6 +59,7 @@ import (
 
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/chunkread"
+	"github.com/chunkraft/chunkraft/internal/slack"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
 	"github.com/klauspost/crc32"
 	"google.golang.org/grpc/metadata"
@@ -87,8 +88,9 @@ type ScanSettings struct {
 	// 3 x 1000 ms).
 	FollowScanMapTimeout time.Duration `yaml:"follow_scan_map_timeout"`
 	FollowScanMapRetries int           `yaml:"follow_scan_map_retries"`
-	// PollInterval is how often the worker looks for due jobs when idle.
-	// Default 1s.
+	// PollInterval is how often the worker looks whether a waiting job is
+	// due (a copyset without running or waiting jobs waits for a job op
+	// instead). Default 1s.
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// MaxRangeFailures is how many times in a row a range may fail (its
 	// scan or progress op not committing on a leader that stays leader)
@@ -223,7 +225,8 @@ const stepRetryDelay = 200 * time.Millisecond
 // lead is the scan worker's run on a copyset this server leads, for one
 // term (a copyset.LeaderWork): it waits until the machine reflects the log
 // before the term, then steps the copyset's next job until there is none
-// due, waiting for the machine's jobsChanged or the poll interval; a step
+// due, waiting for the machine's jobsChanged or, while a job waits for
+// its time, the poll interval; a step
 // that failed is tried again after stepRetryDelay.
 func (in *Service) lead(ctx context.Context, n *copyset.Node) error {
 	m := MachineOf(n)
@@ -239,20 +242,25 @@ func (in *Service) lead(ctx context.Context, n *copyset.Node) error {
 		return fmt.Errorf("integrity scan: %w", err)
 	}
 	for ctx.Err() == nil {
-		wait, woken := in.Settings().PollInterval, wake
-		if m.nextJob(time.Now().Unix()) != nil {
+		// The look every poll interval (coalesced with the other copysets'
+		// by package slack) is for a job waiting for its time; with none,
+		// only a job op (jobsChanged) gives the run work.
+		var tick <-chan struct{}
+		woken := wake
+		switch {
+		case m.nextJob(time.Now().Unix()) != nil:
 			if in.stepGated(ctx, n, m) {
 				continue
 			}
-			wait, woken = stepRetryDelay, nil
+			tick, woken = slack.After(stepRetryDelay), nil
+		case m.hasOpenJob():
+			tick = slack.After(in.Settings().PollInterval)
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-woken:
-		case <-t.C:
+		case <-tick:
 		}
-		t.Stop()
 	}
 	return nil
 }
