@@ -15,19 +15,24 @@ const (
 
 var recBufs = bufpool.New(minPooledShift, maxPooledShift)
 
-// getRecBuf returns an empty buffer with room for n bytes.
-func getRecBuf(n int) []byte {
+// getRecBuf returns an empty buffer with room for n bytes and, when it
+// comes from the pool, the handle putRecBuf recycles it with (nil when it
+// does not).
+func getRecBuf(n int) (b []byte, hold *[]byte) {
 	if n < 1<<minPooledShift {
-		return make([]byte, 0, n)
+		return make([]byte, 0, n), nil
 	}
-	return (*recBufs.Get(n))[:0]
+	hold = recBufs.Get(n)
+	return (*hold)[:0], hold
 }
 
-// putRecBuf recycles b, which must come from getRecBuf and no longer be
-// referenced.
-func putRecBuf(b []byte) {
-	if cap(b) < 1<<minPooledShift {
+// putRecBuf recycles b, which must come with hold from one getRecBuf call
+// and no longer be referenced; it does nothing when hold is nil. Recycling
+// through the pool's own handle allocates nothing.
+func putRecBuf(b []byte, hold *[]byte) {
+	if hold == nil {
 		return
 	}
-	recBufs.Put(&b)
+	*hold = b
+	recBufs.Put(hold)
 }

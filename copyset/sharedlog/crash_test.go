@@ -88,7 +88,7 @@ func (m *model) verify(t testing.TB, l *Log, groups []uint64, maxIdx uint64) {
 // Requests built like the GroupStore methods build them, so that a test can
 // submit several at once and get them into one group commit.
 func entriesReq(t testing.TB, g *GroupStore, logs []*raft.Log) *request {
-	rec, parts, refs, err := encodeEntries(g.ID(), logs)
+	rec, _, parts, refs, err := encodeEntries(g.ID(), logs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

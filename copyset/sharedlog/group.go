@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/hashicorp/raft"
 )
@@ -119,14 +120,31 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
-	rec, parts, refs, err := encodeEntries(g.st.id, logs)
-	if err != nil {
-		return err
+	r := entryRequests.Get().(*request)
+	rec, hold, parts, refs, err := encodeEntries(g.st.id, logs, r.ents)
+	switch {
+	case err != nil:
+	case g.l.closed.Load():
+		err = ErrClosed
+		putRecBuf(rec, hold)
+	default:
+		r.op, r.st, r.rec, r.parts = op{kind: recEntries, group: g.st.id, ents: refs}, g.st, rec, parts
+		err = g.s.submit(r)
+		putRecBuf(rec, hold) // answered: the shard no longer reads it
 	}
-	err = g.submit(&request{op: op{kind: recEntries, group: g.st.id, ents: refs}, rec: rec, parts: parts})
-	putRecBuf(rec) // answered: the shard no longer reads it
+	// The request is answered, or was never queued: the shard's writer no
+	// longer reads it, and the index holds copies of the refs.
+	*r = request{op: op{ents: refs[:0]}, done: r.done}
+	entryRequests.Put(r)
 	return err
 }
+
+// entryRequests recycles StoreLogs' requests with their done channels and
+// refs slices. The shard's writer answers a queued request exactly once,
+// with one send on done that is its last use of the request, and StoreLogs
+// has received that answer before it puts the request back: a recycled
+// done channel is empty.
+var entryRequests = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
 
 // DeleteRange implements raft.LogStore: it durably removes [min, max].
 func (g *GroupStore) DeleteRange(min, max uint64) error {

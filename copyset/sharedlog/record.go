@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -81,12 +82,19 @@ func recordCRC(length, rest []byte) uint32 {
 }
 
 // linkCRC is the link of a record whose crc is crc and whose predecessor's
-// link (or segment salt) is prev.
+// link (or segment salt) is prev: the CRC-32C of prev and crc, each 4 bytes
+// little endian. It is computed byte by byte with castagnoli's table, as
+// crc32.Update(0, castagnoli, those 8 bytes) computes it, because a buffer
+// handed to crc32.Update escapes to the heap: one allocation per record.
 func linkCRC(prev, crc uint32) uint32 {
-	var b [8]byte
-	binary.LittleEndian.PutUint32(b[0:4], prev)
-	binary.LittleEndian.PutUint32(b[4:8], crc)
-	return crc32.Update(0, castagnoli, b[:])
+	c := ^uint32(0)
+	for _, w := range [2]uint32{prev, crc} {
+		for range 4 {
+			c = castagnoli[byte(c)^byte(w)] ^ c>>8
+			w >>= 8
+		}
+	}
+	return ^c
 }
 
 // setLink chains the finished record at the start of rec to prev and returns
@@ -214,7 +222,9 @@ func decodeEntry(b []byte, l *raft.Log) error {
 var refDataMin = 64 << 10
 
 // encodeEntries builds one recEntries record for logs, which must have
-// strictly increasing indexes. rec is the record's buffer (from getRecBuf).
+// strictly increasing indexes. rec is the record's buffer and hold its
+// handle (getRecBuf). refs, appended to dst[:0], locates each entry in
+// the record.
 // When no payload is referenced, parts is nil and rec is the whole record.
 // Otherwise the record is the concatenation of parts: slices of rec, with
 // every payload of refDataMin bytes or more in between by reference, not
@@ -224,16 +234,16 @@ var refDataMin = 64 << 10
 // until the record is written: StoreLogs writes it before it returns, and
 // raft does not touch an entry while it stores it. parts[0] begins with the
 // header (finishRecord, setLink).
-func encodeEntries(group uint64, logs []*raft.Log) (rec []byte, parts [][]byte, refs []entryRef, err error) {
+func encodeEntries(group uint64, logs []*raft.Log, dst []entryRef) (rec []byte, hold *[]byte, parts [][]byte, refs []entryRef, err error) {
 	size := recHeaderSize + uvarintLen(uint64(len(logs)))
 	referenced := 0
 	sizes := make([]int, len(logs))
 	for i, l := range logs {
 		if l == nil {
-			return nil, nil, nil, errors.New("sharedlog: nil log entry")
+			return nil, nil, nil, nil, errors.New("sharedlog: nil log entry")
 		}
 		if i > 0 && l.Index <= logs[i-1].Index {
-			return nil, nil, nil, fmt.Errorf("sharedlog: log indexes not increasing (%d after %d)", l.Index, logs[i-1].Index)
+			return nil, nil, nil, nil, fmt.Errorf("sharedlog: log indexes not increasing (%d after %d)", l.Index, logs[i-1].Index)
 		}
 		sizes[i] = entrySize(l)
 		size += uvarintLen(uint64(sizes[i])) + sizes[i]
@@ -242,12 +252,12 @@ func encodeEntries(group uint64, logs []*raft.Log) (rec []byte, parts [][]byte, 
 		}
 	}
 	if size-recHeaderSize > maxRecordPayload {
-		return nil, nil, nil, fmt.Errorf("sharedlog: batch of %d bytes exceeds the %d byte record limit", size, maxRecordPayload)
+		return nil, nil, nil, nil, fmt.Errorf("sharedlog: batch of %d bytes exceeds the %d byte record limit", size, maxRecordPayload)
 	}
-	rec = getRecBuf(size - referenced)
+	rec, hold = getRecBuf(size - referenced)
 	rec = beginRecord(rec, recEntries, group)
 	rec = binary.AppendUvarint(rec, uint64(len(logs)))
-	refs = make([]entryRef, len(logs))
+	refs = slices.Grow(dst[:0], len(logs))[:len(logs)]
 	off, from := 0, 0 // off: record offset of rec[len(rec)]; from: start of rec's unplaced part
 	for i, l := range logs {
 		rec = binary.AppendUvarint(rec, uint64(sizes[i]))
@@ -263,13 +273,13 @@ func encodeEntries(group uint64, logs []*raft.Log) (rec []byte, parts [][]byte, 
 	}
 	if parts == nil {
 		finishRecord(rec)
-		return rec, nil, refs, nil
+		return rec, hold, nil, refs, nil
 	}
 	if from < len(rec) {
 		parts = append(parts, rec[from:])
 	}
 	finishRecord(parts[0], parts[1:]...)
-	return rec, parts, refs, nil
+	return rec, hold, parts, refs, nil
 }
 
 func encodeDelete(group, min, max uint64) []byte {

@@ -272,7 +272,7 @@ func TestReferencedPayloadRecord(t *testing.T) {
 		logs = append(logs, &raft.Log{Index: uint64(i + 1), Term: 2, Type: raft.LogCommand, Data: data,
 			Extensions: []byte{byte(i)}, AppendedAt: time.Unix(1700000000, int64(i))})
 	}
-	rec, parts, refs, err := encodeEntries(9, logs)
+	rec, _, parts, refs, err := encodeEntries(9, logs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestReferencedPayloadRecord(t *testing.T) {
 
 	saved := refDataMin
 	refDataMin = math.MaxInt
-	want, wantParts, wantRefs, err := encodeEntries(9, logs)
+	want, _, wantParts, wantRefs, err := encodeEntries(9, logs, nil)
 	refDataMin = saved
 	if err != nil || wantParts != nil {
 		t.Fatalf("copying encode: parts %d, err %v", len(wantParts), err)
