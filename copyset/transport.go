@@ -172,8 +172,11 @@ var ErrGroupExists = errors.New("raft transport: group already registered")
 // then call Transport once per group.
 type TransportManager struct {
 	local raft.ServerAddress
-	opts  TransportOptions
-	log   *slog.Logger
+	// localBytes is local as EncodePeer returns it, one copy for every
+	// call (cap-limited: an append reallocates); nobody writes to it.
+	localBytes []byte
+	opts       TransportOptions
+	log        *slog.Logger
 
 	ctx    context.Context // parent of every group's context
 	cancel context.CancelFunc
@@ -209,13 +212,14 @@ func NewTransportManager(local raft.ServerAddress, opts TransportOptions) *Trans
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &TransportManager{
-		local:  local,
-		opts:   opts,
-		log:    opts.Logger.With("component", "raft-transport", "local", string(local)),
-		ctx:    ctx,
-		cancel: cancel,
-		groups: make(map[uint64]*GroupTransport),
-		conns:  make(map[raft.ServerAddress]*transportPeerConn),
+		local:      local,
+		localBytes: []byte(local)[:len(local):len(local)],
+		opts:       opts,
+		log:        opts.Logger.With("component", "raft-transport", "local", string(local)),
+		ctx:        ctx,
+		cancel:     cancel,
+		groups:     make(map[uint64]*GroupTransport),
+		conns:      make(map[raft.ServerAddress]*transportPeerConn),
 	}
 }
 

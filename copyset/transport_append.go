@@ -128,6 +128,7 @@ type appendStream struct {
 	stats    *peerCounters
 	lastRecv atomic.Int64 // unix nanoseconds of the last answer (or the open)
 	out      sendBatcher[*raftpb.AppendEntriesRequest]
+	msg      raftpb.AppendEntriesBatch // sendBatch's, reused for every batch
 
 	mu     sync.Mutex
 	routes map[uint64]*pipelineQueue // group -> pipelines awaiting answers
@@ -141,7 +142,11 @@ func (st *appendStream) sendBatch(batch []*raftpb.AppendEntriesRequest) error {
 		entries += len(r.Entries)
 	}
 	st.stats.sent.appendBatch(len(batch), entries)
-	return st.stream.Send(&raftpb.AppendEntriesBatch{Requests: batch})
+	// Send encodes the message before it returns; nothing keeps it.
+	st.msg.Requests = batch
+	err := st.stream.Send(&st.msg)
+	st.msg.Requests = nil
+	return err
 }
 
 // pipelineQueue lists, oldest first, the pipeline of each request of one

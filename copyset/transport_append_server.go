@@ -62,6 +62,7 @@ type appendStreamHandler struct {
 	// out sends the lanes' answers; after a failed send the stream is
 	// broken and Recv fails too, which ends the handler.
 	out sendBatcher[*raftpb.AppendEntriesResponse]
+	msg raftpb.AppendEntriesBatchResponse // sendAnswers', reused for every batch
 }
 
 // serve receives batches until the stream ends: nil on the client's
@@ -136,7 +137,11 @@ func (h *appendStreamHandler) sendAnswers(batch []*raftpb.AppendEntriesResponse)
 	if h.stats != nil {
 		h.stats.sent.answerBatch()
 	}
-	return h.stream.Send(&raftpb.AppendEntriesBatchResponse{Responses: batch})
+	// Send encodes the message before it returns; nothing keeps it.
+	h.msg.Responses = batch
+	err := h.stream.Send(&h.msg)
+	h.msg.Responses = nil
+	return err
 }
 
 // appendLane carries one group's requests of a stream to its raft and the
@@ -182,6 +187,12 @@ func (l *appendLane) refused() laneAnswer {
 	}}
 }
 
+// laneRespChans recycles the channels raft answers lanes' requests on.
+// Raft answers an RPC once, with one send on its RespChan: a channel goes
+// back to the pool once its answer was received, never while raft may
+// still hold it (a request whose answer did not come is left to the GC).
+var laneRespChans = sync.Pool{New: func() any { return make(chan raft.RPCResponse, 1) }}
+
 // laneRequest is a request converted for raft, with the channel raft
 // answers it on.
 type laneRequest struct {
@@ -193,7 +204,7 @@ type laneRequest struct {
 // in order.
 func (l *appendLane) take(req *raftpb.AppendEntriesRequest) {
 	l.outstanding.Add(1)
-	respCh := make(chan raft.RPCResponse, 1)
+	respCh := laneRespChans.Get().(chan raft.RPCResponse)
 	r := laneRequest{rpc: raft.RPC{Command: appendEntriesRequestFromProto(req), RespChan: respCh}, respCh: respCh}
 	if l.queued.Load() == 0 {
 		g := l.transport()
@@ -282,6 +293,7 @@ func (l *appendLane) respond() {
 		if out == nil {
 			select {
 			case r := <-a.respCh:
+				laneRespChans.Put(a.respCh)
 				out = appendEntriesResponseToProto(r)
 			case <-a.g.ctx.Done():
 				out = closedAnswer(a.g)

@@ -113,38 +113,77 @@ func logsFromProto(entries []*raftpb.Log) []*raft.Log {
 	return out
 }
 
+// aeRequestOut is an outbound AppendEntriesRequest with its header and,
+// for a request of one entry (as most are), that entry and the array of
+// the entries slice: one allocation for all of them.
+type aeRequestOut struct {
+	req  raftpb.AppendEntriesRequest
+	hdr  raftpb.RPCHeader
+	log  raftpb.Log
+	logs [1]*raftpb.Log
+}
+
 func appendEntriesRequestToProto(group uint64, r *raft.AppendEntriesRequest) *raftpb.AppendEntriesRequest {
-	return &raftpb.AppendEntriesRequest{
-		Group:             group,
-		Header:            headerToProto(r.RPCHeader),
-		Term:              r.Term,
-		Leader:            r.Leader,
-		PrevLogEntry:      r.PrevLogEntry,
-		PrevLogTerm:       r.PrevLogTerm,
-		Entries:           logsToProto(r.Entries),
-		LeaderCommitIndex: r.LeaderCommitIndex,
+	b := &aeRequestOut{}
+	b.hdr.ProtocolVersion, b.hdr.Id, b.hdr.Addr = int64(r.ProtocolVersion), r.ID, r.Addr
+	m := &b.req
+	m.Group, m.Header, m.Term, m.Leader = group, &b.hdr, r.Term, r.Leader
+	m.PrevLogEntry, m.PrevLogTerm, m.LeaderCommitIndex = r.PrevLogEntry, r.PrevLogTerm, r.LeaderCommitIndex
+	if len(r.Entries) == 1 {
+		logToProto(&b.log, r.Entries[0])
+		b.logs[0] = &b.log
+		m.Entries = b.logs[:]
+	} else {
+		m.Entries = logsToProto(r.Entries)
 	}
+	return m
+}
+
+// aeRequestIn is an inbound request converted for raft with, for a
+// request of one entry, the array of its entries slice. The entries
+// themselves are allocated apart: raft's log cache keeps them, and must
+// not keep the request with them.
+type aeRequestIn struct {
+	req  raft.AppendEntriesRequest
+	logs [1]*raft.Log
 }
 
 func appendEntriesRequestFromProto(r *raftpb.AppendEntriesRequest) *raft.AppendEntriesRequest {
-	return &raft.AppendEntriesRequest{
+	b := &aeRequestIn{req: raft.AppendEntriesRequest{
 		RPCHeader:         headerFromProto(r.Header),
 		Term:              r.Term,
 		Leader:            r.Leader,
 		PrevLogEntry:      r.PrevLogEntry,
 		PrevLogTerm:       r.PrevLogTerm,
-		Entries:           logsFromProto(r.Entries),
 		LeaderCommitIndex: r.LeaderCommitIndex,
+	}}
+	if len(r.Entries) == 1 {
+		l := new(raft.Log)
+		logFromProto(l, r.Entries[0])
+		b.logs[0] = l
+		b.req.Entries = b.logs[:]
+	} else {
+		b.req.Entries = logsFromProto(r.Entries)
 	}
+	return &b.req
+}
+
+// aeResponseOut is an outbound AppendEntriesResponse with its header, in
+// one allocation.
+type aeResponseOut struct {
+	resp raftpb.AppendEntriesResponse
+	hdr  raftpb.RPCHeader
 }
 
 // appendEntriesResponseToProto converts raft's answer; a raft-level error
 // travels in the Error field next to the response fields (as net_transport
 // sends both).
 func appendEntriesResponseToProto(resp raft.RPCResponse) *raftpb.AppendEntriesResponse {
-	out := &raftpb.AppendEntriesResponse{}
+	b := &aeResponseOut{}
+	out := &b.resp
 	if r, ok := resp.Response.(*raft.AppendEntriesResponse); ok && r != nil {
-		out.Header = headerToProto(r.RPCHeader)
+		b.hdr.ProtocolVersion, b.hdr.Id, b.hdr.Addr = int64(r.ProtocolVersion), r.ID, r.Addr
+		out.Header = &b.hdr
 		out.Term = r.Term
 		out.LastLog = r.LastLog
 		out.Success = r.Success

@@ -48,6 +48,8 @@ type GroupTransport struct {
 
 	// peers holds per-peer state (raft.ServerAddress -> *groupPeer).
 	peers sync.Map
+	// lastPeer is the address DecodePeer decoded last.
+	lastPeer atomic.Pointer[raft.ServerAddress]
 }
 
 // groupPeer is what a group's transport knows about one of its peers.
@@ -103,14 +105,26 @@ func (g *GroupTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	g.heartbeatFn.Store(&cb)
 }
 
-// EncodePeer implements raft.Transport.
+// EncodePeer implements raft.Transport. Raft encodes the local address
+// into every request it sends (the header's Addr, Leader): that is the
+// manager's one copy, which raft and the transport only read.
 func (g *GroupTransport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
+	if addr == g.m.local {
+		return g.m.localBytes
+	}
 	return []byte(addr)
 }
 
-// DecodePeer implements raft.Transport.
+// DecodePeer implements raft.Transport. Raft decodes the sender's address
+// from every AppendEntries it takes, nearly always its leader's: an
+// address equal to the last one decoded is returned as that string.
 func (g *GroupTransport) DecodePeer(buf []byte) raft.ServerAddress {
-	return raft.ServerAddress(buf)
+	if last := g.lastPeer.Load(); last != nil && string(*last) == string(buf) {
+		return *last
+	}
+	addr := raft.ServerAddress(buf)
+	g.lastPeer.Store(&addr)
+	return addr
 }
 
 // Close implements raft.WithClose: the group is unregistered (inbound RPCs

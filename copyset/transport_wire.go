@@ -124,7 +124,7 @@ func (c *wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *raftpb.AppendEntriesRequest:
 		if m != nil {
-			parse = func(b []byte) (bool, bool) { return unmarshalAppendEntries(b, m) }
+			parse = func(b []byte) (bool, bool) { return unmarshalAppendEntries(b, m, nil) }
 		}
 	case *raftpb.AppendEntriesBatch:
 		if m != nil {
@@ -486,34 +486,62 @@ func unmarshalAppendBatch(b []byte, m *raftpb.AppendEntriesBatch) (aliased, ok b
 		if num != abRequests || typ != protowire.BytesType {
 			return false
 		}
-		r := &raftpb.AppendEntriesRequest{}
-		a, ok := unmarshalAppendEntries(p, r)
+		w := &aeRequestWire{}
+		a, ok := unmarshalAppendEntries(p, &w.req, &w.parts)
 		aliased = aliased || a
-		m.Requests = append(m.Requests, r)
+		m.Requests = append(m.Requests, &w.req)
 		return ok
 	})
 	return aliased, ok
 }
 
+// aeParts is the storage unmarshalAppendEntries fills a request's header
+// and, when it has one entry (as most have), that entry and the array of
+// its entries slice from: one allocation for all of them.
+type aeParts struct {
+	hdr  raftpb.RPCHeader
+	log  [1]raftpb.Log
+	logs [1]*raftpb.Log
+}
+
+// aeRequestWire is a request of an AppendEntriesBatch with its parts, in
+// one allocation.
+type aeRequestWire struct {
+	req   raftpb.AppendEntriesRequest
+	parts aeParts
+}
+
 // unmarshalAppendEntries parses b into m (reset first), with entries' Data
-// and Extensions aliasing b (cap-limited) and all other bytes fields copied.
-// It reports aliased when some entry points into b, and ok=false when b
-// holds anything but well-formed known fields with their declared wire
-// types: the caller then decodes b with proto.Unmarshal instead (m is left
-// in an unspecified state). For every b it accepts, m ends up proto.Equal to
-// what proto.Unmarshal produces: scalars and bytes fields take the last
-// occurrence, a repeated header merges into the first, every entries field
-// appends an entry, and an empty bytes field decodes as nil.
-func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest) (aliased, ok bool) {
+// and Extensions aliasing b (cap-limited) and all other bytes fields copied
+// (all into one allocation). parts, if not nil, is fresh storage for m's
+// header and lone entry. It reports aliased when some entry points into b,
+// and ok=false when b holds anything but well-formed known fields with
+// their declared wire types: the caller then decodes b with
+// proto.Unmarshal instead (m is left in an unspecified state). For every b
+// it accepts, m ends up proto.Equal to what proto.Unmarshal produces:
+// scalars and bytes fields take the last occurrence, a repeated header
+// merges into the first, every entries field appends an entry, and an
+// empty bytes field decodes as nil.
+func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest, parts *aeParts) (aliased, ok bool) {
 	m.Reset()
-	n, ok := countEntries(b)
+	n, copied, ok := countEntries(b)
 	if !ok {
 		return false, false
 	}
+	if parts == nil {
+		parts = &aeParts{}
+	}
 	var backing []raftpb.Log
-	if n > 0 {
+	switch {
+	case n == 1:
+		backing, m.Entries = parts.log[:], parts.logs[:0]
+	case n > 1:
 		backing = make([]raftpb.Log, n)
 		m.Entries = make([]*raftpb.Log, 0, n)
+	}
+	var arena []byte // the copied bytes fields
+	if copied > 0 {
+		arena = make([]byte, 0, copied)
 	}
 	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool {
 		switch {
@@ -529,11 +557,11 @@ func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest) (aliased, 
 			m.LeaderCommitIndex = v
 		case typ == protowire.BytesType && num == aeHeader:
 			if m.Header == nil {
-				m.Header = &raftpb.RPCHeader{}
+				m.Header = &parts.hdr
 			}
-			return unmarshalHeader(p, m.Header)
+			return unmarshalHeader(p, m.Header, &arena)
 		case typ == protowire.BytesType && num == aeLeader:
-			m.Leader = copyBytes(p)
+			m.Leader = copyInto(&arena, p)
 		case typ == protowire.BytesType && num == aeEntries:
 			l := &backing[len(m.Entries)]
 			a, ok := unmarshalLog(p, l)
@@ -549,29 +577,35 @@ func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest) (aliased, 
 }
 
 // countEntries counts the entries fields of an AppendEntriesRequest
-// encoding, so that unmarshalAppendEntries allocates all entries at once.
-// ok is false when walkFields refuses b.
-func countEntries(b []byte) (n int, ok bool) {
-	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, _ uint64, _ []byte) bool {
-		if num == aeEntries && typ == protowire.BytesType {
-			n++
+// encoding, so that unmarshalAppendEntries allocates all entries at once,
+// and bounds the bytes it copies by the size of the header and leader
+// fields. ok is false when walkFields refuses b.
+func countEntries(b []byte) (n, copied int, ok bool) {
+	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, _ uint64, p []byte) bool {
+		if typ == protowire.BytesType {
+			switch num {
+			case aeEntries:
+				n++
+			case aeHeader, aeLeader:
+				copied += len(p)
+			}
 		}
 		return true
 	})
-	return n, ok
+	return n, copied, ok
 }
 
 // unmarshalHeader merges the RPCHeader encoded in b into h, copying its
-// bytes fields; ok as in unmarshalAppendEntries.
-func unmarshalHeader(b []byte, h *raftpb.RPCHeader) (ok bool) {
+// bytes fields into arena; ok as in unmarshalAppendEntries.
+func unmarshalHeader(b []byte, h *raftpb.RPCHeader, arena *[]byte) (ok bool) {
 	return walkFields(b, func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool {
 		switch {
 		case typ == protowire.VarintType && num == hdrProtocolVersion:
 			h.ProtocolVersion = int64(v)
 		case typ == protowire.BytesType && num == hdrID:
-			h.Id = copyBytes(p)
+			h.Id = copyInto(arena, p)
 		case typ == protowire.BytesType && num == hdrAddr:
-			h.Addr = copyBytes(p)
+			h.Addr = copyInto(arena, p)
 		default:
 			return false
 		}
@@ -647,7 +681,14 @@ func aliasBytes(v []byte) []byte {
 	return v[:len(v):len(v)]
 }
 
-// copyBytes copies v as proto.Unmarshal does (nil when empty).
-func copyBytes(v []byte) []byte {
-	return append([]byte(nil), v...)
+// copyInto copies v as proto.Unmarshal does (nil when empty), appending it
+// to arena and returning the copy cap-limited, so that appending to one
+// copy never writes into the next.
+func copyInto(arena *[]byte, v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	at := len(*arena)
+	*arena = append(*arena, v...)
+	return (*arena)[at:len(*arena):len(*arena)]
 }

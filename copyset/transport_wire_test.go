@@ -467,7 +467,7 @@ func checkWireUnmarshal(t *testing.T, c *wireCodec, in []byte) {
 		t.Fatalf("Unmarshal(%x) = %v, proto.Unmarshal = %v", in, &got, &want)
 	}
 	var hand raftpb.AppendEntriesRequest
-	if _, ok := unmarshalAppendEntries(in, &hand); ok {
+	if _, ok := unmarshalAppendEntries(in, &hand, nil); ok {
 		if wantErr != nil {
 			t.Fatalf("hand parser accepted %x, proto.Unmarshal: %v", in, wantErr)
 		}
