@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -196,6 +197,10 @@ type fsm struct {
 	applied atomic.Uint64 // highest index handed to this FSM and applied
 	epoch   atomic.Uint64 // configuration entries applied
 
+	// out is ApplyBatch's result slice, reused: raft's FSM goroutine, the
+	// only caller, takes the results out of it before it calls again.
+	out []any
+
 	// broken is set by the first FatalError; onBroken is told once.
 	broken   atomic.Pointer[FatalError]
 	onBroken func(index uint64, err *FatalError)
@@ -223,9 +228,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-// ApplyBatch implements raft.BatchingFSM.
+// ApplyBatch implements raft.BatchingFSM. The slice it returns is valid
+// until the next call.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
-	out := make([]any, len(logs))
+	out := slices.Grow(f.out[:0], len(logs))[:len(logs)]
+	clear(out)
+	f.out = out
 	var last uint64
 	for i, l := range logs {
 		if f.broken.Load() != nil {

@@ -189,11 +189,11 @@ func TestGroupIsNeverMergedWithBatches(t *testing.T) {
 	}
 	var waits []chan proposalResult
 	submit := func(name string) {
-		ch, err := n.props.submit(ctx, chunkOp(name))
+		pr, err := n.props.submit(ctx, chunkOp(name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		waits = append(waits, ch)
+		waits = append(waits, pr.done)
 	}
 	submit("a")
 	queued(0)

@@ -572,10 +572,12 @@ func (n *Node) Propose(ctx context.Context, op []byte) (uint64, any, error) {
 	if n.raft.State() != raft.Leader {
 		return 0, nil, n.notLeader()
 	}
-	ch, err := n.props.submit(ctx, op)
+	pr, err := n.props.submit(ctx, op)
 	var r proposalResult
 	if err == nil {
-		if r, err = awaitChan(n, ctx, ch); err != nil && ctx.Err() != nil {
+		if r, err = awaitChan(n, ctx, pr.done); err == nil {
+			pr.recycle() // answered: the proposer is done with it
+		} else if ctx.Err() != nil {
 			return 0, nil, err // cut short by the caller: the outcome is unknown
 		}
 		if err == nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -180,15 +181,30 @@ type proposal struct {
 	done chan proposalResult // buffered: the answer never blocks
 }
 
+// proposals recycles proposals with their done channels. A proposal is
+// answered exactly once, with one send on done that is the proposer's last
+// use of it (the batcher and the waiter only read proposals not answered
+// yet), so once its caller received the answer nothing refers to it and
+// done is empty: recycle puts it back then, and only then.
+var proposals = sync.Pool{New: func() any { return &proposal{done: make(chan proposalResult, 1)} }}
+
+// recycle returns pr, whose answer its caller received, to proposals.
+func (pr *proposal) recycle() {
+	pr.ctx, pr.op = nil, nil
+	proposals.Put(pr)
+}
+
 type proposalResult struct {
 	index uint64
 	res   any
 	err   error
 }
 
-// inflightBatch is an entry handed to raft whose future is not answered yet.
+// inflightBatch is an entry handed to raft whose future is not answered
+// yet, with its proposals: lone when it holds one, else props.
 type inflightBatch struct {
 	fut   raft.ApplyFuture
+	lone  *proposal
 	props []*proposal
 	slot  bool // holds one of proposer.slots
 }
@@ -207,6 +223,10 @@ type proposer struct {
 	wake   chan struct{} // capacity 1
 
 	inflight chan inflightBatch
+	// props and ops are dispatch's scratch (the batcher's alone), emptied
+	// after each entry.
+	props []*proposal
+	ops   [][]byte
 	// slots bounds the entries handed to raft and not yet answered
 	// (RaftOptions.MaxInflightEntries): the batcher takes a slot before
 	// proposing an entry that could still grow (entryFull) and the waiter
@@ -232,12 +252,15 @@ func (p *proposer) start(n *Node) {
 	go p.runWaiter()
 }
 
-// submit queues op and returns the channel its outcome arrives on.
-func (p *proposer) submit(ctx context.Context, op []byte) (chan proposalResult, error) {
-	pr := &proposal{ctx: ctx, op: op, done: make(chan proposalResult, 1)}
+// submit queues op and returns its proposal, whose outcome arrives on
+// done; the caller may recycle it once it received the outcome.
+func (p *proposer) submit(ctx context.Context, op []byte) (*proposal, error) {
+	pr := proposals.Get().(*proposal)
+	pr.ctx, pr.op = ctx, op
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		pr.recycle() // never queued
 		return nil, raft.ErrRaftShutdown
 	}
 	p.queue = append(p.queue, pr)
@@ -246,7 +269,7 @@ func (p *proposer) submit(ctx context.Context, op []byte) (chan proposalResult, 
 	case p.wake <- struct{}{}:
 	default:
 	}
-	return pr.done, nil
+	return pr, nil
 }
 
 // stop ends both goroutines. Queued proposals are answered with
@@ -343,12 +366,17 @@ func (r *registry) entryFull(reqs []*proposal) bool {
 // entry's future completes (or dispatch does, if nothing is proposed).
 func (p *proposer) dispatch(reqs []*proposal, slot bool) int {
 	var (
-		props   []*proposal
-		ops     [][]byte
+		props   = p.props[:0]
+		ops     = p.ops[:0]
 		size    int
 		timeout = p.n.opts.ApplyTimeout
 		taken   int
 	)
+	defer func() {
+		clear(props)
+		clear(ops)
+		p.props, p.ops = props[:0], ops[:0]
+	}()
 	for _, pr := range reqs {
 		if len(props) > 0 && !p.reg.joins(props[0].op, len(props), size, pr.op) {
 			break
@@ -379,8 +407,14 @@ func (p *proposer) dispatch(reqs []*proposal, slot bool) int {
 	stats := &p.n.trans.m.stats
 	stats.entries.Add(1)
 	stats.proposals.Add(uint64(len(props)))
+	b := inflightBatch{fut: fut, slot: slot}
+	if len(props) == 1 {
+		b.lone = props[0]
+	} else {
+		b.props = slices.Clone(props)
+	}
 	select {
-	case p.inflight <- inflightBatch{fut: fut, props: props, slot: slot}:
+	case p.inflight <- b:
 	case <-p.quit:
 		// The waiter may be gone; answer here. The entry's outcome is
 		// unknown to its proposers, as with any proposal cut short.
@@ -416,19 +450,24 @@ func (p *proposer) runWaiter() {
 		if b.slot {
 			p.release()
 		}
+		props := b.props
+		if b.lone != nil {
+			one := [1]*proposal{b.lone}
+			props = one[:]
+		}
 		if err != nil {
-			for _, pr := range b.props {
+			for _, pr := range props {
 				pr.done <- proposalResult{err: err}
 			}
 			continue
 		}
 		index, res := b.fut.Index(), b.fut.Response()
-		if len(b.props) == 1 {
-			b.props[0].done <- proposalResult{index: index, res: res}
+		if len(props) == 1 {
+			props[0].done <- proposalResult{index: index, res: res}
 			continue
 		}
 		results, ok := res.(batchResult)
-		for i, pr := range b.props {
+		for i, pr := range props {
 			r := proposalResult{index: index}
 			switch {
 			case ok && i < len(results):

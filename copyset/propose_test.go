@@ -218,11 +218,11 @@ func TestInflightWindowPacksWaitingProposals(t *testing.T) {
 		if i > 0 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		ch, err := n.props.submit(ctx, chunkOp(name))
+		pr, err := n.props.submit(ctx, chunkOp(name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		waits = append(waits, ch)
+		waits = append(waits, pr.done)
 	}
 	close(m.gate)
 	if err := <-held; err != nil {
