@@ -119,8 +119,16 @@ func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
 		pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_CRC_FAIL:
 		return &copyset.FatalError{Err: fmt.Errorf("apply %v to chunk %d at index %d: %w", req.GetOpType(), id, index, err)}
 	}
+	if err == nil {
+		return chunkApplied
+	}
 	return chunkResult{status: st, err: err}
 }
+
+// chunkApplied is the result of an op applied without error, boxed once:
+// a chunkResult in an interface is an allocation, and results are only
+// read.
+var chunkApplied any = chunkResult{status: pb.CHUNK_OP_STATUS_CHUNK_OP_STATUS_SUCCESS}
 
 // storeStatus maps a datastore error to the protocol status.
 func storeStatus(err error) pb.CHUNK_OP_STATUS {

@@ -154,9 +154,17 @@ func (s *chunkService) propose(ctx context.Context, n *copyset.Node, m *chunkMac
 	case err != nil:
 		st = applyErrStatus(err)
 	}
-	resp := chunkResponse(st)
-	resp.AppliedIndex = proto.Uint64(index)
-	return resp
+	b := &committedResponse{status: st, index: index}
+	b.resp.Status, b.resp.AppliedIndex = &b.status, &b.index
+	return &b.resp
+}
+
+// committedResponse is the response to a committed op with the values its
+// optional fields point to, in one allocation.
+type committedResponse struct {
+	resp   pb.ChunkResponse
+	status pb.CHUNK_OP_STATUS
+	index  uint64
 }
 
 // preImage is the pre-image a write carries for the read views of its
