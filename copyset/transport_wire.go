@@ -90,7 +90,8 @@ func (c *wireCodec) Name() string { return protoenc.Name }
 // the BufferSlice references them (the GC keeps them alive) and nobody
 // writes to them. The framing segments are slices of one buffer (pooled if
 // large) that share its reference count: gRPC's Free of the last segment
-// returns it to the pool.
+// returns it to the pool. A small message's framing, segments and slice
+// are one allocation instead (wireFrame), which the GC reclaims.
 func (c *wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *raftpb.AppendEntriesRequest:
@@ -272,23 +273,57 @@ var errWireSize = errors.New("encoded size differs from computed size")
 // wireWriter assembles a BufferSlice from framing bytes, written into one
 // buffer of exactly size bytes, interleaved with aliased payloads.
 //
-// Invariants: buf is root's bytes truncated to the bytes written so far and
-// is appended to in place (it never outgrows size when the size pass is
-// right; finish detects when it did); out holds one reference per element;
-// framing bytes before cut are in out.
+// Invariants: buf is the framing buffer's bytes (root's, or frame's)
+// truncated to the bytes written so far and is appended to in place (it
+// never outgrows size when the size pass is right; finish detects when it
+// did); out holds one reference per element; framing bytes before cut are
+// in out. Exactly one of root and frame is set.
 type wireWriter struct {
-	root mem.Buffer // owns the framing bytes; finish drops its reference
-	size int        // framing bytes, from the size pass
-	buf  []byte
-	cut  int
-	out  mem.BufferSlice
-	err  error
+	root  mem.Buffer // owns the framing bytes; finish drops its reference
+	frame *wireFrame // holds the framing bytes and the segments instead
+	size  int        // framing bytes, from the size pass
+	buf   []byte
+	cut   int
+	out   mem.BufferSlice
+	err   error
 }
 
+// Limits of a message whose BufferSlice is built in a wireFrame: framing
+// of at most wireFrameBytes and at most wireFrameSegs segments (four
+// aliased payloads with framing around each).
+const (
+	wireFrameBytes = 256
+	wireFrameSegs  = 9
+)
+
+// wireFrame is the storage of a small message's whole BufferSlice, one
+// allocation: its framing bytes, its segments and the slice's array. The
+// GC reclaims it once gRPC drops the BufferSlice.
+type wireFrame struct {
+	buf  [wireFrameBytes]byte
+	segs [wireFrameSegs]wireSeg
+	out  [wireFrameSegs]mem.Buffer
+}
+
+// wireSeg is one segment of a wireFrame: a mem.SliceBuffer (Ref and Free do
+// nothing, the GC owns the bytes) that *wireSeg, by embedding it, also
+// makes a mem.Buffer, so a segment goes into the BufferSlice as a pointer
+// into the frame instead of a SliceBuffer boxed in an allocation of its
+// own.
+type wireSeg struct{ mem.SliceBuffer }
+
+var _ mem.Buffer = (*wireSeg)(nil)
+
 // init prepares w for size framing bytes and nAliased aliased payloads.
-// Framing of at most mem's pooling threshold is a plain allocation; larger
+// A message within the wireFrame limits is built in a frame; other
+// framing of at most mem's pooling threshold is a plain allocation, larger
 // framing (many small entries) comes from pool.
 func (w *wireWriter) init(size, nAliased int, pool mem.BufferPool) {
+	if size <= wireFrameBytes && 2*nAliased+1 <= wireFrameSegs {
+		f := &wireFrame{}
+		*w = wireWriter{frame: f, size: size, buf: f.buf[:0], out: f.out[:0]}
+		return
+	}
 	*w = wireWriter{size: size, out: make(mem.BufferSlice, 0, 2*nAliased+1)}
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		w.root = mem.SliceBuffer(make([]byte, size))
@@ -296,6 +331,17 @@ func (w *wireWriter) init(size, nAliased int, pool mem.BufferPool) {
 		w.root = mem.NewBuffer(pool.Get(size), pool)
 	}
 	w.buf = w.root.ReadOnlyData()[:0]
+}
+
+// segment returns b as a segment of the BufferSlice: in the frame while
+// it has room, else as a SliceBuffer of its own.
+func (w *wireWriter) segment(b []byte) mem.Buffer {
+	if f := w.frame; f != nil && len(w.out) < len(f.segs) {
+		s := &f.segs[len(w.out)]
+		s.SliceBuffer = b
+		return s
+	}
+	return mem.SliceBuffer(b)
 }
 
 // varint writes a proto3 varint field (nothing for 0).
@@ -328,7 +374,7 @@ func (w *wireWriter) payload(num protowire.Number, b []byte) {
 	w.buf = protowire.AppendTag(w.buf, num, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(len(b)))
 	w.flush()
-	w.out = append(w.out, mem.SliceBuffer(b))
+	w.out = append(w.out, w.segment(b))
 }
 
 // message writes the tag and length of a message field whose body (n
@@ -350,7 +396,11 @@ func (w *wireWriter) flush() {
 		return
 	}
 	if end > w.cut {
-		w.out = append(w.out, w.root.Slice(w.cut, end))
+		if w.frame != nil {
+			w.out = append(w.out, w.segment(w.buf[w.cut:end:end]))
+		} else {
+			w.out = append(w.out, w.root.Slice(w.cut, end))
+		}
 		w.cut = end
 	}
 }
@@ -362,7 +412,9 @@ func (w *wireWriter) finish() (mem.BufferSlice, error) {
 	if w.err == nil && len(w.buf) != w.size {
 		w.err = errWireSize
 	}
-	w.root.Free()
+	if w.root != nil {
+		w.root.Free()
+	}
 	if w.err != nil {
 		w.out.Free()
 		return nil, w.err
@@ -482,6 +534,16 @@ func (w *wireWriter) appendEntries(m *raftpb.AppendEntriesRequest, s aeSize) {
 // unmarshalAppendEntries does; aliased and ok as there.
 func unmarshalAppendBatch(b []byte, m *raftpb.AppendEntriesBatch) (aliased, ok bool) {
 	m.Reset()
+	n := 0
+	walkFields(b, func(num protowire.Number, _ protowire.Type, _ uint64, _ []byte) bool {
+		if num == abRequests {
+			n++
+		}
+		return true
+	})
+	if n > 1 {
+		m.Requests = make([]*raftpb.AppendEntriesRequest, 0, n)
+	}
 	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, _ uint64, p []byte) bool {
 		if num != abRequests || typ != protowire.BytesType {
 			return false
@@ -489,32 +551,41 @@ func unmarshalAppendBatch(b []byte, m *raftpb.AppendEntriesBatch) (aliased, ok b
 		w := &aeRequestWire{}
 		a, ok := unmarshalAppendEntries(p, &w.req, &w.parts)
 		aliased = aliased || a
-		m.Requests = append(m.Requests, &w.req)
+		if n == 1 {
+			w.lone[0] = &w.req
+			m.Requests = w.lone[:]
+		} else {
+			m.Requests = append(m.Requests, &w.req)
+		}
 		return ok
 	})
 	return aliased, ok
 }
 
-// aeParts is the storage unmarshalAppendEntries fills a request's header
-// and, when it has one entry (as most have), that entry and the array of
-// its entries slice from: one allocation for all of them.
+// aeParts is the storage unmarshalAppendEntries fills a request's header,
+// its copied bytes when they fit and, when it has one entry (as most
+// have), that entry and the array of its entries slice from: one
+// allocation for all of them.
 type aeParts struct {
-	hdr  raftpb.RPCHeader
-	log  [1]raftpb.Log
-	logs [1]*raftpb.Log
+	hdr   raftpb.RPCHeader
+	log   [1]raftpb.Log
+	logs  [1]*raftpb.Log
+	bytes [96]byte
 }
 
-// aeRequestWire is a request of an AppendEntriesBatch with its parts, in
+// aeRequestWire is a request of an AppendEntriesBatch with its parts and,
+// for a batch of one request, the array of the batch's requests slice, in
 // one allocation.
 type aeRequestWire struct {
 	req   raftpb.AppendEntriesRequest
 	parts aeParts
+	lone  [1]*raftpb.AppendEntriesRequest
 }
 
 // unmarshalAppendEntries parses b into m (reset first), with entries' Data
 // and Extensions aliasing b (cap-limited) and all other bytes fields copied
-// (all into one allocation). parts, if not nil, is fresh storage for m's
-// header and lone entry. It reports aliased when some entry points into b,
+// (into parts, or one allocation). parts, if not nil, is fresh storage for
+// m's header, copied bytes and lone entry. It reports aliased when some entry points into b,
 // and ok=false when b holds anything but well-formed known fields with
 // their declared wire types: the caller then decodes b with
 // proto.Unmarshal instead (m is left in an unspecified state). For every b
@@ -540,8 +611,11 @@ func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest, parts *aeP
 		m.Entries = make([]*raftpb.Log, 0, n)
 	}
 	var arena []byte // the copied bytes fields
-	if copied > 0 {
+	switch {
+	case copied > len(parts.bytes):
 		arena = make([]byte, 0, copied)
+	case copied > 0:
+		arena = parts.bytes[:0:copied]
 	}
 	ok = walkFields(b, func(num protowire.Number, typ protowire.Type, v uint64, p []byte) bool {
 		switch {
