@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -76,7 +77,9 @@ func (m *chunkMachine) Apply(index uint64, payload []byte) any { return m.ApplyO
 // ApplyOp implements copyset.OpApplier: Apply for the op at position pos
 // of its entry.
 func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
-	req, data, pre, owner, err := chunkop.DecodeOwned(payload)
+	d := opDecoders.Get().(*chunkop.Decoder)
+	defer opDecoders.Put(d) // req is d's: nothing here keeps it past the return
+	req, data, pre, owner, err := d.DecodeOwned(payload)
 	if err != nil {
 		m.log.Error("undecodable chunk op", "index", index, "err", err)
 		return &copyset.FatalError{Err: err}
@@ -124,6 +127,10 @@ func (m *chunkMachine) ApplyOp(index uint64, pos int, payload []byte) any {
 	}
 	return chunkResult{status: st, err: err}
 }
+
+// opDecoders recycles the decoders ApplyOp decodes ops with (whose
+// requests it reuses).
+var opDecoders = sync.Pool{New: func() any { return new(chunkop.Decoder) }}
 
 // chunkApplied is the result of an op applied without error, boxed once:
 // a chunkResult in an interface is an allocation, and results are only

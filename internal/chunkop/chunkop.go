@@ -8,6 +8,7 @@ import (
 	"github.com/chunkraft/chunkraft/copyset"
 	"github.com/chunkraft/chunkraft/internal/kinds"
 	pb "github.com/chunkraft/chunkraft/proto/curve/chunkserver"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -130,6 +131,147 @@ func Decode(payload []byte) (*pb.ChunkRequest, []byte, *PreImage, error) {
 // DecodeOwned is Decode that also returns the op's owner (EncodeOwned;
 // "" when it carries none).
 func DecodeOwned(payload []byte) (*pb.ChunkRequest, []byte, *PreImage, string, error) {
+	return decodeOwned(payload, nil)
+}
+
+// A Decoder decodes ops as DecodeOwned does into a request of its own that
+// it reuses, whose optional scalar fields point to values held in the
+// Decoder: decoding them allocates nothing, where a fresh request takes an
+// allocation per field. The request is proto.Equal to DecodeOwned's and
+// valid until the Decoder's next decode. A Decoder is not safe for
+// concurrent use; its zero value is ready.
+type Decoder struct {
+	req  pb.ChunkRequest
+	vals decoderVals
+}
+
+// decoderVals holds the values a Decoder's request points to.
+type decoderVals struct {
+	logicPoolID, copysetID, offset, size, retryTimes                                       uint32
+	chunkID, appliedIndex, sn, correctedSn, cloneOffset, timeoutMs, retryUs, fileID, epoch uint64
+	readMetaPage                                                                           bool
+}
+
+// DecodeOwned is the package's DecodeOwned with the request held by d.
+func (d *Decoder) DecodeOwned(payload []byte) (*pb.ChunkRequest, []byte, *PreImage, string, error) {
+	return decodeOwned(payload, d)
+}
+
+// Field numbers of ChunkRequest (curve/chunkserver/chunk.proto) whose
+// values a Decoder holds, and of its required fields.
+const (
+	fOpType, fLogicPoolID, fCopysetID, fChunkID, fAppliedIndex, fOffset, fSize = 1, 2, 3, 4, 5, 6, 7
+	fSn, fCorrectedSn, fCloneOffset, fTimeoutMs, fRetryTimes, fRetryUs         = 9, 10, 13, 14, 15, 16
+	fReadMetaPage, fFileID, fEpoch                                             = 17, 18, 19
+
+	requiredFields = 1<<fOpType | 1<<fLogicPoolID | 1<<fCopysetID | 1<<fChunkID
+)
+
+// unmarshal decodes b into d's request. Its scalar fields are pointed at
+// d's values before a merging proto.Unmarshal, which then writes through
+// them instead of allocating, and the fields b does not carry (with a
+// varint) are set back to nil. A b without every required field, or that
+// the merge refuses, is decoded by proto.Unmarshal into a fresh request,
+// which reports it exactly as DecodeOwned does.
+func (d *Decoder) unmarshal(b []byte) (*pb.ChunkRequest, error) {
+	present, ok := varintFields(b)
+	if !ok || present&requiredFields != requiredFields {
+		return unmarshalRequest(b)
+	}
+	r, v := &d.req, &d.vals
+	r.Reset()
+	*v = decoderVals{}
+	r.LogicPoolId, r.CopysetId, r.Offset, r.Size, r.SendScanMapRetryTimes = &v.logicPoolID, &v.copysetID, &v.offset, &v.size, &v.retryTimes
+	r.ChunkId, r.AppliedIndex, r.Sn, r.CorrectedSn = &v.chunkID, &v.appliedIndex, &v.sn, &v.correctedSn
+	r.CloneFileOffset, r.SendScanMapTimeoutMs, r.SendScanMapRetryIntervalUs = &v.cloneOffset, &v.timeoutMs, &v.retryUs
+	r.FileId, r.Epoch, r.ReadMetaPage = &v.fileID, &v.epoch, &v.readMetaPage
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b, r); err != nil {
+		return unmarshalRequest(b)
+	}
+	has := func(num int) bool { return present&(1<<num) != 0 }
+	if !has(fLogicPoolID) {
+		r.LogicPoolId = nil
+	}
+	if !has(fCopysetID) {
+		r.CopysetId = nil
+	}
+	if !has(fChunkID) {
+		r.ChunkId = nil
+	}
+	if !has(fAppliedIndex) {
+		r.AppliedIndex = nil
+	}
+	if !has(fOffset) {
+		r.Offset = nil
+	}
+	if !has(fSize) {
+		r.Size = nil
+	}
+	if !has(fSn) {
+		r.Sn = nil
+	}
+	if !has(fCorrectedSn) {
+		r.CorrectedSn = nil
+	}
+	if !has(fCloneOffset) {
+		r.CloneFileOffset = nil
+	}
+	if !has(fTimeoutMs) {
+		r.SendScanMapTimeoutMs = nil
+	}
+	if !has(fRetryTimes) {
+		r.SendScanMapRetryTimes = nil
+	}
+	if !has(fRetryUs) {
+		r.SendScanMapRetryIntervalUs = nil
+	}
+	if !has(fReadMetaPage) {
+		r.ReadMetaPage = nil
+	}
+	if !has(fFileID) {
+		r.FileId = nil
+	}
+	if !has(fEpoch) {
+		r.Epoch = nil
+	}
+	return r, nil
+}
+
+// varintFields is the set of field numbers below 64 that b, a message's
+// encoding, carries with the varint wire type (the only one
+// proto.Unmarshal stores in a scalar field of these types; with another,
+// the field goes to the unknown fields). ok is false when b is malformed.
+func varintFields(b []byte) (present uint64, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && num < 64 {
+			present |= 1 << num
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+	}
+	return present, true
+}
+
+// unmarshalRequest decodes b into a fresh request.
+func unmarshalRequest(b []byte) (*pb.ChunkRequest, error) {
+	req := &pb.ChunkRequest{}
+	if err := proto.Unmarshal(b, req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// decodeOwned is DecodeOwned, with the request decoded by d when it is
+// not nil.
+func decodeOwned(payload []byte, d *Decoder) (*pb.ChunkRequest, []byte, *PreImage, string, error) {
 	if len(payload) < 4 {
 		return nil, nil, nil, "", fmt.Errorf("decode chunk op: %d bytes, want at least 4", len(payload))
 	}
@@ -139,8 +281,14 @@ func DecodeOwned(payload []byte) (*pb.ChunkRequest, []byte, *PreImage, string, e
 	if uint64(n) > uint64(len(payload)-4) {
 		return nil, nil, nil, "", fmt.Errorf("decode chunk op: request length %d exceeds payload %d", n, len(payload)-4)
 	}
-	req := &pb.ChunkRequest{}
-	if err := proto.Unmarshal(payload[4:4+n], req); err != nil {
+	var req *pb.ChunkRequest
+	var err error
+	if d != nil {
+		req, err = d.unmarshal(payload[4 : 4+n])
+	} else {
+		req, err = unmarshalRequest(payload[4 : 4+n])
+	}
+	if err != nil {
 		return nil, nil, nil, "", fmt.Errorf("decode chunk op: %w", err)
 	}
 	data := payload[4+n:]

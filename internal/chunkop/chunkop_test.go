@@ -2,9 +2,12 @@ package chunkop
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chunkraft/chunkraft/copyset"
@@ -100,5 +103,91 @@ func TestOwnerTrailerChecked(t *testing.T) {
 		if _, _, _, owner, err := DecodeOwned(bad); err == nil {
 			t.Fatalf("a damaged trailer decoded, owner %q: %x", owner, bad)
 		}
+	}
+}
+
+// A Decoder decodes every payload to a request proto.Equal to
+// DecodeOwned's, with the same data, pre-image, owner and error, also
+// when one Decoder decodes requests with different fields one after the
+// other, and for payloads a fresh decode refuses.
+func TestDecoderMatchesDecodeOwned(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var d Decoder
+	for i := range 3000 {
+		req := &pb.ChunkRequest{}
+		set := func(f func()) {
+			if r.IntN(2) == 0 {
+				f()
+			}
+		}
+		set(func() { req.OpType = pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum() })
+		set(func() { req.LogicPoolId = proto.Uint32(r.Uint32()) })
+		set(func() { req.CopysetId = proto.Uint32(r.Uint32N(3)) })
+		set(func() { req.ChunkId = proto.Uint64(r.Uint64()) })
+		set(func() { req.AppliedIndex = proto.Uint64(r.Uint64N(3)) })
+		set(func() { req.Offset = proto.Uint32(r.Uint32()) })
+		set(func() { req.Size = proto.Uint32(r.Uint32()) })
+		set(func() { req.Sn = proto.Uint64(r.Uint64()) })
+		set(func() { req.CorrectedSn = proto.Uint64(r.Uint64()) })
+		set(func() { req.Location = proto.String("loc") })
+		set(func() { req.CloneFileSource = proto.String("src") })
+		set(func() { req.CloneFileOffset = proto.Uint64(r.Uint64()) })
+		set(func() { req.SendScanMapTimeoutMs = proto.Uint64(r.Uint64()) })
+		set(func() { req.SendScanMapRetryTimes = proto.Uint32(r.Uint32()) })
+		set(func() { req.SendScanMapRetryIntervalUs = proto.Uint64(r.Uint64()) })
+		set(func() { req.ReadMetaPage = proto.Bool(r.IntN(2) == 0) })
+		set(func() { req.FileId = proto.Uint64(r.Uint64()) })
+		set(func() { req.Epoch = proto.Uint64(r.Uint64()) })
+		if i%2 == 0 {
+			// Mostly complete requests, as the chunk machine decodes.
+			req.OpType, req.LogicPoolId = pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), proto.Uint32(1)
+			req.CopysetId, req.ChunkId = proto.Uint32(1), proto.Uint64(7)
+		}
+		b, err := proto.MarshalOptions{AllowPartial: true}.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch i % 7 {
+		case 1: // an unknown field
+			b = protowire.AppendVarint(protowire.AppendTag(b, 60, protowire.VarintType), 5)
+		case 2: // a known field with another wire type
+			b = protowire.AppendBytes(protowire.AppendTag(b, fSn, protowire.BytesType), []byte("x"))
+		case 3: // truncated
+			if len(b) > 0 {
+				b = b[:r.IntN(len(b))]
+			}
+		case 4: // a repeated scalar: the last one counts
+			b = protowire.AppendVarint(protowire.AppendTag(b, fOffset, protowire.VarintType), 9)
+		}
+		payload := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
+		payload = append(append(payload, b...), "data"...)
+		want, wantData, _, _, wantErr := DecodeOwned(payload)
+		got, gotData, _, _, gotErr := d.DecodeOwned(payload)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+			t.Fatalf("case %d: error %v, DecodeOwned's %v", i, gotErr, wantErr)
+		}
+		if wantErr != nil {
+			continue
+		}
+		if !proto.Equal(got, want) || string(gotData) != string(wantData) {
+			t.Fatalf("case %d: decoded %v, DecodeOwned's %v", i, got, want)
+		}
+	}
+}
+
+// Decoding a write with a Decoder allocates nothing for its fields.
+func TestDecoderAllocs(t *testing.T) {
+	req := &pb.ChunkRequest{OpType: pb.CHUNK_OP_TYPE_CHUNK_OP_WRITE.Enum(), LogicPoolId: proto.Uint32(1),
+		CopysetId: proto.Uint32(1), ChunkId: proto.Uint64(7), Offset: proto.Uint32(4096),
+		Size: proto.Uint32(4096), Sn: proto.Uint64(1)}
+	op, err := Encode(req, make([]byte, 4096), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := op[copyset.OpHeaderLen:]
+	var d Decoder
+	// OpType, an enum, is not held by the Decoder: one allocation.
+	if n := testing.AllocsPerRun(100, func() { d.DecodeOwned(payload) }); n > 1 {
+		t.Fatalf("%v allocations per decode", n)
 	}
 }
