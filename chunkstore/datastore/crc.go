@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/klauspost/crc32"
@@ -72,13 +73,27 @@ func (g *geometry) writeBlocks(f File, dirty *atomic.Bool, lo uint32, data []byt
 		startWriteback(f, off, int64(len(data)))
 	}
 	n := uint32(len(data)) / g.blockSize
-	tbl := make([]byte, 4*n)
+	var tbl []byte
+	if n <= crcTablePooled {
+		p := crcTables.Get().(*[4 * crcTablePooled]byte)
+		defer crcTables.Put(p)
+		tbl = p[:4*n]
+	} else {
+		tbl = make([]byte, 4*n)
+	}
 	for i := range n {
 		b := data[i*g.blockSize : (i+1)*g.blockSize]
 		binary.LittleEndian.PutUint32(tbl[4*i:], g.crcEntry(b))
 	}
 	return writeAt(f, dirty, tbl, g.crcTableOff(lo))
 }
+
+// crcTables recycles the crc entries writeBlocks writes for up to
+// crcTablePooled blocks: File.WriteAt, like io.WriterAt, keeps no part of
+// its buffer once it returns.
+const crcTablePooled = 64
+
+var crcTables = sync.Pool{New: func() any { return new([4 * crcTablePooled]byte) }}
 
 // readBlocks reads blocks [lo, lo+len(buf)/BlockSize) of f into buf and
 // verifies them against the crc table. A mismatch returns an error wrapping
