@@ -32,11 +32,14 @@ import (
 // next field.
 
 func headerToProto(h raft.RPCHeader) *raftpb.RPCHeader {
-	return &raftpb.RPCHeader{
-		ProtocolVersion: int64(h.ProtocolVersion),
-		Id:              h.ID,
-		Addr:            h.Addr,
-	}
+	out := &raftpb.RPCHeader{}
+	headerInto(out, h)
+	return out
+}
+
+// headerInto fills dst from h, aliasing its bytes.
+func headerInto(dst *raftpb.RPCHeader, h raft.RPCHeader) {
+	dst.ProtocolVersion, dst.Id, dst.Addr = int64(h.ProtocolVersion), h.ID, h.Addr
 }
 
 func headerFromProto(h *raftpb.RPCHeader) raft.RPCHeader {
@@ -125,7 +128,7 @@ type aeRequestOut struct {
 
 func appendEntriesRequestToProto(group uint64, r *raft.AppendEntriesRequest) *raftpb.AppendEntriesRequest {
 	b := &aeRequestOut{}
-	b.hdr.ProtocolVersion, b.hdr.Id, b.hdr.Addr = int64(r.ProtocolVersion), r.ID, r.Addr
+	headerInto(&b.hdr, r.RPCHeader)
 	m := &b.req
 	m.Group, m.Header, m.Term, m.Leader = group, &b.hdr, r.Term, r.Leader
 	m.PrevLogEntry, m.PrevLogTerm, m.LeaderCommitIndex = r.PrevLogEntry, r.PrevLogTerm, r.LeaderCommitIndex
@@ -182,7 +185,7 @@ func appendEntriesResponseToProto(resp raft.RPCResponse) *raftpb.AppendEntriesRe
 	b := &aeResponseOut{}
 	out := &b.resp
 	if r, ok := resp.Response.(*raft.AppendEntriesResponse); ok && r != nil {
-		b.hdr.ProtocolVersion, b.hdr.Id, b.hdr.Addr = int64(r.ProtocolVersion), r.ID, r.Addr
+		headerInto(&b.hdr, r.RPCHeader)
 		out.Header = &b.hdr
 		out.Term = r.Term
 		out.LastLog = r.LastLog

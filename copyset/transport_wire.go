@@ -585,14 +585,14 @@ type aeRequestWire struct {
 // unmarshalAppendEntries parses b into m (reset first), with entries' Data
 // and Extensions aliasing b (cap-limited) and all other bytes fields copied
 // (into parts, or one allocation). parts, if not nil, is fresh storage for
-// m's header, copied bytes and lone entry. It reports aliased when some entry points into b,
-// and ok=false when b holds anything but well-formed known fields with
-// their declared wire types: the caller then decodes b with
-// proto.Unmarshal instead (m is left in an unspecified state). For every b
-// it accepts, m ends up proto.Equal to what proto.Unmarshal produces:
-// scalars and bytes fields take the last occurrence, a repeated header
-// merges into the first, every entries field appends an entry, and an
-// empty bytes field decodes as nil.
+// m's header, copied bytes and lone entry. It reports aliased when some
+// entry points into b, and ok=false when b holds anything but well-formed
+// known fields with their declared wire types: the caller then decodes b
+// with proto.Unmarshal instead (m is left in an unspecified state). For
+// every b it accepts, m ends up proto.Equal to what proto.Unmarshal
+// produces: scalars and bytes fields take the last occurrence, a repeated
+// header merges into the first, every entries field appends an entry, and
+// an empty bytes field decodes as nil.
 func unmarshalAppendEntries(b []byte, m *raftpb.AppendEntriesRequest, parts *aeParts) (aliased, ok bool) {
 	m.Reset()
 	n, copied, ok := countEntries(b)

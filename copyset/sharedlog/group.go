@@ -122,15 +122,10 @@ func (g *GroupStore) StoreLogs(logs []*raft.Log) error {
 	}
 	r := entryRequests.Get().(*request)
 	rec, hold, parts, refs, err := encodeEntries(g.st.id, logs, r.ents)
-	switch {
-	case err != nil:
-	case g.l.closed.Load():
-		err = ErrClosed
-		putRecBuf(rec, hold)
-	default:
-		r.op, r.st, r.rec, r.parts = op{kind: recEntries, group: g.st.id, ents: refs}, g.st, rec, parts
-		err = g.s.submit(r)
-		putRecBuf(rec, hold) // answered: the shard no longer reads it
+	if err == nil {
+		r.op, r.rec, r.parts = op{kind: recEntries, group: g.st.id, ents: refs}, rec, parts
+		err = g.submit(r)
+		putRecBuf(rec, hold) // answered, or never queued: the shard no longer reads it
 	}
 	// The request is answered, or was never queued: the shard's writer no
 	// longer reads it, and the index holds copies of the refs.
@@ -154,12 +149,16 @@ func (g *GroupStore) DeleteRange(min, max uint64) error {
 	return g.submit(&request{op: op{kind: recDelete, group: g.st.id, min: min, max: max}, rec: encodeDelete(g.st.id, min, max)})
 }
 
+// submit queues r on the group's shard and waits for its answer; r gets
+// a done channel unless it has one (an empty one, recycled).
 func (g *GroupStore) submit(r *request) error {
 	if g.l.closed.Load() {
 		return ErrClosed
 	}
 	r.st = g.st
-	r.done = make(chan error, 1)
+	if r.done == nil {
+		r.done = make(chan error, 1)
+	}
 	return g.s.submit(r)
 }
 
